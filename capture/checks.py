@@ -1,0 +1,37 @@
+"""Checks that stop a capture before it starts, each with one clear line (CaptureError)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+from .errors import CaptureError
+
+CAPTURE_PACKAGES = ("torch", "deepspeed", "transformers")
+
+
+def require(packages=CAPTURE_PACKAGES, why: str = "tracekit capture") -> None:
+    missing = [p for p in packages if importlib.util.find_spec(p) is None]
+    if missing:
+        raise CaptureError(f"{why} needs {', '.join(missing)}: pip install 'tracekit[capture]'")
+
+
+def gpu_count() -> int:
+    """CUDA GPUs this process can use (imports torch, which capture needs anyway)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def ranks(nproc: int, gpus: int) -> None:
+    """Refuse more ranks than the host has GPUs (GPU host) or CPU cores (CPU host)."""
+    if nproc < 1:
+        raise CaptureError(f"--nproc-per-node must be at least 1, got {nproc}")
+    if gpus:
+        if nproc > gpus:
+            raise CaptureError(f"--nproc-per-node {nproc} needs {nproc} GPUs; this host has {gpus}")
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if nproc > cores:
+        raise CaptureError(f"--nproc-per-node {nproc} exceeds the {cores} CPU cores this process may "
+                           "use (one rank per core on CPU hosts)")

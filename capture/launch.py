@@ -1,0 +1,129 @@
+"""Start the capture processes (one per rank), watch them, and write the manifest.
+
+The parent stays light (no deepspeed, no transformers): each rank is ``python -m
+tracekit.capture.worker`` with the torch.distributed environment (RANK, LOCAL_RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT) set, its output in ``logs/rank<R>.log``. If one rank fails the others
+are stopped (they would wait for it in a collective forever) after a grace period in which
+they can still write their trace.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .errors import CaptureError
+from .manifest import manifest, now
+from .output import MANIFEST, log_path, read_json, status_path, write_json
+
+GRACE_SECONDS = 20.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_environment(rank: int, world_size: int, port: int, threads: int) -> dict:
+    env = dict(os.environ)
+    env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+               LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    # One intra-op thread per rank unless the user chose: more threads than cores per rank slows
+    # CPU steps down 10-20x under load. Also quiets tokenizers-style fork warnings.
+    env.setdefault("OMP_NUM_THREADS", str(threads))
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Make the worker importable even when tracekit runs from a source checkout.
+    here = str(Path(__file__).resolve().parents[1])
+    if (Path(here) / "tracekit").is_dir():
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def run(spec: dict, *, nproc: int, argv: list[str] | None, options: dict, config: dict,
+        echo=print) -> dict:
+    """Run ``spec`` on ``nproc`` ranks; return the manifest (also written to the output)."""
+    out = Path(spec["out"])
+    spec_path = out / "logs" / "spec.json"
+    write_json(spec_path, spec)
+    started = now()
+    threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
+    environment = {"world_size": nproc, "omp_num_threads": threads,
+                   "gpu": spec["gpu"], "backend": ("nccl" if spec["gpu"] else "gloo") if spec["kind"] == "train" else None}
+    write_json(out / MANIFEST, manifest(kind=spec["kind"], argv=argv, options=options, config=config,
+                                        env=environment, ranks=[], status="running", started=started))
+    port = free_port()
+    procs = []
+    for rank in range(nproc):
+        log = open(log_path(out, rank), "wb")
+        procs.append((subprocess.Popen(
+            [sys.executable, "-m", "tracekit.capture.worker", str(spec_path)],
+            env=rank_environment(rank, nproc, port, threads), stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL), log))
+    codes = _wait(procs)
+    ranks = []
+    for rank in range(nproc):
+        status = read_json(status_path(out, rank)) or {"rank": rank, "state": "failed",
+                                                        "error": "the process left no status"}
+        status["exit_code"] = codes[rank]
+        if codes[rank] != 0 and status.get("state") != "failed":
+            status["state"] = "failed"
+            status["error"] = status.get("error") or _killed(codes[rank])
+        status["log"] = str(log_path(out, rank).relative_to(out))
+        ranks.append(status)
+    failed = [r for r in ranks if r["state"] != "finished"]
+    first = min(failed, key=lambda r: (r["exit_code"] in (None, -15), r["rank"])) if failed else None
+    error = f"rank {first['rank']}: {first['error']}" if first else None
+    result = manifest(kind=spec["kind"], argv=argv, options=options, config=config, env=environment,
+                      ranks=ranks, status="failed" if failed else "finished", started=started,
+                      error=error)
+    write_json(out / MANIFEST, result)
+    if first:
+        kept = [r["trace"] for r in ranks if r.get("trace")]
+        tail = f"; traces kept: {', '.join(kept)}" if kept else ""
+        raise CaptureError(f"capture failed on {error} (log: {out / first['log']}){tail}")
+    return result
+
+
+def _killed(code: int | None) -> str:
+    if code is None:
+        return "stopped after another rank failed"
+    if code < 0:
+        return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def _wait(procs) -> list[int | None]:
+    """Wait for every rank; once one fails, give the rest GRACE_SECONDS, then stop them."""
+    deadline = None
+    try:
+        while True:
+            codes = [p.poll() for p, _ in procs]
+            if all(c is not None for c in codes):
+                return codes
+            if deadline is None and any(c not in (None, 0) for c in codes):
+                deadline = time.monotonic() + GRACE_SECONDS
+            if deadline is not None and time.monotonic() > deadline:
+                for p, _ in procs:
+                    if p.poll() is None:
+                        p.terminate()
+                for p, _ in procs:
+                    try:
+                        p.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+                        p.wait()
+                return [p.returncode for p, _ in procs]
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        for p, _ in procs:
+            if p.poll() is None:
+                p.terminate()
+        raise
+    finally:
+        for _, log in procs:
+            log.close()

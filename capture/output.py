@@ -1,0 +1,83 @@
+"""The output directory of a capture: what it holds, and never clobbering a previous run.
+
+Layout (what torch.profiler.tensorboard_trace_handler writes, so TensorBoard's profiler plugin
+and Perfetto open it, plus tracekit's files)::
+
+    <out>/rank<R>.<ms>.pt.trace.json.gz   one Kineto trace per rank (gzip)
+    <out>/manifest.json                   command, config, versions, hardware, git revision
+    <out>/deepspeed_config.json           training only: the generated DeepSpeed config
+    <out>/logs/rank<R>.log                each rank's stdout and stderr
+    <out>/logs/rank<R>.status.json        each rank's own report (steps finished, trace, error)
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from .errors import CaptureError
+
+TRACE_SUFFIX = ".pt.trace.json.gz"
+MANIFEST = "manifest.json"
+DEEPSPEED_CONFIG = "deepspeed_config.json"
+LOGS = "logs"
+
+
+def worker_name(rank: int) -> str:
+    """The tensorboard trace handler's worker name for ``rank`` (the file name's first part)."""
+    return f"rank{rank}"
+
+
+def ours(path: Path) -> bool:
+    """Whether ``path`` (an entry of an output directory) is something a capture writes."""
+    return (path.name in (MANIFEST, DEEPSPEED_CONFIG, LOGS)
+            or path.name.endswith(TRACE_SUFFIX) or path.name.endswith(".pt.trace.json"))
+
+
+def prepare(out: Path, force: bool) -> Path:
+    """Make ``out`` ready for a new run; refuse to touch a previous one unless ``force``."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise CaptureError(f"--out {out} exists and is not a directory")
+    if out.is_dir():
+        entries = list(out.iterdir())
+        if entries and not force:
+            raise CaptureError(f"{out} is not empty (a previous run?); pass --force to replace it")
+        foreign = [e.name for e in entries if not ours(e)]
+        if foreign:
+            # --force replaces a capture, never files a capture did not write.
+            raise CaptureError(f"{out} holds files a capture did not write ({', '.join(sorted(foreign)[:3])}); "
+                               "choose another --out")
+        for entry in entries:
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    (out / LOGS).mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def traces(out: Path) -> list[Path]:
+    return sorted(Path(out).glob("*" + TRACE_SUFFIX))
+
+
+def status_path(out: Path, rank: int) -> Path:
+    return Path(out) / LOGS / f"rank{rank}.status.json"
+
+
+def log_path(out: Path, rank: int) -> Path:
+    return Path(out) / LOGS / f"rank{rank}.log"
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    tmp.replace(path)
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None

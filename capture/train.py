@@ -1,0 +1,101 @@
+"""One rank of ``tracekit capture train``: a DeepSpeed Llama training loop under the profiler.
+
+Runs in its own process (see launch.py), with RANK/LOCAL_RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT
+set. Each step: forward (loss included), backward, optimizer step, each in its tracekit phase
+range, then ``prof.step()``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from . import finetune
+from .annotate import annotate_modules, phase
+from .models import build_model, model_shape
+from .profiling import profiler
+
+
+def _skip_shm_comm_op() -> None:
+    """Keep DeepSpeed from compiling its shared-memory all-reduce op on CPU hosts.
+
+    DeepSpeed's torch comm backend builds the ``deepspeed_shm_comm`` C++ op (about 75 s on a
+    fresh machine) whenever the op is marked compatible; only ``inference_all_reduce`` uses it,
+    never training. DeepSpeed keeps the compatibility table in ``deepspeed.ops`` and reads it at
+    backend creation, so marking the op incompatible there makes the backend plain gloo.
+    """
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    if builder is not None:
+        deepspeed.ops.__compatible_ops__[builder.NAME] = False
+
+
+def run(spec: dict, report) -> None:
+    """Train ``spec["warmup"] + spec["steps"]`` steps, recording the last ``steps``.
+
+    ``report(**fields)`` updates this rank's status file.
+    """
+    import torch
+    import deepspeed
+
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    gpu = spec["gpu"]
+    if gpu:
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        _skip_shm_comm_op()
+        device = torch.device("cpu")
+    deepspeed.init_distributed(dist_backend="nccl" if gpu else "gloo", verbose=False)
+    report(devices=_devices(torch), backend=torch.distributed.get_backend())
+
+    shape = model_shape(spec["model"], spec["layers"])
+    ds_config = spec["deepspeed_config"]
+    dtype = getattr(torch, {"bf16": "bfloat16", "fp32": "float32"}[spec["dtype"]])
+    if spec["zero"] == 3 and spec["finetune"] is None:
+        # Partition parameters as they are created: a 70B model never exists whole on one rank.
+        with deepspeed.zero.Init(config_dict_or_path=ds_config):
+            model = build_model(shape, spec["attention"], spec["dtype"], seed=spec["seed"])
+    else:
+        model = build_model(shape, spec["attention"], spec["dtype"], seed=spec["seed"],
+                            device=device if gpu and spec["finetune"] != "qlora" else None)
+    if spec["recompute"]:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+    model = finetune.apply(model, spec["finetune"], dtype)
+    annotate_modules(model, strip=finetune.PEFT_PREFIXES)
+
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
+        config=ds_config)
+    engine.train()
+
+    generator = torch.Generator().manual_seed(spec["seed"] + 1000 + rank)
+    batch_shape = (spec["batch_size"], spec["seq_len"])
+    warmup, steps = spec["warmup"], spec["steps"]
+    with profiler(Path(spec["out"]), rank, warmup=warmup, steps=steps, gpu=gpu,
+                  with_stack=spec["with_stack"]) as prof:
+        for step in range(warmup + steps):
+            tokens = torch.randint(0, shape.vocab_size, batch_shape, generator=generator).to(engine.device)
+            with phase("forward"):
+                loss = engine(input_ids=tokens, labels=tokens).loss
+            with phase("backward"):
+                engine.backward(loss)
+            with phase("optimizer"):
+                engine.step()
+            prof.step()
+            report(steps_run=step + 1, completed_steps=max(0, step + 1 - warmup),
+                   loss=float(loss.detach().float().item()))
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def _devices(torch) -> list[dict]:
+    if not torch.cuda.is_available():
+        return []
+    return [{"index": i, "name": torch.cuda.get_device_name(i),
+             "memory_bytes": torch.cuda.get_device_properties(i).total_memory}
+            for i in range(torch.cuda.device_count())]

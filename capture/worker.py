@@ -1,0 +1,69 @@
+"""Entry point of one capture process: ``python -m tracekit.capture.worker <spec.json>``.
+
+launch.py starts one per rank with the torch.distributed environment set. The worker runs the
+capture the spec names and keeps ``logs/rank<R>.status.json`` up to date (steps finished, the
+trace file, an error line), so the parent can report and the manifest can record what happened
+even when a rank dies.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from .errors import CaptureError
+from .output import read_json, status_path, traces, worker_name, write_json
+
+
+def main(argv: list[str]) -> int:
+    spec = read_json(Path(argv[0]))
+    if spec is None:
+        print(f"tracekit: error: cannot read capture spec {argv[0]}", file=sys.stderr)
+        return 2
+    rank = int(os.environ.get("RANK", "0"))
+    out = Path(spec["out"])
+    path = status_path(out, rank)
+    status: dict = {"rank": rank, "pid": os.getpid(), "state": "running", "steps_run": 0,
+                    "completed_steps": 0, "trace": None, "error": None}
+
+    def report(**fields) -> None:
+        status.update(fields)
+        write_json(path, status)
+
+    report()
+    code = 0
+    try:
+        if spec["kind"] == "train":
+            from . import train
+            train.run(spec, report)
+        elif spec["engine"] == "lightllm":
+            from . import lightllm
+            lightllm.run(spec, report)
+        else:
+            from . import infer
+            infer.run(spec, report)
+        status["state"] = "finished"
+    except CaptureError as err:
+        status.update(state="failed", error=err.format_message())
+        print(f"tracekit: error: {err.format_message()}", file=sys.stderr)
+        code = 2
+    except BaseException as err:  # a crash: keep what was traced, say what happened
+        status.update(state="failed", error=f"{type(err).__name__}: {err}".strip())
+        traceback.print_exc()
+        code = 1
+    finally:
+        mine = [p for p in traces(out) if p.name.startswith(worker_name(rank) + ".")]
+        status["trace"] = mine[-1].name if mine else None
+        write_json(path, status)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return code
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1:])
+    # Skip interpreter teardown: DeepSpeed/gloo atexit handlers can hang or abort after a failed
+    # peer, and everything worth keeping is on disk already.
+    os._exit(code)
