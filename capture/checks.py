@@ -23,6 +23,17 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def devices() -> list[dict]:
+    """The CUDA GPUs visible to this process, for the manifest."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    return [{"index": i, "name": torch.cuda.get_device_name(i),
+             "memory_bytes": torch.cuda.get_device_properties(i).total_memory}
+            for i in range(torch.cuda.device_count())]
+
+
 def ranks(nproc: int, gpus: int) -> None:
     """Refuse more ranks than the host has GPUs (GPU host) or CPU cores (CPU host)."""
     if nproc < 1:

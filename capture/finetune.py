@@ -17,13 +17,13 @@ def check(mode: str | None, gpu: bool) -> None:
     """Stop early with one line when ``mode`` ("lora"/"qlora") cannot run on this host."""
     if mode is None:
         return
-    if importlib.util.find_spec("peft") is None:
-        raise CaptureError(f"--{mode} needs the peft package (pip install peft)")
     if mode == "qlora":
         if not gpu:
             raise CaptureError("--qlora needs a CUDA GPU (bitsandbytes 4-bit kernels); none is visible")
         if importlib.util.find_spec("bitsandbytes") is None:
             raise CaptureError("--qlora needs the bitsandbytes package (pip install bitsandbytes)")
+    if importlib.util.find_spec("peft") is None:
+        raise CaptureError(f"--{mode} needs the peft package (pip install peft)")
 
 
 def quantize_4bit(model, dtype):

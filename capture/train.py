@@ -13,6 +13,7 @@ from pathlib import Path
 from . import finetune
 from .annotate import annotate_modules, phase
 from .models import build_model, model_shape
+from .checks import devices
 from .profiling import profiler
 
 
@@ -50,7 +51,7 @@ def run(spec: dict, report) -> None:
         _skip_shm_comm_op()
         device = torch.device("cpu")
     deepspeed.init_distributed(dist_backend="nccl" if gpu else "gloo", verbose=False)
-    report(devices=_devices(torch), backend=torch.distributed.get_backend())
+    report(devices=devices(), backend=torch.distributed.get_backend())
 
     shape = model_shape(spec["model"], spec["layers"])
     ds_config = spec["deepspeed_config"]
@@ -92,10 +93,3 @@ def run(spec: dict, report) -> None:
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
-
-def _devices(torch) -> list[dict]:
-    if not torch.cuda.is_available():
-        return []
-    return [{"index": i, "name": torch.cuda.get_device_name(i),
-             "memory_bytes": torch.cuda.get_device_properties(i).total_memory}
-            for i in range(torch.cuda.device_count())]

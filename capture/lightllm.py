@@ -1,0 +1,205 @@
+"""``tracekit capture infer --engine lightllm``: LightLLM's Llama inference, profiled and annotated.
+
+Written against LightLLM's model API as its own static-inference benchmark uses it
+(``test/benchmark/static_inference/model_infer.py``, ModelTC/lightllm at fc72ffa, 2025-07):
+``get_model(config, kvargs)`` builds a ``LlamaTpPartModel`` whose ``forward(ModelInput)`` runs a
+prefill (``is_prefill=True``) or a decode step against LightLLM's token KV cache. Random weights
+go in through the ``weight_dict`` kvarg (the HF tensor names), so nothing is downloaded; only
+the model's config.json is written (under ``logs/lightllm_model``), because LightLLM reads it.
+
+LightLLM's layers are not nn.Modules, so tracekit wraps the per-layer methods of the layer
+objects with the module ranges an HF Llama would have (see ``annotate``). CUDA graphs are off:
+a replayed graph runs no Python and would carry no ranges.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from .annotate import annotated_call, phase
+from .errors import CaptureError
+from .models import build_model, model_shape
+from .profiling import profiler
+
+WARMUP_DECODES = 2
+
+
+def check() -> None:
+    """One line when LightLLM (or the Triton it runs on) is missing."""
+    for package, what in (("lightllm", "LightLLM (https://github.com/ModelTC/lightllm)"),
+                          ("triton", "Triton")):
+        if importlib.util.find_spec(package) is None:
+            raise CaptureError(f"--engine lightllm needs {what}, which is not installed here "
+                               "(use --engine hf)")
+
+
+def _wrap(obj, method: str, class_name: str, qualified: str) -> bool:
+    fn = getattr(obj, method, None)
+    if fn is None:
+        return False
+    setattr(obj, method, annotated_call(fn, class_name, qualified))
+    return True
+
+
+def _attention_range(layer, index: int) -> None:
+    """One ``LlamaAttention`` range per layer call, from the KV buffer set-up (or the QKV
+    projection) to the output projection: LightLLM has no single attention function, so the
+    range opens on entry of the first and closes on return of the last (same thread, in order)."""
+    from torch.profiler import record_function
+
+    from tracekit.annotations import module_range
+
+    name = module_range("LlamaAttention", f"model.layers.{index}.self_attn")
+    opener = "_pre_cache_kv" if hasattr(layer, "_pre_cache_kv") else "_get_qkv"
+    open_ranges: list = []
+    first, last = getattr(layer, opener), layer._get_o
+
+    def opened(*args, **kwargs):
+        rf = record_function(name)
+        rf.__enter__()
+        open_ranges.append(rf)
+        return first(*args, **kwargs)
+
+    def closed(*args, **kwargs):
+        try:
+            return last(*args, **kwargs)
+        finally:
+            if open_ranges:
+                open_ranges.pop().__exit__(None, None, None)
+
+    setattr(layer, opener, opened)
+    layer._get_o = closed
+
+
+def annotate(model) -> None:
+    """Module ranges on LightLLM's layer objects, named as the HF Llama modules they stand for."""
+    for method in ("context_forward", "token_forward", "tpsp_context_forward", "tpsp_token_forward"):
+        _wrap(model.pre_infer, method, "Embedding", "model.embed_tokens")
+        _wrap(model.post_infer, method, "Linear", "lm_head")
+    _wrap(model.post_infer, "_norm", "LlamaRMSNorm", "model.norm")
+    for i, layer in enumerate(model.layers_infer):
+        prefix = f"model.layers.{i}"
+        for method in ("context_forward", "token_forward", "tpsp_context_forward", "tpsp_token_forward"):
+            _wrap(layer, method, "LlamaDecoderLayer", prefix)
+        _attention_range(layer, i)
+        _wrap(layer, "_att_norm", "LlamaRMSNorm", f"{prefix}.input_layernorm")
+        _wrap(layer, "_get_qkv", "Linear", f"{prefix}.self_attn.qkv_proj")
+        _wrap(layer, "_tpsp_get_qkv", "Linear", f"{prefix}.self_attn.qkv_proj")
+        _wrap(layer, "_get_o", "Linear", f"{prefix}.self_attn.o_proj")
+        _wrap(layer, "_tpsp_get_o", "Linear", f"{prefix}.self_attn.o_proj")
+        _wrap(layer, "_ffn_norm", "LlamaRMSNorm", f"{prefix}.post_attention_layernorm")
+        _wrap(layer, "_ffn", "LlamaMLP", f"{prefix}.mlp")
+        _wrap(layer, "_tpsp_ffn", "LlamaMLP", f"{prefix}.mlp")
+
+
+def _hf_config(shape) -> dict:
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "hidden_size": shape.hidden_size, "intermediate_size": shape.intermediate_size,
+            "num_attention_heads": shape.num_attention_heads,
+            "num_key_value_heads": shape.num_key_value_heads,
+            "num_hidden_layers": shape.num_hidden_layers, "vocab_size": shape.vocab_size,
+            "max_position_embeddings": shape.max_position_embeddings,
+            "rms_norm_eps": shape.rms_norm_eps, "rope_theta": shape.rope_theta,
+            "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+
+
+def _random_weights(shape, seed: int) -> dict:
+    """HF-named random bf16 tensors (built as transformers would initialise them), on the CPU."""
+    model = build_model(shape, "sdpa", "bf16", seed=seed)
+    weights = {k: v.detach() for k, v in model.state_dict().items()}
+    del model
+    return weights
+
+
+def run(spec: dict, report) -> None:
+    import torch
+    import torch.distributed as dist
+    from lightllm.common.basemodel.batch_objs import ModelInput
+    from lightllm.distributed import dist_group_manager
+    from lightllm.models import get_model
+    from lightllm.server.api_cli import make_argument_parser
+    from lightllm.utils.dist_utils import init_distributed_env
+    from lightllm.utils.envs_utils import set_env_start_args
+
+    from .checks import devices
+    from .launch import free_port
+
+    report(devices=devices())
+    shape = model_shape(spec["model"], spec["layers"])
+    batch, prompt_len, gen_len = spec["batch_size"], spec["prompt_len"], spec["gen_len"]
+    model_dir = Path(spec["out"]) / "logs" / "lightllm_model"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    config = _hf_config(shape)
+    (model_dir / "config.json").write_text(json.dumps(config, indent=2))
+
+    max_len = prompt_len + gen_len + WARMUP_DECODES
+    args = make_argument_parser().parse_args(
+        ["--model_dir", str(model_dir), "--tp", "1", "--data_type", "bf16", "--disable_cudagraph",
+         "--max_req_total_len", str(max_len)])
+    set_env_start_args(args)
+    kvargs = {
+        "args": args, "nccl_host": "127.0.0.1", "nccl_port": free_port(), "data_type": "bf16",
+        "rank_id": 0, "world_size": 1, "dp_size": 1, "weight_dir": str(model_dir),
+        "weight_dict": _random_weights(shape, spec["seed"]), "load_way": "HF",
+        "max_total_token_num": batch * (max_len + 8) * 2, "graph_max_len_in_batch": max_len,
+        "graph_max_batch_size": batch, "mem_fraction": 0.8, "max_req_num": 2 * batch + 8,
+        "batch_max_tokens": max(batch * prompt_len, max_len), "run_mode": "normal",
+        "max_seq_length": max_len, "disable_cudagraph": True,
+    }
+    init_distributed_env(kvargs)
+    dist_group_manager.create_groups(group_size=1)
+    try:
+        model, _ = get_model(config, kvargs)
+    except Exception as err:
+        raise CaptureError(f"LightLLM could not build the model: {type(err).__name__}: {err}") from err
+    annotate(model)
+
+    generator = torch.Generator().manual_seed(spec["seed"] + 1000)
+
+    def prefill():
+        tokens = torch.randint(0, shape.vocab_size, (batch * prompt_len,), generator=generator).cuda()
+        req = torch.tensor([model.req_manager.alloc() for _ in range(batch)], dtype=torch.int32, device="cuda")
+        seq_len = torch.full((batch,), prompt_len, dtype=torch.int32, device="cuda")
+        ready = torch.zeros(batch, dtype=torch.int32, device="cuda")
+        mem = model.req_manager.mem_manager.alloc(tokens.shape[0]).cuda()
+        logits = model.forward(ModelInput(batch, batch * prompt_len, prompt_len, tokens, mem, req, seq_len,
+                                          is_prefill=True, b_ready_cache_len=ready)).logits
+        state = {"req": req, "seq_len": seq_len, "total": batch * prompt_len, "max_len": prompt_len}
+        return state, torch.argmax(logits, dim=-1, keepdim=True)
+
+    def decode(state, token):
+        state["seq_len"] += 1
+        state["total"] += batch
+        state["max_len"] += 1
+        mem = model.req_manager.mem_manager.alloc(batch).cuda()
+        logits = model.forward(ModelInput(batch, state["total"], state["max_len"], token.view(-1), mem,
+                                          state["req"], state["seq_len"], is_prefill=False)).logits
+        return state, torch.argmax(logits, dim=-1, keepdim=True)
+
+    def release():
+        model.req_manager.free_all()
+        model.mem_manager.free_all()
+
+    warmup = spec["warmup"]
+    with torch.no_grad(), profiler(Path(spec["out"]), 0, warmup=warmup, steps=gen_len, gpu=True,
+                                   with_stack=spec["with_stack"]) as prof:
+        for _ in range(warmup):
+            state, token = prefill()
+            for _ in range(WARMUP_DECODES):
+                state, token = decode(state, token)
+            release()
+            prof.step()
+        report(steps_run=warmup)
+        with phase("prefill"):
+            state, token = prefill()
+        prof.step()
+        report(steps_run=warmup + 1, completed_steps=1)
+        for i in range(1, gen_len):
+            with phase("decode"):
+                state, token = decode(state, token)
+            prof.step()
+            report(steps_run=warmup + 1 + i, completed_steps=1 + i)
+    release()
+    dist.destroy_process_group()
