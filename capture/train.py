@@ -56,13 +56,11 @@ def run(spec: dict, report) -> None:
     shape = model_shape(spec["model"], spec["layers"])
     ds_config = spec["deepspeed_config"]
     dtype = getattr(torch, {"bf16": "bfloat16", "fp32": "float32"}[spec["dtype"]])
-    if spec["zero"] == 3 and spec["finetune"] is None:
-        # Partition parameters as they are created: a 70B model never exists whole on one rank.
-        with deepspeed.zero.Init(config_dict_or_path=ds_config):
-            model = build_model(shape, spec["attention"], spec["dtype"], seed=spec["seed"])
-    else:
-        model = build_model(shape, spec["attention"], spec["dtype"], seed=spec["seed"],
-                            device=device if gpu and spec["finetune"] != "qlora" else None)
+    # Not under deepspeed.zero.Init: with torch 2.13 its Tensor.__new__ override fails torch's
+    # signature check (TypeError at the first parameter). ZeRO-3 partitions at initialize()
+    # instead, so each rank first holds the whole model once (in the compute dtype).
+    model = build_model(shape, spec["attention"], spec["dtype"], seed=spec["seed"],
+                        device=device if gpu and spec["finetune"] != "qlora" else None)
     if spec["recompute"]:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
@@ -77,9 +75,13 @@ def run(spec: dict, report) -> None:
     generator = torch.Generator().manual_seed(spec["seed"] + 1000 + rank)
     batch_shape = (spec["batch_size"], spec["seq_len"])
     warmup, steps = spec["warmup"], spec["steps"]
+    # Fault injection for tests and for checking crash behaviour: fail when this step starts.
+    fail_at = int(os.environ.get("TRACEKIT_CAPTURE_FAIL_AT_STEP", "-1"))
     with profiler(Path(spec["out"]), rank, warmup=warmup, steps=steps, gpu=gpu,
                   with_stack=spec["with_stack"]) as prof:
         for step in range(warmup + steps):
+            if step == fail_at:
+                raise RuntimeError(f"failure injected at step {step} (TRACEKIT_CAPTURE_FAIL_AT_STEP)")
             tokens = torch.randint(0, shape.vocab_size, batch_shape, generator=generator).to(engine.device)
             with phase("forward"):
                 loss = engine(input_ids=tokens, labels=tokens).loss
