@@ -1,0 +1,142 @@
+"""The facade: ``tracekit.load(path)`` -> :class:`Analysis`, whose tables are DataFrames.
+
+A file is one rank; a directory is one rank per trace file. Each rank is read, linked and
+attributed once; every table is a function of that one labelled table (``analyses/``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tracekit.analyses import TABLES
+
+from .attribute import Attributed, attribute
+from .errors import TraceError
+from .link import link
+from .read import DEFAULT_MAX_BYTES, read_trace, trace_files
+from .taxonomy import kernel_rules, module_taxonomy
+
+
+@dataclass
+class Options:
+    taxonomy: str | None = None
+    kernel_rules: str | None = None
+    max_bytes: int = DEFAULT_MAX_BYTES
+
+
+def analyse_file(path: str | os.PathLike, options: Options) -> Attributed:
+    """Read, link and attribute one trace file."""
+    tax = module_taxonomy(options.taxonomy)
+    rules = kernel_rules(options.kernel_rules)
+    raw = read_trace(path, options.max_bytes)
+    linked = link(raw, tax)
+    linked.warnings[:0] = raw.warnings
+    att = attribute(linked, tax, rules)
+    att.meta.update({k: raw.meta[k] for k in ("rank", "world_size", "devices", "events_in_file")})
+    return att
+
+
+def _mean_over_steps(df: pd.DataFrame, n_steps: int) -> pd.DataFrame:
+    """Mean per step: rows absent from a step count as zero there."""
+    if df.empty:
+        return df.drop(columns=["step"], errors="ignore")
+    keys = [c for c in df.columns if c != "step" and not pd.api.types.is_numeric_dtype(df[c])]
+    values = [c for c in df.columns if c not in keys and c != "step"]
+    if not keys:
+        return df[values].sum().div(n_steps).to_frame().T
+    out = df.groupby(keys, observed=True, sort=False)[values].sum() / max(n_steps, 1)
+    return out.reset_index()
+
+
+@dataclass
+class Analysis:
+    """Analysed trace(s): ``tables()`` gives ``{name: DataFrame}``, times in milliseconds."""
+
+    path: str
+    ranks: dict[int, Attributed]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def multi_rank(self) -> bool:
+        return len(self.ranks) > 1
+
+    @property
+    def mode(self) -> str:
+        modes = {a.mode for a in self.ranks.values()}
+        return "gpu" if "gpu" in modes else "cpu"
+
+    @property
+    def intervals(self) -> pd.DataFrame:
+        """The labelled interval table (all ranks, with a ``rank`` column)."""
+        return pd.concat([a.intervals.assign(rank=r) for r, a in self.ranks.items()],
+                         ignore_index=True)
+
+    @property
+    def meta(self) -> dict:
+        first = next(iter(self.ranks.values()))
+        notices = []
+        if self.mode == "cpu":
+            notices.append("CPU-only trace: no device activity, so every table is over CPU "
+                           "leaf-op time and 'idle' means CPU time outside leaf ops")
+        if not first.meta.get("has_profiler_steps", True):
+            notices.append("no ProfilerStep ranges: the whole trace is treated as one step")
+        return {
+            "path": self.path,
+            "mode": self.mode,
+            "time_unit": "ms",
+            "aggregation": "mean per complete step",
+            "ranks": sorted(self.ranks),
+            "files": {r: a.path for r, a in self.ranks.items()},
+            "steps": {r: a.meta.get("steps", []) for r, a in self.ranks.items()},
+            "complete_steps": {r: a.meta.get("complete_steps", []) for r, a in self.ranks.items()},
+            "devices": sorted({d for a in self.ranks.values() for d in a.meta.get("devices", [])}),
+            "module_source": first.meta.get("module_source"),
+            "notices": notices,
+            "warnings": list(self.warnings) +
+            [w for a in self.ranks.values() for w in a.warnings],
+        }
+
+    def table(self, name: str, per_step: bool = False) -> pd.DataFrame:
+        """One table; ``per_step`` keeps a ``step`` column instead of the mean over steps."""
+        if name not in TABLES:
+            raise KeyError(f"unknown table {name!r}; tables: {', '.join(TABLES)}")
+        fn = TABLES[name]
+        parts = []
+        for rank, att in self.ranks.items():
+            df = fn(att.intervals, att.steps)
+            if not per_step:
+                df = _mean_over_steps(df, len(att.meta.get("complete_steps", [])) or 1)
+            if self.multi_rank:
+                df.insert(0, "rank", rank)
+            parts.append(df)
+        out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+        return out
+
+    def tables(self, per_step: bool = False) -> dict[str, pd.DataFrame]:
+        return {name: self.table(name, per_step) for name in TABLES}
+
+
+def load(path: str | os.PathLike, rank: int | None = None, *, taxonomy: str | None = None,
+         kernel_rules: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> Analysis:
+    """Analyse a trace file, or a directory of per-rank trace files (``rank`` picks one)."""
+    options = Options(taxonomy=taxonomy, kernel_rules=kernel_rules, max_bytes=max_bytes)
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(p, "no such file or directory")
+    files = trace_files(p) if p.is_dir() else [p]
+    ranks: dict[int, Attributed] = {}
+    for i, f in enumerate(files):
+        att = analyse_file(f, options)
+        r = att.meta.get("rank")
+        r = i if r is None or r in ranks else r
+        ranks[r] = att
+    if rank is not None:
+        if rank not in ranks:
+            raise TraceError(p, f"no rank {rank}; ranks here: {', '.join(map(str, sorted(ranks)))}")
+        ranks = {rank: ranks[rank]}
+    return Analysis(path=os.fspath(p), ranks=dict(sorted(ranks.items())))

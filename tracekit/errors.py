@@ -1,0 +1,17 @@
+"""The one error type that reaches users: a bad input file, reported as one line."""
+
+from __future__ import annotations
+
+import os
+
+
+class TraceError(Exception):
+    """A trace that cannot be analysed: names the file and the problem, in one line."""
+
+    def __init__(self, path: str | os.PathLike | None, problem: str):
+        self.path = None if path is None else os.fspath(path)
+        self.problem = " ".join(str(problem).split())  # always one line
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem}" if self.path else self.problem

@@ -1,0 +1,163 @@
+"""Rules as data: module categories (Table VI) and kernel categories (Table X).
+
+The rules live in ``tracekit/data/modules.toml`` and ``tracekit/data/kernels.toml``; a user file
+passed with ``--taxonomy`` / ``--kernel-rules`` is read the same way and its rules are tried
+before the built-in ones.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from .errors import TraceError
+
+#: Table VI rows in the paper's order (Attention stands for fused attention kernels).
+MODULE_CATEGORIES = ["Embedding", "QKV", "RoPE", "Bmm0", "Softmax", "Bmm1", "Attention",
+                     "Output", "MLP", "RMSNorm", "Linear"]
+#: Table X compute categories in the paper's order.
+KERNEL_CATEGORIES = ["Element-wise", "RoPE", "Triton", "GEMM", "RMSNorm", "Attention", "Other"]
+COMM_CATEGORIES = ["AllReduce", "AllGather", "Other"]
+
+
+def _rx(pattern: str | None, flags: int = 0) -> re.Pattern | None:
+    return None if pattern is None else re.compile(pattern, flags)
+
+
+@dataclass
+class ModuleRule:
+    category: str
+    cls: re.Pattern | None = None
+    name: re.Pattern | None = None
+    parent: re.Pattern | None = None
+    by_position: dict[int, list[str]] = field(default_factory=dict)
+
+    def match(self, cls: str, name: str, parent: str, position: int, siblings: int) -> str | None:
+        if self.cls is not None and not self.cls.fullmatch(cls):
+            return None
+        if self.name is not None and not (name and self.name.fullmatch(name)):
+            return None
+        if self.parent is not None and not self.parent.fullmatch(parent):
+            return None
+        if self.by_position:
+            cats = self.by_position.get(siblings)
+            if cats is None or not 0 <= position < len(cats):
+                return None
+            return cats[position]
+        return self.category
+
+
+@dataclass
+class ModuleTaxonomy:
+    rules: list[ModuleRule]
+    decoder_layer: re.Pattern
+    fused_attention: re.Pattern
+    bmm: re.Pattern
+    rope: re.Pattern
+
+    def category(self, cls: str, name: str, parent: str, position: int, siblings: int) -> str | None:
+        """Category of one module by the first matching rule, or None."""
+        for rule in self.rules:
+            cat = rule.match(cls, name, parent, position, siblings)
+            if cat is not None:
+                return cat
+        return None
+
+
+@dataclass
+class KernelRule:
+    category: str
+    kernel: re.Pattern | None
+    op: re.Pattern | None
+
+
+@dataclass
+class KernelRules:
+    rules: list[KernelRule]
+    comm_kernel: re.Pattern
+    comm_op: re.Pattern
+    collectives: list[tuple[str, re.Pattern]]
+
+    def compute_category(self, kernel: str, op: str) -> str:
+        for r in self.rules:
+            if r.kernel is not None and not r.kernel.search(kernel):
+                continue
+            if r.op is not None and not r.op.search(op):
+                continue
+            return r.category
+        return "Other"
+
+    def collective(self, *texts: str) -> str:
+        """Collective of the first text that names one (kernel name, then CPU-side names)."""
+        for text in texts:
+            if not text:
+                continue
+            for name, rx in self.collectives:
+                if rx.search(text):
+                    return name
+        return "Other"
+
+
+def _load_toml(path: Path | None, builtin: str) -> tuple[dict, dict]:
+    base = tomllib.loads(resources.files("tracekit.data").joinpath(builtin).read_text())
+    user: dict = {}
+    if path is not None:
+        try:
+            user = tomllib.loads(Path(path).read_text())
+        except (OSError, UnicodeDecodeError) as e:
+            raise TraceError(path, f"cannot read rules file ({e.__class__.__name__})") from None
+        except tomllib.TOMLDecodeError as e:
+            raise TraceError(path, f"not valid TOML ({e})") from None
+    return base, user
+
+
+def _module_rule(d: dict, source: str) -> ModuleRule:
+    if "category" not in d:
+        raise TraceError(source, "every [[rule]] needs a category")
+    try:
+        return ModuleRule(
+            category=d["category"], cls=_rx(d.get("class")), name=_rx(d.get("name")),
+            parent=_rx(d.get("parent")),
+            by_position={int(k): list(v) for k, v in d.get("by_position", {}).items()})
+    except (re.error, ValueError, TypeError) as e:
+        raise TraceError(source, f"bad rule {d!r}: {e}") from None
+
+
+@lru_cache(maxsize=8)
+def module_taxonomy(path: str | None = None) -> ModuleTaxonomy:
+    """The built-in module taxonomy, with the rules of ``path`` (a TOML file) tried first."""
+    base, user = _load_toml(Path(path) if path else None, "modules.toml")
+    rules = [_module_rule(r, path or "modules.toml") for r in user.get("rule", [])]
+    rules += [_module_rule(r, "modules.toml") for r in base["rule"]]
+    structure = {**base["structure"], **user.get("structure", {})}
+    attention = {**base["attention"], **user.get("attention", {})}
+    return ModuleTaxonomy(
+        rules=rules,
+        decoder_layer=re.compile(structure["decoder_layer"]),
+        fused_attention=re.compile(attention["fused"]),
+        bmm=re.compile(attention["bmm"]),
+        rope=re.compile(attention["rope"], re.IGNORECASE),
+    )
+
+
+@lru_cache(maxsize=8)
+def kernel_rules(path: str | None = None) -> KernelRules:
+    """The built-in kernel rules, with the rules of ``path`` (a TOML file) tried first."""
+    base, user = _load_toml(Path(path) if path else None, "kernels.toml")
+    flags = re.IGNORECASE
+    try:
+        rules = [KernelRule(r["category"], _rx(r.get("kernel"), flags), _rx(r.get("op"), flags))
+                 for r in user.get("rule", []) + base["rule"]]
+        comm = {**base["comm"], **user.get("comm", {})}
+        return KernelRules(
+            rules=rules,
+            comm_kernel=re.compile(comm["kernel"], flags),
+            comm_op=re.compile(comm["op"], flags),
+            collectives=[(n, re.compile(p, flags)) for n, p in comm["collectives"]],
+        )
+    except (KeyError, re.error, TypeError, ValueError) as e:
+        raise TraceError(path or "kernels.toml", f"bad kernel rules: {e}") from None
