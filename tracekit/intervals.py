@@ -104,7 +104,7 @@ class ShareClock:
             higher = higher + k
 
     def _at(self, lv: np.ndarray, t: np.ndarray) -> np.ndarray:
-        x = np.asarray(t, dtype=np.float64) - self.origin
+        x = (np.asarray(t, dtype=np.int64) - np.int64(self.origin)).astype(np.float64)
         out = np.empty(x.shape, dtype=np.float64)
         for level in np.unique(lv):
             m = lv == level

@@ -1,0 +1,123 @@
+"""The ``tracekit`` command: ``analyze`` (and ``capture`` when the capture extra is installed)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .errors import TraceError
+from .read import DEFAULT_MAX_BYTES
+
+FORMATS = ["table", "json", "csv", "md", "parquet", "html"]
+
+
+class TracekitGroup(click.Group):
+    """Usage errors exit with status 2 and one line (click's default), as do bad traces."""
+
+
+@click.group(cls=TracekitGroup)
+@click.version_option(package_name="tracekit")
+def main() -> None:
+    """Where did the time of this LLM step go? Analyse PyTorch profiler traces."""
+
+
+def fail(message: str) -> None:
+    click.echo(f"tracekit: error: {message}", err=True)
+    sys.exit(2)
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), help="Write here instead of stdout "
+              "(a directory for csv/parquet: one file per table).")
+@click.option("--per-step", is_flag=True, help="One row per step (a `step` column) instead of the mean.")
+@click.option("--rank", type=int, help="Only this rank of a directory of per-rank traces.")
+@click.option("--taxonomy", type=click.Path(exists=True, dir_okay=False),
+              help="TOML file of module rules tried before the built-in ones.")
+@click.option("--kernel-rules", type=click.Path(exists=True, dir_okay=False),
+              help="TOML file of kernel rules tried before the built-in ones.")
+@click.option("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, show_default=True,
+              help="Refuse traces that decompress to more than this.")
+@click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
+def analyze(path, fmt, out, per_step, rank, taxonomy, kernel_rules, max_bytes, debug):
+    """Print the paper's tables for a trace file or a directory of per-rank traces."""
+    from . import load
+    from .render import formats
+
+    try:
+        analysis = load(path, rank=rank, taxonomy=taxonomy, kernel_rules=kernel_rules,
+                        max_bytes=max_bytes)
+        tables = analysis.tables(per_step=per_step)
+        meta = analysis.meta
+    except TraceError as e:
+        fail(str(e))
+    except MemoryError:
+        fail(f"{path}: out of memory while analysing")
+    except Exception as e:  # a trace we did not foresee: one line, never a traceback
+        if debug:
+            raise
+        fail(f"{path}: could not analyse ({e.__class__.__name__}: {' '.join(str(e).split())[:200]}); "
+             "rerun with --debug for details")
+    for w in meta["warnings"]:
+        click.echo(f"tracekit: warning: {w}", err=True)
+
+    if fmt == "table":
+        from rich.console import Console
+
+        from .render.terminal import render
+        if out:
+            with open(out, "w") as f:
+                render(meta, tables, Console(file=f, width=120))
+        else:
+            render(meta, tables)
+    elif fmt == "json":
+        _emit(formats.to_json(meta, tables), out)
+    elif fmt == "md":
+        from .render.terminal import TITLES
+        text = "\n".join(formats.to_markdown(TITLES.get(k, k), v) for k, v in tables.items())
+        _emit(text, out)
+    elif fmt == "csv":
+        if out and (out.is_dir() or not out.suffix):
+            out.mkdir(parents=True, exist_ok=True)
+            for k, v in tables.items():
+                (out / f"{k}.csv").write_text(formats.to_csv(v))
+        else:
+            _emit("\n".join(f"# {k}\n{formats.to_csv(v)}" for k, v in tables.items()), out)
+    elif fmt == "parquet":
+        if not out:
+            fail("--format parquet needs --out DIR")
+        formats.write_parquet(tables, out)
+    elif fmt == "html":
+        from .render.html import write_report
+        if not out:
+            fail("--format html needs --out FILE.html")
+        write_report(meta, tables, out)
+
+
+def _emit(text: str, out: Path | None) -> None:
+    if out:
+        Path(out).write_text(text)
+    else:
+        click.echo(text)
+
+
+def _add_capture() -> None:
+    try:
+        from tracekit.capture.cli import capture
+    except ImportError:  # capture layer not installed: `tracekit capture` explains itself
+        @main.command(context_settings={"ignore_unknown_options": True})
+        @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+        def capture(args):
+            """Capture traces (needs: pip install 'tracekit[capture]')."""
+            fail("capture needs the capture extra: pip install 'tracekit[capture]'")
+        return
+    main.add_command(capture)
+
+
+_add_capture()
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Readable terminal tables (rich), titled with the paper table each one reproduces."""
+
+from __future__ import annotations
+
+import pandas as pd
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+TITLES = {
+    "phases": "Phases: forward / backward / optimizer (Tables V, VII)",
+    "modules": "Module time per phase (Table VI)",
+    "gemm": "GEMM share of compute-kernel time (Table XIII)",
+    "comm": "Communication per phase and collective (Tables XV, XVI)",
+    "idle": "Device idle per step",
+    "kernels": "Kernel categories (Table X)",
+    "memcpy": "Memory copies (Table XIV)",
+    "timeline": "Forward timeline (Table XI)",
+}
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:,.3f}"
+    return escape(str(v))
+
+
+def render(meta: dict, tables: dict[str, pd.DataFrame], console: Console | None = None) -> None:
+    console = console or Console()
+    head = f"[bold]{escape(str(meta.get('path')))}[/bold]  mode: {meta.get('mode')}"
+    if meta.get("devices"):
+        head += "  devices: " + escape(", ".join(meta["devices"]))
+    console.print(head)
+    steps = meta.get("complete_steps", {})
+    console.print("times: ms, " + meta.get("aggregation", "") + "; steps analysed: " +
+                  escape("; ".join(f"rank {r}: {len(s)}" for r, s in steps.items())))
+    for n in meta.get("notices", []):
+        console.print(f"[yellow]note:[/yellow] {escape(n)}")
+    for name, df in tables.items():
+        if df.empty:
+            continue
+        t = Table(title=TITLES.get(name, name), title_justify="left", show_lines=False)
+        for c in df.columns:
+            numeric = pd.api.types.is_numeric_dtype(df[c])
+            t.add_column(escape(str(c)), justify="right" if numeric else "left")
+        shown = df
+        if name == "modules" and "time_ms" in df:
+            shown = df[df["time_ms"] > 0]
+        if name == "kernels" and "time_ms" in df:
+            shown = df[(df["time_ms"] > 0) | (df["count"] > 0)]
+        for row in shown.itertuples(index=False, name=None):
+            t.add_row(*(_fmt(v) for v in row))
+        console.print(t)
