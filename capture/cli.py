@@ -124,7 +124,7 @@ def train(model, layers, batch_size, attention, dtype, warmup, no_stack, seed, o
     warmup = 2 if warmup is None else warmup
     ds_config = deepspeed_config(batch_size=batch_size, zero=zero, offload=offload, dtype=dtype, gpu=gpu)
     out = output.prepare(out, force)
-    output.write_json(out / output.DEEPSPEED_CONFIG, ds_config)
+    output.write_json(out / output.DEEPSPEED_CONFIG, ds_config)  # the file the ranks pass to DeepSpeed
     spec = {"kind": "train", "out": str(out.resolve()), "model": model, "layers": layers,
             "seq_len": seq_len, "batch_size": batch_size, "zero": zero, "offload": offload,
             "recompute": recompute, "attention": attention, "dtype": dtype, "finetune": finetune_mode,

@@ -1,7 +1,7 @@
 """The DeepSpeed config a ``tracekit capture train`` run uses, generated from its options.
 
-Pure data: no deepspeed import. The config is written next to the traces as
-``deepspeed_config.json`` and copied into the manifest.
+Pure data: no deepspeed import. The config is written to the output as
+``logs/deepspeed_config.json`` and copied into the manifest.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ Nothing is ever downloaded: the model is built from a ``transformers.LlamaConfig
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, replace
+from importlib import resources
 
 from .errors import CaptureError
 
@@ -26,22 +28,15 @@ class ModelShape:
         return asdict(self)
 
 
-# The published Llama 2 shapes (Touvron et al. 2023; the meta-llama/Llama-2-*-hf config.json files).
-MODELS: dict[str, ModelShape] = {
-    # Small enough for a laptop CPU in seconds, Llama-shaped in every other respect (GQA included).
-    "tiny": ModelShape(hidden_size=64, intermediate_size=172, num_attention_heads=4,
-                       num_key_value_heads=2, num_hidden_layers=2, vocab_size=256,
-                       max_position_embeddings=1024),
-    "llama2-7b": ModelShape(hidden_size=4096, intermediate_size=11008, num_attention_heads=32,
-                            num_key_value_heads=32, num_hidden_layers=32, vocab_size=32000,
-                            max_position_embeddings=4096),
-    "llama2-13b": ModelShape(hidden_size=5120, intermediate_size=13824, num_attention_heads=40,
-                             num_key_value_heads=40, num_hidden_layers=40, vocab_size=32000,
-                             max_position_embeddings=4096),
-    "llama2-70b": ModelShape(hidden_size=8192, intermediate_size=28672, num_attention_heads=64,
-                             num_key_value_heads=8, num_hidden_layers=80, vocab_size=32000,
-                             max_position_embeddings=4096),
-}
+def _load_models() -> dict[str, ModelShape]:
+    """The shapes in configs/models.json (data, so a new shape needs no code)."""
+    text = resources.files("tracekit.capture.configs").joinpath("models.json").read_text()
+    return {name: ModelShape(**fields) for name, fields in json.loads(text).items()
+            if not name.startswith("_")}
+
+
+# tiny, llama2-7b, llama2-13b, llama2-70b (the published Llama 2 shapes).
+MODELS: dict[str, ModelShape] = _load_models()
 
 # --attention -> transformers' attn_implementation
 ATTENTION_IMPLEMENTATIONS = {"eager": "eager", "sdpa": "sdpa", "flash": "flash_attention_2"}

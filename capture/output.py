@@ -5,9 +5,13 @@ and Perfetto open it, plus tracekit's files)::
 
     <out>/rank<R>.<ms>.pt.trace.json.gz   one Kineto trace per rank (gzip)
     <out>/manifest.json                   command, config, versions, hardware, git revision
-    <out>/deepspeed_config.json           training only: the generated DeepSpeed config
+    <out>/logs/deepspeed_config.json      training only: the generated DeepSpeed config
+    <out>/logs/spec.json                  what the rank processes were asked to run
     <out>/logs/rank<R>.log                each rank's stdout and stderr
     <out>/logs/rank<R>.status.json        each rank's own report (steps finished, trace, error)
+
+Only traces and the manifest sit at the top level, so a reader that takes every ``*.json`` /
+``*.json.gz`` of a directory (except manifest.json) as a trace reads exactly the traces.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from .errors import CaptureError
 
 TRACE_SUFFIX = ".pt.trace.json.gz"
 MANIFEST = "manifest.json"
-DEEPSPEED_CONFIG = "deepspeed_config.json"
+DEEPSPEED_CONFIG = "logs/deepspeed_config.json"
 LOGS = "logs"
 
 
@@ -31,7 +35,7 @@ def worker_name(rank: int) -> str:
 
 def ours(path: Path) -> bool:
     """Whether ``path`` (an entry of an output directory) is something a capture writes."""
-    return (path.name in (MANIFEST, DEEPSPEED_CONFIG, LOGS)
+    return (path.name in (MANIFEST, LOGS)
             or path.name.endswith(TRACE_SUFFIX) or path.name.endswith(".pt.trace.json"))
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from . import finetune
 from .annotate import annotate_modules, phase
 from .models import build_model, model_shape
+from .output import DEEPSPEED_CONFIG
 from .checks import devices
 from .profiling import profiler
 
@@ -54,7 +55,6 @@ def run(spec: dict, report) -> None:
     report(devices=devices(), backend=torch.distributed.get_backend())
 
     shape = model_shape(spec["model"], spec["layers"])
-    ds_config = spec["deepspeed_config"]
     dtype = getattr(torch, {"bf16": "bfloat16", "fp32": "float32"}[spec["dtype"]])
     # Not under deepspeed.zero.Init: with torch 2.13 its Tensor.__new__ override fails torch's
     # signature check (TypeError at the first parameter). ZeRO-3 partitions at initialize()
@@ -69,7 +69,7 @@ def run(spec: dict, report) -> None:
 
     engine, _, _, _ = deepspeed.initialize(
         model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
-        config=ds_config)
+        config=str(Path(spec["out"]) / DEEPSPEED_CONFIG))
     engine.train()
 
     generator = torch.Generator().manual_seed(spec["seed"] + 1000 + rank)
