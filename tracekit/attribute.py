@@ -95,8 +95,11 @@ def _module_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy) -> np.ndar
     # Inside an attention module: split by op and position around the two matmuls.
     att = cat == "@attention"
     if att.any():
+        # Times relative to an origin: comparisons below go through float64.
+        top_ts = a["top_op_ts"].to_numpy()[att]
+        origin = top_ts[top_ts >= 0].min() if (top_ts >= 0).any() else 0
         sub = pd.DataFrame({"mid": mid[att], "top": a["top_op"].astype(str).to_numpy()[att],
-                            "top_ts": a["top_op_ts"].to_numpy()[att],
+                            "top_ts": np.where(top_ts >= 0, top_ts - origin, -1),
                             "top_id": a["top_op_id"].to_numpy()[att],
                             "rope": a["rope_frame"].to_numpy()[att]})
         fused = sub["top"].str.fullmatch(taxonomy.fused_attention).to_numpy()
@@ -138,8 +141,9 @@ def _blocks(linked: LinkedTrace) -> tuple[np.ndarray, np.ndarray]:
     # In backward, module_id is the forward op's module; blocks describe forward launches only.
     fwd = ~a["backward_node"].to_numpy()
     layer = take(mods["layer"].to_numpy(), mid, -1)
-    split = _layer_split_times(mods)
-    lts = a["launch_ts"].to_numpy()
+    origin = int(mods["start"].min())  # relative times: comparisons below go through float64
+    split = _layer_split_times(mods, origin)
+    lts = a["launch_ts"].to_numpy() - origin
     in_layer = (layer >= 0) & fwd
     sp = split.reindex(layer[in_layer]).to_numpy(dtype="float64")
     block[in_layer] = np.where(lts[in_layer] < sp, "attention", "ffn")
@@ -147,7 +151,7 @@ def _blocks(linked: LinkedTrace) -> tuple[np.ndarray, np.ndarray]:
     layers = mods[mods["is_layer"]]
     out = fwd & (layer < 0)
     if out.any():
-        first = layers["start"].min()
+        first = layers["start"].min() - origin
         steps = a["step"].to_numpy()
         tmp = pd.DataFrame({"step": steps[in_layer], "ts": lts[in_layer]})
         firsts = tmp.groupby("step")["ts"].min()
@@ -157,8 +161,9 @@ def _blocks(linked: LinkedTrace) -> tuple[np.ndarray, np.ndarray]:
     return block, np.where(in_layer, layer, -1)
 
 
-def _layer_split_times(mods: pd.DataFrame) -> pd.Series:
-    """Per decoder-layer row: when its FFN block starts (post-attention norm or MLP child)."""
+def _layer_split_times(mods: pd.DataFrame, origin: int) -> pd.Series:
+    """Per decoder-layer row: when its FFN block starts (post-attention norm or MLP child),
+    relative to ``origin``."""
     layers = mods.index[mods["is_layer"].to_numpy()]
     children = mods[mods["parent"].isin(layers)].sort_values("start")
     split = {}
@@ -171,9 +176,9 @@ def _layer_split_times(mods: pd.DataFrame) -> pd.Series:
             norms = [i for i in range(len(ch)) if cats[i] == "RMSNorm"]
             mlps = [i for i in range(len(ch)) if cats[i] == "MLP"]
             cand = (norms[1:2] or mlps[:1])
-        split[lay] = ch["start"].to_numpy()[cand[0]] if cand else mods.at[lay, "end"]
+        split[lay] = (ch["start"].to_numpy()[cand[0]] if cand else mods.at[lay, "end"]) - origin
     s = pd.Series(split, dtype="float64")
-    return s.reindex(layers).fillna(mods.loc[layers, "end"].astype("float64"))
+    return s.reindex(layers).fillna((mods.loc[layers, "end"] - origin).astype("float64"))
 
 
 def attribute(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: KernelRules) -> Attributed:
@@ -209,14 +214,15 @@ def _step_windows(iv: pd.DataFrame, linked: LinkedTrace, warnings: list[str]):
     g = iv.groupby("step")
     steps = pd.DataFrame({"start": g["start"].min(), "end": g["end"].max(),
                           "activities": g.size()})
-    for ph, col in (("backward", "t_backward"), ("optimizer", "t_optimizer")):
-        t = iv[iv["phase"] == ph].groupby("step")["start"].min()
-        steps[col] = t.reindex(steps.index)
-    # Boundaries collapse onto the next one when a phase is absent.
-    end = steps["end"].astype("float64")
-    t_opt = steps["t_optimizer"].fillna(end)
-    t_bwd = steps["t_backward"].fillna(t_opt)
-    t_bwd = np.minimum(t_bwd, t_opt)
+    # Boundaries collapse onto the next one when a phase is absent (int64 throughout: epoch
+    # nanoseconds do not survive a trip through float64).
+    end = steps["end"].to_numpy(np.int64)
+    firsts = {}
+    for ph in ("backward", "optimizer"):
+        t = iv[iv["phase"] == ph].groupby("step")["start"].min().reindex(steps.index)
+        firsts[ph] = np.where(t.isna(), -1, t.fillna(0).astype(np.int64).to_numpy() if len(t) else 0)
+    t_opt = np.where(firsts["optimizer"] >= 0, firsts["optimizer"], end)
+    t_bwd = np.where(firsts["backward"] >= 0, np.minimum(firsts["backward"], t_opt), t_opt)
     steps["t_backward"] = t_bwd.astype(np.int64)
     steps["t_optimizer"] = t_opt.astype(np.int64)
     steps = steps.reset_index()

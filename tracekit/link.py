@@ -302,10 +302,17 @@ def link(raw: RawTrace, taxonomy: ModuleTaxonomy) -> LinkedTrace:
 
     # --- step and phase -------------------------------------------------------------------------
     step_of = _by_time(a_pid, a_ts, pid[step_idx], ts[step_idx], end[step_idx])
-    if no_launch.any() and step_idx.size:  # placed by time only: any process's step
-        t_only = _by_time(np.zeros(int(no_launch.sum()), np.int64), act_start[no_launch],
-                          np.zeros(step_idx.size, np.int64), ts[step_idx], end[step_idx])
-        step_of[no_launch] = t_only
+    # Placed by time against any process's steps: activities with no launch, and launches from
+    # a process that recorded no ProfilerStep of its own (merged or odd traces).
+    any_pid = no_launch | ~np.isin(a_pid, pid[step_idx])
+    if any_pid.any() and step_idx.size:
+        t = np.where(no_launch, act_start, a_ts)[any_pid]
+        step_of[any_pid] = _by_time(np.zeros(t.size, np.int64), t,
+                                    np.zeros(step_idx.size, np.int64), ts[step_idx], end[step_idx])
+    outside = int((step_of < 0).sum()) if step_idx.size else 0
+    if outside:
+        warnings.append(f"{outside} of {n_act} activities were launched outside every "
+                        "ProfilerStep and are left out")
     a_step = take(step_num, step_of, -1)
     if step_idx.size == 0:
         a_step = np.zeros(n_act, dtype=np.int64)
