@@ -536,7 +536,8 @@ class _Builder:
         rt_start = self.t[tid]
         rt_dur = self.cpu(1.6 if kind == "kernel" else 2.9)
         c = self.corr()
-        if api is None:
+        if api is None or (self.cfg["old_categories"] and api.startswith("cuLaunch")):
+            # old Kineto recorded no driver API calls
             api = {"kernel": "cudaLaunchKernel", "memcpy": "cudaMemcpyAsync", "memset": "cudaMemsetAsync"}[kind]
         cbid = {"cudaLaunchKernel": 211, "cudaMemcpyAsync": 41, "cudaMemsetAsync": 51,
                 "cuLaunchKernelEx": 652, "cudaLaunchKernelExC": 430}[api]
@@ -624,7 +625,7 @@ def make_trace(
     (``tracekit.module:``/``tracekit.phase:`` user annotations) or "both".
     backward_thread: "autograd" (a pt_autograd_0 thread) or "main" (CPU-style).
     fwd_thread_id: "real" (forward ops carry Fwd thread id 0, backward nodes 1, as real PyTorch
-    writes them) or "tid" (both carry the main thread's OS tid).
+    writes them) or "tid" (forward ops carry none, backward nodes the main thread's OS tid).
     """
     assert attention in ("eager", "sdpa")
     assert module_source in ("nn_module", "capture", "both")
@@ -646,9 +647,9 @@ def make_trace(
 
     # --- helpers bound to this build ------------------------------------------------------------
     def fwd_tid_args(forward: bool) -> dict:
-        if fwd_thread_id == "tid":
-            return {"Fwd thread id": M}
-        return {"Fwd thread id": 0 if forward else 1}
+        if fwd_thread_id == "tid":  # forward ops: no thread id; backward nodes: the OS tid
+            return {} if forward else {"Fwd thread id": M}
+        return {"Fwd thread id": 0 if forward else 1}  # what real PyTorch writes
 
     @contextmanager
     def module(cls: str, qual: str):
