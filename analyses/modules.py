@@ -13,7 +13,8 @@ stream: share = duration inside the window). Rows per phase column:
   "non-overlapping communication");
 * ``Idle``: no device activity.
 
-The rows of a phase add up to its wall time, so ``percent`` adds up to 100.
+The rows of a phase add up to its wall time, so ``percent`` adds up to 100. The optimizer
+column (not in the paper's Table VI) is there so every phase reconciles; its work is Other.
 """
 
 from __future__ import annotations
@@ -32,8 +33,6 @@ def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     by_step = dict(tuple(intervals.groupby("step", observed=True)))
     rows = []
     for w in win.itertuples(index=False):
-        if w.phase == "optimizer":
-            continue
         iv = by_step.get(w.step, intervals.iloc[:0])
         share = iv[share_column(w.phase)] / 1e6
         group = iv["group"].astype(str)

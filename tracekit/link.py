@@ -78,7 +78,8 @@ def _range_flags(names: np.ndarray, kinds: np.ndarray, seq: np.ndarray, fwd_tid:
     flags |= np.where(s.str.startswith(_OPT_PREFIX).to_numpy(), F_OPT, 0)
     is_eval = s.str.startswith(_EVAL_PREFIX).to_numpy()
     flags |= np.where(is_eval, F_EVAL, 0)
-    flags |= np.where(is_op & ((seq >= 0) & (fwd_tid >= 0) | is_eval), F_BWD, 0)
+    # A backward node carries the forward thread's id (>0); forward ops carry none or 0.
+    flags |= np.where(is_op & ((seq >= 0) & (fwd_tid > 0) | is_eval), F_BWD, 0)
     is_comm = s.str.startswith(_COMM_PREFIXES).to_numpy() | (collective != "")
     flags |= np.where(is_comm, F_COMM, 0)
     is_rope = (kinds == PYTHON) & s.str.contains("rotary", case=False).to_numpy()
@@ -251,7 +252,7 @@ def link(raw: RawTrace, taxonomy: ModuleTaxonomy) -> LinkedTrace:
     # --- per-op context, for forward ops that backward ops link to ---------------------------
     op_local = np.flatnonzero((s_flags & F_OP) != 0)
     # Forward ops with a sequence number, on the forward thread, keyed by sequence number.
-    fwd_mask = (seq[rng[op_local]] >= 0) & (fwd_tid[rng[op_local]] < 0) & \
+    fwd_mask = (seq[rng[op_local]] >= 0) & (fwd_tid[rng[op_local]] <= 0) & \
                ((s_flags[op_local] & F_BWD) == 0)
     fwd_local = op_local[fwd_mask]
     seq_map = pd.Series(dtype=np.int64)
@@ -297,7 +298,10 @@ def link(raw: RawTrace, taxonomy: ModuleTaxonomy) -> LinkedTrace:
         f_op[use_seq] = f
     linked = f_op >= 0
     sem_mod = np.where(use_seq, take(mod, f_op, -1), a_mod)
-    sem_top = np.where(use_seq, take(top, f_op, -1), a_top)
+    # The forward op's outermost op inside its module: its recorded context, or itself.
+    f_top = take(top, f_op, -1)
+    f_top = np.where((f_top < 0) & (f_op >= 0), f_op, f_top)
+    sem_top = np.where(use_seq, f_top, a_top)
     sem_rope = np.where(use_seq, take(bits, f_op, 0) & F_ROPE, a_bits & F_ROPE) != 0
 
     # --- step and phase -------------------------------------------------------------------------
