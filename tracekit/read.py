@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import io
 import os
+import re
+import stat
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +25,7 @@ from typing import Any, Union
 import msgspec
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from .errors import TraceError
 
@@ -114,6 +117,9 @@ def read_bytes(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> b
     """The file's JSON bytes, gunzipped when needed, refusing more than ``max_bytes``."""
     p = Path(path)
     try:
+        # A FIFO or device would block or never end: only regular files are read.
+        if p.exists() and not p.is_dir() and not stat.S_ISREG(p.stat().st_mode):
+            raise TraceError(p, "not a regular file (a pipe, socket or device?); refused")
         with open(p, "rb") as f:
             head = f.read(2)
             f.seek(0)
@@ -159,10 +165,9 @@ def decode(data: bytes, path: str | os.PathLike) -> TraceDoc:
     """Typed decode of the JSON document; every failure becomes a one-line TraceError."""
     if not data.strip():
         raise TraceError(path, "empty file")
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff") or data[:3] == b"\xef\xbb\xbf":
-        if data[:3] != b"\xef\xbb\xbf":
-            raise TraceError(path, "UTF-16 text; traces are UTF-8 JSON")
+    if data[:3] == b"\xef\xbb\xbf":  # UTF-8 byte order mark: harmless
         data = data[3:]
+    _check_text(data, path)
     try:
         return _DECODER.decode(data)
     except msgspec.ValidationError as e:
@@ -176,9 +181,30 @@ def decode(data: bytes, path: str | os.PathLike) -> TraceDoc:
         msg = str(e)
         if "truncated" in msg.lower():
             raise TraceError(path, "truncated JSON (the file ends early)") from None
+        at = re.search(r"\(byte (\d+)\)", msg)
+        if at and re.match(rb"-?(NaN|Infinity|nan|inf)", data[int(at.group(1)):int(at.group(1)) + 9]):
+            raise TraceError(path, f"NaN or Infinity at byte {at.group(1)}: not valid JSON "
+                                   "(a trace written with allow_nan?)") from None
         raise TraceError(path, f"not valid JSON ({msg})") from None
     except RecursionError:
         raise TraceError(path, "JSON nested too deeply") from None
+
+
+def _check_text(data: bytes, path: str | os.PathLike) -> None:
+    """Refuse UTF-16/UTF-32 text (with or without a byte order mark) and binary files."""
+    head = data[:4096]
+    if head[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):
+        raise TraceError(path, "UTF-32 text; traces are UTF-8 JSON (convert with iconv)")
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise TraceError(path, "UTF-16 text; traces are UTF-8 JSON (convert with iconv)")
+    if b"\x00" not in head:
+        return
+    # BOM-less UTF-16: JSON is ASCII punctuation, so every other byte is NUL.
+    even, odd = head[0::2], head[1::2]
+    if len(head) >= 4 and (even.count(0) >= 0.9 * len(even) or odd.count(0) >= 0.9 * len(odd)):
+        raise TraceError(path, "UTF-16 text without a byte order mark; traces are UTF-8 JSON "
+                               "(convert with iconv)")
+    raise TraceError(path, "binary file (NUL bytes), not a JSON trace")
 
 
 def _int_column(values: list, none: int = -1) -> np.ndarray:
@@ -212,119 +238,242 @@ def _fast_int_column(values: list, none: int = -1) -> np.ndarray:
     return arr
 
 
+#: Times at or beyond this many microseconds (~126 years) are refused as overflowing: twice it in
+#: nanoseconds still fits int64, so no arithmetic on valid times can wrap.
+_MAX_US = 4_000_000_000_000_000
+
+
 def _time_column(values: list) -> tuple[np.ndarray, np.ndarray]:
     """Microsecond numbers -> (int64 ns, valid mask). Exact for ints; floats rounded to 1 ns."""
-    valid = np.array([v is not None and v == v and v not in (float("inf"), float("-inf"))
-                      for v in values], dtype=bool)
+    # Out of range (overflowing int64 ns, or garbage), NaN and infinities are not valid.
+    valid = np.array([v is not None and -_MAX_US < v < _MAX_US for v in values], dtype=bool)
     if not valid.any():
         return np.zeros(len(values), dtype=np.int64), valid
     if all(isinstance(v, int) for v in values if v is not None):
-        ns = np.array([0 if v is None else v for v in values], dtype=object)
-        try:
-            return (np.asarray(ns, dtype=np.int64) * 1000), valid
-        except OverflowError:
-            pass
+        ns = values if valid.all() else [v if ok else 0 for v, ok in zip(values, valid)]
+        return np.array(ns, dtype=np.int64) * 1000, valid
     # Subtract an integer base first so float rounding happens on small numbers.
     base = int(min(v for v, ok in zip(values, valid) if ok))
     rel = np.array([(v - base) if ok else 0.0 for v, ok in zip(values, valid)], dtype=np.float64)
     return np.rint(rel * 1000.0).astype(np.int64) + np.int64(base) * 1000, valid
 
 
+class _FrameBuilder:
+    """Columns of the kept events, built one decoded chunk at a time.
+
+    Each chunk's ``Event`` structs become small numpy/categorical columns and are then dropped,
+    so only one chunk of structs is alive at once. Per-value conversions are chunk-independent;
+    ``ts``/``dur`` keep their raw numbers until :meth:`finish` because their float rounding uses
+    one base for the whole file.
+    """
+
+    def __init__(self) -> None:
+        self.unknown: dict[str, int] = {}
+        self.thread_names: dict[tuple, str] = {}
+        self.process_names: dict[Any, str] = {}
+        self.parts: list[dict] = []
+        self.ts_raw: list = []
+        self.dur_raw: list = []
+        self.n_events = 0
+
+    def add(self, events: list[Event]) -> None:
+        self.n_events += len(events)
+        unknown = self.unknown
+        keep_ev: list[Event] = []
+        kinds: list[int] = []
+        cat_kind = _CATEGORY_KIND
+        for ev in events:
+            ph = ev.ph
+            if ph == "M":
+                if ev.args is not None and ev.args.name is not None:
+                    if ev.name == "thread_name":
+                        self.thread_names[(ev.pid, ev.tid)] = ev.args.name
+                    elif ev.name == "process_name":
+                        self.process_names[ev.pid] = ev.args.name
+                continue
+            cat = ev.cat
+            if cat is None:
+                continue
+            kind = cat_kind.get(cat)
+            if kind is None:
+                kind = cat_kind.get(cat.lower())
+                if kind is None:
+                    if cat.lower() not in _KNOWN_UNUSED:
+                        unknown[cat] = unknown.get(cat, 0) + 1
+                    continue
+            if kind == PYTHON:
+                name = ev.name or ""
+                if not (name.startswith(_PYTHON_KEEP_PREFIX) or "rotary" in name):
+                    continue  # ("apply_rotary_pos_emb" contains "rotary": _PYTHON_KEEP_SUBSTR)
+            elif kind <= CPU_OP or kind == ANNOTATION:
+                if ph != "X":
+                    continue
+            elif kind == FLOW_LAUNCH or ph not in ("s", "f", "t"):
+                continue  # launches are linked by correlation id, not by flow events
+            keep_ev.append(ev)
+            kinds.append(kind)
+        if not keep_ev:
+            return
+        no_args = _NO_ARGS
+        args = [e.args or no_args for e in keep_ev]
+        self.ts_raw += [e.ts for e in keep_ev]
+        self.dur_raw += [0 if e.dur is None else e.dur for e in keep_ev]
+        self.parts.append({
+            "kind": np.array(kinds, dtype=np.int8),
+            "name": pd.Categorical([e.name or "" for e in keep_ev]),
+            "pid": _int_column([e.pid for e in keep_ev]),
+            "tid": _int_column([e.tid for e in keep_ev]),
+            "flow_id": _int_column([e.id for e in keep_ev]),
+            "flow_ph": pd.Categorical([e.ph if e.ph in ("s", "f", "t") else "" for e in keep_ev]),
+            "corr": _fast_int_column([a.correlation for a in args]),
+            "ext_id": _fast_int_column([a.external_id for a in args]),
+            "seq": _fast_int_column([a.seq for a in args]),
+            "fwd_tid": _fast_int_column([a.fwd_tid for a in args]),
+            "stream": _fast_int_column([a.stream for a in args]),
+            "device": _fast_int_column([a.device for a in args]),
+            "py_id": _int_column([a.py_id for a in args]),
+            "py_parent": _int_column([a.py_parent for a in args]),
+            "collective": pd.Categorical([a.collective or "" for a in args]),
+            "bytes": np.array([b if isinstance(b := a.bytes, (int, float)) else np.nan
+                               for a in args], dtype=np.float64),
+        })
+
+    def _column(self, name: str):
+        parts = [p[name] for p in self.parts]
+        if not parts:
+            if name in ("name", "flow_ph", "collective"):
+                return pd.Categorical([])
+            return np.zeros(0, dtype=np.float64 if name == "bytes" else
+                            np.int8 if name == "kind" else np.int64)
+        if isinstance(parts[0], pd.Categorical):
+            if len(parts) == 1:
+                return parts[0]
+            return union_categoricals(parts, sort_categories=True)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def finish(self, path: str | os.PathLike) -> tuple[pd.DataFrame, list[str], dict]:
+        warnings: list[str] = []
+        if self.unknown:
+            listed = ", ".join(f"{k!r} ({v})" for k, v in sorted(self.unknown.items())[:5])
+            warnings.append(f"ignored events of unknown categories: {listed}")
+        ts, ts_ok = _time_column(self.ts_raw)
+        dur, dur_ok = _time_column(self.dur_raw)
+        self.ts_raw = self.dur_raw = []
+        bad_ts = ~ts_ok
+        if bad_ts.any():
+            warnings.append(f"dropped {int(bad_ts.sum())} events with no valid timestamp")
+        neg = (dur < 0) & ts_ok
+        if neg.any():
+            warnings.append(f"{int(neg.sum())} events with negative duration were clamped to 0")
+            dur = np.where(neg, 0, dur)
+        # Over ~1 year, or past int64 nanoseconds: overflowing or garbage durations.
+        huge = ((dur > (np.int64(1) << 55)) | ~dur_ok) & ts_ok
+        if huge.any():
+            warnings.append(f"{int(huge.sum())} events with overflowing durations were dropped")
+        cols = {}
+        for c in _COLUMNS:
+            cols[c] = ts if c == "ts" else dur if c == "dur" else self._column(c)
+        self.parts = []
+        frame = pd.DataFrame(cols)
+        drop = bad_ts | huge
+        if drop.any():
+            frame = frame[~drop].reset_index(drop=True)
+        if not np.isin(frame["kind"].to_numpy(), (KERNEL, MEMCPY, MEMSET, CPU_OP)).any():
+            raise TraceError(path, f"nothing to analyse: none of its {self.n_events:,} events is "
+                                   "a kernel, memcpy, memset or CPU op with a valid time")
+        meta = {"thread_names": {f"{k[0]}:{k[1]}": v for k, v in self.thread_names.items()},
+                "process_names": {str(k): v for k, v in self.process_names.items()}}
+        return frame, warnings, meta
+
+
+_NO_ARGS = Args()
+#: The event columns, in order.
+_COLUMNS = ("kind", "name", "pid", "tid", "ts", "dur", "flow_id", "flow_ph", "corr", "ext_id",
+            "seq", "fwd_tid", "stream", "device", "py_id", "py_parent", "collective", "bytes")
+
+
 def events_to_frame(doc: TraceDoc, path: str | os.PathLike) -> tuple[pd.DataFrame, list[str], dict]:
     """Columns of the events tracekit uses, plus warnings and metadata from ``M`` events."""
-    warnings: list[str] = []
-    unknown: dict[str, int] = {}
-    keep_ev: list[Event] = []
-    kinds: list[int] = []
-    thread_names: dict[tuple, str] = {}
-    process_names: dict[Any, str] = {}
-    for ev in doc.traceEvents:
-        ph = ev.ph
-        if ph == "M":
-            if ev.args is not None and ev.args.name is not None:
-                if ev.name == "thread_name":
-                    thread_names[(ev.pid, ev.tid)] = ev.args.name
-                elif ev.name == "process_name":
-                    process_names[ev.pid] = ev.args.name
-            continue
-        cat = ev.cat
-        if cat is None:
-            continue
-        kind = _CATEGORY_KIND.get(cat)
-        if kind is None:
-            kind = _CATEGORY_KIND.get(cat.lower())
-            if kind is None:
-                if cat.lower() not in _KNOWN_UNUSED:
-                    unknown[cat] = unknown.get(cat, 0) + 1
-                continue
-        if kind <= CPU_OP or kind == ANNOTATION:
-            if ph != "X":
-                continue
-        elif kind == PYTHON:
-            name = ev.name or ""
-            if not (name.startswith(_PYTHON_KEEP_PREFIX) or any(s in name for s in _PYTHON_KEEP_SUBSTR)):
-                continue
-        elif kind == FLOW_LAUNCH or ph not in ("s", "f", "t"):
-            continue  # launches are linked by correlation id, not by flow events
-        keep_ev.append(ev)
-        kinds.append(kind)
-    if unknown:
-        listed = ", ".join(f"{k!r} ({v})" for k, v in sorted(unknown.items())[:5])
-        warnings.append(f"ignored events of unknown categories: {listed}")
+    b = _FrameBuilder()
+    for i in range(0, len(doc.traceEvents), CHUNK_EVENTS):
+        b.add(doc.traceEvents[i:i + CHUNK_EVENTS])
+    return b.finish(path)
 
-    n = len(keep_ev)
-    args = [e.args for e in keep_ev]
-    no_args = Args()
-    args = [a if a is not None else no_args for a in args]
-    ts, ts_ok = _time_column([e.ts for e in keep_ev])
-    dur_raw = [e.dur for e in keep_ev]
-    dur, dur_ok = _time_column([0 if d is None else d for d in dur_raw])
-    kind_arr = np.array(kinds, dtype=np.int8)
-    bad_ts = ~ts_ok
-    if bad_ts.any():
-        warnings.append(f"dropped {int(bad_ts.sum())} events with no valid timestamp")
-    neg = (dur < 0) & ts_ok
-    if neg.any():
-        warnings.append(f"{int(neg.sum())} events with negative duration were clamped to 0")
-        dur = np.where(neg, 0, dur)
-    huge = dur > (np.int64(1) << 55)  # over ~1 year: overflowing or garbage durations
-    if huge.any():
-        warnings.append(f"{int(huge.sum())} events with overflowing durations were dropped")
 
-    frame = pd.DataFrame({
-        "kind": kind_arr,
-        "name": pd.Categorical([e.name or "" for e in keep_ev]),
-        "pid": _int_column([e.pid for e in keep_ev]),
-        "tid": _int_column([e.tid for e in keep_ev]),
-        "ts": ts,
-        "dur": dur,
-        "flow_id": _int_column([e.id for e in keep_ev]),
-        "flow_ph": pd.Categorical([e.ph if e.ph in ("s", "f", "t") else "" for e in keep_ev]),
-        "corr": _fast_int_column([a.correlation for a in args]),
-        "ext_id": _fast_int_column([a.external_id for a in args]),
-        "seq": _fast_int_column([a.seq for a in args]),
-        "fwd_tid": _fast_int_column([a.fwd_tid for a in args]),
-        "stream": _fast_int_column([a.stream for a in args]),
-        "device": _fast_int_column([a.device for a in args]),
-        "py_id": _int_column([a.py_id for a in args]),
-        "py_parent": _int_column([a.py_parent for a in args]),
-        "collective": pd.Categorical([a.collective or "" for a in args]),
-        "bytes": np.array([a.bytes if isinstance(a.bytes, (int, float)) else np.nan for a in args],
-                          dtype=np.float64),
-    })
-    drop = bad_ts | huge
-    if drop.any():
-        frame = frame[~drop].reset_index(drop=True)
-    meta = {"thread_names": {f"{k[0]}:{k[1]}": v for k, v in thread_names.items()},
-            "process_names": {str(k): v for k, v in process_names.items()}}
-    del n
-    return frame, warnings, meta
+#: Events decoded per chunk by the chunked reader.
+CHUNK_EVENTS = 100_000
+#: Bytes of JSON per chunk (the split points are found near multiples of this).
+CHUNK_BYTES = 32 << 20
+_EVENTS_DECODER = msgspec.json.Decoder(list[Event])
+_TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_EVENT_GAP = re.compile(rb'\}\s*,\s*\{')
+
+
+def _decode_chunked(data: bytes, builder: _FrameBuilder) -> TraceDoc | None:
+    """Decode ``data`` one slice of ``traceEvents`` at a time into ``builder``.
+
+    The ``traceEvents`` array is cut at ``}`` ``,`` ``{`` gaps near every ``CHUNK_BYTES``; each
+    slice is decoded on its own as a JSON array, and the document around the array (with an
+    empty array in its place) is decoded as the :class:`TraceDoc` head. A cut that does not fall
+    between two events leaves an unbalanced slice, which cannot decode: so when every piece
+    decodes, the pieces are exactly the document. Returns the head (its ``traceEvents`` empty),
+    or ``None`` when the file does not have this shape (then the caller decodes it whole and
+    reports errors as usual).
+    """
+    if len(data) < 2 * CHUNK_BYTES:
+        return None
+    m = _TRACE_EVENTS_KEY.search(data, 0, 1 << 20)
+    if m is None:
+        return None
+    start = m.end() - 1  # the '['
+    # The array's closing ']': the last ']' whose tail makes the skeleton decode.
+    head_doc = None
+    end = len(data)
+    floor = max(start + 1, len(data) - (16 << 20))  # the tail after the array is small
+    while True:
+        end = data.rfind(b"]", floor, end)
+        if end < 0:
+            return None
+        j = end - 1
+        while data[j] in b" \t\r\n":
+            j -= 1
+        if data[j] not in b"}[":  # the array ends after an event (or is empty)
+            continue
+        try:
+            head_doc = _DECODER.decode(data[:start] + b"[]" + data[end + 1:])
+            break
+        except (msgspec.DecodeError, RecursionError):
+            continue
+    if head_doc is None:
+        return None
+    mv = memoryview(data)
+    pos = start + 1  # first byte inside the array
+    try:
+        while pos < end:
+            cut = end
+            if end - pos > CHUNK_BYTES * 3 // 2:
+                g = _EVENT_GAP.search(data, pos + CHUNK_BYTES, end)
+                if g is not None:
+                    cut = g.start() + 1  # just after the '}'
+            piece = b"".join((b"[", mv[pos:cut], b"]"))
+            builder.add(_EVENTS_DECODER.decode(piece))
+            del piece
+            if cut == end:
+                break
+            pos = data.index(b",", cut) + 1
+    except (msgspec.DecodeError, RecursionError, ValueError):
+        return None
+    return head_doc
 
 
 def rank_of(doc: TraceDoc, path: str | os.PathLike) -> int | None:
     info = doc.distributedInfo or {}
     r = info.get("rank") if isinstance(info, dict) else None
-    return r if isinstance(r, int) and r >= 0 else None
+    return _int_or_none(r)
+
+
+def _int_or_none(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 31 else None
 
 
 def device_names(doc: TraceDoc) -> list[str]:
@@ -338,16 +487,24 @@ def device_names(doc: TraceDoc) -> list[str]:
 def read_trace(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> RawTrace:
     """Read one trace file into a :class:`RawTrace`."""
     data = read_bytes(path, max_bytes)
-    doc = decode(data, path)
-    del data
-    frame, warnings, meta = events_to_frame(doc, path)
+    builder = _FrameBuilder()
+    doc = _decode_chunked(data, builder)
+    if doc is None:  # small, unusual or broken: one whole decode, with its error messages
+        builder = _FrameBuilder()
+        doc = decode(data, path)
+        del data
+        builder.add(doc.traceEvents)
+        doc.traceEvents = []
+    else:
+        del data
+    frame, warnings, meta = builder.finish(path)
     meta.update({
         "rank": rank_of(doc, path),
-        "world_size": (doc.distributedInfo or {}).get("world_size")
+        "world_size": _int_or_none((doc.distributedInfo or {}).get("world_size"))
         if isinstance(doc.distributedInfo, dict) else None,
         "devices": device_names(doc),
         "schema_version": doc.schemaVersion,
-        "events_in_file": len(doc.traceEvents),
+        "events_in_file": builder.n_events,
     })
     return RawTrace(path=os.fspath(path), events=frame, meta=meta, warnings=warnings)
 
