@@ -24,6 +24,7 @@ from .intervals import ShareClock
 from .link import LinkedTrace, take
 from .read import KERNEL, MEMCPY, MEMSET
 from .taxonomy import KernelRules, ModuleTaxonomy
+from .stages import pass_index
 
 PHASES = ["forward", "backward", "optimizer"]
 GROUP_LEVEL = {"compute": 0, "comm": 1, "memcpy": 2, "memset": 2}
@@ -98,7 +99,9 @@ def _module_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy) -> np.ndar
         # Times relative to an origin: comparisons below go through float64.
         top_ts = a["top_op_ts"].to_numpy()[att]
         origin = top_ts[top_ts >= 0].min() if (top_ts >= 0).any() else 0
-        sub = pd.DataFrame({"mid": mid[att], "top": a["top_op"].astype(str).to_numpy()[att],
+        root = mods["att_root"].to_numpy()[mid[att]]
+        sub = pd.DataFrame({"mid": np.where(root >= 0, root, mid[att]),
+                            "top": a["top_op"].astype(str).to_numpy()[att],
                             "top_ts": np.where(top_ts >= 0, top_ts - origin, -1),
                             "top_id": a["top_op_id"].to_numpy()[att],
                             "rope": a["rope_frame"].to_numpy()[att]})
@@ -121,6 +124,10 @@ def _module_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy) -> np.ndar
         out[ts == b0] = "Bmm0"
         out[ts == b1] = "Bmm1"
         out[(~np.isnan(b1)) & (ts > b1)] = "Other"
+        # Ops of child modules that only inherit the attention category (e.g. an fp8 quant
+        # module) are not RoPE/Softmax work: Other unless they are the fused attention itself.
+        own_cat = mods["own_category"].to_numpy()[mid[att]]
+        out[(own_cat != "@attention") & ~fused] = "Other"
         out[fused] = "Attention"
         out[sub["top_id"].to_numpy() < 0] = "Other"
         out[sub["rope"].to_numpy()] = "RoPE"
@@ -153,9 +160,13 @@ def _blocks(linked: LinkedTrace) -> tuple[np.ndarray, np.ndarray]:
     if out.any():
         first = layers["start"].min() - origin
         steps = a["step"].to_numpy()
-        tmp = pd.DataFrame({"step": steps[in_layer], "ts": lts[in_layer]})
+        # Several forward passes in a step (generate, micro-batches): before/after each pass.
+        ps = pass_index(mods, a["launch_ts"].to_numpy())
+        tmp = pd.DataFrame({"step": steps[in_layer], "pass": ps[in_layer], "ts": lts[in_layer]})
+        by_pass = tmp.groupby(["step", "pass"])["ts"].min()
         firsts = tmp.groupby("step")["ts"].min()
-        f = firsts.reindex(steps[out]).to_numpy(dtype="float64")
+        f = by_pass.reindex(pd.MultiIndex.from_arrays([steps[out], ps[out]])).to_numpy(dtype="float64")
+        f = np.where(np.isnan(f), firsts.reindex(steps[out]).to_numpy(dtype="float64"), f)
         f = np.where(np.isnan(f), first, f)
         block[out] = np.where(lts[out] < f, "before", "after")
     return block, np.where(in_layer, layer, -1)
@@ -195,6 +206,7 @@ def attribute(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: KernelRules)
         "name": a["name"], "op": a["op"], "stream": a["stream"].to_numpy(),
         "phase": a["phase"], "stage": a["stage"], "group": group,
         "kernel_category": kcat, "collective": coll, "module": module, "block": block, "layer": layer,
+        "fwd_pass": pass_index(linked.modules, a["launch_ts"].to_numpy()),
         "is_gemm": (group == "compute") & (kcat == "GEMM"),
         "bytes": a["bytes"].to_numpy(),
     })

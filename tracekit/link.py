@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from . import annotations as ann
+from . import stages as _stages
 from .read import (ANNOTATION, CPU_OP, FLOW_FWDBWD, KERNEL, MEMCPY, MEMSET, PYTHON, RUNTIME,
                    RawTrace)
 from .taxonomy import ModuleTaxonomy
@@ -341,6 +342,11 @@ def link(raw: RawTrace, taxonomy: ModuleTaxonomy) -> LinkedTrace:
         m = annotated == p
         phase[m] = "forward"
         stage[m] = p
+    if not (stage != "").any():  # serving step ranges, else HF generate's passes
+        srv = (kind == ANNOTATION) & ~is_step & ~is_phase
+        stage = _stages.from_ranges(names[srv], pid[srv], ts[srv], end[srv], a_pid, a_ts)
+        if not (stage != "").any():
+            stage = _stages.from_passes(modules, a_ts, a_step, phase)
 
     # --- collective ---------------------------------------------------------------------------
     comm_ev = ev_of(a_comm)
@@ -467,6 +473,8 @@ def _module_table(mod_local, rng, names, ts, end, tid, mod_parent, taxonomy: Mod
         df["siblings"] = pd.Series(dtype=np.int64)
         df["layer"] = pd.Series(dtype=np.int64)
         df["is_layer"] = pd.Series(dtype=bool)
+        df["att_root"] = pd.Series(dtype=np.int64)
+        df["own_category"] = pd.Series(dtype=object)
         return df
     row_of = pd.Series(np.arange(len(df)), index=df["local"])
     df["parent"] = row_of.reindex(df["parent_local"]).fillna(-1).astype(np.int64).to_numpy()
@@ -488,6 +496,14 @@ def _module_table(mod_local, rng, names, ts, end, tid, mod_parent, taxonomy: Mod
     for i in np.argsort(df["start"].to_numpy(), kind="stable"):  # parents start first
         cat[i] = own[i] if own[i] is not None else (cat[parent[i]] if parent[i] >= 0 else None)
     df["category"] = [c or "Other" for c in cat]
+    df["own_category"] = [c or "" for c in own]
+    # The outermost attention module around each module: ops in modules nested inside an
+    # attention block are placed around that block's matmuls / fused attention op.
+    att_root = np.full(len(df), -1, np.int64)
+    for i in np.argsort(df["start"].to_numpy(), kind="stable"):
+        up = att_root[parent[i]] if parent[i] >= 0 else -1
+        att_root[i] = up if up >= 0 else (i if own[i] == "@attention" else -1)
+    df["att_root"] = att_root
     # Decoder layers: each activity's enclosing layer instance, numbered in order of calls.
     is_layer = df["cls"].map(lambda c: bool(taxonomy.decoder_layer.fullmatch(c))).to_numpy()
     layer = np.full(len(df), -1, np.int64)
