@@ -430,9 +430,11 @@ def _decode_chunked(data: bytes, builder: _FrameBuilder) -> TraceDoc | None:
     head_doc = None
     end = len(data)
     floor = max(start + 1, len(data) - (16 << 20))  # the tail after the array is small
+    tries = 0
     while True:
         end = data.rfind(b"]", floor, end)
-        if end < 0:
+        tries += 1
+        if end < 0 or tries > 64:  # bounded: a tail of "}]}]..." would otherwise never end
             return None
         j = end - 1
         while data[j] in b" \t\r\n":
