@@ -50,6 +50,10 @@ def _mean_over_steps(df: pd.DataFrame, n_steps: int) -> pd.DataFrame:
     if not keys:
         return df[values].sum().div(n_steps).to_frame().T
     out = df.groupby(keys, observed=True, sort=False)[values].sum() / max(n_steps, 1)
+    if "stage" in keys:  # inference stages: mean over the steps that hold the stage
+        present = df.groupby("stage", observed=True)["step"].nunique()
+        div = present.reindex(out.index.get_level_values("stage")).to_numpy(dtype=float)
+        out = out.mul(max(n_steps, 1) / div, axis=0)
     return out.reset_index()
 
 

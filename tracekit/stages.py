@@ -1,0 +1,134 @@
+"""Inference stages: which device activities belong to prefill and which to decode.
+
+A serving or generation trace mixes two very different kinds of forward pass: *prefill* (the
+whole prompt at once; large GEMMs) and *decode* (one new token per sequence; small GEMMs,
+KV-cache reads). Their tables mean little averaged together, so every activity gets a
+``stage``: ``prefill``, ``decode``, ``mixed`` (a batch holding both, as chunked prefill
+schedules them) or ``""`` (not an inference trace, or no way to tell).
+
+Evidence, strongest first:
+
+1. tracekit's own capture ranges ``tracekit.phase:prefill`` / ``tracekit.phase:decode``
+   (handled in :mod:`tracekit.link`);
+2. the step ranges that serving stacks record, applied by time to every thread of the process:
+
+   * SGLang: ``step[EXTEND ...]`` (prefill), ``step[DECODE ...]``, ``step[MIXED ...]``;
+   * vLLM (and SGLang on ROCm): ``execute_context_<n>(...)_generation_<m>(...)``, also
+     ``execute_<tokens>_context_<n>(...)_generation_<m>(...)``: ``n`` prefill and ``m`` decode
+     sequences in the batch: prefill when m = 0, decode when n = 0, mixed otherwise;
+   * ranges named ``prefill`` / ``decode`` / ``generate``-style names containing one of those
+     words;
+
+3. HF ``generate`` with no ranges: in a trace with no backward work, each step that holds two
+   or more forward passes of the model (outermost modules containing decoder layers) has its
+   first pass as prefill and the others as decode. Work launched between passes (sampling,
+   logits processing) belongs to the pass before it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+STAGES = ("prefill", "decode", "mixed")
+
+_SGLANG = re.compile(r"^step\[(EXTEND|PREFILL|DECODE|MIXED)\b", re.IGNORECASE)
+_CONTEXT_GEN = re.compile(r"context_(\d+)\b.*generation_(\d+)\b", re.IGNORECASE)
+_WORD = re.compile(r"(?<![a-z])(prefill|decode)(?![a-z])", re.IGNORECASE)
+
+
+def stage_of_range(name: str) -> tuple[str, int]:
+    """(stage, family) a serving range name marks; ``("", -1)`` when it marks none.
+
+    Families rank the evidence: 2 SGLang step ranges, 1 context/generation counts, 0 a plain
+    word; a range of a higher family overrides a lower one around the same launch.
+    """
+    m = _SGLANG.match(name)
+    if m:
+        word = m.group(1).upper()
+        return {"EXTEND": "prefill", "PREFILL": "prefill", "DECODE": "decode"}.get(word, "mixed"), 2
+    m = _CONTEXT_GEN.search(name)
+    if m:
+        ctx, gen = int(m.group(1)), int(m.group(2))
+        if ctx and not gen:
+            return "prefill", 1
+        if gen and not ctx:
+            return "decode", 1
+        return ("mixed", 1) if ctx and gen else ("", -1)
+    m = _WORD.search(name)
+    return (m.group(1).lower(), 0) if m else ("", -1)
+
+
+def _containing(t: np.ndarray, r_start: np.ndarray, r_end: np.ndarray) -> np.ndarray:
+    """Index of the latest-starting range containing each time, -1 when none."""
+    order = np.argsort(r_start, kind="stable")
+    s, e = r_start[order], r_end[order]
+    pos = np.searchsorted(s, t, side="right") - 1
+    ok = (pos >= 0) & (t < e[np.maximum(pos, 0)])
+    return np.where(ok, order[np.maximum(pos, 0)], -1)
+
+
+def from_ranges(range_names: np.ndarray, r_pid: np.ndarray, r_start: np.ndarray,
+                r_end: np.ndarray, a_pid: np.ndarray, a_ts: np.ndarray) -> np.ndarray:
+    """Stage per activity (by its launch time and process) from serving step ranges."""
+    memo = {n: stage_of_range(str(n)) for n in pd.unique(range_names)}
+    stage = np.array([memo[n][0] for n in range_names], dtype=object)
+    family = np.array([memo[n][1] for n in range_names], dtype=np.int64)
+    out = np.full(len(a_ts), "", dtype=object)
+    for fam in (0, 1, 2):
+        for p in np.unique(r_pid[family == fam]):
+            sel = np.flatnonzero((family == fam) & (r_pid == p))
+            m = a_pid == p
+            k = _containing(a_ts[m], r_start[sel], r_end[sel])
+            hit = np.flatnonzero(m)[k >= 0]
+            out[hit] = stage[sel[k[k >= 0]]]
+    return out
+
+
+def pass_starts(modules: pd.DataFrame) -> np.ndarray:
+    """Sorted start times of the model's forward passes: the outermost module instances that
+    contain a decoder layer (empty when the trace has no decoder layers)."""
+    if modules.empty or not modules["is_layer"].any():
+        return np.empty(0, np.int64)
+    parent = modules["parent"].to_numpy()
+    root = np.arange(len(modules))
+    for _ in range(256):  # climb to the outermost module (depth is small)
+        up = parent[root]
+        if (up < 0).all():
+            break
+        root = np.where(up >= 0, up, root)
+    passes = np.unique(root[modules["is_layer"].to_numpy()])
+    return np.sort(modules["start"].to_numpy()[passes])
+
+
+def pass_index(modules: pd.DataFrame, launch_ts: np.ndarray) -> np.ndarray:
+    """Per activity, the forward pass in progress at its launch: the last pass that started
+    before it (-1 before the first pass)."""
+    starts = pass_starts(modules)
+    return np.searchsorted(starts, launch_ts, side="right") - 1
+
+
+def from_passes(modules: pd.DataFrame, a_ts: np.ndarray, a_step: np.ndarray,
+                a_phase: np.ndarray) -> np.ndarray:
+    """HF ``generate``: first model pass of a step is prefill, later passes decode.
+
+    ``modules`` is the module table of :mod:`tracekit.link` (``parent``, ``is_layer``,
+    ``start``); ``a_ts`` the activities' launch times. Returns ``""`` everywhere when the
+    heuristic does not apply (backward work, no layers, one pass per step).
+    """
+    out = np.full(len(a_ts), "", dtype=object)
+    if (a_phase != "forward").any() or len(pass_starts(modules)) < 2:
+        return out
+    k = pass_index(modules, a_ts)
+    frame = pd.DataFrame({"k": k, "step": a_step})
+    first = frame[frame.k >= 0].groupby("step")["k"].min()
+    n_pass = frame[frame.k >= 0].groupby("step")["k"].nunique()
+    multi = n_pass.reindex(a_step).fillna(0).to_numpy() >= 2
+    f = first.reindex(a_step).to_numpy(dtype="float64")
+    out[multi & (k >= 0) & (k == f)] = "prefill"
+    out[multi & (k >= 0) & (k > f)] = "decode"
+    # Launched in a step before its first pass (input preparation): the prefill.
+    out[multi & ((k < f) | (k < 0))] = "prefill"
+    return out
