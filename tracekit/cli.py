@@ -48,8 +48,8 @@ def analyze(path, fmt, out, per_step, rank, taxonomy, kernel_rules, max_bytes, d
     from .render import formats
 
     try:
-        analysis = load(path, rank=rank, taxonomy=taxonomy, kernel_rules=kernel_rules,
-                        max_bytes=max_bytes)
+        analysis = _load_with_progress(load, path, rank=rank, taxonomy=taxonomy,
+                                       kernel_rules=kernel_rules, max_bytes=max_bytes)
         tables = analysis.tables(per_step=per_step)
         meta = analysis.meta
     except TraceError as e:
@@ -95,6 +95,90 @@ def analyze(path, fmt, out, per_step, rank, taxonomy, kernel_rules, max_bytes, d
         if not out:
             fail("--format html needs --out FILE.html")
         write_report(meta, tables, out)
+
+
+COMPARE_FORMATS = ["table", "json", "csv", "md", "html"]
+
+
+@main.command()
+@click.argument("a", type=click.Path(path_type=Path))
+@click.argument("b", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(COMPARE_FORMATS), default="table", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), help="Write here instead of stdout.")
+@click.option("--rank", type=int, help="Only this rank of directories of per-rank traces.")
+@click.option("--taxonomy", type=click.Path(exists=True, dir_okay=False),
+              help="TOML file of module rules tried before the built-in ones.")
+@click.option("--kernel-rules", type=click.Path(exists=True, dir_okay=False),
+              help="TOML file of kernel rules tried before the built-in ones.")
+@click.option("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, show_default=True,
+              help="Refuse traces that decompress to more than this.")
+@click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
+def compare(a, b, fmt, out, rank, taxonomy, kernel_rules, max_bytes, debug):
+    """Compare two runs A and B (e.g. eager vs SDPA attention, ZeRO-2 vs ZeRO-3).
+
+    Tables: attention (Table VIII: attention time per phase, improvement of B over A in %),
+    and deltas (B - A) per phase, module and kernel category with per-step noise.
+    """
+    from . import load
+    from .compare import compare as compare_runs
+    from .compare import compare_meta
+    from .render import formats
+
+    runs = []
+    for path in (a, b):
+        try:
+            runs.append(_load_with_progress(load, path, rank=rank, taxonomy=taxonomy,
+                                            kernel_rules=kernel_rules, max_bytes=max_bytes))
+        except TraceError as e:
+            fail(str(e))
+        except MemoryError:
+            fail(f"{path}: out of memory while analysing")
+        except Exception as e:
+            if debug:
+                raise
+            fail(f"{path}: could not analyse ({e.__class__.__name__}: "
+                 f"{' '.join(str(e).split())[:200]}); rerun with --debug for details")
+    tables = compare_runs(*runs)
+    meta = compare_meta(*runs)
+    for w in meta["warnings"]:
+        click.echo(f"tracekit: warning: {w}", err=True)
+    if fmt == "table":
+        from rich.console import Console
+
+        from .render.terminal import render_compare
+        if out:
+            with open(out, "w") as f:
+                render_compare(meta, tables, Console(file=f, width=140))
+        else:
+            render_compare(meta, tables)
+    elif fmt == "json":
+        _emit(formats.to_json(meta, tables), out)
+    elif fmt == "md":
+        from .render.terminal import TITLES
+        _emit("\n".join(formats.to_markdown(TITLES.get(k, k), v) for k, v in tables.items()), out)
+    elif fmt == "csv":
+        _emit("\n".join(f"# {k}\n{formats.to_csv(v)}" for k, v in tables.items()), out)
+    elif fmt == "html":
+        from .render.html import write_report
+        if not out:
+            fail("--format html needs --out FILE.html")
+        write_report(meta, tables, out)
+
+
+def _load_with_progress(load, path, **kw):
+    """``load(path)`` with a progress bar on stderr when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        return load(path, **kw)
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    p = Path(path)
+    files = [f for f in p.iterdir() if f.is_file()] if p.is_dir() else [p]
+    total = sum(f.stat().st_size for f in files) or 1
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as prog:
+        prog.add_task(f"reading {p.name} ({total / 2**20:,.1f} MiB)", total=None)
+        return load(path, **kw)
 
 
 def _emit(text: str, out: Path | None) -> None:

@@ -16,6 +16,10 @@ TITLES = {
     "kernels": "Kernel categories (Table X)",
     "memcpy": "Memory copies (Table XIV)",
     "timeline": "Forward timeline (Table XI)",
+    "attention": "Attention time, A vs B (Table VIII)",
+    "phases_delta": "Phase wall time, B - A",
+    "modules_delta": "Module time per phase, B - A",
+    "kernels_delta": "Kernel categories, B - A",
 }
 
 
@@ -50,4 +54,25 @@ def render(meta: dict, tables: dict[str, pd.DataFrame], console: Console | None 
             shown = df[(df["time_ms"] > 0) | (df["count"] > 0)]
         for row in shown.itertuples(index=False, name=None):
             t.add_row(*(_fmt(v) for v in row))
+        console.print(t)
+
+
+def render_compare(meta: dict, tables: dict[str, pd.DataFrame], console: Console | None = None) -> None:
+    """A vs B tables (``tracekit compare``); rows where both runs are 0 are left out."""
+    console = console or Console()
+    for k in ("a", "b"):
+        m = meta.get(k, {})
+        console.print(f"[bold]{k.upper()}[/bold]: {escape(str(m.get('path')))}  "
+                      f"devices: {escape(', '.join(m.get('devices', [])))}  steps: " +
+                      escape("; ".join(f"rank {r}: {len(s)}" for r, s in m.get("complete_steps", {}).items())))
+    console.print("times: ms, mean per complete step; delta = B - A; std: per-step noise")
+    for name, df in tables.items():
+        if df.empty:
+            continue
+        shown = df[(df["a_ms"] != 0) | (df["b_ms"] != 0)] if {"a_ms", "b_ms"} <= set(df) else df
+        t = Table(title=TITLES.get(name, name), title_justify="left")
+        for c in df.columns:
+            t.add_column(escape(str(c)), justify="right" if pd.api.types.is_numeric_dtype(df[c]) else "left")
+        for row in shown.itertuples(index=False, name=None):
+            t.add_row(*("" if isinstance(v, float) and v != v else _fmt(v) for v in row))
         console.print(t)

@@ -1,0 +1,126 @@
+"""Compare two runs (A, B): eager vs FlashAttention/SDPA, ZeRO-2 vs ZeRO-3, one GPU vs another.
+
+:func:`compare` takes two :class:`~tracekit.analysis.Analysis` objects and returns
+``{name: DataFrame}`` like ``Analysis.tables()``, so every renderer takes it unchanged:
+
+* ``attention`` (Table VIII): per phase (forward, backward), the time of the attention core
+  in A and in B: the module categories Bmm0 + Softmax + Bmm1 + Attention (fused kernels) of the
+  modules table, summed over layers, mean per step. ``improvement_pct`` = (A - B) / A x 100:
+  positive when B is faster, as the paper reports FlashAttention's gain over naive attention.
+* ``phases_delta``: per phase, wall time (Tables V/VII ``wall_ms``);
+* ``modules_delta``: per phase and module category (Table VI ``time_ms``);
+* ``kernels_delta``: per kernel group and category (Table X ``time_ms``; per stage where the
+  runs have inference stages).
+
+Every table has ``a_ms`` and ``b_ms`` (means per complete step), ``delta_ms`` = B - A,
+``delta_pct`` = (B - A) / A x 100 (empty when A is 0), and the per-step noise ``a_std`` /
+``b_std``: the sample standard deviation over complete steps (empty with a single step). A row
+absent from a step counts as 0 there, except in per-stage rows, which are averaged over the
+steps holding the stage. With several ranks, a step's value is the mean over ranks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+#: Module categories that make up "the attention module" of Table VIII.
+ATTENTION_PARTS = ["Bmm0", "Softmax", "Bmm1", "Attention"]
+
+#: name -> (analysis table, key columns, value column)
+DELTAS = {
+    "phases_delta": ("phases", ["phase"], "wall_ms"),
+    "modules_delta": ("modules", ["phase", "module"], "time_ms"),
+    "kernels_delta": ("kernels", ["stage", "group", "category"], "time_ms"),
+}
+
+
+def step_values(per_step: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
+    """Wide frame: one row per key, one column per step (ranks averaged per step)."""
+    keys = [k for k in keys if k in per_step.columns]
+    if per_step.empty:
+        return pd.DataFrame(index=pd.MultiIndex.from_tuples([], names=keys) if len(keys) > 1
+                            else pd.Index([], name=keys[0] if keys else None))
+    df = per_step.copy()
+    for k in keys:
+        df[k] = df[k].astype(str)
+    if "rank" in df.columns:
+        df = df.groupby(["step", *keys], observed=True, sort=False)[value].mean().reset_index()
+    wide = df.pivot_table(index=keys, columns="step", values=value, aggfunc="sum", sort=False)
+    if "stage" not in keys:
+        wide = wide.fillna(0.0)
+    return wide
+
+
+def _stats(wide: pd.DataFrame) -> pd.DataFrame:
+    n = wide.notna().sum(axis=1)
+    std = wide.std(axis=1, ddof=1)
+    return pd.DataFrame({"ms": wide.mean(axis=1), "std": std.where(n >= 2)})
+
+
+def delta_table(a_wide: pd.DataFrame, b_wide: pd.DataFrame) -> pd.DataFrame:
+    """Join A's and B's per-step values into a_ms, b_ms, delta_ms, delta_pct, a_std, b_std."""
+    a, b = _stats(a_wide), _stats(b_wide)
+    out = a.add_prefix("a_").join(b.add_prefix("b_"), how="outer")
+    out[["a_ms", "b_ms"]] = out[["a_ms", "b_ms"]].fillna(0.0)
+    out["delta_ms"] = out["b_ms"] - out["a_ms"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["delta_pct"] = np.where(out["a_ms"] > 0, out["delta_ms"] / out["a_ms"] * 100.0, np.nan)
+    out = out[["a_ms", "b_ms", "delta_ms", "delta_pct", "a_std", "b_std"]]
+    return out.reset_index()
+
+
+def attention_table(a_modules: pd.DataFrame, b_modules: pd.DataFrame) -> pd.DataFrame:
+    """Table VIII from two per-step modules tables."""
+    rows = []
+    wides = []
+    for per in (a_modules, b_modules):
+        att = per[per["module"].astype(str).isin(ATTENTION_PARTS)] if len(per) else per
+        if len(att):
+            att = att.groupby([c for c in ("step", "rank", "phase") if c in att.columns],
+                              observed=True)["time_ms"].sum().reset_index()
+        wides.append(step_values(att, ["phase"], "time_ms") if len(att) else pd.DataFrame())
+    sa, sb = (_stats(w) if len(w) else pd.DataFrame(columns=["ms", "std"]) for w in wides)
+    for ph in ("forward", "backward"):
+        a_ms = float(sa["ms"].get(ph, 0.0)) if len(sa) else 0.0
+        b_ms = float(sb["ms"].get(ph, 0.0)) if len(sb) else 0.0
+        rows.append({"phase": ph, "a_ms": a_ms, "b_ms": b_ms,
+                     "improvement_pct": (a_ms - b_ms) / a_ms * 100.0 if a_ms > 0 else np.nan,
+                     "a_std": sa["std"].get(ph, np.nan) if len(sa) else np.nan,
+                     "b_std": sb["std"].get(ph, np.nan) if len(sb) else np.nan})
+    return pd.DataFrame(rows, columns=["phase", "a_ms", "b_ms", "improvement_pct", "a_std", "b_std"])
+
+
+def _in_source_order(d: pd.DataFrame, keys: list[str], *sources: pd.DataFrame) -> pd.DataFrame:
+    """Rows in the order their keys first appear in A's table, then B's (not alphabetical)."""
+    seen: dict[tuple, int] = {}
+    for src in sources:
+        if len(src):
+            for t in src[keys].astype(str).itertuples(index=False, name=None):
+                seen.setdefault(t, len(seen))
+    rank = [seen.get(t, len(seen)) for t in d[keys].astype(str).itertuples(index=False, name=None)]
+    return d.assign(_o=rank).sort_values("_o", kind="stable").drop(columns="_o").reset_index(drop=True)
+
+
+def compare(a, b) -> dict[str, pd.DataFrame]:
+    """The comparison tables of two analyses (see the module docstring)."""
+    out = {"attention": attention_table(a.table("modules", per_step=True),
+                                        b.table("modules", per_step=True))}
+    for name, (src, keys, value) in DELTAS.items():
+        pa, pb = a.table(src, per_step=True), b.table(src, per_step=True)
+        ks = [k for k in keys if k in pa.columns or k in pb.columns]
+        for p in (pa, pb):
+            for k in ks:
+                if k not in p.columns and len(p):
+                    p[k] = ""
+        d = delta_table(step_values(pa, ks, value), step_values(pb, ks, value))
+        out[name] = _in_source_order(d, ks, pa, pb)
+    return out
+
+
+def compare_meta(a, b) -> dict:
+    """``meta`` of a comparison: both runs' meta under ``a`` and ``b``."""
+    return {"kind": "compare", "time_unit": "ms", "aggregation": "mean per complete step",
+            "a": a.meta, "b": b.meta,
+            "warnings": [f"A: {w}" for w in a.meta["warnings"]] +
+                        [f"B: {w}" for w in b.meta["warnings"]]}
