@@ -57,6 +57,14 @@ def take(arr: np.ndarray, idx: np.ndarray, default):
     return out
 
 
+def _as_str(col: pd.Series) -> np.ndarray:
+    """A string column as an object array of str (categoricals: through their codes, fast)."""
+    if isinstance(col.dtype, pd.CategoricalDtype) and not col.hasnans:
+        cats = np.asarray(col.cat.categories.astype(str), dtype=object)
+        return cats[col.cat.codes.to_numpy()] if len(cats) else np.full(len(col), "", object)
+    return col.astype(str).to_numpy()
+
+
 def _split_module_name(name: str) -> tuple[str, str]:
     """``nn.Module: LlamaMLP_3`` -> (``LlamaMLP``, ``LlamaMLP_3``)."""
     inst = name[len(_MODULE_PREFIX):]
@@ -165,12 +173,12 @@ def link(raw: RawTrace, taxonomy: ModuleTaxonomy) -> LinkedTrace:
     ev = raw.events
     warnings: list[str] = []
     kind = ev["kind"].to_numpy()
-    names = ev["name"].astype(str).to_numpy()
+    names = _as_str(ev["name"])
     pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
     ts, dur = ev["ts"].to_numpy(), ev["dur"].to_numpy()
     end = ts + dur
     corr, seq, fwd_tid = ev["corr"].to_numpy(), ev["seq"].to_numpy(), ev["fwd_tid"].to_numpy()
-    collective_arg = ev["collective"].astype(str).to_numpy()
+    collective_arg = _as_str(ev["collective"])
 
     is_device = np.isin(kind, (KERNEL, MEMCPY, MEMSET))
     mode = "gpu" if is_device.any() else "cpu"

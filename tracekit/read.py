@@ -207,11 +207,21 @@ def _check_text(data: bytes, path: str | os.PathLike) -> None:
     raise TraceError(path, "binary file (NUL bytes), not a JSON trace")
 
 
+_INT_OR_NONE = {int, type(None)}
+
+
 def _int_column(values: list, none: int = -1) -> np.ndarray:
     """Python ints/strs/None -> int64 (None/strings that are not ints -> ``none``).
 
     Ids above 2**63 wrap into the negative range: ids are only ever compared for equality.
     """
+    types = set(map(type, values))
+    if types <= _INT_OR_NONE:  # the common case, vectorised; big ids fall through to the loop
+        try:
+            return np.array([none if v is None else v for v in values] if type(None) in types
+                            else values, dtype=np.int64)
+        except OverflowError:
+            pass
     out = np.full(len(values), none, dtype=np.int64)
     for i, v in enumerate(values):
         if v is None:
@@ -246,6 +256,23 @@ _MAX_US = 4_000_000_000_000_000
 def _time_column(values: list) -> tuple[np.ndarray, np.ndarray]:
     """Microsecond numbers -> (int64 ns, valid mask). Exact for ints; floats rounded to 1 ns."""
     # Out of range (overflowing int64 ns, or garbage), NaN and infinities are not valid.
+    types = set(map(type, values))
+    if types <= _INT_OR_NONE and len(values):
+        if type(None) not in types:
+            try:
+                raw = np.array(values, dtype=np.int64)
+            except OverflowError:
+                raw = None
+            if raw is not None and ((raw > -_MAX_US) & (raw < _MAX_US)).all():  # all valid: exact ints
+                return raw * 1000, np.ones(len(values), dtype=bool)
+    elif types <= {float, int} and len(values):  # floats (and ints, all < 2**53: exact)
+        f = np.array(values, dtype=np.float64)
+        valid = (f > -_MAX_US) & (f < _MAX_US)
+        if valid.any():
+            base = int(f[valid].min())
+            rel = np.where(valid, f - np.float64(base), 0.0)
+            return np.rint(rel * 1000.0).astype(np.int64) + np.int64(base) * 1000, valid
+        return np.zeros(len(values), dtype=np.int64), valid
     valid = np.array([v is not None and -_MAX_US < v < _MAX_US for v in values], dtype=bool)
     if not valid.any():
         return np.zeros(len(values), dtype=np.int64), valid
@@ -379,8 +406,9 @@ class _FrameBuilder:
         if drop.any():
             frame = frame[~drop].reset_index(drop=True)
         if not np.isin(frame["kind"].to_numpy(), (KERNEL, MEMCPY, MEMSET, CPU_OP)).any():
+            dropped = f" ({int(drop.sum()):,} dropped for invalid times)" if drop.any() else ""
             raise TraceError(path, f"nothing to analyse: none of its {self.n_events:,} events is "
-                                   "a kernel, memcpy, memset or CPU op with a valid time")
+                                   f"a kernel, memcpy, memset or CPU op with a valid time{dropped}")
         meta = {"thread_names": {f"{k[0]}:{k[1]}": v for k, v in self.thread_names.items()},
                 "process_names": {str(k): v for k, v in self.process_names.items()}}
         return frame, warnings, meta
@@ -433,14 +461,16 @@ def _decode_chunked(data: bytes, builder: _FrameBuilder) -> TraceDoc | None:
     tries = 0
     while True:
         end = data.rfind(b"]", floor, end)
-        tries += 1
-        if end < 0 or tries > 64:  # bounded: a tail of "}]}]..." would otherwise never end
+        if end < 0:
             return None
         j = end - 1
         while data[j] in b" \t\r\n":
             j -= 1
         if data[j] not in b"}[":  # the array ends after an event (or is empty)
             continue
+        tries += 1  # skeleton decodes are bounded: a tail of "}]}]..." would never end
+        if tries > 64:
+            return None
         try:
             head_doc = _DECODER.decode(data[:start] + b"[]" + data[end + 1:])
             break
@@ -451,19 +481,30 @@ def _decode_chunked(data: bytes, builder: _FrameBuilder) -> TraceDoc | None:
     mv = memoryview(data)
     pos = start + 1  # first byte inside the array
     try:
+        misses = 0
         while pos < end:
             cut = end
             if end - pos > CHUNK_BYTES * 3 // 2:
                 g = _EVENT_GAP.search(data, pos + CHUNK_BYTES, end)
                 if g is not None:
                     cut = g.start() + 1  # just after the '}'
-            piece = b"".join((b"[", mv[pos:cut], b"]"))
-            builder.add(_EVENTS_DECODER.decode(piece))
-            del piece
+            while True:
+                try:
+                    events = _EVENTS_DECODER.decode(b"".join((b"[", mv[pos:cut], b"]")))
+                    break
+                except msgspec.DecodeError:
+                    # A gap inside a string ("}, {" in a name): cut at the next one instead.
+                    misses += 1
+                    g = _EVENT_GAP.search(data, cut + 1, end) if cut < end and misses < 256 else None
+                    if g is None:
+                        return None
+                    cut = g.start() + 1
+            builder.add(events)
+            del events
             if cut == end:
                 break
             pos = data.index(b",", cut) + 1
-    except (msgspec.DecodeError, RecursionError, ValueError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, ValueError):
         return None
     return head_doc
 
@@ -528,4 +569,6 @@ def trace_files(directory: str | os.PathLike) -> list[Path]:
             files.append(p)
     if not files:
         raise TraceError(directory, "no trace files (*.json, *.json.gz) in this directory")
-    return files
+    # Files named as torch's trace handler names them win over other JSON (configs and the like).
+    profiler_named = [p for p in files if ".pt.trace.json" in p.name]
+    return profiler_named or files

@@ -1,0 +1,140 @@
+"""The fast reader (chunked typed decode, vectorised columns) == the plain reading of the file.
+
+The reference below is the straightforward reader: ``json.load`` into dicts, one Python loop per
+event, the same filtering and conversion rules. The fast reader must give the very same columns
+on every real trace, whether it decodes the file whole or in many small slices.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from shared_traces import params
+
+import tracekit.read as R
+
+pytestmark = pytest.mark.shared
+
+
+def _load(path):
+    raw = open(path, "rb").read()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    return json.loads(raw)
+
+
+def _int(v, none=-1):
+    if v is None or isinstance(v, bool) and False:
+        return none
+    if isinstance(v, float):
+        v = int(v)
+    elif isinstance(v, str):
+        try:
+            v = int(v)
+        except ValueError:
+            return none
+    return ((v + (1 << 63)) % (1 << 64)) - (1 << 63)
+
+
+def _times(values):
+    ok = [v is not None and not isinstance(v, str) and -R._MAX_US < v < R._MAX_US for v in values]
+    if not any(ok):
+        return [0] * len(values), ok
+    if all(isinstance(v, int) for v in values if v is not None):
+        return [(v if k else 0) * 1000 for v, k in zip(values, ok)], ok
+    base = int(min(v for v, k in zip(values, ok) if k))
+    return [int(np.rint(float(v - base) * 1000.0)) + base * 1000 if k else base * 1000
+            for v, k in zip(values, ok)], ok
+
+
+def reference_frame(path) -> pd.DataFrame:
+    rows = []
+    for ev in _load(path)["traceEvents"]:
+        ph, cat, name = ev.get("ph"), ev.get("cat"), ev.get("name")
+        if ph == "M" or cat is None:
+            continue
+        kind = R._CATEGORY_KIND.get(cat, R._CATEGORY_KIND.get(cat.lower()))
+        if kind is None:
+            continue
+        if kind <= R.CPU_OP or kind == R.ANNOTATION:
+            if ph != "X":
+                continue
+        elif kind == R.PYTHON:
+            n = name or ""
+            if not (n.startswith(R._PYTHON_KEEP_PREFIX) or any(s in n for s in R._PYTHON_KEEP_SUBSTR)):
+                continue
+        elif kind == R.FLOW_LAUNCH or ph not in ("s", "f", "t"):
+            continue
+        rows.append((kind, ev))
+    ts, ts_ok = _times([e.get("ts") for _, e in rows])
+    dur, dur_ok = _times([0 if e.get("dur") is None else e.get("dur") for _, e in rows])
+    out = []
+    for (kind, e), t, tok, d, dok in zip(rows, ts, ts_ok, dur, dur_ok):
+        if not tok:
+            continue
+        d = max(d, 0)
+        if d > (1 << 55) or not dok:
+            continue
+        a = e.get("args") or {}
+        b = a.get("bytes")
+        out.append({
+            "kind": kind, "name": e.get("name") or "", "pid": _int(e.get("pid")),
+            "tid": _int(e.get("tid")), "ts": t, "dur": d, "flow_id": _int(e.get("id")),
+            "flow_ph": ph if (ph := e.get("ph")) in ("s", "f", "t") else "",
+            "corr": _int(a.get("correlation")), "ext_id": _int(a.get("External id")),
+            "seq": _int(a.get("Sequence number")), "fwd_tid": _int(a.get("Fwd thread id")),
+            "stream": _int(a.get("stream")), "device": _int(a.get("device")),
+            "py_id": _int(a.get("Python id")), "py_parent": _int(a.get("Python parent id")),
+            "collective": a.get("Collective name") or "",
+            "bytes": float(b) if isinstance(b, (int, float)) and not isinstance(b, bool) else math.nan,
+        })
+    return pd.DataFrame(out, columns=list(R._COLUMNS))
+
+
+def _same(fast: pd.DataFrame, ref: pd.DataFrame) -> None:
+    assert list(fast.columns) == list(ref.columns)
+    assert len(fast) == len(ref)
+    for c in fast.columns:
+        a = fast[c]
+        if isinstance(a.dtype, pd.CategoricalDtype):
+            assert a.astype(str).tolist() == ref[c].astype(str).tolist(), c
+        else:
+            np.testing.assert_array_equal(a.to_numpy(), ref[c].to_numpy().astype(a.dtype), err_msg=c)
+
+
+@pytest.mark.parametrize("path", params())
+def test_fast_reader_equals_reference(path):
+    _same(R.read_trace(path).events, reference_frame(path))
+
+
+@pytest.mark.parametrize("path", params())
+def test_chunked_decode_equals_whole_decode(path, monkeypatch):
+    monkeypatch.setattr(R, "CHUNK_BYTES", 1 << 40)  # whole
+    whole = R.read_trace(path)
+    monkeypatch.setattr(R, "CHUNK_BYTES", 1 << 14)  # many small slices
+    chunked = R.read_trace(path)
+    pd.testing.assert_frame_equal(whole.events, chunked.events)
+    assert whole.meta == chunked.meta
+    assert whole.warnings == chunked.warnings
+
+
+def test_chunked_decode_is_used_and_survives_brackets_in_strings(tmp_path, monkeypatch):
+    """Names with '}, {' and ']' inside strings, and a log list after the array."""
+    evs = [{"ph": "X", "cat": "cpu_op", "name": f"op}}, {{x]{i}", "pid": 1, "tid": 1,
+            "ts": i * 10.5, "dur": 3, "args": {"Sequence number": i}} for i in range(3000)]
+    doc = {"schemaVersion": 1, "traceEvents": evs, "logs": ["a] }", "b]"], "x": {"y": [1]}}
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc, indent=1))
+    monkeypatch.setattr(R, "CHUNK_BYTES", 1 << 12)
+    seen = []
+    orig = R._decode_chunked
+    monkeypatch.setattr(R, "_decode_chunked", lambda d, b: seen.append(r := orig(d, b)) or r)
+    got = R.read_trace(p)
+    assert seen and seen[0] is not None
+    _same(got.events, reference_frame(p))
+    assert got.meta["events_in_file"] == 3000
