@@ -389,7 +389,10 @@ def link(raw: RawTrace, taxonomy: ModuleTaxonomy) -> LinkedTrace:
         "stage": pd.Categorical(stage),
         "comm_text": pd.Categorical(comm_text),
     })
-    n_unlinked = int((use_seq & ~linked).sum())
+    # AccumulateGrad nodes have no forward op by nature (gradients into leaf tensors).
+    bwd_name = pd.Series(take(names, ev_of(a_bwd), ""))
+    accumulate = bwd_name.str.contains("AccumulateGrad", regex=False).to_numpy()
+    n_unlinked = int((use_seq & ~linked & ~accumulate).sum())
     if n_unlinked and len(modules):
         warnings.append(f"{n_unlinked} backward activities could not be linked to a forward op "
                         "(no sequence number or fwdbwd flow); their module is Other")
