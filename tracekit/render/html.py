@@ -1,0 +1,226 @@
+"""One self-contained HTML report: plotly.js inline, charts, then every table.
+
+``write_report(meta, tables, out)`` takes what ``tracekit analyze`` or ``tracekit compare``
+produced. The file opens offline: plotly.js is embedded, and a Content-Security-Policy forbids
+the page any network request (``default-src 'none'``).
+
+Trace text is attacker-controlled (kernel names, module names, file paths):
+
+* in HTML it goes through :func:`html.escape`;
+* into a chart it is entity-escaped as well (plotly renders a small HTML subset in labels, so
+  ``<a href=...>`` in a kernel name would otherwise become a link), then serialised with
+  :func:`script_json`, which escapes ``<``, ``>``, ``&`` and the JavaScript line separators
+  so no string can close the ``<script>`` element.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from .terminal import TITLES
+
+PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2",
+           "#ff9da6", "#9d755d", "#bab0ac"]
+CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+       "img-src data:; font-src data:")
+
+
+def script_json(obj) -> str:
+    """JSON that is safe inside a ``<script>`` element."""
+    s = json.dumps(obj, allow_nan=False, default=str)
+    return (s.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def label(v) -> str:
+    """A trace-derived string as a chart label: entity-escaped (shown verbatim by plotly)."""
+    return html.escape(str(v), quote=True)
+
+
+def _num(v) -> float:
+    f = float(v)
+    return 0.0 if math.isnan(f) or math.isinf(f) else round(f, 6)
+
+
+def _bar(traces: list[dict], title: str, *, stack: bool = False, horizontal: bool = False,
+         ytitle: str = "ms") -> dict:
+    layout = {"title": {"text": label(title)}, "barmode": "stack" if stack else "group",
+              "margin": {"l": 60, "r": 20, "t": 50, "b": 80}, "height": 380,
+              "legend": {"orientation": "h"}}
+    layout["xaxis" if horizontal else "yaxis"] = {"title": {"text": ytitle}}
+    return {"data": traces, "layout": layout}
+
+
+def _trace(name, x, y, i: int, horizontal: bool = False) -> dict:
+    xs, ys = [label(v) for v in x], [_num(v) for v in y]
+    t = {"type": "bar", "name": label(name), "marker": {"color": PALETTE[i % len(PALETTE)]}}
+    t.update({"y": xs, "x": ys, "orientation": "h"} if horizontal else {"x": xs, "y": ys})
+    return t
+
+
+def _steps_axis(df: pd.DataFrame) -> tuple[str, list]:
+    if "step" in df.columns:
+        return "step", [f"step {s}" for s in df["step"]]
+    return "", ["mean step"] * len(df)
+
+
+def _with_rank(df: pd.DataFrame) -> pd.DataFrame:
+    """Multi-rank tables: the mean over ranks (charts show one run)."""
+    if "rank" not in df.columns or df.empty:
+        return df
+    keys = [c for c in df.columns if c != "rank" and not pd.api.types.is_numeric_dtype(df[c])]
+    keys += ["step"] if "step" in df.columns else []
+    vals = [c for c in df.columns if c not in keys and c != "rank"]
+    return df.groupby(keys, observed=True, sort=False)[vals].mean().reset_index()
+
+
+def figures(tables: dict[str, pd.DataFrame]) -> list[tuple[str, dict]]:
+    """(id, plotly figure) for each chart the tables allow."""
+    figs: list[tuple[str, dict]] = []
+    t = {k: _with_rank(v) for k, v in tables.items() if isinstance(v, pd.DataFrame) and len(v)}
+    if "phases" in t:
+        df = t["phases"]
+        _, xs = _steps_axis(df)
+        df = df.assign(_x=xs)
+        traces = [_trace(ph, g["_x"], g["wall_ms"], i)
+                  for i, (ph, g) in enumerate(df.groupby(df["phase"].astype(str), sort=False))]
+        figs.append(("phases", _bar(traces, "Phases per step (wall time)", stack=True)))
+        cols = [c for c in ("exposed_comm_ms", "idle_ms") if c in df]
+        if cols:
+            g = df.groupby(df["phase"].astype(str), sort=False)[cols].mean()
+            traces = [_trace(c.replace("_ms", "").replace("_", " "), g.index, g[c], i + 3)
+                      for i, c in enumerate(cols)]
+            figs.append(("exposed", _bar(traces, "Exposed communication and idle per phase")))
+    if "modules" in t:
+        df = t["modules"]
+        df = df[~df["module"].astype(str).isin(["Idle"])]
+        g = df.groupby([df["phase"].astype(str), df["module"].astype(str)], sort=False)["time_ms"].mean()
+        traces = []
+        for i, ph in enumerate(["forward", "backward"]):
+            if ph in g.index.get_level_values(0):
+                s = g.loc[ph]
+                traces.append(_trace(ph, s.index, s.values, i))
+        if traces:
+            figs.append(("modules", _bar(traces, "Module time, forward and backward (Table VI)")))
+    if "kernels" in t:
+        df = t["kernels"]
+        df = df[df["group"].astype(str) != "idle"]
+        stage = df["stage"].astype(str) if "stage" in df else pd.Series("all", index=df.index)
+        cat = df["group"].astype(str) + ": " + df["category"].astype(str)
+        g = df.assign(_s=stage, _c=cat).groupby(["_s", "_c"], sort=False)["time_ms"].mean()
+        traces = [_trace(s, g.loc[s].index, g.loc[s].values, i)
+                  for i, s in enumerate(dict.fromkeys(g.index.get_level_values(0)))]
+        figs.append(("kernels", _bar(traces, "Kernel categories (Table X)")))
+    if "timeline" in t:
+        df = t["timeline"]
+        stage = df["stage"].astype(str) if "stage" in df else pd.Series("forward", index=df.index)
+        df = df.assign(_s=stage)
+        traces = []
+        for i, (blk, g) in enumerate(df.groupby(df["block"].astype(str), sort=False)):
+            gg = g.groupby("_s", sort=False)["time_ms"].mean()
+            traces.append(_trace(blk, gg.index, gg.values, i, horizontal=True))
+        figs.append(("timeline", _bar(traces, "Inference timeline (Table XI)", stack=True,
+                                      horizontal=True)))
+    if "attention" in t and {"a_ms", "b_ms"} <= set(t["attention"].columns):
+        df = t["attention"]
+        traces = [_trace(r, df["phase"], df[c], i) for i, (r, c) in enumerate((("A", "a_ms"), ("B", "b_ms")))]
+        figs.append(("attention", _bar(traces, "Attention time, A vs B (Table VIII)")))
+    for name in ("phases_delta", "modules_delta", "kernels_delta"):
+        if name in t:
+            df = t[name]
+            keys = [c for c in df.columns if not pd.api.types.is_numeric_dtype(df[c])]
+            x = df[keys].astype(str).agg(" / ".join, axis=1)
+            figs.append((name, _bar([_trace("B - A", x, df["delta_ms"], 3)], TITLES.get(name, name))))
+    return figs
+
+
+def table_html(name: str, df: pd.DataFrame) -> str:
+    title = TITLES.get(name, name)
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    rows = []
+    for row in df.itertuples(index=False, name=None):
+        cells = []
+        for v in row:
+            if isinstance(v, float):
+                cells.append(f'<td class="n">{"" if math.isnan(v) else f"{v:,.3f}"}</td>')
+            elif isinstance(v, int):
+                cells.append(f'<td class="n">{v}</td>')
+            else:
+                cells.append(f"<td>{html.escape(str(v))}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    body = "".join(rows) or f'<tr><td colspan="{max(len(df.columns), 1)}">(no rows)</td></tr>'
+    return (f'<section class="table" id="t-{html.escape(name)}"><h3>{html.escape(title)}</h3>'
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></section>")
+
+
+def _meta_html(meta: dict) -> str:
+    items = []
+    runs = [("A", meta["a"]), ("B", meta["b"])] if "a" in meta and "b" in meta else [("", meta)]
+    for tag, m in runs:
+        steps = "; ".join(f"rank {r}: {len(s)}" for r, s in (m.get("complete_steps") or {}).items())
+        items.append(f"<li><b>{html.escape(tag)}</b> {html.escape(str(m.get('path', '')))} "
+                     f"&middot; devices: {html.escape(', '.join(map(str, m.get('devices', []))))} "
+                     f"&middot; steps analysed: {html.escape(steps)}</li>")
+        for n in m.get("notices", []):
+            items.append(f'<li class="note">note: {html.escape(str(n))}</li>')
+    for w in meta.get("warnings", []):
+        items.append(f'<li class="warn">warning: {html.escape(str(w))}</li>')
+    return "<ul class=\"meta\">" + "".join(items) + "</ul>"
+
+
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222}
+h1{font-size:22px;margin:0 0 8px} h3{font-size:15px;margin:18px 0 6px}
+.meta{list-style:none;padding:0;font-size:13px;color:#444} .warn{color:#a15c00} .note{color:#555}
+.charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:12px}
+.chart{border:1px solid #ddd;border-radius:6px;min-height:380px}
+table{border-collapse:collapse;font-size:12px} td,th{border:1px solid #ddd;padding:3px 8px}
+th{background:#f4f4f4;text-align:left} td.n{text-align:right;font-variant-numeric:tabular-nums}
+"""
+
+
+def render_report(meta: dict, tables: dict[str, pd.DataFrame]) -> str:
+    """The whole page as a string."""
+    from plotly.offline import get_plotlyjs
+
+    figs = figures(tables)
+    title = "tracekit comparison" if "a" in meta and "b" in meta else "tracekit report"
+    charts = "".join(f'<div class="chart" id="c-{i}"></div>' for i, _ in enumerate(figs))
+    calls = script_json([{"id": f"c-{i}", "name": n, "fig": f} for i, (n, f) in enumerate(figs)])
+    tables_html = "".join(table_html(k, v) for k, v in tables.items() if isinstance(v, pd.DataFrame))
+    js = get_plotlyjs().replace("</script", "<\\/script")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{CSP}">
+<title>{html.escape(title)}</title><style>{STYLE}</style>
+<script>{js}</script></head>
+<body><h1>{html.escape(title)}</h1>{_meta_html(meta)}
+<p style="font-size:12px;color:#666">Times in ms, {html.escape(str(meta.get('aggregation', 'mean per complete step')))}.
+Definitions: docs/metrics.md.</p>
+<div class="charts">{charts}</div>
+{tables_html}
+<script>
+(function(){{
+  var figs = {calls};
+  var done = 0;
+  figs.forEach(function(f){{
+    Plotly.newPlot(f.id, f.fig.data, f.fig.layout,
+                   {{displaylogo:false, displayModeBar:false, responsive:true}})
+      .then(function(){{ done += 1; document.body.setAttribute('data-charts-rendered', String(done)); }});
+  }});
+  document.body.setAttribute('data-charts', String(figs.length));
+}})();
+</script></body></html>
+"""
+
+
+def write_report(meta: dict, tables: dict[str, pd.DataFrame], out: str | Path) -> Path:
+    """Write the report to ``out`` and return its path."""
+    out = Path(out)
+    out.write_text(render_report(meta, tables), encoding="utf-8")
+    return out
