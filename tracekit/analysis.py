@@ -27,18 +27,31 @@ class Options:
     taxonomy: str | None = None
     kernel_rules: str | None = None
     max_bytes: int = DEFAULT_MAX_BYTES
+    cache: bool = True
 
 
 def analyse_file(path: str | os.PathLike, options: Options) -> Attributed:
     """Read, link and attribute one trace file."""
     tax = module_taxonomy(options.taxonomy)
     rules = kernel_rules(options.kernel_rules)
-    raw = read_trace(path, options.max_bytes)
+    raw = _read(path, options)
     linked = link(raw, tax)
     linked.warnings[:0] = raw.warnings
     att = attribute(linked, tax, rules)
     att.meta.update({k: raw.meta[k] for k in ("rank", "world_size", "devices", "events_in_file")})
     return att
+
+
+def _read(path: str | os.PathLike, options: Options):
+    """The parsed columns of ``path``: from its Parquet cache when valid, else read (and cached)."""
+    if not options.cache:
+        return read_trace(path, options.max_bytes)
+    from . import cache
+    raw = cache.load(path, options.max_bytes)
+    if raw is None:
+        raw = read_trace(path, options.max_bytes)
+        cache.store(raw, path, options.max_bytes)
+    return raw
 
 
 def _mean_over_steps(df: pd.DataFrame, n_steps: int) -> pd.DataFrame:
@@ -107,6 +120,8 @@ class Analysis:
 
     def table(self, name: str, per_step: bool = False) -> pd.DataFrame:
         """One table; ``per_step`` keeps a ``step`` column instead of the mean over steps."""
+        if name in ("ranks", "rank_summary") and self.multi_rank:
+            return self.rank_tables()[name]
         if name not in TABLES:
             raise KeyError(f"unknown table {name!r}; tables: {', '.join(TABLES)}")
         fn = TABLES[name]
@@ -122,20 +137,42 @@ class Analysis:
         return out
 
     def tables(self, per_step: bool = False) -> dict[str, pd.DataFrame]:
-        return {name: self.table(name, per_step) for name in TABLES}
+        out = {name: self.table(name, per_step) for name in TABLES}
+        if self.multi_rank:  # the cross-rank tables (analyses/ranks.py)
+            out.update(self.rank_tables())
+        return out
+
+    def rank_tables(self) -> dict[str, pd.DataFrame]:
+        """``ranks`` (phase times per rank) and ``rank_summary`` (mean/min/max, slowest rank)."""
+        from tracekit.analyses import ranks as ranks_table
+        phases = TABLES["phases"]
+        per_rank = {}
+        for rank, att in self.ranks.items():
+            n = len(att.meta.get("complete_steps", [])) or 1
+            per_rank[rank] = _mean_over_steps(phases(att.intervals, att.steps), n)
+        return ranks_table.tables(per_rank)
 
 
 def load(path: str | os.PathLike, rank: int | None = None, *, taxonomy: str | None = None,
-         kernel_rules: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> Analysis:
-    """Analyse a trace file, or a directory of per-rank trace files (``rank`` picks one)."""
-    options = Options(taxonomy=taxonomy, kernel_rules=kernel_rules, max_bytes=max_bytes)
+         kernel_rules: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
+         cache: bool = True, jobs: int | None = None, scheduler=None) -> Analysis:
+    """Analyse a trace file, or a directory of per-rank trace files (``rank`` picks one).
+
+    ``cache``: use and fill the Parquet cache of parsed columns (:mod:`tracekit.cache`).
+    ``jobs``: ranks analysed in parallel by a local process pool (default: one per core);
+    ``scheduler``: address of (or a Client for) an existing Dask cluster to run them on instead.
+    """
+    options = Options(taxonomy=taxonomy, kernel_rules=kernel_rules, max_bytes=max_bytes,
+                      cache=cache)
     p = Path(path)
     if not p.exists():
         raise TraceError(p, "no such file or directory")
     files = trace_files(p) if p.is_dir() else [p]
     ranks: dict[int, Attributed] = {}
-    for i, f in enumerate(files):
-        att = analyse_file(f, options)
+    from .parallel import default_jobs, map_ranks
+    done = map_ranks(analyse_file, files, options,
+                     jobs=default_jobs(len(files)) if jobs is None else jobs, scheduler=scheduler)
+    for i, att in enumerate(done):
         r = att.meta.get("rank")
         r = i if r is None or r in ranks else r
         ranks[r] = att

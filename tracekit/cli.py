@@ -41,15 +41,23 @@ def fail(message: str) -> None:
               help="TOML file of kernel rules tried before the built-in ones.")
 @click.option("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, show_default=True,
               help="Refuse traces that decompress to more than this.")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache of "
+              "parsed columns (<trace>.tracekit.parquet, or ~/.cache/tracekit when read-only).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Ranks analysed in parallel (local process pool). [default: one per core]")
+@click.option("--scheduler", metavar="ADDRESS", help="Run the per-rank work on an existing "
+              "Dask cluster (e.g. tcp://host:8786; needs tracekit[dask]).")
 @click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
-def analyze(path, fmt, out, per_step, rank, taxonomy, kernel_rules, max_bytes, debug):
+def analyze(path, fmt, out, per_step, rank, taxonomy, kernel_rules, max_bytes, no_cache, jobs,
+            scheduler, debug):
     """Print the paper's tables for a trace file or a directory of per-rank traces."""
     from . import load
     from .render import formats
 
     try:
         analysis = _load_with_progress(load, path, rank=rank, taxonomy=taxonomy,
-                                       kernel_rules=kernel_rules, max_bytes=max_bytes)
+                                       kernel_rules=kernel_rules, max_bytes=max_bytes,
+                                       cache=not no_cache, jobs=jobs, scheduler=scheduler)
         tables = analysis.tables(per_step=per_step)
         meta = analysis.meta
     except TraceError as e:

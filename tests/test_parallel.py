@@ -1,0 +1,73 @@
+"""Multi-rank directories: a local process pool (--jobs) and a Dask cluster (--scheduler)
+give the same tables as one rank after another, plus the cross-rank tables."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import tracekit
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+SRCS = [SHARED / "hta" / f"trace_filter__sampled_rank-{i}.json.gz" for i in (0, 1)]
+pytestmark = pytest.mark.skipif(not all(p.is_file() for p in SRCS),
+                                reason=f"shared traces not found at {SHARED}")
+
+
+@pytest.fixture(scope="module")
+def ranks_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ranks")
+    for i, p in enumerate(SRCS * 2):  # four files (ranks 0, 1, then by position)
+        shutil.copy(p, d / f"{i}_{p.name}")
+    return d
+
+
+@pytest.fixture(scope="module")
+def serial(ranks_dir):
+    return tracekit.load(ranks_dir, jobs=1, cache=False).tables(per_step=True)
+
+
+def _same(a, b):
+    assert set(a) == set(b)
+    for k in a:
+        pd.testing.assert_frame_equal(a[k], b[k])
+
+
+def test_process_pool_equals_serial(ranks_dir, serial):
+    _same(serial, tracekit.load(ranks_dir, jobs=2, cache=False).tables(per_step=True))
+
+
+def test_cross_rank_tables(ranks_dir, serial):
+    r, s = serial["ranks"], serial["rank_summary"]
+    assert len(r) == 4 and list(s["phase"]) == ["forward", "backward", "optimizer", "step"]
+    step = s.set_index("phase").loc["step"]
+    assert step["max_ms"] == pytest.approx(r["step_ms"].max())
+    assert step["min_ms"] == pytest.approx(r["step_ms"].min())
+    assert step["mean_ms"] == pytest.approx(r["step_ms"].mean())
+    assert r.set_index("rank").loc[step["slowest_rank"], "step_ms"] == pytest.approx(step["max_ms"])
+    assert step["slowest_over_mean_ms"] == pytest.approx(step["max_ms"] - step["mean_ms"])
+    # per-rank phase times add up to the step
+    assert (r[["forward_ms", "backward_ms", "optimizer_ms"]].sum(axis=1) - r["step_ms"]).abs().max() < 1e-9
+    # a single file has no cross-rank tables
+    assert "ranks" not in tracekit.load(SRCS[0], cache=False).tables()
+
+
+def test_dask_local_cluster_equals_serial(ranks_dir, serial):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        got = tracekit.load(ranks_dir, cache=False, scheduler=cluster.scheduler_address)
+        _same(serial, got.tables(per_step=True))
+
+
+def test_cli_jobs(ranks_dir):
+    from click.testing import CliRunner
+
+    from tracekit.cli import main
+    r = CliRunner().invoke(main, ["analyze", str(ranks_dir), "--jobs", "2", "--no-cache",
+                                  "--format", "md"])
+    assert r.exit_code == 0, r.output
+    assert "slowest" in r.output
