@@ -142,3 +142,64 @@ def test_write_report_returns_path(tmp_path):
     a = tracekit.load(write_trace(tmp_path / "t.json", trace))
     out = write_report(a.meta, a.tables(), tmp_path / "r.html")
     assert out.exists() and out.stat().st_size > 3_000_000
+
+
+# --- --paper ------------------------------------------------------------------------------------
+
+PAPER_MD = Path(__file__).resolve().parents[1].parent / "shared" / "paper" / "dissecting-llm-runtime-performance.md"
+
+
+def test_paper_values_match_the_paper_text():
+    from tracekit.paper import paper_values
+    v = paper_values()
+    assert "2311.03687" in v["citation"] and "Zhang" in v["citation"]
+    if not PAPER_MD.exists():
+        pytest.skip("paper text not here (../shared/paper)")
+    text = PAPER_MD.read_text()
+    tabs = v["tables"]
+    ph = {r["phase"]: r for r in tabs["phases"]["rows"]}
+    assert f"Overall (ms)\t{ph['forward']['wall_ms']}\t{ph['backward']['wall_ms']}\t{ph['optimizer']['wall_ms']}" in text
+    rc = {r["phase"]: r for r in tabs["phases_recomputation"]["rows"]}
+    assert f"Compute kernel (ms)\t{rc['forward']['compute_ms']}\t{rc['backward']['compute_ms']}\t{rc['optimizer']['compute_ms']}" in text
+    att = {r["phase"]: r for r in tabs["attention"]["rows"]}
+    assert f"Improvement(%)\t{att['forward']['improvement_pct']}\t{att['backward']['improvement_pct']}" in text
+    for r in tabs["modules"]["rows"]:
+        assert f"\t{r['time_ms']}\t" in text or f"\t{r['time_ms']:.2f}\t" in text, r
+    tl = {r["block"]: r for r in tabs["timeline"]["rows"]}
+    assert f"32 x FFN\t\t{tl['ffn']['time_ms']}" in text
+    k = {r["category"]: r for r in tabs["kernels"]["rows"] if r["group"] == "compute"}
+    assert f"Triton\t\t{k['Triton']['time_ms']}\t\t{k['Triton']['percent']}" in text
+    g = {r["phase"]: r for r in tabs["gemm"]["rows"]}
+    assert f"Naive\t{g['forward']['percent']}%\t{g['backward']['percent']}%" in text
+
+
+def test_paper_flag_adds_columns_and_citation(tmp_path):
+    trace, _ = make_trace(n_steps=2, n_layers=1)
+    path = write_trace(tmp_path / "t.json", trace)
+    plain = json.loads(CliRunner().invoke(main, ["analyze", str(path), "--format", "json"]).stdout)
+    r = CliRunner().invoke(main, ["analyze", str(path), "--format", "json", "--paper"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert "2311.03687" in doc["meta"]["paper"]["citation"]
+    ph = {x["phase"]: x for x in doc["tables"]["phases"]}
+    assert ph["forward"]["paper_wall_ms"] == 75.0 and ph["backward"]["paper_percent"] == 47.5
+    # The user's own numbers are unchanged.
+    assert [x["wall_ms"] for x in doc["tables"]["phases"]] == [x["wall_ms"] for x in plain["tables"]["phases"]]
+    mods = {(x["phase"], x["module"]): x for x in doc["tables"]["modules"]}
+    assert mods[("forward", "MLP")]["paper_time_ms"] == 29.06
+    assert mods[("forward", "Idle")]["paper_time_ms"] is None  # the paper has no such row
+    assert doc["tables"]["memcpy"] == plain["tables"]["memcpy"]  # no paper counterpart
+    html_out = tmp_path / "p.html"
+    r = CliRunner().invoke(main, ["analyze", str(path), "--format", "html", "--paper", "--out", str(html_out)])
+    assert r.exit_code == 0 and "paper_wall_ms" in html_out.read_text() and "2311.03687" in html_out.read_text()
+
+
+def test_compare_paper_table_viii(tmp_path):
+    paths = []
+    for att in ("eager", "sdpa"):
+        trace, _ = make_trace(attention=att, n_steps=1, n_layers=1)
+        paths.append(str(write_trace(tmp_path / f"{att}.json", trace)))
+    r = CliRunner().invoke(main, ["compare", *paths, "--format", "json", "--paper"])
+    assert r.exit_code == 0, r.output
+    att = {x["phase"]: x for x in json.loads(r.stdout)["tables"]["attention"]}
+    assert att["forward"]["paper_improvement_pct"] == 34.9 and att["backward"]["paper_b_ms"] == 2.07

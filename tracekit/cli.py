@@ -47,9 +47,11 @@ def fail(message: str) -> None:
               help="Ranks analysed in parallel (local process pool). [default: one per core]")
 @click.option("--scheduler", metavar="ADDRESS", help="Run the per-rank work on an existing "
               "Dask cluster (e.g. tcp://host:8786; needs tracekit[dask]).")
+@click.option("--paper", is_flag=True, help="Add the paper's published values (Llama 2-7B on "
+              "A800, Zhang et al.) beside yours as paper_* columns, where a table matches.")
 @click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
 def analyze(path, fmt, out, per_step, rank, taxonomy, kernel_rules, max_bytes, no_cache, jobs,
-            scheduler, debug):
+            scheduler, paper, debug):
     """Print the paper's tables for a trace file or a directory of per-rank traces."""
     from . import load
     from .render import formats
@@ -60,6 +62,8 @@ def analyze(path, fmt, out, per_step, rank, taxonomy, kernel_rules, max_bytes, n
                                        cache=not no_cache, jobs=jobs, scheduler=scheduler)
         tables = analysis.tables(per_step=per_step)
         meta = analysis.meta
+        if paper:
+            tables, meta = _add_paper(tables, meta)
     except TraceError as e:
         fail(str(e))
     except MemoryError:
@@ -120,8 +124,10 @@ COMPARE_FORMATS = ["table", "json", "csv", "md", "html"]
               help="TOML file of kernel rules tried before the built-in ones.")
 @click.option("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, show_default=True,
               help="Refuse traces that decompress to more than this.")
+@click.option("--paper", is_flag=True, help="Add the paper's Table VIII (naive vs FlashAttention) "
+              "beside the attention table.")
 @click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
-def compare(a, b, fmt, out, rank, taxonomy, kernel_rules, max_bytes, debug):
+def compare(a, b, fmt, out, rank, taxonomy, kernel_rules, max_bytes, paper, debug):
     """Compare two runs A and B (e.g. eager vs SDPA attention, ZeRO-2 vs ZeRO-3).
 
     Tables: attention (Table VIII: attention time per phase, improvement of B over A in %),
@@ -148,6 +154,8 @@ def compare(a, b, fmt, out, rank, taxonomy, kernel_rules, max_bytes, debug):
                  f"{' '.join(str(e).split())[:200]}); rerun with --debug for details")
     tables = compare_runs(*runs)
     meta = compare_meta(*runs)
+    if paper:
+        tables, meta = _add_paper(tables, meta)
     for w in meta["warnings"]:
         click.echo(f"tracekit: warning: {w}", err=True)
     if fmt == "table":
@@ -171,6 +179,12 @@ def compare(a, b, fmt, out, rank, taxonomy, kernel_rules, max_bytes, debug):
         if not out:
             fail("--format html needs --out FILE.html")
         write_report(meta, tables, out)
+
+
+def _add_paper(tables: dict, meta: dict) -> tuple[dict, dict]:
+    """Tables with the paper's values joined beside them, meta with the citation."""
+    from .paper import citation_meta, with_paper
+    return with_paper(tables), {**meta, "paper": citation_meta()}
 
 
 def _load_with_progress(load, path, **kw):

@@ -98,7 +98,7 @@ def figures(tables: dict[str, pd.DataFrame]) -> list[tuple[str, dict]]:
             figs.append(("exposed", _bar(traces, "Exposed communication and idle per phase")))
     if "modules" in t:
         df = t["modules"]
-        df = df[~df["module"].astype(str).isin(["Idle"])]
+        df = df[~df["module"].astype(str).isin(["Idle"]) & (df["time_ms"] > 0)]
         g = df.groupby([df["phase"].astype(str), df["module"].astype(str)], sort=False)["time_ms"].mean()
         traces = []
         for i, ph in enumerate(["forward", "backward"]):
@@ -109,7 +109,7 @@ def figures(tables: dict[str, pd.DataFrame]) -> list[tuple[str, dict]]:
             figs.append(("modules", _bar(traces, "Module time, forward and backward (Table VI)")))
     if "kernels" in t:
         df = t["kernels"]
-        df = df[df["group"].astype(str) != "idle"]
+        df = df[(df["group"].astype(str) != "idle") & (df["time_ms"] > 0)]
         stage = df["stage"].astype(str) if "stage" in df else pd.Series("all", index=df.index)
         cat = df["group"].astype(str) + ": " + df["category"].astype(str)
         g = df.assign(_s=stage, _c=cat).groupby(["_s", "_c"], sort=False)["time_ms"].mean()
@@ -168,6 +168,9 @@ def _meta_html(meta: dict) -> str:
                      f"&middot; steps analysed: {html.escape(steps)}</li>")
         for n in m.get("notices", []):
             items.append(f'<li class="note">note: {html.escape(str(n))}</li>')
+    if meta.get("paper"):
+        items.append(f'<li class="note">paper_* columns: {html.escape(meta["paper"]["setting"])} '
+                     f'From: {html.escape(meta["paper"]["citation"])}</li>')
     for w in meta.get("warnings", []):
         items.append(f'<li class="warn">warning: {html.escape(str(w))}</li>')
     return "<ul class=\"meta\">" + "".join(items) + "</ul>"

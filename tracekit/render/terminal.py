@@ -25,7 +25,7 @@ TITLES = {
 
 def _fmt(v) -> str:
     if isinstance(v, float):
-        return f"{v:,.3f}"
+        return "" if v != v else f"{v:,.3f}"
     return escape(str(v))
 
 
@@ -40,6 +40,7 @@ def render(meta: dict, tables: dict[str, pd.DataFrame], console: Console | None 
                   escape("; ".join(f"rank {r}: {len(s)}" for r, s in steps.items())))
     for n in meta.get("notices", []):
         console.print(f"[yellow]note:[/yellow] {escape(n)}")
+    _paper_note(meta, console)
     for name, df in tables.items():
         if df.empty:
             continue
@@ -66,6 +67,7 @@ def render_compare(meta: dict, tables: dict[str, pd.DataFrame], console: Console
                       f"devices: {escape(', '.join(m.get('devices', [])))}  steps: " +
                       escape("; ".join(f"rank {r}: {len(s)}" for r, s in m.get("complete_steps", {}).items())))
     console.print("times: ms, mean per complete step; delta = B - A; std: per-step noise")
+    _paper_note(meta, console)
     for name, df in tables.items():
         if df.empty:
             continue
@@ -76,3 +78,9 @@ def render_compare(meta: dict, tables: dict[str, pd.DataFrame], console: Console
         for row in shown.itertuples(index=False, name=None):
             t.add_row(*("" if isinstance(v, float) and v != v else _fmt(v) for v in row))
         console.print(t)
+
+
+def _paper_note(meta: dict, console: Console) -> None:
+    if meta.get("paper"):
+        console.print(f"[cyan]paper_* columns:[/cyan] {escape(meta['paper']['setting'])} "
+                      f"From: {escape(meta['paper']['citation'])}")
