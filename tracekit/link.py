@@ -155,17 +155,24 @@ def _by_time(pid: np.ndarray, t: np.ndarray, r_pid: np.ndarray, r_start: np.ndar
     Ranges of one pid must not overlap (steps, phase ranges); the latest-starting one wins.
     """
     out = np.full(len(t), -1, dtype=np.int64)
-    for p in np.unique(r_pid):
-        ridx = np.flatnonzero(r_pid == p)
-        ridx = ridx[np.argsort(r_start[ridx], kind="stable")]
-        m = pid == p
-        if not m.any():
-            continue
-        pos = np.searchsorted(r_start[ridx], t[m], side="right") - 1
-        ok = pos >= 0
-        cand = np.where(ok, ridx[np.maximum(pos, 0)], -1)
-        inside = ok & (t[m] < r_end[np.maximum(cand, 0)])
-        out[np.flatnonzero(m)] = np.where(inside, cand, -1)
+    nr, nq = len(r_pid), len(t)
+    if nr == 0 or nq == 0:
+        return out
+    # One sort of ranges and times together by (pid, time), ranges before times at an equal
+    # time and equal starts in index order; the last range at or before each time is then the
+    # candidate. O(n log n) however many pids (a loop per pid was quadratic on hostile traces).
+    all_pid = np.concatenate([np.asarray(r_pid, np.int64), np.asarray(pid, np.int64)])
+    all_t = np.concatenate([np.asarray(r_start, np.int64), np.asarray(t, np.int64)])
+    is_q = np.concatenate([np.zeros(nr, bool), np.ones(nq, bool)])
+    idx = np.concatenate([np.arange(nr), np.arange(nq)])
+    order = np.lexsort((idx, is_q, all_t, all_pid))
+    q_sorted = is_q[order]
+    last = np.maximum.accumulate(np.where(q_sorted, -1, np.arange(len(order))))[q_sorted]
+    qi = idx[order][q_sorted]
+    cand = np.where(last >= 0, order[np.maximum(last, 0)], -1)
+    c = np.maximum(cand, 0)
+    inside = (cand >= 0) & (r_pid[c] == pid[qi]) & (t[qi] < r_end[c])
+    out[qi] = np.where(inside, cand, -1)
     return out
 
 
