@@ -125,16 +125,32 @@ def read_bytes(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> b
             f.seek(0)
             if head == b"\x1f\x8b":
                 return _gunzip_bounded(f, max_bytes, p)
-            data = f.read(max_bytes + 1)
+            data = _read_bounded(f, max_bytes)
     except IsADirectoryError:
         raise TraceError(p, "is a directory, expected a trace file") from None
     except FileNotFoundError:
         raise TraceError(p, "no such file") from None
     except PermissionError:
         raise TraceError(p, "permission denied") from None
+    except OSError as e:  # symlink loops, names too long, I/O errors: one line, not a traceback
+        raise TraceError(p, f"cannot read: {e.strerror or e}") from None
     if len(data) > max_bytes:
         raise TraceError(p, f"larger than the {max_bytes:,}-byte limit (raise it with --max-bytes)")
     return data
+
+
+def _read_bounded(f: io.BufferedReader, max_bytes: int) -> bytes:
+    """At most ``max_bytes + 1`` bytes, allocating by what is there (``read(n)`` reserves n)."""
+    size = os.fstat(f.fileno()).st_size
+    parts = [f.read(min(size, max_bytes) + 1)]
+    n = len(parts[0])
+    while n <= max_bytes and n > size:  # the file grew, or reports no size (/proc): read on
+        chunk = f.read(min(1 << 24, max_bytes + 1 - n))
+        if not chunk:
+            break
+        parts.append(chunk)
+        n += len(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _gunzip_bounded(f: io.BufferedReader, max_bytes: int, p: Path) -> bytes:
