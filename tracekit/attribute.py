@@ -173,23 +173,32 @@ def _blocks(linked: LinkedTrace) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _layer_split_times(mods: pd.DataFrame, origin: int) -> pd.Series:
-    """Per decoder-layer row: when its FFN block starts (post-attention norm or MLP child),
-    relative to ``origin``."""
+    """Per decoder-layer row: when its FFN block starts, relative to ``origin``.
+
+    The FFN block starts at the first direct child after the layer's attention child that is a
+    norm (post-attention norm) or the MLP; in a layer with no attention child, at its second
+    norm child, else its first MLP child; with none of these the layer is all attention.
+    """
     layers = mods.index[mods["is_layer"].to_numpy()]
-    children = mods[mods["parent"].isin(layers)].sort_values("start")
-    split = {}
-    for lay, ch in children.groupby("parent"):
-        cats = ch["category"].to_numpy()
-        att = np.flatnonzero(cats == "@attention")
-        after = att[0] + 1 if att.size else 1
-        cand = [i for i in range(after, len(ch)) if cats[i] in ("RMSNorm", "MLP")]
-        if not att.size:  # no attention child: second norm or first MLP
-            norms = [i for i in range(len(ch)) if cats[i] == "RMSNorm"]
-            mlps = [i for i in range(len(ch)) if cats[i] == "MLP"]
-            cand = (norms[1:2] or mlps[:1])
-        split[lay] = (ch["start"].to_numpy()[cand[0]] if cand else mods.at[lay, "end"]) - origin
-    s = pd.Series(split, dtype="float64")
-    return s.reindex(layers).fillna((mods.loc[layers, "end"] - origin).astype("float64"))
+    end = (mods.loc[layers, "end"] - origin).astype("float64")
+    ch = mods[mods["parent"].isin(layers)]
+    if ch.empty:
+        return end
+    cat = ch["category"].to_numpy()
+    start = ch["start"] - origin
+    par = ch["parent"]
+    att = start[cat == "@attention"].groupby(par[cat == "@attention"]).min()
+    after_att = start > att.reindex(par).to_numpy(dtype="float64")  # NaN compares False
+    ffn_like = np.isin(cat, ("RMSNorm", "MLP"))
+    split = start[ffn_like & after_att].groupby(par[ffn_like & after_att]).min()
+    no_att = ~par.isin(att.index).to_numpy()
+    norms = ch[no_att & (cat == "RMSNorm")].sort_values("start")
+    second_norm = (norms.groupby("parent")["start"].nth(1).groupby(norms["parent"]).min() - origin
+                   if len(norms) else pd.Series(dtype="float64"))
+    first_mlp = start[no_att & (cat == "MLP")].groupby(par[no_att & (cat == "MLP")]).min()
+    fallback = second_norm.combine_first(first_mlp)
+    out = split.astype("float64").combine_first(fallback.astype("float64"))
+    return out.reindex(layers).fillna(end)
 
 
 def attribute(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: KernelRules) -> Attributed:

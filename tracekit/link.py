@@ -24,8 +24,8 @@ from .read import (ANNOTATION, CPU_OP, FLOW_FWDBWD, KERNEL, MEMCPY, MEMSET, PYTH
                    RawTrace)
 from .taxonomy import ModuleTaxonomy
 
-# Flags of a CPU range.
-F_OP, F_MODULE, F_OPT, F_EVAL, F_BWD, F_COMM, F_ROPE = (1 << i for i in range(7))
+from .nesting import (F_BWD, F_COMM, F_EVAL, F_MODULE, F_OP, F_OPT, F_ROPE, MOD_IN_BWD,  # noqa: F401
+                      sweep)
 _STEP_PREFIX = "ProfilerStep#"
 _OPT_PREFIX = "Optimizer.step#"
 _EVAL_PREFIX = "autograd::engine::evaluate_function:"
@@ -97,55 +97,10 @@ def _range_flags(names: np.ndarray, kinds: np.ndarray, seq: np.ndarray, fwd_tid:
 
 
 def _sweep(pid, tid, start, end, is_range, flags):
-    """One pass over each thread's ranges and anchor points, in (thread, start, -end) order.
-
-    Returns, for every element, the innermost enclosing range of each kind (indices into the
-    inputs, -1 when none) and whether a module range is nested inside the innermost backward
-    node (then the module, not the sequence number, says where the work belongs: recomputation).
-    """
-    n = len(start)
-    order = np.lexsort((~is_range, -end, start, tid, pid))
-    out_op = np.full(n, -1, np.int64)
-    out_top = np.full(n, -1, np.int64)
-    out_mod = np.full(n, -1, np.int64)
-    out_bwd = np.full(n, -1, np.int64)
-    out_comm = np.full(n, -1, np.int64)
-    out_bits = np.zeros(n, np.int64)  # OPT, EVAL, ROPE inherited; bit 20: module inside bwd
-    MOD_IN_BWD = 1 << 20
-    pid_l, tid_l = pid[order].tolist(), tid[order].tolist()
-    st_l, en_l = start[order].tolist(), end[order].tolist()
-    rng_l, fl_l = is_range[order].tolist(), flags[order].tolist()
-    order_l = order.tolist()
-    stack: list[tuple] = []
-    cur_thread = None
-    empty = (-1, -1, -1, -1, -1, 0)
-    for k in range(n):
-        th = (pid_l[k], tid_l[k])
-        if th != cur_thread:
-            stack.clear()
-            cur_thread = th
-        ts = st_l[k]
-        while stack and stack[-1][0] <= ts:
-            stack.pop()
-        ctx = stack[-1][1] if stack else empty
-        i = order_l[k]
-        op, top, mod, bwd, comm, bits = ctx
-        out_op[i], out_top[i], out_mod[i], out_bwd[i], out_comm[i], out_bits[i] = ctx
-        if rng_l[k]:
-            f = fl_l[k]
-            if f & F_MODULE:
-                mod, top, bits = i, -1, bits | MOD_IN_BWD
-            if f & F_OP:
-                op = i
-                if top == -1:
-                    top = i
-            if f & F_BWD:
-                bwd, bits = i, bits & ~MOD_IN_BWD
-            if f & F_COMM:
-                comm = i
-            bits |= f & (F_OPT | F_EVAL | F_ROPE)
-            stack.append((en_l[k], (op, top, mod, bwd, comm, bits)))
-    return out_op, out_top, out_mod, out_bwd, out_comm, out_bits, MOD_IN_BWD
+    """Innermost enclosing range of each kind for every element (see tracekit.nesting), and the
+    bit that says a module range is nested inside the innermost backward node (then the module,
+    not the sequence number, says where the work belongs: recomputation)."""
+    return (*sweep(pid, tid, start, end, is_range, flags), MOD_IN_BWD)
 
 
 def _by_time(pid: np.ndarray, t: np.ndarray, r_pid: np.ndarray, r_start: np.ndarray,
