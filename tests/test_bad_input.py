@@ -363,3 +363,19 @@ def test_events_in_any_order_and_unknown_phases(tmp_path):
     t["traceEvents"] += [{"ph": "Z", "cat": "kernel", "name": "z", "ts": 1}, {"ph": None},
                          {}, {"cat": None, "ph": "X"}, {"ph": "i", "cat": "cpu_instant_event"}]
     _odd(tmp_path, t)
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_one_broken_rank_in_a_directory_names_that_file(tmp_path, jobs):
+    """Ranks are read in worker processes: the error must come back whole (it is pickled)."""
+    d = tmp_path / "ranks"
+    d.mkdir()
+    write(d / "rank0.json", mini_trace())
+    bad = write(d / "rank1.json", MINI.encode()[:100])
+    assert_one_line_error(analyze(d, "--jobs", jobs, "--no-cache"), bad, "truncated")
+
+
+def test_trace_error_pickles():
+    import pickle
+    e = pickle.loads(pickle.dumps(TraceError("a/b.json", "bad\nthing")))
+    assert isinstance(e, TraceError) and (e.path, e.problem) == ("a/b.json", "bad thing")

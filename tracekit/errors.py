@@ -13,5 +13,10 @@ class TraceError(Exception):
         self.problem = " ".join(str(problem).split())  # always one line
         super().__init__(str(self))
 
+    def __reduce__(self):
+        # Ranks are read in worker processes: the error must survive pickling back to the parent
+        # (the default, TraceError(str(self)), fails and breaks the pool instead).
+        return (self.__class__, (self.path, self.problem))
+
     def __str__(self) -> str:
         return f"{self.path}: {self.problem}" if self.path else self.problem
