@@ -22,7 +22,7 @@ import pandas as pd
 
 from .intervals import ShareClock
 from .link import LinkedTrace, take
-from .read import KERNEL, MEMCPY, MEMSET
+from .read import MEMCPY, MEMSET
 from .taxonomy import KernelRules, ModuleTaxonomy
 from .stages import pass_index
 

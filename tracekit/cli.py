@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -16,6 +17,16 @@ FORMATS = ["table", "json", "csv", "md", "parquet", "html"]
 class TracekitGroup(click.Group):
     """Usage errors exit with status 2 and one line (click's default), as do bad traces."""
 
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # `tracekit analyze t.json | head`: the reader left, so do we
+            sys.stderr.close()
+            sys.exit(1)
+        except OSError as e:  # writing --out (a missing folder, a file in the way): one line
+            where = f"{e.filename}: " if e.filename else ""
+            fail(f"{where}cannot write ({e.strerror or e})")
+
 
 @click.group(cls=TracekitGroup)
 @click.version_option(package_name="tracekit")
@@ -26,6 +37,22 @@ def main() -> None:
 def fail(message: str) -> None:
     click.echo(f"tracekit: error: {message}", err=True)
     sys.exit(2)
+
+
+@contextmanager
+def reported(path, debug: bool):
+    """Turn every failure while analysing ``path`` into one line and exit status 2."""
+    try:
+        yield
+    except TraceError as e:
+        fail(str(e))
+    except MemoryError:
+        fail(f"{path}: out of memory while analysing")
+    except Exception as e:  # a trace we did not foresee: one line, never a traceback
+        if debug:
+            raise
+        fail(f"{path}: could not analyse ({e.__class__.__name__}: "
+             f"{' '.join(str(e).split())[:200]}); rerun with --debug for details")
 
 
 @main.command()
@@ -54,9 +81,8 @@ def analyze(path, fmt, out, per_step, rank, taxonomy, kernel_rules, max_bytes, n
             scheduler, paper, debug):
     """Print the paper's tables for a trace file or a directory of per-rank traces."""
     from . import load
-    from .render import formats
 
-    try:
+    with reported(path, debug):
         analysis = _load_with_progress(load, path, rank=rank, taxonomy=taxonomy,
                                        kernel_rules=kernel_rules, max_bytes=max_bytes,
                                        cache=not no_cache, jobs=jobs, scheduler=scheduler)
@@ -64,49 +90,7 @@ def analyze(path, fmt, out, per_step, rank, taxonomy, kernel_rules, max_bytes, n
         meta = analysis.meta
         if paper:
             tables, meta = _add_paper(tables, meta)
-    except TraceError as e:
-        fail(str(e))
-    except MemoryError:
-        fail(f"{path}: out of memory while analysing")
-    except Exception as e:  # a trace we did not foresee: one line, never a traceback
-        if debug:
-            raise
-        fail(f"{path}: could not analyse ({e.__class__.__name__}: {' '.join(str(e).split())[:200]}); "
-             "rerun with --debug for details")
-    for w in meta["warnings"]:
-        click.echo(f"tracekit: warning: {w}", err=True)
-
-    if fmt == "table":
-        from rich.console import Console
-
-        from .render.terminal import render
-        if out:
-            with open(out, "w") as f:
-                render(meta, tables, Console(file=f, width=120))
-        else:
-            render(meta, tables)
-    elif fmt == "json":
-        _emit(formats.to_json(meta, tables), out)
-    elif fmt == "md":
-        from .render.terminal import TITLES
-        text = "\n".join(formats.to_markdown(TITLES.get(k, k), v) for k, v in tables.items())
-        _emit(text, out)
-    elif fmt == "csv":
-        if out and (out.is_dir() or not out.suffix):
-            out.mkdir(parents=True, exist_ok=True)
-            for k, v in tables.items():
-                (out / f"{k}.csv").write_text(formats.to_csv(v))
-        else:
-            _emit("\n".join(f"# {k}\n{formats.to_csv(v)}" for k, v in tables.items()), out)
-    elif fmt == "parquet":
-        if not out:
-            fail("--format parquet needs --out DIR")
-        formats.write_parquet(tables, out)
-    elif fmt == "html":
-        from .render.html import write_report
-        if not out:
-            fail("--format html needs --out FILE.html")
-        write_report(meta, tables, out)
+    _write(fmt, meta, tables, out, "render")
 
 
 COMPARE_FORMATS = ["table", "json", "csv", "md", "html"]
@@ -136,44 +120,49 @@ def compare(a, b, fmt, out, rank, taxonomy, kernel_rules, max_bytes, paper, debu
     from . import load
     from .compare import compare as compare_runs
     from .compare import compare_meta
-    from .render import formats
 
     runs = []
     for path in (a, b):
-        try:
+        with reported(path, debug):
             runs.append(_load_with_progress(load, path, rank=rank, taxonomy=taxonomy,
                                             kernel_rules=kernel_rules, max_bytes=max_bytes))
-        except TraceError as e:
-            fail(str(e))
-        except MemoryError:
-            fail(f"{path}: out of memory while analysing")
-        except Exception as e:
-            if debug:
-                raise
-            fail(f"{path}: could not analyse ({e.__class__.__name__}: "
-                 f"{' '.join(str(e).split())[:200]}); rerun with --debug for details")
     tables = compare_runs(*runs)
     meta = compare_meta(*runs)
     if paper:
         tables, meta = _add_paper(tables, meta)
+    _write(fmt, meta, tables, out, "render_compare")
+
+
+def _write(fmt: str, meta: dict, tables: dict, out: Path | None, terminal: str) -> None:
+    """Warnings to stderr, then the tables in ``fmt`` to ``out`` (or stdout)."""
+    from .render import formats
+    from .render import terminal as term
+
     for w in meta["warnings"]:
         click.echo(f"tracekit: warning: {w}", err=True)
     if fmt == "table":
         from rich.console import Console
-
-        from .render.terminal import render_compare
+        render = getattr(term, terminal)
         if out:
             with open(out, "w") as f:
-                render_compare(meta, tables, Console(file=f, width=140))
+                render(meta, tables, Console(file=f, width=140))
         else:
-            render_compare(meta, tables)
+            render(meta, tables)
     elif fmt == "json":
         _emit(formats.to_json(meta, tables), out)
     elif fmt == "md":
-        from .render.terminal import TITLES
-        _emit("\n".join(formats.to_markdown(TITLES.get(k, k), v) for k, v in tables.items()), out)
+        _emit("\n".join(formats.to_markdown(term.TITLES.get(k, k), v) for k, v in tables.items()), out)
     elif fmt == "csv":
-        _emit("\n".join(f"# {k}\n{formats.to_csv(v)}" for k, v in tables.items()), out)
+        if out and (out.is_dir() or not out.suffix):
+            out.mkdir(parents=True, exist_ok=True)
+            for k, v in tables.items():
+                (out / f"{k}.csv").write_text(formats.to_csv(v))
+        else:
+            _emit("\n".join(f"# {k}\n{formats.to_csv(v)}" for k, v in tables.items()), out)
+    elif fmt == "parquet":
+        if not out:
+            fail("--format parquet needs --out DIR")
+        formats.write_parquet(tables, out)
     elif fmt == "html":
         from .render.html import write_report
         if not out:
