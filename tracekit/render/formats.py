@@ -42,17 +42,27 @@ def to_json(meta: dict, tables: dict[str, pd.DataFrame]) -> str:
     return json.dumps(doc, indent=2, default=str, allow_nan=False)
 
 
+#: Line breaks become spaces: the CSV writer does not even quote a cell for a bare "\r", so a
+#: reader would start a new row there whose first cell could be a formula; with no breaks at all
+#: every row is one line for any reader (names from traces never need one).
+_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
+
+
 def safe_csv_cell(v):
-    if isinstance(v, str) and v.startswith(_FORMULA_START):
-        return "'" + v
+    if isinstance(v, str):
+        if v.startswith(_FORMULA_START):
+            v = "'" + v
+        v = v.translate(_BREAKS)
     return v
 
 
 def to_csv(df: pd.DataFrame) -> str:
     safe = df.copy()
     for c in safe.columns:
-        if safe[c].dtype == object or isinstance(safe[c].dtype, pd.CategoricalDtype):
+        # Every column that is not numbers (object, category, pandas' string dtype, ...).
+        if not (pd.api.types.is_numeric_dtype(safe[c]) or pd.api.types.is_bool_dtype(safe[c])):
             safe[c] = safe[c].astype(object).map(safe_csv_cell)
+    safe.columns = [safe_csv_cell(str(c)) for c in safe.columns]
     buf = io.StringIO()
     safe.to_csv(buf, index=False, float_format="%.6g")
     return buf.getvalue()
