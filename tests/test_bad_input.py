@@ -49,6 +49,8 @@ BROKEN = [
     ("utf16-le", "t.json", MINI.encode("utf-16-le"), ["UTF-16"]),
     ("utf16-be", "t.json", MINI.encode("utf-16-be"), ["UTF-16"]),
     ("utf32", "t.json", MINI.encode("utf-32"), ["UTF-32"]),
+    ("latin-1", "t.json", _with_event('{"name": "caf\u00e9"}').decode().encode("latin-1"),
+     ["not UTF-8"]),
     ("csv", "t.json", b"name,dur\ngemm,12\n", ["not valid JSON"]),
     ("html", "t.json", b"<html><body>404</body></html>", ["not valid JSON"]),
     ("no-traceEvents", "t.json", b'{"schemaVersion": 1, "events": []}', ["no `traceEvents`"]),

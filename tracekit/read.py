@@ -186,6 +186,9 @@ def decode(data: bytes, path: str | os.PathLike) -> TraceDoc:
     _check_text(data, path)
     try:
         return _DECODER.decode(data)
+    except UnicodeDecodeError as e:  # msgspec passes the codec's error through
+        raise TraceError(path, f"not UTF-8 text: a JSON string holds the invalid byte "
+                               f"0x{e.object[e.start]:02x}") from None
     except msgspec.ValidationError as e:
         msg = str(e)
         if "Expected `object`, got" in msg and "$" not in msg.split("-")[-1]:
@@ -575,10 +578,17 @@ def trace_files(directory: str | os.PathLike) -> list[Path]:
     """The trace files of a directory of per-rank traces (sorted), refusing escaping symlinks."""
     root = Path(directory).resolve()
     files = []
-    for p in sorted(Path(directory).iterdir()):
+    try:
+        entries = sorted(Path(directory).iterdir())
+    except OSError as e:
+        raise TraceError(directory, f"cannot list the directory ({e.strerror or e})") from None
+    for p in entries:
         if not p.name.endswith(TRACE_SUFFIXES) or p.name == "manifest.json":
             continue
-        real = p.resolve()
+        try:
+            real = p.resolve()
+        except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+            raise TraceError(p, "symlink loop; refused") from None
         if root not in real.parents:
             raise TraceError(p, "symlink points outside the trace directory; refused")
         if real.is_file():
