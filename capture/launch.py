@@ -10,6 +10,7 @@ they can still write their trace.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -64,26 +65,34 @@ def run(spec: dict, *, nproc: int, argv: list[str] | None, options: dict, config
             [sys.executable, "-m", "tracekit.capture.worker", str(spec_path)],
             env=rank_environment(rank, nproc, port, threads), stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL), log))
-    codes = _wait(procs)
+    codes, interrupted = _wait(procs)
     ranks = []
     for rank in range(nproc):
         status = read_json(status_path(out, rank)) or {"rank": rank, "state": "failed",
                                                         "error": "the process left no status"}
         status["exit_code"] = codes[rank]
-        if codes[rank] != 0 and status.get("state") != "failed":
-            status["state"] = "failed"
+        if codes[rank] != 0 and status.get("state") not in ("failed", "interrupted"):
+            status["state"] = "interrupted" if interrupted else "failed"
             status["error"] = status.get("error") or _killed(codes[rank])
         status["log"] = str(log_path(out, rank).relative_to(out))
         ranks.append(status)
     failed = [r for r in ranks if r["state"] != "finished"]
     first = min(failed, key=lambda r: (r["exit_code"] in (None, -15), r["rank"])) if failed else None
     error = f"rank {first['rank']}: {first['error']}" if first else None
+    if interrupted:
+        done = min((r.get("completed_steps", 0) for r in ranks), default=0)
+        error = f"interrupted (Ctrl-C) after {done} finished steps"
+    state = "interrupted" if interrupted else ("failed" if failed else "finished")
     result = manifest(kind=spec["kind"], argv=argv, options=options, config=config, env=environment,
-                      ranks=ranks, status="failed" if failed else "finished", started=started,
-                      error=error)
+                      ranks=ranks, status=state, started=started, error=error)
     write_json(out / MANIFEST, result)
+    kept = [r["trace"] for r in ranks if r.get("trace")]
+    if interrupted:
+        tail = f"; traces kept: {', '.join(kept)}" if kept else "; no finished step to keep"
+        err = CaptureError(f"capture {error}{tail}")
+        err.exit_code = 130
+        raise err
     if first:
-        kept = [r["trace"] for r in ranks if r.get("trace")]
         tail = f"; traces kept: {', '.join(kept)}" if kept else ""
         raise CaptureError(f"capture failed on {error} (log: {out / first['log']}){tail}")
     return result
@@ -92,38 +101,56 @@ def run(spec: dict, *, nproc: int, argv: list[str] | None, options: dict, config
 def _killed(code: int | None) -> str:
     if code is None:
         return "stopped after another rank failed"
+    if code == 130 or code == -signal.SIGINT:
+        return "interrupted (Ctrl-C)"
     if code < 0:
         return f"killed by signal {-code}"
     return f"exited with status {code}"
 
 
-def _wait(procs) -> list[int | None]:
-    """Wait for every rank; once one fails, give the rest GRACE_SECONDS, then stop them."""
+def _wait(procs) -> tuple[list[int | None], bool]:
+    """Wait for every rank; once one fails, give the rest GRACE_SECONDS, then stop them.
+
+    On Ctrl-C (in this process; the ranks, in the same process group, get it too) the ranks are
+    sent SIGINT once more in case they did not, and get GRACE_SECONDS to write the trace of
+    their finished steps before they are stopped. Returns the exit codes and whether the run
+    was interrupted.
+    """
     deadline = None
+    interrupted = False
     try:
         while True:
             codes = [p.poll() for p, _ in procs]
             if all(c is not None for c in codes):
-                return codes
+                return codes, interrupted
             if deadline is None and any(c not in (None, 0) for c in codes):
                 deadline = time.monotonic() + GRACE_SECONDS
             if deadline is not None and time.monotonic() > deadline:
+                _stop(procs)
+                return [p.returncode for p, _ in procs], interrupted
+            try:
+                time.sleep(0.2)
+            except KeyboardInterrupt:
+                if interrupted:
+                    continue
+                interrupted = True
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish the bookkeeping first
                 for p, _ in procs:
                     if p.poll() is None:
-                        p.terminate()
-                for p, _ in procs:
-                    try:
-                        p.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
-                        p.wait()
-                return [p.returncode for p, _ in procs]
-            time.sleep(0.2)
-    except KeyboardInterrupt:
-        for p, _ in procs:
-            if p.poll() is None:
-                p.terminate()
-        raise
+                        p.send_signal(signal.SIGINT)
+                deadline = time.monotonic() + GRACE_SECONDS
     finally:
         for _, log in procs:
             log.close()
+
+
+def _stop(procs) -> None:
+    for p, _ in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p, _ in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

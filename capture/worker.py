@@ -9,6 +9,7 @@ even when a rank dies.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -17,7 +18,19 @@ from .errors import CaptureError
 from .output import read_json, status_path, traces, worker_name, write_json
 
 
+#: Exit status of a capture stopped by Ctrl-C (128 + SIGINT, as shells report it).
+INTERRUPTED = 130
+
+
+def _stop_on_first_interrupt(signum, frame):
+    """The first Ctrl-C stops the capture; later ones are ignored so that the profiler can
+    finish writing the finished steps' trace while the interrupt unwinds."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGINT, _stop_on_first_interrupt)
     spec = read_json(Path(argv[0]))
     if spec is None:
         print(f"tracekit: error: cannot read capture spec {argv[0]}", file=sys.stderr)
@@ -49,6 +62,10 @@ def main(argv: list[str]) -> int:
         status.update(state="failed", error=err.format_message())
         print(f"tracekit: error: {err.format_message()}", file=sys.stderr)
         code = 2
+    except KeyboardInterrupt:
+        status.update(state="interrupted",
+                      error=f"interrupted (Ctrl-C) after {status['completed_steps']} finished steps")
+        code = INTERRUPTED
     except BaseException as err:  # a crash: keep what was traced, say what happened
         status.update(state="failed", error=f"{type(err).__name__}: {err}".strip())
         traceback.print_exc()

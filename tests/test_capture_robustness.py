@@ -21,13 +21,6 @@ import pytest
 
 pytestmark = pytest.mark.capture
 
-#: Ctrl-C handling is capture's (capture/launch.py, capture/worker.py); until it lands, the
-#: interrupt tests say what is missing instead of failing CI. Remove once they pass.
-CTRL_C_MISSING = pytest.mark.xfail(strict=False, reason=(
-    "capture does not handle Ctrl-C yet: launch._wait SIGTERMs the ranks at once and re-raises, "
-    "click prints 'Aborted!' (exit 1), the manifest stays 'running' with no ranks, and the "
-    "finished steps' trace is never written"))
-
 TINY = ["--model", "tiny", "--layers", "2", "--seq-len", "32", "--batch-size", "1", "--no-stack"]
 
 
@@ -101,7 +94,6 @@ def _wait_for_steps(p: subprocess.Popen, out: Path, n: int, timeout: float = 300
     pytest.fail(f"no {n} finished steps within {timeout} s")
 
 
-@CTRL_C_MISSING
 def test_ctrl_c_keeps_finished_steps_and_a_manifest_that_says_interrupted(tmp_path):
     _needs_capture_stack()
     out = tmp_path / "run"
@@ -128,7 +120,6 @@ def test_ctrl_c_keeps_finished_steps_and_a_manifest_that_says_interrupted(tmp_pa
     assert len(a.meta["complete_steps"][0]) >= done - 1
 
 
-@CTRL_C_MISSING
 def test_ctrl_c_before_the_first_step_leaves_an_honest_manifest(tmp_path):
     _needs_capture_stack()
     out = tmp_path / "run"
