@@ -14,6 +14,7 @@ import pandas as pd
 
 from tracekit.analyses import TABLES
 
+from . import progress
 from .attribute import Attributed, attribute
 from .errors import TraceError
 from .link import link
@@ -34,8 +35,10 @@ def analyse_file(path: str | os.PathLike, options: Options) -> Attributed:
     tax = module_taxonomy(options.taxonomy)
     rules = kernel_rules(options.kernel_rules)
     raw = _read(path, options)
+    progress.fraction(progress.DECODED)
     linked = link(raw, tax)
     linked.warnings[:0] = raw.warnings
+    progress.fraction(progress.LINKED)
     att = attribute(linked, tax, rules)
     att.meta.update({k: raw.meta[k] for k in ("rank", "world_size", "devices", "events_in_file")})
     return att

@@ -181,15 +181,32 @@ def _load_with_progress(load, path, **kw):
     if not sys.stderr.isatty():
         return load(path, **kw)
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+    from .progress import listening
+    from .read import trace_files
 
     p = Path(path)
-    files = [f for f in p.iterdir() if f.is_file()] if p.is_dir() else [p]
-    total = sum(f.stat().st_size for f in files) or 1
-    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as prog:
-        prog.add_task(f"reading {p.name} ({total / 2**20:,.1f} MiB)", total=None)
-        return load(path, **kw)
+    try:
+        files = trace_files(p) if p.is_dir() else [p]
+        total = sum(f.stat().st_size for f in files)
+    except (TraceError, OSError):
+        return load(path, **kw)  # let load say what is wrong
+    with Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as prog:
+        task = prog.add_task(f"analysing {p.name} ({total / 2**20:,.1f} MiB, "
+                             f"{len(files)} file{'s' if len(files) != 1 else ''})", total=len(files))
+        done = [0]
+
+        def on_progress(event: str, value: float) -> None:
+            if event == "done":
+                done[0] += 1
+                prog.update(task, completed=done[0])
+            else:
+                prog.update(task, completed=done[0] + value)
+
+        with listening(on_progress):
+            return load(path, **kw)
 
 
 def _emit(text: str, out: Path | None) -> None:

@@ -14,8 +14,10 @@ holds more than one rank's raw events (none at all when ``jobs > 1``).
 from __future__ import annotations
 
 import os
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Sequence
+
+from . import progress
 
 
 def default_jobs(n_files: int) -> int:
@@ -29,9 +31,16 @@ def map_ranks(fn: Callable, files: Sequence[Any], *args, jobs: int = 1,
     if scheduler is not None:
         return _map_dask(fn, files, args, scheduler)
     if jobs <= 1 or len(files) <= 1:
-        return [fn(f, *args) for f in files]
+        out = []
+        for f in files:
+            out.append(fn(f, *args))
+            progress.file_done()
+        return out
     with ProcessPoolExecutor(max_workers=min(jobs, len(files))) as pool:
         futures = [pool.submit(fn, f, *args) for f in files]
+        for f in as_completed(futures):
+            f.result()
+            progress.file_done()
         return [f.result() for f in futures]
 
 

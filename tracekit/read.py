@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
+from . import progress
 from .errors import TraceError
 
 #: Default bound on decompressed size; ``--max-bytes`` raises it.
@@ -156,11 +157,13 @@ def _read_bounded(f: io.BufferedReader, max_bytes: int) -> bytes:
 def _gunzip_bounded(f: io.BufferedReader, max_bytes: int, p: Path) -> bytes:
     out = bytearray()
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    size = max(os.fstat(f.fileno()).st_size, 1)
     try:
         while True:
             chunk = f.read(1 << 20)
             if not chunk:
                 break
+            progress.fraction(progress.READ * f.tell() / size)
             while chunk:
                 if d.eof:  # concatenated gzip members: start the next one
                     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -520,6 +523,8 @@ def _decode_chunked(data: bytes, builder: _FrameBuilder) -> TraceDoc | None:
                     cut = g.start() + 1
             builder.add(events)
             del events
+            progress.fraction(progress.READ + (progress.DECODED - progress.READ) *
+                              (cut - start) / max(end - start, 1))
             if cut == end:
                 break
             pos = data.index(b",", cut) + 1
