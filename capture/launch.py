@@ -55,17 +55,19 @@ def run(spec: dict, *, nproc: int, argv: list[str] | None, options: dict, config
     threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
     environment = {"world_size": nproc, "omp_num_threads": threads,
                    "gpu": spec["gpu"], "backend": ("nccl" if spec["gpu"] else "gloo") if spec["kind"] == "train" else None}
-    write_json(out / MANIFEST, manifest(kind=spec["kind"], argv=argv, options=options, config=config,
-                                        env=environment, ranks=[], status="running", started=started))
-    port = free_port()
-    procs = []
-    for rank in range(nproc):
-        log = open(log_path(out, rank), "wb")
-        procs.append((subprocess.Popen(
-            [sys.executable, "-m", "tracekit.capture.worker", str(spec_path)],
-            env=rank_environment(rank, nproc, port, threads), stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL), log))
-    codes, interrupted = _wait(procs)
+    with _InterruptFlag() as ctrl_c:  # from here on Ctrl-C is recorded, never an exception
+        write_json(out / MANIFEST, manifest(kind=spec["kind"], argv=argv, options=options,
+                                            config=config, env=environment, ranks=[],
+                                            status="running", started=started))
+        port = free_port()
+        procs = []
+        for rank in range(nproc):
+            log = open(log_path(out, rank), "wb")
+            procs.append((subprocess.Popen(
+                [sys.executable, "-m", "tracekit.capture.worker", str(spec_path)],
+                env=rank_environment(rank, nproc, port, threads), stdout=log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL), log))
+        codes, interrupted = _wait(procs, ctrl_c)
     ranks = []
     for rank in range(nproc):
         status = read_json(status_path(out, rank)) or {"rank": rank, "state": "failed",
@@ -108,18 +110,47 @@ def _killed(code: int | None) -> str:
     return f"exited with status {code}"
 
 
-def _wait(procs) -> tuple[list[int | None], bool]:
+class _InterruptFlag:
+    """While active, SIGINT (Ctrl-C) sets ``seen`` instead of raising KeyboardInterrupt, so the
+    launcher can always let the ranks write their traces and record what happened."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._previous = None
+
+    def _handler(self, signum, frame) -> None:
+        self.seen = True
+
+    def __enter__(self) -> "_InterruptFlag":
+        try:
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        except ValueError:  # not the main thread: Ctrl-C is not ours to handle
+            self._previous = None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _wait(procs, ctrl_c: _InterruptFlag) -> tuple[list[int | None], bool]:
     """Wait for every rank; once one fails, give the rest GRACE_SECONDS, then stop them.
 
-    On Ctrl-C (in this process; the ranks, in the same process group, get it too) the ranks are
-    sent SIGINT once more in case they did not, and get GRACE_SECONDS to write the trace of
-    their finished steps before they are stopped. Returns the exit codes and whether the run
-    was interrupted.
+    On Ctrl-C (recorded by ``ctrl_c``; the ranks, in the same process group, get it too) the
+    ranks are sent SIGINT once more in case they did not, and get GRACE_SECONDS to write the
+    trace of their finished steps before they are stopped. Returns the exit codes and whether
+    the run was interrupted.
     """
     deadline = None
     interrupted = False
     try:
         while True:
+            if ctrl_c.seen and not interrupted:
+                interrupted = True
+                for p, _ in procs:
+                    if p.poll() is None:
+                        p.send_signal(signal.SIGINT)
+                deadline = time.monotonic() + GRACE_SECONDS
             codes = [p.poll() for p, _ in procs]
             if all(c is not None for c in codes):
                 return codes, interrupted
@@ -128,17 +159,7 @@ def _wait(procs) -> tuple[list[int | None], bool]:
             if deadline is not None and time.monotonic() > deadline:
                 _stop(procs)
                 return [p.returncode for p, _ in procs], interrupted
-            try:
-                time.sleep(0.2)
-            except KeyboardInterrupt:
-                if interrupted:
-                    continue
-                interrupted = True
-                signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish the bookkeeping first
-                for p, _ in procs:
-                    if p.poll() is None:
-                        p.send_signal(signal.SIGINT)
-                deadline = time.monotonic() + GRACE_SECONDS
+            time.sleep(0.2)
     finally:
         for _, log in procs:
             log.close()
