@@ -188,3 +188,24 @@ def test_taxonomy_files_are_data_not_code(tmp_path):
     r = analyze(trace, "--taxonomy", rules, "--format", "json", "--no-cache")
     assert r.exit_code in (0, 2), r.stderr
     assert not (Path.cwd() / "PWNED").exists() and not (tmp_path / "PWNED").exists()
+
+
+def test_terminal_output_strips_escape_sequences():
+    """A kernel name with terminal escape sequences cannot drive the user's terminal."""
+    import io
+
+    import pandas as pd
+    from rich.console import Console
+
+    from tracekit.render.terminal import render
+
+    evil = "gemm\x1b[2J\x1b]0;pwned\x07\x9b31m"
+    tables = {"kernels": pd.DataFrame({"group": ["compute"], "category": [evil], "count": [1],
+                                       "time_ms": [1.0], "kernel_ms": [1.0], "percent": [100.0]})}
+    buf = io.StringIO()
+    render({"path": "t.json", "mode": "gpu", "devices": [evil]}, tables,
+           Console(file=buf, width=200, force_terminal=False))
+    out = buf.getvalue()
+    assert "gemm" in out
+    for ch in ("\x1b", "\x07", "\x9b"):
+        assert ch not in out

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 from rich.console import Console
+import re
+
 from rich.markup import escape
 from rich.table import Table
 
@@ -23,23 +25,33 @@ TITLES = {
 }
 
 
+#: C0 and C1 control characters: a kernel name is attacker-controlled text, and an escape
+#: sequence (ESC [, OSC ...) printed raw would drive the user's terminal.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def safe(text) -> str:
+    """Trace text for the terminal: control characters replaced by U+FFFD, rich markup escaped."""
+    return escape(_CONTROL.sub("\ufffd", str(text)))
+
+
 def _fmt(v) -> str:
     if isinstance(v, float):
         return "" if v != v else f"{v:,.3f}"
-    return escape(str(v))
+    return safe(str(v))
 
 
 def render(meta: dict, tables: dict[str, pd.DataFrame], console: Console | None = None) -> None:
     console = console or Console()
-    head = f"[bold]{escape(str(meta.get('path')))}[/bold]  mode: {meta.get('mode')}"
+    head = f"[bold]{safe(str(meta.get('path')))}[/bold]  mode: {meta.get('mode')}"
     if meta.get("devices"):
-        head += "  devices: " + escape(", ".join(meta["devices"]))
+        head += "  devices: " + safe(", ".join(meta["devices"]))
     console.print(head)
     steps = meta.get("complete_steps", {})
     console.print("times: ms, " + meta.get("aggregation", "") + "; steps analysed: " +
-                  escape("; ".join(f"rank {r}: {len(s)}" for r, s in steps.items())))
+                  safe("; ".join(f"rank {r}: {len(s)}" for r, s in steps.items())))
     for n in meta.get("notices", []):
-        console.print(f"[yellow]note:[/yellow] {escape(n)}")
+        console.print(f"[yellow]note:[/yellow] {safe(n)}")
     _paper_note(meta, console)
     for name, df in tables.items():
         if df.empty:
@@ -47,7 +59,7 @@ def render(meta: dict, tables: dict[str, pd.DataFrame], console: Console | None 
         t = Table(title=TITLES.get(name, name), title_justify="left", show_lines=False)
         for c in df.columns:
             numeric = pd.api.types.is_numeric_dtype(df[c])
-            t.add_column(escape(str(c)), justify="right" if numeric else "left")
+            t.add_column(safe(str(c)), justify="right" if numeric else "left")
         shown = df
         if name == "modules" and "time_ms" in df:
             shown = df[df["time_ms"] > 0]
@@ -63,9 +75,9 @@ def render_compare(meta: dict, tables: dict[str, pd.DataFrame], console: Console
     console = console or Console()
     for k in ("a", "b"):
         m = meta.get(k, {})
-        console.print(f"[bold]{k.upper()}[/bold]: {escape(str(m.get('path')))}  "
-                      f"devices: {escape(', '.join(m.get('devices', [])))}  steps: " +
-                      escape("; ".join(f"rank {r}: {len(s)}" for r, s in m.get("complete_steps", {}).items())))
+        console.print(f"[bold]{k.upper()}[/bold]: {safe(str(m.get('path')))}  "
+                      f"devices: {safe(', '.join(m.get('devices', [])))}  steps: " +
+                      safe("; ".join(f"rank {r}: {len(s)}" for r, s in m.get("complete_steps", {}).items())))
     console.print("times: ms, mean per complete step; delta = B - A; std: per-step noise")
     _paper_note(meta, console)
     for name, df in tables.items():
@@ -74,7 +86,7 @@ def render_compare(meta: dict, tables: dict[str, pd.DataFrame], console: Console
         shown = df[(df["a_ms"] != 0) | (df["b_ms"] != 0)] if {"a_ms", "b_ms"} <= set(df) else df
         t = Table(title=TITLES.get(name, name), title_justify="left")
         for c in df.columns:
-            t.add_column(escape(str(c)), justify="right" if pd.api.types.is_numeric_dtype(df[c]) else "left")
+            t.add_column(safe(str(c)), justify="right" if pd.api.types.is_numeric_dtype(df[c]) else "left")
         for row in shown.itertuples(index=False, name=None):
             t.add_row(*("" if isinstance(v, float) and v != v else _fmt(v) for v in row))
         console.print(t)
@@ -82,5 +94,5 @@ def render_compare(meta: dict, tables: dict[str, pd.DataFrame], console: Console
 
 def _paper_note(meta: dict, console: Console) -> None:
     if meta.get("paper"):
-        console.print(f"[cyan]paper_* columns:[/cyan] {escape(meta['paper']['setting'])} "
-                      f"From: {escape(meta['paper']['citation'])}")
+        console.print(f"[cyan]paper_* columns:[/cyan] {safe(meta['paper']['setting'])} "
+                      f"From: {safe(meta['paper']['citation'])}")
