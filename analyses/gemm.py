@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ._common import PHASES, percent, union_ms
+from ._common import PHASES, percent, union_ms_by
 
 
 def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    rows = []
+    key = ["step", "phase"]
     compute = intervals[intervals["group"] == "compute"]
-    by = dict(tuple(compute.groupby(["step", "phase"], observed=True)))
-    for step in steps.loc[steps["complete"], "step"]:
-        for ph in PHASES:
-            c = by.get((step, ph), compute.iloc[:0])
-            g = union_ms(c[c["is_gemm"]])
-            t = union_ms(c)
-            rows.append({"step": step, "phase": ph, "gemm_ms": g, "compute_ms": t,
-                         "percent": float(percent(g, t))})
-    out = pd.DataFrame(rows, columns=["step", "phase", "gemm_ms", "compute_ms", "percent"])
+    compute = compute.assign(phase=compute["phase"].astype(str))
+    gemm = union_ms_by(compute[compute["is_gemm"]], key)
+    total = union_ms_by(compute, key)
+    done = steps.loc[steps["complete"], "step"].to_numpy()
+    idx = pd.MultiIndex.from_product([done, PHASES], names=key)
+    g = gemm.reindex(idx).fillna(0.0).to_numpy()
+    t = total.reindex(idx).fillna(0.0).to_numpy()
+    out = pd.DataFrame({"step": idx.get_level_values(0), "phase": idx.get_level_values(1),
+                        "gemm_ms": g, "compute_ms": t, "percent": percent(g, t)})
     out["phase"] = pd.Categorical(out["phase"], categories=PHASES)
     return out

@@ -20,51 +20,58 @@ activity's end, and its rows (Idle included) add up to that window.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from tracekit.taxonomy import COMM_CATEGORIES, KERNEL_CATEGORIES
 
-from ._common import PHASES, ms, percent, share_column
-from ._stages import has_stages, split
+from ._common import PHASES, percent, share_column
+from ._stages import ORDER, has_stages
 
 GROUPS = {"compute": KERNEL_CATEGORIES, "comm": COMM_CATEGORIES,
           "memcpy": ["Memcpy", "Memset"], "idle": ["Idle"]}
 
 
+ROWS = [(g, c) for g, cats in GROUPS.items() for c in cats]
+
+
 def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     staged = has_stages(intervals)
-    cols = ["step"] + (["stage"] if staged else []) + \
-        ["group", "category", "count", "time_ms", "kernel_ms", "percent"]
-    by = dict(tuple(intervals.groupby("step", observed=True)))
-    rows = []
-    for s in steps[steps["complete"]].itertuples(index=False):
-        for stage, iv in split(by.get(s.step, intervals.iloc[:0]), staged):
-            window = ms(s.end - s.start) if stage is None else ms(iv["end"].max() - iv["start"].min())
-            for r in _rows(iv, window):
-                rows.append({"step": s.step, **({"stage": stage} if staged else {}), **r})
-    return pd.DataFrame(rows, columns=cols)
-
-
-def _rows(iv: pd.DataFrame, window: float) -> list[dict]:
-    """The category rows of one step (or one stage of it) over a window of ``window`` ms."""
-    share = sum(iv[share_column(p)] for p in PHASES) / 1e6 if len(iv) else pd.Series(dtype=float)
-    group = iv["group"].astype(str).replace({"memset": "memcpy"})
-    key = pd.DataFrame({"group": group, "category": iv["kernel_category"].astype(str),
-                        "share": share, "dur": (iv["end"] - iv["start"]) / 1e6})
-    agg = key.groupby(["group", "category"]).agg(count=("share", "size"),
-                                                 time_ms=("share", "sum"),
-                                                 kernel_ms=("dur", "sum"))
-    busy = float(agg["time_ms"].sum()) if len(agg) else 0.0
-    rows = []
-    for g, cats in GROUPS.items():
-        for c in cats:
-            if g == "idle":
-                t, n, k = max(window - busy, 0.0), 0, 0.0
-            elif (g, c) in agg.index:
-                r = agg.loc[(g, c)]
-                t, n, k = float(r["time_ms"]), int(r["count"]), float(r["kernel_ms"])
-            else:
-                t, n, k = 0.0, 0, 0.0
-            rows.append({"group": g, "category": c, "count": n, "time_ms": t, "kernel_ms": k,
-                         "percent": float(percent(t, window))})
-    return rows
+    keys = ["step"] + (["stage"] if staged else [])
+    cols = keys + ["group", "category", "count", "time_ms", "kernel_ms", "percent"]
+    done = steps[steps["complete"]]
+    iv = intervals[intervals["step"].isin(done["step"])]
+    frame = pd.DataFrame({
+        "step": iv["step"].to_numpy(),
+        "group": iv["group"].astype(str).replace({"memset": "memcpy"}).to_numpy(),
+        "category": iv["kernel_category"].astype(str).to_numpy(),
+        "share": sum(iv[share_column(p)].to_numpy() for p in PHASES) / 1e6,
+        "dur": (iv["end"] - iv["start"]).to_numpy() / 1e6,
+        "start": iv["start"].to_numpy(), "end": iv["end"].to_numpy(),
+    })
+    if staged:
+        frame["stage"] = iv["stage"].astype(str).replace({"": "other"}).to_numpy()
+        span = frame.groupby(keys)
+        window = (span["end"].max() - span["start"].min()) / 1e6
+        order = {s: i for i, s in enumerate(ORDER)}
+        present = sorted(window.index, key=lambda k: (k[0], order.get(k[1], len(order))))
+    else:
+        window = pd.Series(((done["end"] - done["start"]) / 1e6).to_numpy(),
+                           index=pd.Index(done["step"].to_numpy(), name="step"))
+        present = list(window.index)
+    if not present:
+        return pd.DataFrame(columns=cols)
+    agg = frame.groupby(keys + ["group", "category"]).agg(
+        count=("share", "size"), time_ms=("share", "sum"), kernel_ms=("dur", "sum"))
+    busy = agg["time_ms"].groupby(level=keys).sum()
+    prefix = [k if isinstance(k, tuple) else (k,) for k in present]
+    idx = pd.MultiIndex.from_tuples([p + r for p in prefix for r in ROWS],
+                                    names=keys + ["group", "category"])
+    out = agg.reindex(idx).fillna(0.0).reset_index()
+    win = window.reindex(present).to_numpy().repeat(len(ROWS))
+    idle = (out["group"] == "idle").to_numpy()
+    b = busy.reindex(present).fillna(0.0).to_numpy().repeat(len(ROWS))
+    out.loc[idle, "time_ms"] = np.maximum(win[idle] - b[idle], 0.0)
+    out["count"] = out["count"].astype(np.int64)
+    out["percent"] = percent(out["time_ms"], win)
+    return out[cols]

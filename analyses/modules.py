@@ -19,32 +19,31 @@ column (not in the paper's Table VI) is there so every phase reconciles; its wor
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from tracekit.taxonomy import MODULE_CATEGORIES
 
-from ._common import percent, phase_windows, share_column
+from ._common import percent, phase_windows, window_shares
 
 ROWS = MODULE_CATEGORIES + ["Other", "Exposed communication", "Idle"]
 
 
 def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     win = phase_windows(steps)
-    by_step = dict(tuple(intervals.groupby("step", observed=True)))
-    rows = []
-    for w in win.itertuples(index=False):
-        iv = by_step.get(w.step, intervals.iloc[:0])
-        share = iv[share_column(w.phase)] / 1e6
-        group = iv["group"].astype(str)
-        compute = share[group == "compute"].groupby(iv.loc[group == "compute", "module"].astype(str)).sum()
-        times = {m: float(compute.get(m, 0.0)) for m in MODULE_CATEGORIES}
-        times["Other"] = float(compute.drop(MODULE_CATEGORIES, errors="ignore").sum()) + \
-            float(share[group.isin(["memcpy", "memset"])].sum())
-        times["Exposed communication"] = float(share[group == "comm"].sum())
-        times["Idle"] = max(w.wall_ms - sum(times.values()), 0.0)
-        for m in ROWS:
-            rows.append({"step": w.step, "phase": w.phase, "module": m, "time_ms": times[m],
-                         "percent": float(percent(times[m], w.wall_ms))})
-    out = pd.DataFrame(rows, columns=["step", "phase", "module", "time_ms", "percent"])
+    shares = window_shares(intervals)
+    group = shares["group"].to_numpy()
+    module = shares["module"].to_numpy()
+    row = np.where(group == "compute", np.where(np.isin(module, MODULE_CATEGORIES), module, "Other"),
+                   np.where(group == "comm", "Exposed communication", "Other"))
+    summed = shares.groupby([shares["step"], shares["phase"], row])["share_ms"].sum()
+    idx = pd.MultiIndex.from_tuples([(s, p, m) for s, p in zip(win["step"], win["phase"])
+                                     for m in ROWS], names=["step", "phase", "module"])
+    out = summed.reindex(idx).fillna(0.0).rename("time_ms").reset_index()
+    wall = np.repeat(win["wall_ms"].to_numpy(), len(ROWS))
+    per_window = out.groupby(["step", "phase"], sort=False)["time_ms"].transform("sum").to_numpy()
+    idle = out["module"].to_numpy() == "Idle"
+    out.loc[idle, "time_ms"] = np.maximum(wall[idle] - per_window[idle], 0.0)
+    out["percent"] = percent(out["time_ms"], wall)
     out["module"] = pd.Categorical(out["module"], categories=ROWS)
-    return out
+    return out[["step", "phase", "module", "time_ms", "percent"]]

@@ -17,28 +17,30 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ._common import PHASES, percent, phase_windows, share_column, union_ms
+from ._common import PHASES, percent, phase_windows, union_ms_by, window_shares
 
 
 def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     win = phase_windows(steps)
-    rows = []
-    by_step = dict(tuple(intervals.groupby("step", observed=True)))
-    for w in win.itertuples(index=False):
-        iv = by_step.get(w.step, intervals.iloc[:0])
-        labelled = iv[iv["phase"] == w.phase]
-        share = iv[share_column(w.phase)]
-        busy = share.sum() / 1e6
-        exposed = share[iv["group"] == "comm"].sum() / 1e6
-        rows.append({
-            "step": w.step, "phase": w.phase, "wall_ms": w.wall_ms,
-            "percent": float(percent(w.wall_ms, w.window_ms)),
-            "compute_ms": union_ms(labelled[labelled["group"] == "compute"]),
-            "comm_ms": union_ms(labelled[labelled["group"] == "comm"]),
-            "exposed_comm_ms": exposed,
-            "idle_ms": max(w.wall_ms - busy, 0.0),
-        })
-    out = pd.DataFrame(rows, columns=["step", "phase", "wall_ms", "percent", "compute_ms",
-                                      "comm_ms", "exposed_comm_ms", "idle_ms"])
+    key = ["step", "phase"]
+    shares = window_shares(intervals)
+    busy = shares.groupby(key)["share_ms"].sum()
+    exposed = shares[shares["group"] == "comm"].groupby(key)["share_ms"].sum()
+    labelled = intervals.assign(phase=intervals["phase"].astype(str))
+    compute = union_ms_by(labelled[labelled["group"] == "compute"], key)
+    comm = union_ms_by(labelled[labelled["group"] == "comm"], key)
+    idx = pd.MultiIndex.from_frame(win[key])
+
+    def col(series: pd.Series) -> pd.Series:
+        return series.reindex(idx).fillna(0.0).to_numpy()
+
+    out = pd.DataFrame({
+        "step": win["step"].to_numpy(), "phase": win["phase"].to_numpy(),
+        "wall_ms": win["wall_ms"].to_numpy(),
+        "percent": percent(win["wall_ms"], win["window_ms"]),
+        "compute_ms": col(compute), "comm_ms": col(comm),
+        "exposed_comm_ms": col(exposed),
+        "idle_ms": (win["wall_ms"].to_numpy() - col(busy)).clip(min=0.0),
+    })
     out["phase"] = pd.Categorical(out["phase"], categories=PHASES)
     return out
