@@ -12,9 +12,8 @@ from pathlib import Path
 from .annotate import annotate_modules, phase
 from .models import build_model, model_shape
 from .checks import devices
-from .profiling import profiler
+from .profiling import generation_steps, profiler
 
-WARMUP_DECODES = 2
 
 
 def run(spec: dict, report) -> None:
@@ -45,20 +44,7 @@ def run(spec: dict, report) -> None:
     warmup, steps = spec["warmup"], spec["gen_len"]
     with torch.inference_mode(), profiler(Path(spec["out"]), 0, warmup=warmup, steps=steps, gpu=gpu,
                                           with_stack=spec["with_stack"]) as prof:
-        # Warm-up steps: a short generation each on its own prompt (allocator, kernels, caches).
-        for _ in range(warmup):
-            cache, token = prefill(prompt())
-            for _ in range(WARMUP_DECODES):
-                cache, token = decode(cache, token)
-            prof.step()
-        report(steps_run=warmup)
-        with phase("prefill"):
-            cache, token = prefill(prompt())
-        prof.step()
-        report(steps_run=warmup + 1, completed_steps=1)
-        for i in range(1, steps):
-            with phase("decode"):
-                cache, token = decode(cache, token)
-            prof.step()
-            report(steps_run=warmup + 1 + i, completed_steps=1 + i)
+        # Each warm-up generation and the recorded prefill get a fresh prompt.
+        generation_steps(prof, report, warmup=warmup, steps=steps,
+                         prefill=lambda: prefill(prompt()), decode=decode, phase=phase)
 

@@ -21,9 +21,8 @@ from pathlib import Path
 from .annotate import annotated_call, phase
 from .errors import CaptureError
 from .models import build_model, model_shape
-from .profiling import profiler
+from .profiling import WARMUP_DECODES, generation_steps, profiler
 
-WARMUP_DECODES = 2
 
 
 def check() -> None:
@@ -185,21 +184,7 @@ def run(spec: dict, report) -> None:
     warmup = spec["warmup"]
     with torch.no_grad(), profiler(Path(spec["out"]), 0, warmup=warmup, steps=gen_len, gpu=True,
                                    with_stack=spec["with_stack"]) as prof:
-        for _ in range(warmup):
-            state, token = prefill()
-            for _ in range(WARMUP_DECODES):
-                state, token = decode(state, token)
-            release()
-            prof.step()
-        report(steps_run=warmup)
-        with phase("prefill"):
-            state, token = prefill()
-        prof.step()
-        report(steps_run=warmup + 1, completed_steps=1)
-        for i in range(1, gen_len):
-            with phase("decode"):
-                state, token = decode(state, token)
-            prof.step()
-            report(steps_run=warmup + 1 + i, completed_steps=1 + i)
+        generation_steps(prof, report, warmup=warmup, steps=gen_len, prefill=prefill,
+                         decode=decode, phase=phase, after_warmup=release)
     release()
     dist.destroy_process_group()

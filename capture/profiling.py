@@ -43,3 +43,34 @@ def profiler(out: Path, rank: int, *, warmup: int, steps: int, gpu: bool, with_s
         record_shapes=True,
         with_stack=with_stack,
     )
+
+
+#: Decode steps after each warm-up prefill (allocator, kernels and caches warm for both shapes).
+WARMUP_DECODES = 2
+
+
+def generation_steps(prof, report, *, warmup: int, steps: int, prefill, decode, phase,
+                     after_warmup=None) -> None:
+    """The profiled steps of a generation: ``warmup`` short generations (one profiler step
+    each), then one prefill step and ``steps - 1`` decode steps, each in its phase range.
+
+    ``prefill()`` returns a state and the next token; ``decode(state, token)`` the same.
+    ``after_warmup()`` (optional) releases what a warm-up generation held.
+    """
+    for _ in range(warmup):
+        state, token = prefill()
+        for _ in range(WARMUP_DECODES):
+            state, token = decode(state, token)
+        if after_warmup is not None:
+            after_warmup()
+        prof.step()
+    report(steps_run=warmup)
+    with phase("prefill"):
+        state, token = prefill()
+    prof.step()
+    report(steps_run=warmup + 1, completed_steps=1)
+    for i in range(1, steps):
+        with phase("decode"):
+            state, token = decode(state, token)
+        prof.step()
+        report(steps_run=warmup + 1 + i, completed_steps=1 + i)

@@ -14,7 +14,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import tracekit
 from bad_inputs import analyze, mini_trace, write
 from tracekit.render import formats
 

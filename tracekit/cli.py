@@ -39,6 +39,21 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
+def reading_options(command):
+    """The options of every command that reads traces: which rank, which rules, what limit."""
+    for option in reversed([
+        click.option("--rank", type=int, help="Only this rank of a directory of per-rank traces."),
+        click.option("--taxonomy", type=click.Path(exists=True, dir_okay=False),
+                     help="TOML file of module rules tried before the built-in ones."),
+        click.option("--kernel-rules", type=click.Path(exists=True, dir_okay=False),
+                     help="TOML file of kernel rules tried before the built-in ones."),
+        click.option("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, show_default=True,
+                     help="Refuse traces that decompress to more than this."),
+    ]):
+        command = option(command)
+    return command
+
+
 @contextmanager
 def reported(path, debug: bool):
     """Turn every failure while analysing ``path`` into one line and exit status 2."""
@@ -61,13 +76,7 @@ def reported(path, debug: bool):
 @click.option("--out", type=click.Path(path_type=Path), help="Write here instead of stdout "
               "(a directory for csv/parquet: one file per table).")
 @click.option("--per-step", is_flag=True, help="One row per step (a `step` column) instead of the mean.")
-@click.option("--rank", type=int, help="Only this rank of a directory of per-rank traces.")
-@click.option("--taxonomy", type=click.Path(exists=True, dir_okay=False),
-              help="TOML file of module rules tried before the built-in ones.")
-@click.option("--kernel-rules", type=click.Path(exists=True, dir_okay=False),
-              help="TOML file of kernel rules tried before the built-in ones.")
-@click.option("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, show_default=True,
-              help="Refuse traces that decompress to more than this.")
+@reading_options
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache of "
               "parsed columns (<trace>.tracekit.parquet, or ~/.cache/tracekit when read-only).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
@@ -101,13 +110,7 @@ COMPARE_FORMATS = ["table", "json", "csv", "md", "html"]
 @click.argument("b", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(COMPARE_FORMATS), default="table", show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), help="Write here instead of stdout.")
-@click.option("--rank", type=int, help="Only this rank of directories of per-rank traces.")
-@click.option("--taxonomy", type=click.Path(exists=True, dir_okay=False),
-              help="TOML file of module rules tried before the built-in ones.")
-@click.option("--kernel-rules", type=click.Path(exists=True, dir_okay=False),
-              help="TOML file of kernel rules tried before the built-in ones.")
-@click.option("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, show_default=True,
-              help="Refuse traces that decompress to more than this.")
+@reading_options
 @click.option("--paper", is_flag=True, help="Add the paper's Table VIII (naive vs FlashAttention) "
               "beside the attention table.")
 @click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
