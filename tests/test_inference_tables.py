@@ -152,8 +152,7 @@ def test_b200_gpt_oss(b200):
 
 
 def test_capture_annotated_prefill_decode():
-    if not TINY_INFER.exists():
-        pytest.skip("sample_traces/tiny-infer missing")
+    assert TINY_INFER.exists(), "the committed sample sample_traces/tiny-infer is missing"
     a = tracekit.load(TINY_INFER)
     t = a.table("timeline", per_step=True)
     assert set(t["stage"]) == {"prefill", "decode"}

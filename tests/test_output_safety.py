@@ -118,7 +118,6 @@ def test_hostile_names_end_to_end_json_csv_md(tmp_path):
 
 
 def test_hostile_names_are_escaped_in_the_html_report(tmp_path):
-    pytest.importorskip("tracekit.render.html", reason="the HTML report is not built yet")
     trace = write(tmp_path / "evil.json", _hostile_trace())
     benign = write(tmp_path / "benign.json", mini_trace())
     pages = {}
