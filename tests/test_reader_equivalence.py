@@ -29,7 +29,7 @@ def _load(path):
 
 
 def _int(v, none=-1):
-    if v is None or isinstance(v, bool) and False:
+    if v is None:
         return none
     if isinstance(v, float):
         v = int(v)

@@ -79,6 +79,7 @@ class Analysis:
     path: str
     ranks: dict[int, Attributed]
     warnings: list[str] = field(default_factory=list)
+    _computed: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def multi_rank(self) -> bool:
@@ -126,10 +127,9 @@ class Analysis:
             return self.rank_tables()[name]
         if name not in TABLES:
             raise KeyError(f"unknown table {name!r}; tables: {', '.join(TABLES)}")
-        fn = TABLES[name]
         parts = []
         for rank, att in self.ranks.items():
-            df = fn(att.intervals, att.steps)
+            df = self._per_step(name, rank)
             if not per_step:
                 df = _mean_over_steps(df, len(att.meta.get("complete_steps", [])) or 1)
             if self.multi_rank:
@@ -147,12 +147,19 @@ class Analysis:
     def rank_tables(self) -> dict[str, pd.DataFrame]:
         """``ranks`` (phase times per rank) and ``rank_summary`` (mean/min/max, slowest rank)."""
         from tracekit.analyses import ranks as ranks_table
-        phases = TABLES["phases"]
         per_rank = {}
         for rank, att in self.ranks.items():
             n = len(att.meta.get("complete_steps", [])) or 1
-            per_rank[rank] = _mean_over_steps(phases(att.intervals, att.steps), n)
+            per_rank[rank] = _mean_over_steps(self._per_step("phases", rank), n)
         return ranks_table.tables(per_rank)
+
+    def _per_step(self, name: str, rank: int) -> pd.DataFrame:
+        """One rank's per-step table, computed once however often it is asked for."""
+        key = (name, rank)
+        if key not in self._computed:
+            att = self.ranks[rank]
+            self._computed[key] = TABLES[name](att.intervals, att.steps)
+        return self._computed[key].copy()
 
 
 def load(path: str | os.PathLike, rank: int | None = None, *, taxonomy: str | None = None,

@@ -298,7 +298,7 @@ def link(raw: RawTrace, taxonomy: ModuleTaxonomy) -> LinkedTrace:
     annotated = take(phase_names, ph_of, "")
 
     autograd_tids = _autograd_threads(kind, names, pid, tid, is_step)
-    on_autograd = np.array([(p, t) in autograd_tids for p, t in zip(a_pid, a_tid)], dtype=bool) \
+    on_autograd = pd.MultiIndex.from_arrays([a_pid, a_tid]).isin(list(autograd_tids)) \
         if autograd_tids else np.zeros(n_act, bool)
     phase = np.full(n_act, "forward", dtype=object)
     phase[(a_bits & F_EVAL) != 0] = "backward"

@@ -180,9 +180,12 @@ def _gunzip_bounded(f: io.BufferedReader, max_bytes: int, p: Path) -> bytes:
     return bytes(out)
 
 
+_NONBLANK = re.compile(rb"[^ \t\r\n]")
+
+
 def decode(data: bytes, path: str | os.PathLike) -> TraceDoc:
     """Typed decode of the JSON document; every failure becomes a one-line TraceError."""
-    if not data.strip():
+    if not _NONBLANK.search(data):  # stops at the first byte that is not blank; no copy
         raise TraceError(path, "empty file")
     if data[:3] == b"\xef\xbb\xbf":  # UTF-8 byte order mark: harmless
         data = data[3:]
