@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("--src", type=Path, default=DEFAULT_SRC)
     ap.add_argument("--sizes", type=int, nargs="+", default=[250, 1000], help="MB")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "bench-data")
-    ap.add_argument("--tools", nargs="+", default=list(CHILD))
+    ap.add_argument("--tools", nargs="+", default=list(CHILD), choices=list(CHILD))
     ap.add_argument("--json", type=Path, help="also write the results here")
     a = ap.parse_args()
     results = []
