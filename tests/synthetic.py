@@ -35,15 +35,22 @@ Definitions implemented by the truth (tracekit must implement the same; see docs
 from __future__ import annotations
 
 import copy
-import gzip
-import json
 import random
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
-from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+
+from tracekit.testing.events import (COMM_STREAM, COMPUTE_STREAM, COPY_STREAM, SIDE_STREAM, EventWriter,
+                                     write_trace)
+from tracekit.testing.kernels import (BMM, GEMM_A, GEMM_B, GEMM_C, GEMM_NN, GEMM_NT, GEMMS, K_ADAM, K_ADD,
+                                      K_CAT, K_COPY, K_COS, K_DIV, K_EMB_BW, K_EMB_SORT, K_FILL, K_FLASH_BWD,
+                                      K_FLASH_BWD_DOT, K_FLASH_FWD, K_INDEX, K_LOGSOFTMAX, K_LOGSOFTMAX_BW,
+                                      K_MEAN, K_MUL, K_NEG, K_NLL, K_NLL_BW, K_POW, K_RSQRT, K_SILU, K_SILU_BW,
+                                      K_SIN, K_SOFTMAX, K_SOFTMAX_BW, K_SUM, MEMCPY_DTOD, MEMCPY_HTOD, MEMSET,
+                                      NCCL_AG, NCCL_AR, NCCL_GENERIC)
+from tracekit.testing.truth import Activity, intersect_window, measure, shares, subtract, union
 
 __all__ = [
     "Activity",
@@ -52,228 +59,23 @@ __all__ = [
     "write_trace",
     "union",
     "measure",
+    "shares",
     "subtract",
     "intersect_window",
     "MODULE_ROWS",
+    "NCCL_GENERIC",
+    "COMPUTE_STREAM",
+    "COMM_STREAM",
+    "COPY_STREAM",
+    "SIDE_STREAM",
 ]
 
 NS_PER_MS = 1_000_000
-
-# ---------------------------------------------------------------------------------------------
-# kernel names (real ones, from real traces and cuBLAS/flash/nccl builds)
-
-GEMM_A = ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1"
-          "_execute_segment_k_off_kernel__5x_cublas")
-GEMM_B = "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTT"
-GEMM_C = "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_tn"
-GEMM_NN = "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x4_nn"
-GEMM_NT = ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_nt_n_tilesize128x256x64_warpgroupsize2x1x1"
-           "_execute_segment_k_off_kernel__5x_cublas")
-BMM = ("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8>"
-       "(cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8::Params)")
-GEMMS = frozenset({GEMM_A, GEMM_B, GEMM_C, GEMM_NN, GEMM_NT, BMM})
-
-
-def _ew(functor: str, n: int = 3) -> str:
-    t = "c10::BFloat16"
-    f = f"at::native::BinaryFunctor<{t}, {t}, {t}, {functor}>"
-    return (f"void at::native::vectorized_elementwise_kernel<4, {f}, std::array<char*, {n}ul> >"
-            f"(int, {f}, std::array<char*, {n}ul>)")
-
-
-def _un(functor: str) -> str:
-    return (f"void at::native::vectorized_elementwise_kernel<4, {functor}, std::array<char*, 2ul> >"
-            f"(int, {functor}, std::array<char*, 2ul>)")
-
-
-K_MUL = _ew("at::native::binary_internal::MulFunctor<float>")
-K_ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
-         "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)")
-K_DIV = _ew("at::native::binary_internal::DivFunctor<float>")
-K_NEG = _un("at::native::neg_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2}::operator()() const"
-            "::{lambda()#8}::operator()() const::{lambda(c10::BFloat16)#1}")
-K_CAT = ("void at::native::(anonymous namespace)::CatArrayBatchedCopy_aligned16_contig<at::native::"
-         "(anonymous namespace)::OpaqueType<2u>, unsigned int, 4, 128, 1>(at::native::(anonymous namespace)"
-         "::OpaqueType<2u>*, at::native::(anonymous namespace)::CatArrInputTensorMetadata<at::native::"
-         "(anonymous namespace)::OpaqueType<2u>, unsigned int, 128, 1>, at::native::(anonymous namespace)"
-         "::TensorSizeStride<unsigned int, 4u>, int, unsigned int)")
-K_COPY = ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::"
-          "direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::"
-          "{lambda()#7}::operator()() const::{lambda(float)#1}>(at::TensorIteratorBase&, at::native::"
-          "direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::"
-          "{lambda()#7}::operator()() const::{lambda(float)#1} const&)::{lambda(int)#1}>(int, at::native::"
-          "gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
-          "{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}>"
-          "(at::TensorIteratorBase&, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
-          "{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1} const&)"
-          "::{lambda(int)#1})")
-K_POW = _un("at::native::(anonymous namespace)::pow_tensor_scalar_kernel_impl<float, float>(at::"
-            "TensorIteratorBase&, float)::{lambda(float)#2}")
-K_MEAN = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, "
-          "float, float, float>, unsigned int, float, 4, 4> >(at::native::ReduceOp<float, at::native::"
-          "MeanOps<float, float, float, float>, unsigned int, float, 4, 4>)")
-K_SUM = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t"
-         "<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::"
-         "{lambda(float, float)#1}>, unsigned int, float, 4, 4> >(at::native::ReduceOp<float, at::native::"
-         "func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::"
-         "TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4, 4>)")
-K_RSQRT = _un("at::native::rsqrt_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2}::operator()() const"
-              "::{lambda()#2}::operator()() const::{lambda(float)#1}")
-K_SILU = _un("at::native::(anonymous namespace)::silu_kernel(at::TensorIteratorBase&)::{lambda()#1}::"
-             "operator()() const::{lambda()#4}::operator()() const::{lambda(c10::BFloat16)#1}")
-K_SILU_BW = _ew("at::native::(anonymous namespace)::silu_backward_kernel(at::TensorIteratorBase&)::"
-                "{lambda()#1}::operator()() const::{lambda()#4}::operator()() const::"
-                "{lambda(c10::BFloat16, c10::BFloat16)#1}")
-K_COS = _un("at::native::cos_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2}::operator()() const::"
-            "{lambda()#2}::operator()() const::{lambda(float)#1}")
-K_SIN = _un("at::native::sin_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2}::operator()() const::"
-            "{lambda()#2}::operator()() const::{lambda(float)#1}")
-K_FILL = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<c10::BFloat16>, "
-          "std::array<char*, 1ul> >(int, at::native::FillFunctor<c10::BFloat16>, std::array<char*, 1ul>)")
-K_SOFTMAX = ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
-             "at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)")
-K_SOFTMAX_BW = ("void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, float, float, float, "
-                "at::native::(anonymous namespace)::SoftMaxBackwardEpilogue>(float*, float const*, "
-                "float const*, long)")
-K_INDEX = ("void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, unsigned "
-           "int, 2, 2, -2, true>(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, at::cuda::"
-           "detail::TensorInfo<c10::BFloat16 const, unsigned int>, at::cuda::detail::TensorInfo<long const, "
-           "unsigned int>, int, int, unsigned int, unsigned int, long)")
-K_EMB_BW = ("void at::native::(anonymous namespace)::embedding_backward_feature_kernel<c10::BFloat16, "
-            "float, long>(long const*, c10::BFloat16 const*, c10::BFloat16*, int, long, int, int)")
-K_EMB_SORT = ("void at::native::(anonymous namespace)::compute_num_of_partial_segments<long>(long const*, "
-              "long const*, long const*, long*)")
-K_LOGSOFTMAX = ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
-                "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)")
-K_LOGSOFTMAX_BW = ("void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, float, float, float, "
-                   "at::native::(anonymous namespace)::LogSoftMaxBackwardEpilogue>(float*, float const*, "
-                   "float const*, long)")
-K_NLL = ("void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, "
-         "long>(float*, float*, float const*, long const*, float const*, bool, long, long, long, long)")
-K_NLL_BW = ("void at::native::(anonymous namespace)::nll_loss_backward_reduce_cuda_kernel_2d<float, long>"
-            "(float*, float const*, long const*, float const*, float const*, bool, int, int, long, long)")
-K_FLASH_FWD = ("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<128, 128, 64, 4, "
-               "false, false, cutlass::bfloat16_t, pytorch_flash::Flash_kernel_traits<128, 128, 64, 4, "
-               "cutlass::bfloat16_t> >, false, true, false, false, true, true, false, false>(pytorch_flash::"
-               "Flash_fwd_params)")
-K_FLASH_BWD_DOT = ("void pytorch_flash::flash_bwd_dot_do_o_kernel<true, pytorch_flash::Flash_bwd_kernel_traits"
-                   "<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t, pytorch_flash::"
-                   "Flash_kernel_traits<128, 64, 128, 8, cutlass::bfloat16_t> > >(pytorch_flash::"
-                   "Flash_bwd_params)")
-K_FLASH_BWD = ("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<pytorch_flash::"
-               "Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t, "
-               "pytorch_flash::Flash_kernel_traits<128, 64, 128, 8, cutlass::bfloat16_t> >, false, true, "
-               "false, false, false, true, true, false>(pytorch_flash::Flash_bwd_params)")
-K_ADAM = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
-          "namespace)::TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, "
-          "4, (at::native::ADAM_MODE)0, false>, double*, double, double, double, double, double, bool, "
-          "float const*, float const*>(at::native::(anonymous namespace)::TensorListMetadata<4>, at::native::"
-          "(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)0, false>, double*, "
-          "double, double, double, double, double, bool, float const*, float const*)")
-NCCL_AR = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
-NCCL_AG = "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
-NCCL_GENERIC = "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)"
-
-MEMCPY_HTOD = "Memcpy HtoD (Pinned -> Device)"
-MEMCPY_DTOD = "Memcpy DtoD (Device -> Device)"
-MEMSET = "Memset (Device)"
 
 MODULE_ROWS = ("Embedding", "QKV", "RoPE", "Bmm0", "Softmax", "Bmm1", "Attention", "Output", "MLP",
                "RMSNorm", "Linear", "Other", "Exposed communication", "Idle")
 PHASES = ("forward", "backward", "optimizer")
 BLOCKS = ("before", "attention", "ffn", "after")
-
-COMPUTE_STREAM = 7
-COMM_STREAM = 20
-COPY_STREAM = 13
-SIDE_STREAM = 22
-
-_OLD_CATS = {"cpu_op": "Operator", "cuda_runtime": "Runtime", "cuda_driver": "Driver",
-             "kernel": "Kernel", "gpu_memcpy": "Memcpy", "gpu_memset": "Memset"}
-
-
-# ---------------------------------------------------------------------------------------------
-# interval arithmetic (half-open [start, end) in integer ns)
-
-def union(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for s, e in sorted((s, e) for s, e in intervals if e > s):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
-def measure(intervals: Iterable[tuple[int, int]]) -> int:
-    return sum(e - s for s, e in union(intervals))
-
-
-def intersect_window(intervals: Iterable[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
-    return [(max(s, lo), min(e, hi)) for s, e in intervals if min(e, hi) > max(s, lo)]
-
-
-def subtract(a: Iterable[tuple[int, int]], b: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Union of ``a`` minus union of ``b``."""
-    out = []
-    bu = union(b)
-    for s, e in union(a):
-        cur = s
-        for bs, be in bu:
-            if be <= cur or bs >= e:
-                continue
-            if bs > cur:
-                out.append((cur, bs))
-            cur = max(cur, be)
-            if cur >= e:
-                break
-        if cur < e:
-            out.append((cur, e))
-    return out
-
-
-def shares(intervals: list[tuple[int, int]], lo: int, hi: int) -> list[Fraction]:
-    """Each interval's share of [lo, hi): at an instant with k intervals active each gets 1/k."""
-    pts = sorted({lo, hi} | {min(max(x, lo), hi) for s, e in intervals for x in (s, e)})
-    out = [Fraction(0)] * len(intervals)
-    for a, b in zip(pts, pts[1:]):
-        if b <= a:
-            continue
-        active = [i for i, (s, e) in enumerate(intervals) if s <= a and e >= b]
-        for i in active:
-            out[i] += Fraction(b - a, len(active))
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# the planted truth
-
-@dataclass
-class Activity:
-    """One planted device activity with the labels the generator meant it to have."""
-
-    step: int
-    start: int  # ns
-    end: int  # ns
-    kind: str  # kernel | memcpy | memset
-    name: str
-    stream: int
-    correlation: int
-    phase: str  # forward | backward | optimizer
-    category: str | None  # module category (compute kernels), None: Other
-    block: str | None  # timeline block (forward activities)
-    collective: str | None  # comm kernels
-    comm: bool = False
-    gemm: bool = False
-    launch_ts: int = 0  # ns, start of the runtime call
-
-    @property
-    def compute(self) -> bool:
-        return self.kind == "kernel" and not self.comm
-
-    @property
-    def iv(self) -> tuple[int, int]:
-        return (self.start, self.end)
 
 
 @dataclass
@@ -396,60 +198,27 @@ def compute_truth(acts: list[Activity], steps: list[int], n_layers: int) -> tupl
     return dict(per), mean
 
 
-# ---------------------------------------------------------------------------------------------
-# the builder
 
-class _Builder:
+# ---------------------------------------------------------------------------------------------
+# the builder: tracekit.testing's event writer plus the model's labels, scales and jitter
+
+class _Builder(EventWriter):
     def __init__(self, cfg: dict):
+        super().__init__(ts_format=cfg["ts_format"], big_ids=cfg["big_ids"],
+                         old_categories=cfg["old_categories"], rng=random.Random(cfg["seed"]),
+                         autograd_tid=48301 if cfg["backward_thread"] == "autograd" else None,
+                         unique_starts=True)
         self.cfg = cfg
-        self.rng = random.Random(cfg["seed"])
-        self.q = 1000 if cfg["ts_format"] == "int" else 1  # quantum in ns
-        self.big = cfg["big_ids"]
-        self.pid = 48213
-        self.main = 48213
-        self.auto = 48301 if cfg["backward_thread"] == "autograd" else self.main
-        self.device = 0
-        self.t = {self.main: 1_700_000_000_123_456 if self.q == 1 else 1_700_000_000_123_000}
-        self.t[self.auto] = self.t[self.main]
-        self.stream_end: dict[int, int] = defaultdict(int)
-        self.events: list[dict] = []
+        self.rng: random.Random = random.Random(cfg["seed"])
         self.acts: list[Activity] = []
         self.lab: dict[str, Any] = dict(step=None, phase="forward", category=None, block=None,
                                         collective=None)
-        self.ext_stack: dict[int, list[int]] = defaultdict(list)
-        self.py_stack: dict[int, list[int]] = defaultdict(list)
-        self.n_corr = 0
-        self.n_ext = 0
-        self.n_py = 0
-        self.n_flow = 0
         self.seq = 4000
         self.mod_ids: dict[str, int] = {}
         self.cls_count: dict[str, int] = defaultdict(int)
         self.fwd_units: list[dict] = []
         self.step_scale = 1.0
         self.layer_scale = 1.0
-        self.gap_budget = 0
-        self.used_starts: set[int] = set()
-
-    # ids -------------------------------------------------------------------------------------
-    def _id(self, n: int) -> int:
-        return (2**62 + n) if self.big else n
-
-    def corr(self) -> int:
-        self.n_corr += 1
-        return self._id(100_000 + self.n_corr * 3)
-
-    def ext(self) -> int:
-        self.n_ext += 1
-        return self._id(self.n_ext)
-
-    def pyid(self) -> int:
-        self.n_py += 1
-        return self._id(900_000 + self.n_py)
-
-    # time ------------------------------------------------------------------------------------
-    def qz(self, ns: float) -> int:
-        return max(self.q, int(round(ns / self.q)) * self.q)
 
     def d(self, us: float, jitter: bool = True) -> int:
         """A planted GPU duration: base microseconds scaled by step and layer, plus jitter."""
@@ -457,67 +226,6 @@ class _Builder:
         if jitter:
             ns += self.rng.randint(0, 97)
         return self.qz(ns)
-
-    def cpu(self, us: float) -> int:
-        return self.qz(us * 1000 + self.rng.randint(0, 9))
-
-    def adv(self, tid: int, us: float) -> None:
-        self.t[tid] += self.cpu(us)
-
-    # events ----------------------------------------------------------------------------------
-    def cat(self, c: str) -> str:
-        return _OLD_CATS.get(c, c) if self.cfg["old_categories"] else c
-
-    def ts(self, ns: int):
-        if self.cfg["ts_format"] == "int":
-            assert ns % 1000 == 0
-            return ns // 1000
-        return ns / 1000
-
-    def emit(self, ph: str, cat: str, name: str, pid, tid, start: int, end: int | None = None,
-             args: dict | None = None) -> dict:
-        ev = {"ph": ph, "cat": self.cat(cat), "name": name, "pid": pid, "tid": tid, "ts": self.ts(start)}
-        if end is not None:
-            ev["dur"] = self.ts(end - start)
-        if args is not None:
-            ev["args"] = args
-        self.events.append(ev)
-        return ev
-
-    @contextmanager
-    def rng_(self, tid: int, name: str, cat: str = "cpu_op", args: dict | None = None,
-             pre: float = 0.6, post: float = 0.4, ext: bool = True):
-        start = self.t[tid]
-        a = dict(args or {})
-        if ext and cat in ("cpu_op", "user_annotation"):
-            e = self.ext()
-            a = {"External id" if not self.cfg["old_categories"] else "external id": e,
-                 "Record function id": 0, **a}
-            self.ext_stack[tid].append(e)
-        self.adv(tid, pre)
-        box: dict = {"start": start}
-        try:
-            yield box
-        finally:
-            self.adv(tid, post)
-            if ext and cat in ("cpu_op", "user_annotation"):
-                self.ext_stack[tid].pop()
-            box["event"] = self.emit("X", cat, name, self.pid, tid, start, self.t[tid], a)
-
-    @contextmanager
-    def pyfunc(self, tid: int, name: str, args: dict | None = None, pre: float = 0.6, post: float = 0.4):
-        pid_ = self.pyid()
-        parent = self.py_stack[tid][-1] if self.py_stack[tid] else None
-        start = self.t[tid]
-        self.adv(tid, pre)
-        self.py_stack[tid].append(pid_)
-        try:
-            yield pid_
-        finally:
-            self.py_stack[tid].pop()
-            self.adv(tid, post)
-            a = {"Python parent id": parent, "Python id": pid_, **(args or {})}
-            self.emit("X", "python_function", name, self.pid, tid, start, self.t[tid], a)
 
     @contextmanager
     def label(self, **kw):
@@ -528,71 +236,17 @@ class _Builder:
         finally:
             self.lab.update(old)
 
-    # launches --------------------------------------------------------------------------------
     def launch(self, tid: int, name: str, dur: int, *, stream: int = COMPUTE_STREAM, gap: int = 0,
                start: int | None = None, kind: str = "kernel", api: str | None = None,
-               comm: bool = False) -> Activity:
-        self.adv(tid, 0.3)
-        rt_start = self.t[tid]
-        rt_dur = self.cpu(1.6 if kind == "kernel" else 2.9)
-        c = self.corr()
-        if api is None or (self.cfg["old_categories"] and api.startswith("cuLaunch")):
-            # old Kineto recorded no driver API calls
-            api = {"kernel": "cudaLaunchKernel", "memcpy": "cudaMemcpyAsync", "memset": "cudaMemsetAsync"}[kind]
-        cbid = {"cudaLaunchKernel": 211, "cudaMemcpyAsync": 41, "cudaMemsetAsync": 51,
-                "cuLaunchKernelEx": 652, "cudaLaunchKernelExC": 430}[api]
-        rcat = "cuda_driver" if api.startswith("cu") and not api.startswith("cuda") else "cuda_runtime"
-        ext = self.ext_stack[tid][-1] if self.ext_stack[tid] else 0
-        extkey = "External id" if not self.cfg["old_categories"] else "external id"
-        self.emit("X", rcat, api, self.pid, tid, rt_start, rt_start + rt_dur,
-                  {extkey: ext, "cbid": cbid, "correlation": c})
-        if start is None:
-            start = max(self.stream_end[stream] + gap, rt_start + self.qz(2500))
-        else:
-            # a planted start the CPU has not reached yet waits for the launch (and its stream)
-            start = max(start, rt_start + self.qz(1500), self.stream_end[stream])
-        while start in self.used_starts:  # no tied starts: the timeline split stays order-free
-            start += self.q
-        self.used_starts.add(start)
-        assert start > rt_start, "a kernel must start after its launch"
-        end = start + dur
-        self.stream_end[stream] = max(self.stream_end[stream], end)
-        cat = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}[kind]
-        args: dict[str, Any] = {extkey: ext, "device": self.device, "context": 1, "stream": stream,
-                                "correlation": c}
-        if kind == "kernel":
-            args = {extkey: ext, "queued": 0, "device": self.device, "context": 1, "stream": stream,
-                    "correlation": c, "registers per thread": 128, "shared memory": 49152,
-                    "blocks per SM": 1.2, "warps per SM": 4.8, "grid": [132, 1, 1], "block": [384, 1, 1],
-                    "est. achieved occupancy %": 6}
-        else:
-            args["bytes"] = 1 << 20
-            args["memory bandwidth (GB/s)"] = (1 << 20) / max(dur, 1)
-        self.emit("X", cat, name, self.device, stream, start, end, args)
-        fcat, fname = ("async_gpu", api) if self.cfg["old_categories"] else ("ac2g", "ac2g")
-        self.events.append({"ph": "s", "id": c, "pid": self.pid, "tid": tid, "ts": self.ts(rt_start),
-                            "cat": fcat, "name": fname})
-        self.events.append({"ph": "f", "id": c, "pid": self.device, "tid": stream, "ts": self.ts(start),
-                            "cat": fcat, "name": fname, "bp": "e"})
-        self.t[tid] = rt_start + rt_dur
-        self.adv(tid, 0.2)
-        a = Activity(step=self.lab["step"], start=start, end=end, kind=kind, name=name, stream=stream,
-                     correlation=c, phase=self.lab["phase"],
+               comm: bool = False) -> Activity:  # type: ignore[override]
+        x = super().launch(tid, name, dur, stream=stream, gap=gap, start=start, kind=kind, api=api)
+        a = Activity(step=self.lab["step"], start=x.start, end=x.end, kind=kind, name=name, stream=stream,
+                     correlation=x.correlation, phase=self.lab["phase"],
                      category=None if (comm or kind != "kernel") else self.lab["category"],
                      block=self.lab["block"], collective=self.lab["collective"] if comm else None,
-                     comm=comm, gemm=name in GEMMS, launch_ts=rt_start)
+                     comm=comm, gemm=name in GEMMS, launch_ts=x.launch_ts)
         self.acts.append(a)
         return a
-
-    def runtime_only(self, tid: int, name: str, us: float, cbid: int) -> None:
-        """A runtime call with a correlation id and no device activity (event record, sync...)."""
-        self.adv(tid, 0.4)
-        s = self.t[tid]
-        self.t[tid] += self.cpu(us)
-        ext = self.ext_stack[tid][-1] if self.ext_stack[tid] else 0
-        self.emit("X", "cuda_runtime", name, self.pid, tid, s, self.t[tid],
-                  {"External id" if not self.cfg["old_categories"] else "external id": ext,
-                   "cbid": cbid, "correlation": self.corr()})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1009,79 +663,7 @@ def _maybe(cond: bool, factory):
 
 
 def _finish(b: _Builder, cfg: dict) -> dict:
-    M, A = b.main, b.auto
-    t0 = min(e["ts"] for e in b.events if "ts" in e)
-    meta = []
-
-    def m(name, pid, tid, args):
-        meta.append({"name": name, "ph": "M", "ts": t0, "pid": pid, "tid": tid, "args": args})
-
-    m("process_name", b.pid, 0, {"name": "python3"})
-    m("process_labels", b.pid, 0, {"labels": "CPU"})
-    m("process_sort_index", b.pid, 0, {"sort_index": b.pid})
-    m("process_name", b.device, 0, {"name": "python3"})
-    m("process_labels", b.device, 0, {"labels": f"GPU {b.device}"})
-    m("process_sort_index", b.device, 0, {"sort_index": 5000000 + b.device})
-    for s in sorted({a.stream for a in b.acts}):
-        m("thread_name", b.device, s, {"name": f"stream {s} "})
-        m("thread_sort_index", b.device, s, {"sort_index": s})
-    m("thread_name", b.pid, M, {"name": f"thread {M} (pt_main_thread)"})
-    m("thread_sort_index", b.pid, M, {"sort_index": M})
-    if A != M:
-        m("thread_name", b.pid, A, {"name": f"thread {A} (pt_main_thread)"})
-        m("thread_name", b.pid, A, {"name": f"thread {A} (pt_autograd_0)"})
-        m("thread_sort_index", b.pid, A, {"sort_index": A})
-    end = max(e["ts"] + e.get("dur", 0) for e in b.events if "ts" in e)
-    tail = [
-        {"ph": "X", "cat": "Trace", "ts": t0, "dur": end - t0, "pid": "Spans", "tid": "PyTorch Profiler",
-         "name": "PyTorch Profiler (0)", "args": {"Op count": 0}},
-        {"name": "process_sort_index", "ph": "M", "ts": t0, "pid": "Spans", "tid": 0,
-         "args": {"sort_index": 536870912}},
-        {"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g", "pid": "Traces",
-         "tid": "Trace PyTorch Profiler", "ts": t0},
-        {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": end},
-    ]
-    events = meta + b.events + tail
-    if cfg["shuffle"]:
-        random.Random(cfg["seed"] + 1).shuffle(events)
-    props = {"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85020819456, "computeMajor": 9,
-             "computeMinor": 0, "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048,
-             "regsPerBlock": 65536, "warpSize": 32, "sharedMemPerBlock": 49152, "numSms": 132,
-             "regsPerMultiprocessor": 65536, "sharedMemPerBlockOptin": 232448,
-             "sharedMemPerMultiprocessor": 233472}
-    trace = {
-        "schemaVersion": 1,
-        "deviceProperties": [props],
-        "cupti_version": 24,
-        "cuda_runtime_version": 12080,
-        "cuda_driver_version": 12080,
-        "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 8, "pg_count": 1,
-                            "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
-                                           "pg_size": 8, "ranks": list(range(8))}],
-                            "nccl_version": "2.26.2"},
-        "record_shapes": 1,
-        "with_stack": 0,
-        "trace_id": "5E1F0C0FFEE0000000000000000000AB",
-        "displayTimeUnit": "ms",
-        "baseTimeNanoseconds": 1700000000000000000,
-        "traceEvents": events,
-        "traceName": "synthetic.pt.trace.json",
-    }
-    if cfg["old_categories"]:
-        trace = {"schemaVersion": 1, "distributedInfo": {"rank": 0}, "traceEvents": events}
-    return trace
-
-
-def write_trace(path: str | Path, trace: dict) -> Path:
-    """Write ``trace`` as .json or .json.gz (by suffix)."""
-    path = Path(path)
-    text = json.dumps(trace)
-    if path.name.endswith(".gz"):
-        with gzip.open(path, "wt", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        path.write_text(text, encoding="utf-8")
-    return path
+    return b.document(rank=0, world_size=8, shuffle_seed=cfg["seed"] + 1 if cfg["shuffle"] else None)
 
 
 def clone(trace: dict) -> dict:

@@ -1,0 +1,22 @@
+"""Build PyTorch profiler (Kineto) traces with exactly known times, for tests.
+
+``TraceBuilder`` writes a real Kineto-shaped Chrome trace (the event fields PyTorch writes:
+``cpu_op`` ranges with ``Sequence number``, runtime launches with ``correlation``, kernels on
+streams, ``fwdbwd``/``ac2g`` flows, ``nn.Module`` python_function events or tracekit's capture
+annotations, ``record_param_comms``, ``ProfilerStep#N``) that ``tracekit.load`` analyses, and
+keeps every planted device activity with the labels it was meant to get
+(:class:`~tracekit.testing.truth.Activity`). ``tracekit.testing.strategies`` has hypothesis
+strategies (hypothesis is imported only there). Nothing here imports torch.
+
+See docs/testing.md.
+"""
+
+from . import kernels
+from .builder import Kernel, Op, TraceBuilder
+from .events import COMM_STREAM, COMPUTE_STREAM, COPY_STREAM, SIDE_STREAM, write_trace
+from .truth import Activity, intersect_window, measure, subtract, union
+
+__all__ = [
+    "COMM_STREAM", "COMPUTE_STREAM", "COPY_STREAM", "SIDE_STREAM", "Activity", "Kernel", "Op",
+    "TraceBuilder", "intersect_window", "kernels", "measure", "subtract", "union", "write_trace",
+]

@@ -1,0 +1,408 @@
+""":class:`TraceBuilder`: a real Kineto-shaped trace in a few lines, with exact planted times.
+
+    from tracekit.testing import TraceBuilder
+    b = TraceBuilder()
+    with b.step():
+        with b.module("LlamaMLP", "model.layers.0.mlp"):
+            mm = b.kernel(GEMM_A, dur_us=10, op="aten::mm")
+        with b.backward():
+            b.kernel(GEMM_NN, dur_us=20, op="aten::mm", creator=mm)
+        with b.optimizer():
+            b.kernel(K_ADAM, dur_us=5, op="aten::_fused_adam_")
+    b.write(tmp_path / "rank0.pt.trace.json")
+
+Every device activity is also recorded in :attr:`TraceBuilder.activities` with the labels it
+was meant to get (step, phase, module, planted category...), in integer nanoseconds.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracekit.annotations import module_range, phase_range
+
+from .events import (
+    COMM_STREAM,
+    COMPUTE_STREAM,
+    COPY_STREAM,
+    EPOCH_NS,
+    EventWriter,
+    write_trace,
+)
+from .kernels import (
+    GEMMS,
+    MEMCPY_DTOD,
+    MEMCPY_DTOH,
+    MEMCPY_HTOD,
+    MEMSET,
+    NCCL_GENERIC,
+    NCCL_KERNELS,
+)
+from .truth import Activity
+
+__all__ = ["Kernel", "Op", "TraceBuilder"]
+
+MODULE_EVENTS = ("nn_module", "capture", "both", "none")
+_MEMCPY = {"HtoD": MEMCPY_HTOD, "DtoH": MEMCPY_DTOH, "DtoD": MEMCPY_DTOD}
+# record_param_comms "Collective name" as torch.distributed writes it
+_COLLECTIVE_NAME = {"AllReduce": "allreduce", "AllGather": "_allgather_base",
+                    "ReduceScatter": "_reduce_scatter_base", "Broadcast": "broadcast",
+                    "AllToAll": "all_to_all", "SendRecv": "send", "Reduce": "reduce"}
+
+
+@dataclass
+class Op:
+    """A CPU op the builder recorded: its name, thread, start (ns), sequence number, module."""
+
+    name: str
+    tid: int
+    start: int
+    seq: int | None
+    module: str | None
+
+
+@dataclass
+class Kernel:
+    """A planted device activity and the op that launched it (``creator=`` takes either)."""
+
+    activity: Activity
+    op: Op | None
+
+    @property
+    def start(self) -> int:
+        return self.activity.start
+
+    @property
+    def end(self) -> int:
+        return self.activity.end
+
+
+@dataclass
+class _State:
+    step: int | None = None
+    phase: str | None = None
+    tid: int = 0
+    backward: bool = False
+    modules: list[str] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
+    labels: dict[str, Any] = field(default_factory=lambda: {"category": None, "block": None})
+
+
+def _node_name(op_name: str) -> str:
+    """The autograd node a forward op creates: ``aten::mm`` -> ``MmBackward0``."""
+    base = op_name.split("::")[-1].strip("_")
+    return "".join(p.capitalize() for p in base.split("_") if p) + "Backward0"
+
+
+class TraceBuilder:
+    """Build one rank's Kineto trace: steps, modules, ops, kernels, backward, comm, optimizer.
+
+    ``modules``: how module ranges are recorded: ``"nn_module"`` (python_function
+    ``nn.Module: Cls_N`` events, as ``with_stack=True`` writes them), ``"capture"``
+    (``tracekit.module:``/``tracekit.phase:`` annotations, as ``tracekit capture`` writes them),
+    ``"both"`` or ``"none"``. ``autograd_thread``: backward runs on a ``pt_autograd_0`` thread
+    (else on the main thread). ``flows``: write ``fwdbwd`` flows from forward op to backward
+    node (else only ``Sequence number`` / ``Fwd thread id`` link them). ``jitter_seed``: add
+    0-9 ns of CPU jitter (device times stay exact). Times are microseconds (floats carry ns).
+    """
+
+    def __init__(self, *, rank: int = 0, world_size: int = 1, modules: str = "nn_module",
+                 autograd_thread: bool = True, flows: bool = True, ts_format: str = "float",
+                 big_ids: bool = False, old_categories: bool = False, first_step: int = 1,
+                 start_ns: int = EPOCH_NS, pid: int = 48213, device: int = 0,
+                 jitter_seed: int | None = None) -> None:
+        if modules not in MODULE_EVENTS:
+            raise ValueError(f"modules must be one of {MODULE_EVENTS}, not {modules!r}")
+        rng = random.Random(jitter_seed) if jitter_seed is not None else None
+        self.w = EventWriter(ts_format=ts_format, big_ids=big_ids, old_categories=old_categories,
+                             rng=rng, pid=pid, autograd_tid=pid + 88 if autograd_thread else None,
+                             device=device, start_ns=start_ns)
+        self.rank, self.world_size = rank, world_size
+        self.nn_module = modules in ("nn_module", "both")
+        self.capture = modules in ("capture", "both")
+        self.flows = flows
+        self.origin = self.w.t[self.w.main]
+        self.activities: list[Activity] = []
+        self.steps: list[int] = []
+        self._next_step = first_step
+        self._seq = 1
+        self._s = _State(tid=self.w.main)
+        self._instances: dict[str, int] = {}
+        self._class_count: dict[str, int] = defaultdict(int)
+
+    # time ------------------------------------------------------------------------------------
+    def ns(self, us: float) -> int:
+        """``us`` microseconds as integer ns on the trace's time quantum."""
+        ns = round(us * 1000)
+        if ns % self.w.q:
+            raise ValueError(f"{us} us is not a whole microsecond (ts_format='int')")
+        return ns
+
+    def cpu(self, us: float) -> None:
+        """The current thread spends ``us`` outside any recorded op."""
+        self.w.t[self._s.tid] += self.ns(us)
+
+    def idle(self, us: float, stream: int = COMPUTE_STREAM) -> None:
+        """Plant an idle gap: the next activity on ``stream`` starts ``us`` after its last end."""
+        self.w.stream_end[stream] += self.ns(us)
+
+    def at(self, us: float) -> int:
+        """Absolute ns of ``us`` microseconds after the builder's origin (the first CPU time)."""
+        return self.origin + self.ns(us)
+
+    # structure -------------------------------------------------------------------------------
+    @contextmanager
+    def step(self, number: int | None = None) -> Iterator[int]:
+        """A ``ProfilerStep#N`` range (numbers count up from ``first_step``); phase: forward."""
+        n = self._next_step if number is None else number
+        self._next_step = n + 1
+        self.steps.append(n)
+        first = len(self.activities)
+        old = (self._s.step, self._s.phase)
+        self._s.step, self._s.phase = n, "forward"
+        with self.w.rng_(self.w.main, f"ProfilerStep#{n}", "user_annotation", pre=2, post=2):
+            yield n
+        self._s.step, self._s.phase = old
+        mine = self.activities[first:]
+        if mine:  # the device-side projection of the step range, like real traces
+            self.w.emit("X", "gpu_user_annotation", f"ProfilerStep#{n}", self.w.device, COMPUTE_STREAM,
+                        min(a.start for a in mine), max(a.end for a in mine), {"External id": 0})
+
+    @contextmanager
+    def module(self, cls: str, qualified: str) -> Iterator[str]:
+        """A module's forward call: ``nn.Module: Cls_N`` and/or ``tracekit.module:`` ranges."""
+        if qualified not in self._instances:
+            self._instances[qualified] = self._class_count[cls]
+            self._class_count[cls] += 1
+        inst = self._instances[qualified]
+        tid = self._s.tid
+        with ExitStack() as stack:
+            if self.capture:
+                stack.enter_context(self.w.rng_(tid, module_range(cls, qualified), "user_annotation",
+                                                pre=0.8, post=0.6))
+            if self.nn_module:
+                stack.enter_context(self.w.pyfunc(tid, f"nn.Module: {cls}_{inst}",
+                                                  {"Python module id": inst}))
+                stack.enter_context(self.w.pyfunc(tid, "torch/nn/modules/module.py(1750): _call_impl"))
+            self._s.modules.append(qualified)
+            try:
+                yield qualified
+            finally:
+                self._s.modules.pop()
+
+    @contextmanager
+    def _phase(self, phase: str, annotation: str | None) -> Iterator[None]:
+        old = self._s.phase
+        self._s.phase = phase
+        with ExitStack() as stack:
+            if self.capture:
+                stack.enter_context(self.w.rng_(self.w.main, phase_range(phase), "user_annotation",
+                                                pre=0.5, post=0.5))
+            if annotation:
+                stack.enter_context(self.w.rng_(self.w.main, annotation, "user_annotation"))
+            try:
+                yield
+            finally:
+                self._s.phase = old
+
+    @contextmanager
+    def forward(self) -> Iterator[None]:
+        """The forward pass (a ``tracekit.phase:forward`` range with capture annotations)."""
+        with self._phase("forward", None):
+            yield
+
+    @contextmanager
+    def optimizer(self, name: str = "Optimizer.step#FusedAdam.step") -> Iterator[None]:
+        """An ``Optimizer.step#...`` range: activities launched inside are optimizer time."""
+        with self._phase("optimizer", name):
+            yield
+
+    @contextmanager
+    def zero_grad(self, name: str = "Optimizer.zero_grad#FusedAdam.zero_grad") -> Iterator[None]:
+        """An ``Optimizer.zero_grad#...`` range (forward time: it is not the optimizer step)."""
+        with self.w.rng_(self.w.main, name, "user_annotation"):
+            yield
+
+    @contextmanager
+    def backward(self) -> Iterator[None]:
+        """``loss.backward()``: the autograd engine runs on its own thread (when it has one)."""
+        w, main = self.w, self.w.main
+        old = (self._s.tid, self._s.backward, self._s.ops, self._s.modules)
+        with self._phase("backward", None):
+            w.t[w.auto] = max(w.t[w.auto], w.t[main]) + (w.qz(5000) if w.auto != main else 0)
+            self._s.tid, self._s.backward, self._s.ops, self._s.modules = w.auto, True, [], []
+            try:
+                yield
+            finally:
+                self._s.tid, self._s.backward, self._s.ops, self._s.modules = old
+                w.t[main] = max(w.t[main], w.t[w.auto]) + (w.qz(3000) if w.auto != main else 0)
+
+    @contextmanager
+    def label(self, **labels: Any) -> Iterator[None]:
+        """Plant expected labels (``category``, ``block``) on the activities launched inside."""
+        old = dict(self._s.labels)
+        self._s.labels.update(labels)
+        try:
+            yield
+        finally:
+            self._s.labels = old
+
+    # ops -------------------------------------------------------------------------------------
+    @contextmanager
+    def op(self, name: str, args: dict | None = None) -> Iterator[Op]:
+        """A CPU op (``cpu_op``). Forward ops carry the autograd ``Sequence number`` (ops share
+        the number until a top-level op creates its node) and ``Fwd thread id`` 0."""
+        a = dict(args or {})
+        seq = None
+        if not self._s.backward:
+            seq = self._seq
+            a.update({"Sequence number": seq, "Fwd thread id": 0})
+        top = not self._s.ops
+        with self.w.rng_(self._s.tid, name, "cpu_op", args=a) as box:
+            op = Op(name=name, tid=self._s.tid, start=box["start"], seq=seq, module=self._module())
+            self._s.ops.append(op)
+            try:
+                yield op
+            finally:
+                self._s.ops.pop()
+        if top and seq is not None:
+            self._seq += 1
+
+    @contextmanager
+    def backward_node(self, creator: Op | Kernel, node: str | None = None) -> Iterator[Op]:
+        """The autograd node ``creator``'s forward op made, run by the engine (in backward)."""
+        if not self._s.backward:
+            raise RuntimeError("backward_node() belongs inside backward()")
+        fwd = creator.op if isinstance(creator, Kernel) else creator
+        if fwd is None or fwd.seq is None:
+            raise ValueError("the creator must be a forward op (or a kernel launched from one)")
+        node = node or _node_name(fwd.name)
+        args = {"Sequence number": fwd.seq, "Fwd thread id": 1}
+        tid = self._s.tid
+        with self.w.rng_(tid, f"autograd::engine::evaluate_function: {node}", args=dict(args)):
+            with self.w.rng_(tid, node, args=dict(args)) as box:
+                op = Op(name=node, tid=tid, start=box["start"], seq=fwd.seq, module=fwd.module)
+                self._s.ops.append(op)
+                try:
+                    yield op
+                finally:
+                    self._s.ops.pop()
+            if self.flows:
+                self.w.n_flow += 1
+                self.w.flow("fwdbwd", "fwdbwd", self.w._id(self.w.n_flow),
+                            (self.w.pid, fwd.tid, fwd.start), (self.w.pid, tid, box["start"]))
+
+    @contextmanager
+    def gradient_hook(self, node: str = "torch::autograd::AccumulateGrad") -> Iterator[None]:
+        """The engine running a node with no forward op (``AccumulateGrad``): gradient
+        communication launched by its post hook (DDP/ZeRO style) runs in here."""
+        if not self._s.backward:
+            raise RuntimeError("gradient_hook() belongs inside backward()")
+        with self.w.rng_(self._s.tid, f"autograd::engine::evaluate_function: {node}"):
+            yield
+
+    def _module(self) -> str | None:
+        if self._s.modules:
+            return self._s.modules[-1]
+        if self._s.backward and self._s.ops:
+            return self._s.ops[0].module  # a backward node's forward module
+        return None
+
+    # device activity -------------------------------------------------------------------------
+    def _launch(self, name: str, dur_us: float, *, kind: str, stream: int, gap_us: float,
+                at_us: float | None, api: str | None, comm: bool, collective: str | None) -> Activity:
+        want = None if at_us is None else self.at(at_us)
+        x = self.w.launch(self._s.tid, name, self.ns(dur_us), stream=stream, gap=self.ns(gap_us),
+                          start=want, kind=kind, api=api)
+        if want is not None and x.start != want:
+            raise ValueError(f"{name[:40]}: planted start {at_us} us is before its launch or the end "
+                             f"of stream {stream}'s previous activity; it would start at "
+                             f"{(x.start - self.origin) / 1000} us")
+        lab = self._s.labels
+        act = Activity(step=self._s.step, start=x.start, end=x.end, kind=kind, name=name, stream=stream,
+                       correlation=x.correlation, phase=self._s.phase,
+                       category=lab["category"] if kind == "kernel" and not comm else None,
+                       block=lab["block"], collective=collective, comm=comm, gemm=name in GEMMS,
+                       launch_ts=x.launch_ts, module=self._module(),
+                       op=self._s.ops[-1].name if self._s.ops else None)
+        self.activities.append(act)
+        return act
+
+    def kernel(self, name: str, dur_us: float, *, op: str | None = None, creator: Op | Kernel | None = None,
+               stream: int = COMPUTE_STREAM, gap_us: float = 0, at_us: float | None = None,
+               api: str | None = None) -> Kernel:
+        """A kernel launched by ``op`` (a new CPU op of that name; else the current op).
+
+        It starts ``gap_us`` after ``stream``'s last activity (and after its launch), or exactly
+        at ``at_us`` (microseconds after the origin). In backward, ``creator`` (the forward op
+        or kernel) wraps the launch in that op's autograd node.
+        """
+        with ExitStack() as stack:
+            if creator is not None:
+                stack.enter_context(self.backward_node(creator))
+            launching = stack.enter_context(self.op(op)) if op is not None else None
+            act = self._launch(name, dur_us, kind="kernel", stream=stream, gap_us=gap_us, at_us=at_us,
+                               api=api, comm=False, collective=None)
+        return Kernel(act, launching or (self._s.ops[-1] if self._s.ops else None))
+
+    def comm(self, collective: str, dur_us: float, *, kernel: str | None = None,
+             stream: int = COMM_STREAM, gap_us: float = 0, at_us: float | None = None) -> Kernel:
+        """A collective: ``record_param_comms`` (with its ``Collective name``), an ``nccl:*``
+        annotation and the NCCL kernel (``NCCL_GENERIC`` where the name does not say it)."""
+        kname = kernel or NCCL_KERNELS.get(collective, NCCL_GENERIC)
+        args = {"Collective name": _COLLECTIVE_NAME.get(collective, collective.lower()),
+                "dtype": "BFloat16", "Process Group Name": "0", "Group size": self.world_size}
+        with self.op("record_param_comms", args=args) as rpc:
+            tag = _COLLECTIVE_NAME.get(collective, collective.lower()).strip("_")
+            with self.w.rng_(self._s.tid, f"nccl:{tag}", "user_annotation"):
+                act = self._launch(kname, dur_us, kind="kernel", stream=stream, gap_us=gap_us,
+                                   at_us=at_us, api=None, comm=True, collective=collective)
+        return Kernel(act, rpc)
+
+    def memcpy(self, dur_us: float, direction: str = "HtoD", *, stream: int = COPY_STREAM,
+               gap_us: float = 0, at_us: float | None = None) -> Kernel:
+        """A ``Memcpy HtoD/DtoH/DtoD`` from an ``aten::copy_`` op."""
+        with self.op("aten::copy_") as o:
+            act = self._launch(_MEMCPY[direction], dur_us, kind="memcpy", stream=stream, gap_us=gap_us,
+                               at_us=at_us, api=None, comm=False, collective=None)
+        return Kernel(act, o)
+
+    def memset(self, dur_us: float, *, stream: int = COMPUTE_STREAM, gap_us: float = 0,
+               at_us: float | None = None) -> Kernel:
+        """A ``Memset (Device)`` from an ``aten::zero_`` op."""
+        with self.op("aten::zero_") as o:
+            act = self._launch(MEMSET, dur_us, kind="memset", stream=stream, gap_us=gap_us,
+                               at_us=at_us, api=None, comm=False, collective=None)
+        return Kernel(act, o)
+
+    def synchronize(self) -> None:
+        """``cudaStreamSynchronize``: the CPU waits until every planted activity has ended."""
+        tid = self._s.tid
+        end = max((a.end for a in self.activities), default=self.w.t[tid])
+        self.w.runtime_only(tid, "cudaStreamSynchronize", 1)
+        self.w.t[tid] = max(self.w.t[tid], end + self.w.qz(1000))
+
+    # output ----------------------------------------------------------------------------------
+    def window(self, step: int) -> tuple[int, int]:
+        """A step's GPU window (ns): first start to last end of the activities launched in it."""
+        mine = [a for a in self.activities if a.step == step]
+        if not mine:
+            raise KeyError(f"step {step} launched no device activity")
+        return min(a.start for a in mine), max(a.end for a in mine)
+
+    def trace(self, *, shuffle_seed: int | None = None, distributed: bool = True) -> dict:
+        """The Chrome-trace dict (``shuffle_seed``: events in a random order, as files may be)."""
+        if not self.w.events:
+            raise ValueError("nothing recorded yet")
+        return self.w.document(rank=self.rank, world_size=self.world_size, shuffle_seed=shuffle_seed,
+                               distributed=distributed)
+
+    def write(self, path: str | Path, **kwargs: Any) -> Path:
+        """Write the trace as ``.json`` or ``.json.gz`` (by suffix); returns the path."""
+        return write_trace(path, self.trace(**kwargs))

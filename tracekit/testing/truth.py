@@ -1,0 +1,107 @@
+"""The planted truth: device activities with the labels a trace's author meant, and plain
+interval arithmetic (half-open ``[start, end)`` in integer ns) to compute expected tables.
+
+Deliberately independent of ``tracekit.intervals``: a test that computes its expectation with
+the code under test cannot fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+from itertools import pairwise
+
+__all__ = ["Activity", "intersect_window", "measure", "shares", "subtract", "union"]
+
+
+@dataclass
+class Activity:
+    """One planted device activity (times in integer ns) with the labels it was meant to get.
+
+    ``phase``: forward | backward | optimizer, or None (outside a phase). ``module``: the
+    qualified name of the module whose forward launched it (or whose forward op created the
+    backward node that did). ``category``, ``block`` and ``collective`` are whatever the author
+    planted with :meth:`TraceBuilder.label` (the expected module category, timeline block,
+    collective).
+    """
+
+    step: int | None
+    start: int  # ns
+    end: int  # ns
+    kind: str  # kernel | memcpy | memset
+    name: str
+    stream: int
+    correlation: int
+    phase: str | None
+    category: str | None  # module category (compute kernels), None: Other
+    block: str | None  # timeline block (forward activities)
+    collective: str | None  # comm kernels
+    comm: bool = False
+    gemm: bool = False
+    launch_ts: int = 0  # ns, start of the runtime call
+    module: str | None = None
+    op: str | None = None  # the innermost CPU op that launched it
+
+    @property
+    def compute(self) -> bool:
+        return self.kind == "kernel" and not self.comm
+
+    @property
+    def iv(self) -> tuple[int, int]:
+        return (self.start, self.end)
+
+    @property
+    def dur(self) -> int:
+        return self.end - self.start
+
+
+def union(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for s, e in sorted((s, e) for s, e in intervals if e > s):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def measure(intervals: Iterable[tuple[int, int]]) -> int:
+    return sum(e - s for s, e in union(intervals))
+
+
+def intersect_window(intervals: Iterable[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    return [(max(s, lo), min(e, hi)) for s, e in intervals if min(e, hi) > max(s, lo)]
+
+
+def subtract(a: Iterable[tuple[int, int]], b: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Union of ``a`` minus union of ``b``."""
+    out = []
+    bu = union(b)
+    for s, e in union(a):
+        cur = s
+        for bs, be in bu:
+            if be <= cur or bs >= e:
+                continue
+            if bs > cur:
+                out.append((cur, bs))
+            cur = max(cur, be)
+            if cur >= e:
+                break
+        if cur < e:
+            out.append((cur, e))
+    return out
+
+
+def shares(intervals: list[tuple[int, int]], lo: int, hi: int) -> list[Fraction]:
+    """Each interval's share of [lo, hi): at an instant with k intervals active each gets 1/k."""
+    pts = sorted({lo, hi} | {min(max(x, lo), hi) for s, e in intervals for x in (s, e)})
+    out = [Fraction(0)] * len(intervals)
+    for a, b in pairwise(pts):
+        if b <= a:
+            continue
+        active = [i for i, (s, e) in enumerate(intervals) if s <= a and e >= b]
+        for i in active:
+            out[i] += Fraction(b - a, len(active))
+    return out
+
