@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+
+def _shared_dir() -> Path:
+    """$TRACEKIT_SHARED_TRACES, else ../shared/traces beside the repository (a git worktree one
+    level deeper, such as wt/NAME, looks one level further up)."""
+    env = os.environ.get("TRACEKIT_SHARED_TRACES")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve()
+    for up in (here.parents[2], here.parents[3]):
+        if (up / "shared" / "traces").is_dir():
+            return up / "shared" / "traces"
+    return here.parents[2] / "shared" / "traces"
+
+
+SHARED = _shared_dir()
 
 
 def shared_traces() -> list[Path]:
