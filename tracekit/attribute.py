@@ -3,8 +3,10 @@
 Input: a :class:`~tracekit.link.LinkedTrace`. Output: an :class:`Attributed` with
 
 * ``intervals``: one row per activity in a complete step: ``step``, ``phase`` (by launching op),
-  ``window`` (the phase wall window it starts in), ``group`` (compute / comm / memcpy / memset),
-  ``kernel_category``, ``collective``, ``module`` (paper category), ``block`` (timeline),
+  ``window`` (the phase wall window it starts in), and the labels of
+  :func:`tracekit.labels.assign_categories`: ``group`` (compute / comm / memcpy / memset),
+  ``kernel_category`` and its ``rule``, ``collective``, ``module`` (paper category) and its
+  ``module_rule``, ``block`` (timeline), ``layer``;
   ``is_gemm``, ``stream``, times, and ``share_<phase>``: its exclusive share of busy time inside
   each phase window (compute first, then communication, then memory traffic; concurrent
   activities of one level split an instant equally).
@@ -21,10 +23,10 @@ import numpy as np
 import pandas as pd
 
 from .intervals import ShareClock
-from .link import LinkedTrace, take
-from .read import MEMCPY, MEMSET
-from .taxonomy import KernelRules, ModuleTaxonomy
+from .labels import assign_categories
+from .link import LinkedTrace
 from .stages import pass_index
+from .taxonomy import KernelRules, ModuleTaxonomy
 
 PHASES = ["forward", "backward", "optimizer"]
 GROUP_LEVEL = {"compute": 0, "comm": 1, "memcpy": 2, "memset": 2}
@@ -40,181 +42,17 @@ class Attributed:
     warnings: list[str] = field(default_factory=list)
 
 
-def _matches(col: pd.Series, rx) -> np.ndarray:
-    """``rx.search`` over a categorical column, evaluated once per distinct value."""
-    cats = col.cat.categories
-    hit = np.array([bool(rx.search(str(c))) for c in cats] + [False], dtype=bool)
-    return hit[col.cat.codes.to_numpy()]
-
-
-def _groups(linked: LinkedTrace, rules: KernelRules) -> np.ndarray:
-    a = linked.activities
-    kind = a["kind"].to_numpy()
-    if linked.mode == "gpu":
-        is_comm = _matches(a["name"], rules.comm_kernel)
-        group = np.where(kind == MEMCPY, "memcpy", np.where(kind == MEMSET, "memset",
-                         np.where(is_comm, "comm", "compute")))
-    else:
-        is_comm = _matches(a["name"], rules.comm_op) | \
-            (a["comm_text"].astype(str).to_numpy() != "")
-        group = np.where(is_comm, "comm", "compute")
-    return group.astype(object)
-
-
-def _kernel_categories(a: pd.DataFrame, group: np.ndarray, rules: KernelRules) -> tuple[np.ndarray, np.ndarray]:
-    """(kernel_category, collective) per activity; rules applied once per unique name pair."""
-    pairs = pd.DataFrame({"name": a["name"].astype(str), "op": a["top_op"].astype(str),
-                          "leaf": a["op"].astype(str), "comm": a["comm_text"].astype(str),
-                          "group": group})
-    uniq = pairs.drop_duplicates()
-    cat, coll = [], []
-    for name, op, leaf, comm, g in uniq.itertuples(index=False):
-        if g == "comm":
-            c = rules.collective(name, comm, leaf)
-            coll.append(c)
-            cat.append(c if c in ("AllReduce", "AllGather") else "Other")
-        elif g in ("memcpy", "memset"):
-            coll.append("")
-            cat.append("Memcpy" if g == "memcpy" else "Memset")
-        else:
-            coll.append("")
-            cat.append(rules.compute_category(name, f"{leaf} {op}"))
-    uniq = uniq.assign(kernel_category=cat, collective=coll)
-    merged = pairs.merge(uniq, on=list(pairs.columns), how="left")
-    return merged["kernel_category"].to_numpy(dtype=object), merged["collective"].to_numpy(dtype=object)
-
-
-def _module_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy) -> np.ndarray:
-    """Paper module category per activity (Table VI rows), ``Other`` when none applies."""
-    a, mods = linked.activities, linked.modules
-    mid = a["module_id"].to_numpy()
-    if mods.empty:
-        cat = np.full(len(a), "Other", dtype=object)
-    else:
-        cat = np.where(mid >= 0, mods["category"].to_numpy(dtype=object)[np.maximum(mid, 0)], "Other")
-    cat = cat.astype(object)
-    # Inside an attention module: split by op and position around the two matmuls.
-    att = cat == "@attention"
-    if att.any():
-        # Times relative to an origin: comparisons below go through float64.
-        top_ts = a["top_op_ts"].to_numpy()[att]
-        origin = top_ts[top_ts >= 0].min() if (top_ts >= 0).any() else 0
-        root = mods["att_root"].to_numpy()[mid[att]]
-        sub = pd.DataFrame({"mid": np.where(root >= 0, root, mid[att]),
-                            "top": a["top_op"].astype(str).to_numpy()[att],
-                            "top_ts": np.where(top_ts >= 0, top_ts - origin, -1),
-                            "top_id": a["top_op_id"].to_numpy()[att],
-                            "rope": a["rope_frame"].to_numpy()[att]})
-        fused = sub["top"].str.fullmatch(taxonomy.fused_attention).to_numpy()
-        is_bmm = sub["top"].str.fullmatch(taxonomy.bmm).to_numpy() & ~fused
-        bm = sub[is_bmm].drop_duplicates("top_id").sort_values("top_ts")
-        bm = bm.assign(nth=bm.groupby("mid").cumcount())
-        t0 = bm[bm.nth == 0].set_index("mid")["top_ts"]
-        t1 = bm[bm.nth == 1].set_index("mid")["top_ts"]
-        fz = sub[fused].groupby("mid")["top_ts"].min()
-        first = pd.concat([t0, fz], axis=1).min(axis=1)
-        b0 = t0.reindex(sub["mid"]).to_numpy(dtype="float64")
-        b1 = t1.reindex(sub["mid"]).to_numpy(dtype="float64")
-        f0 = first.reindex(sub["mid"]).to_numpy(dtype="float64")
-        ts = sub["top_ts"].to_numpy(dtype="float64")
-        out = np.full(len(sub), "Other", dtype=object)
-        before = np.isnan(f0) | (ts < f0)
-        out[before] = "RoPE"
-        out[~before & ~np.isnan(b0) & (ts > b0) & (np.isnan(b1) | (ts < b1))] = "Softmax"
-        out[ts == b0] = "Bmm0"
-        out[ts == b1] = "Bmm1"
-        out[(~np.isnan(b1)) & (ts > b1)] = "Other"
-        # Ops of child modules that only inherit the attention category (e.g. an fp8 quant
-        # module) are not RoPE/Softmax work: Other unless they are the fused attention itself.
-        own_cat = mods["own_category"].to_numpy()[mid[att]]
-        out[(own_cat != "@attention") & ~fused] = "Other"
-        out[fused] = "Attention"
-        out[sub["top_id"].to_numpy() < 0] = "Other"
-        out[sub["rope"].to_numpy()] = "RoPE"
-        cat[att] = out
-    cat[a["rope_frame"].to_numpy() & (cat == "Other")] = "RoPE"
-    return cat
-
-
-def _blocks(linked: LinkedTrace) -> tuple[np.ndarray, np.ndarray]:
-    """Timeline block of each activity's launch (before / attention / ffn / after / '') and
-    its decoder layer instance (-1 outside layers)."""
-    a, mods = linked.activities, linked.modules
-    n = len(a)
-    block = np.full(n, "", dtype=object)
-    if mods.empty or not mods["is_layer"].any():
-        return block, np.full(n, -1, np.int64)
-    mid = a["module_id"].to_numpy()
-    # In backward, module_id is the forward op's module; blocks describe forward launches only.
-    fwd = ~a["backward_node"].to_numpy()
-    layer = take(mods["layer"].to_numpy(), mid, -1)
-    origin = int(mods["start"].min())  # relative times: comparisons below go through float64
-    split = _layer_split_times(mods, origin)
-    lts = a["launch_ts"].to_numpy() - origin
-    in_layer = (layer >= 0) & fwd
-    sp = split.reindex(layer[in_layer]).to_numpy(dtype="float64")
-    block[in_layer] = np.where(lts[in_layer] < sp, "attention", "ffn")
-    # Outside layers: before the step's first layer or after its last.
-    layers = mods[mods["is_layer"]]
-    out = fwd & (layer < 0)
-    if out.any():
-        first = layers["start"].min() - origin
-        steps = a["step"].to_numpy()
-        # Several forward passes in a step (generate, micro-batches): before/after each pass.
-        ps = pass_index(mods, a["launch_ts"].to_numpy())
-        tmp = pd.DataFrame({"step": steps[in_layer], "pass": ps[in_layer], "ts": lts[in_layer]})
-        by_pass = tmp.groupby(["step", "pass"])["ts"].min()
-        firsts = tmp.groupby("step")["ts"].min()
-        f = by_pass.reindex(pd.MultiIndex.from_arrays([steps[out], ps[out]])).to_numpy(dtype="float64")
-        f = np.where(np.isnan(f), firsts.reindex(steps[out]).to_numpy(dtype="float64"), f)
-        f = np.where(np.isnan(f), first, f)
-        block[out] = np.where(lts[out] < f, "before", "after")
-    return block, np.where(in_layer, layer, -1)
-
-
-def _layer_split_times(mods: pd.DataFrame, origin: int) -> pd.Series:
-    """Per decoder-layer row: when its FFN block starts, relative to ``origin``.
-
-    The FFN block starts at the first direct child after the layer's attention child that is a
-    norm (post-attention norm) or the MLP; in a layer with no attention child, at its second
-    norm child, else its first MLP child; with none of these the layer is all attention.
-    """
-    layers = mods.index[mods["is_layer"].to_numpy()]
-    end = (mods.loc[layers, "end"] - origin).astype("float64")
-    ch = mods[mods["parent"].isin(layers)]
-    if ch.empty:
-        return end
-    cat = ch["category"].to_numpy()
-    start = ch["start"] - origin
-    par = ch["parent"]
-    att = start[cat == "@attention"].groupby(par[cat == "@attention"]).min()
-    after_att = start > att.reindex(par).to_numpy(dtype="float64")  # NaN compares False
-    ffn_like = np.isin(cat, ("RMSNorm", "MLP"))
-    split = start[ffn_like & after_att].groupby(par[ffn_like & after_att]).min()
-    no_att = ~par.isin(att.index).to_numpy()
-    norms = ch[no_att & (cat == "RMSNorm")].sort_values("start")
-    second_norm = (norms.groupby("parent")["start"].nth(1).groupby(norms["parent"]).min() - origin
-                   if len(norms) else pd.Series(dtype="float64"))
-    first_mlp = start[no_att & (cat == "MLP")].groupby(par[no_att & (cat == "MLP")]).min()
-    fallback = second_norm.combine_first(first_mlp)
-    out = split.astype("float64").combine_first(fallback.astype("float64"))
-    return out.reindex(layers).fillna(end)
-
-
 def attribute(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: KernelRules) -> Attributed:
     a = linked.activities
     warnings = list(linked.warnings)
-    group = _groups(linked, rules)
-    kcat, coll = _kernel_categories(a, group, rules)
-    module = _module_categories(linked, taxonomy)
-    module = np.where(group == "compute", module, "")
-    block, layer = _blocks(linked)
+    lab = assign_categories(linked, taxonomy, rules)
+    group, kcat = lab["group"].to_numpy(), lab["kernel_category"].to_numpy()
     iv = pd.DataFrame({
         "step": a["step"].to_numpy(),
         "start": a["start"].to_numpy(), "end": a["end"].to_numpy(),
         "name": a["name"], "op": a["op"], "stream": a["stream"].to_numpy(),
-        "phase": a["phase"], "stage": a["stage"], "group": group,
-        "kernel_category": kcat, "collective": coll, "module": module, "block": block, "layer": layer,
+        "phase": a["phase"], "stage": a["stage"],
+        **{c: lab[c].to_numpy() for c in lab.columns},
         "fwd_pass": pass_index(linked.modules, a["launch_ts"].to_numpy()),
         "is_gemm": (group == "compute") & (kcat == "GEMM"),
         "bytes": a["bytes"].to_numpy(),
@@ -222,7 +60,7 @@ def attribute(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: KernelRules)
     iv = iv[iv["step"] >= 0]
     steps, iv = _step_windows(iv, linked, warnings)
     iv = _shares(iv, steps)
-    for c in ("group", "kernel_category", "collective", "module", "block"):
+    for c in ("group", "kernel_category", "rule", "collective", "module", "module_rule", "block"):
         iv[c] = iv[c].astype("category")
     meta = dict(linked.meta)
     meta["steps"] = steps["step"].tolist()

@@ -421,7 +421,8 @@ def _autograd_threads(kind, names, pid, tid, is_step) -> set:
 
 def _module_table(mod_local, rng, names, ts, end, tid, mod_parent, taxonomy: ModuleTaxonomy,
                   use_capture: bool) -> pd.DataFrame:
-    """One row per module instance (one forward call), with its paper category."""
+    """One row per module instance (one forward call) and its place in the module tree
+    (categories are assigned by :func:`tracekit.labels.assign_categories`)."""
     ev_i = rng[mod_local]
     raw = names[ev_i]
     if use_capture:
@@ -441,13 +442,10 @@ def _module_table(mod_local, rng, names, ts, end, tid, mod_parent, taxonomy: Mod
     })
     if df.empty:
         df["parent"] = pd.Series(dtype=np.int64)
-        df["category"] = pd.Series(dtype=object)
         df["position"] = pd.Series(dtype=np.int64)
         df["siblings"] = pd.Series(dtype=np.int64)
         df["layer"] = pd.Series(dtype=np.int64)
         df["is_layer"] = pd.Series(dtype=bool)
-        df["att_root"] = pd.Series(dtype=np.int64)
-        df["own_category"] = pd.Series(dtype=object)
         return df
     row_of = pd.Series(np.arange(len(df)), index=df["local"])
     df["parent"] = row_of.reindex(df["parent_local"]).fillna(-1).astype(np.int64).to_numpy()
@@ -455,28 +453,7 @@ def _module_table(mod_local, rng, names, ts, end, tid, mod_parent, taxonomy: Mod
     df["position"] = df.groupby(["parent", "cls"]).cumcount()
     df["siblings"] = df.groupby(["parent", "cls"])["cls"].transform("size")
     df = df.sort_index()
-    parent_cls = np.where(df["parent"] >= 0, df["cls"].to_numpy()[np.maximum(df["parent"], 0)], "")
-    # Own category (None when no rule matches), then inherit outward.
-    memo: dict[tuple, str | None] = {}
-    own = []
-    for c, q, pc, pos, sib in zip(df["cls"], df["qualname"], parent_cls, df["position"], df["siblings"]):
-        key = (c, q, pc, pos, sib)
-        if key not in memo:
-            memo[key] = taxonomy.category(c, q, pc, int(pos), int(sib))
-        own.append(memo[key])
     parent = df["parent"].to_numpy()
-    cat: list[str | None] = [None] * len(df)
-    for i in np.argsort(df["start"].to_numpy(), kind="stable"):  # parents start first
-        cat[i] = own[i] if own[i] is not None else (cat[parent[i]] if parent[i] >= 0 else None)
-    df["category"] = [c or "Other" for c in cat]
-    df["own_category"] = [c or "" for c in own]
-    # The outermost attention module around each module: ops in modules nested inside an
-    # attention block are placed around that block's matmuls / fused attention op.
-    att_root = np.full(len(df), -1, np.int64)
-    for i in np.argsort(df["start"].to_numpy(), kind="stable"):
-        up = att_root[parent[i]] if parent[i] >= 0 else -1
-        att_root[i] = up if up >= 0 else (i if own[i] == "@attention" else -1)
-    df["att_root"] = att_root
     # Decoder layers: each activity's enclosing layer instance, numbered in order of calls.
     is_layer = df["cls"].map(lambda c: bool(taxonomy.decoder_layer.fullmatch(c))).to_numpy()
     layer = np.full(len(df), -1, np.int64)

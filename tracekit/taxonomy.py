@@ -35,6 +35,7 @@ class ModuleRule:
     name: re.Pattern | None = None
     parent: re.Pattern | None = None
     by_position: dict[int, list[str]] = field(default_factory=dict)
+    rule_id: str = ""
 
     def match(self, cls: str, name: str, parent: str, position: int, siblings: int) -> str | None:
         if self.cls is not None and not self.cls.fullmatch(cls):
@@ -61,10 +62,16 @@ class ModuleTaxonomy:
 
     def category(self, cls: str, name: str, parent: str, position: int, siblings: int) -> str | None:
         """Category of one module by the first matching rule, or None."""
+        hit = self.match(cls, name, parent, position, siblings)
+        return None if hit is None else hit[0]
+
+    def match(self, cls: str, name: str, parent: str, position: int,
+              siblings: int) -> tuple[str, str] | None:
+        """(category, rule id) of one module by the first matching rule, or None."""
         for rule in self.rules:
             cat = rule.match(cls, name, parent, position, siblings)
             if cat is not None:
-                return cat
+                return cat, rule.rule_id
         return None
 
 
@@ -73,6 +80,7 @@ class KernelRule:
     category: str
     kernel: re.Pattern | None
     op: re.Pattern | None
+    rule_id: str = ""
 
 
 @dataclass
@@ -83,23 +91,31 @@ class KernelRules:
     collectives: list[tuple[str, re.Pattern]]
 
     def compute_category(self, kernel: str, op: str) -> str:
+        return self.classify(kernel, op)[0]
+
+    def classify(self, kernel: str, op: str) -> tuple[str, str]:
+        """(category, rule id) of a compute kernel: the first rule whose patterns all match."""
         for r in self.rules:
             if r.kernel is not None and not r.kernel.search(kernel):
                 continue
             if r.op is not None and not r.op.search(op):
                 continue
-            return r.category
-        return "Other"
+            return r.category, r.rule_id
+        return "Other", "none"
 
     def collective(self, *texts: str) -> str:
         """Collective of the first text that names one (kernel name, then CPU-side names)."""
-        for text in texts:
+        return self.collective_source(*(("", t) for t in texts))[0]
+
+    def collective_source(self, *texts: tuple[str, str]) -> tuple[str, str]:
+        """(collective, which text named it) over (label, text) pairs, in order."""
+        for where, text in texts:
             if not text:
                 continue
             for name, rx in self.collectives:
                 if rx.search(text):
-                    return name
-        return "Other"
+                    return name, where
+        return "Other", "none"
 
 
 def _load_toml(path: Path | None, builtin: str) -> tuple[dict, dict]:
@@ -115,14 +131,20 @@ def _load_toml(path: Path | None, builtin: str) -> tuple[dict, dict]:
     return base, user
 
 
-def _module_rule(d: dict, source: str) -> ModuleRule:
+def _source(path: str | None) -> str:
+    """How rule ids name a user's rules file."""
+    return f"user:{Path(path).name}" if path else ""
+
+
+def _module_rule(d: dict, source: str, rule_id: str) -> ModuleRule:
     if "category" not in d:
         raise TraceError(source, "every [[rule]] needs a category")
     try:
         return ModuleRule(
             category=d["category"], cls=_rx(d.get("class")), name=_rx(d.get("name")),
             parent=_rx(d.get("parent")),
-            by_position={int(k): list(v) for k, v in d.get("by_position", {}).items()})
+            by_position={int(k): list(v) for k, v in d.get("by_position", {}).items()},
+            rule_id=rule_id)
     except (re.error, ValueError, TypeError) as e:
         raise TraceError(source, f"bad rule {d!r}: {e}") from None
 
@@ -131,8 +153,10 @@ def _module_rule(d: dict, source: str) -> ModuleRule:
 def module_taxonomy(path: str | None = None) -> ModuleTaxonomy:
     """The built-in module taxonomy, with the rules of ``path`` (a TOML file) tried first."""
     base, user = _load_toml(Path(path) if path else None, "modules.toml")
-    rules = [_module_rule(r, path or "modules.toml") for r in user.get("rule", [])]
-    rules += [_module_rule(r, "modules.toml") for r in base["rule"]]
+    rules = [_module_rule(r, path or "modules.toml", f"{_source(path)}#{r.get('category')}:{i}")
+             for i, r in enumerate(user.get("rule", []), 1)]
+    rules += [_module_rule(r, "modules.toml", f"modules.toml#{r.get('category')}:{i}")
+              for i, r in enumerate(base["rule"], 1)]
     structure = {**base["structure"], **user.get("structure", {})}
     attention = {**base["attention"], **user.get("attention", {})}
     return ModuleTaxonomy(
@@ -150,8 +174,10 @@ def kernel_rules(path: str | None = None) -> KernelRules:
     base, user = _load_toml(Path(path) if path else None, "kernels.toml")
     flags = re.IGNORECASE
     try:
-        rules = [KernelRule(r["category"], _rx(r.get("kernel"), flags), _rx(r.get("op"), flags))
-                 for r in user.get("rule", []) + base["rule"]]
+        tagged = [(r, f"{_source(path)}#{r['category']}:{i}") for i, r in enumerate(user.get("rule", []), 1)]
+        tagged += [(r, f"kernels.toml#{r['category']}:{i}") for i, r in enumerate(base["rule"], 1)]
+        rules = [KernelRule(r["category"], _rx(r.get("kernel"), flags), _rx(r.get("op"), flags), rid)
+                 for r, rid in tagged]
         comm = {**base["comm"], **user.get("comm", {})}
         return KernelRules(
             rules=rules,

@@ -1,0 +1,63 @@
+"""The assign-categories step (tracekit.labels): one label of each kind per activity, each
+with the rule that gave it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import tracekit
+from tracekit.labels import assign_categories
+from tracekit.link import link
+from tracekit.read import read_trace
+from tracekit.taxonomy import kernel_rules, module_taxonomy
+from tracekit.testing import TraceBuilder
+from tracekit.testing.kernels import GEMM_A, K_MUL
+
+
+def _plant(tmp_path):
+    b = TraceBuilder()
+    with b.step():
+        with b.module("LlamaDecoderLayer", "model.layers.0"), b.module("LlamaMLP", "model.layers.0.mlp"):
+            b.kernel(GEMM_A, 10, op="aten::mm")
+            b.kernel(K_MUL, 2, op="aten::mul")
+        b.comm("AllReduce", 8)
+        b.memcpy(3)
+    return b.write(tmp_path / "rank0.pt.trace.json")
+
+
+def test_every_activity_gets_one_label_of_each_kind_with_its_rule(tmp_path):
+    linked = link(read_trace(_plant(tmp_path)), module_taxonomy())
+    lab = assign_categories(linked, module_taxonomy(), kernel_rules())
+    assert len(lab) == len(linked.activities)
+    assert not lab.isna().any().any()
+    rows = {str(n): r for n, r in zip(linked.activities["name"], lab.to_dict("records"))}
+    gemm, mul = rows[GEMM_A], rows[K_MUL]
+    assert (gemm["kernel_category"], gemm["module"]) == ("GEMM", "MLP")
+    assert gemm["rule"].startswith("kernels.toml#GEMM:")
+    assert mul["kernel_category"] == "Element-wise" and mul["rule"].startswith("kernels.toml#Element-wise:")
+    assert gemm["module_rule"].startswith("modules.toml#MLP:")
+    comm = next(r for r in rows.values() if r["group"] == "comm")
+    assert (comm["kernel_category"], comm["collective"], comm["module"]) == ("AllReduce", "AllReduce", "")
+    assert comm["rule"] == "comm:kernel"
+    mem = next(r for r in rows.values() if r["group"] == "memcpy")
+    assert (mem["kernel_category"], mem["rule"]) == ("Memcpy", "memcpy")
+
+
+def test_rule_ids_name_the_rule_in_its_file(tmp_path):
+    rules = kernel_rules()
+    cat, rid = rules.classify("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", "aten::mm")
+    n = int(rid.rsplit(":", 1)[1])
+    assert cat == "GEMM" and rules.rules[n - 1].rule_id == rid
+    user = tmp_path / "mine.toml"
+    user.write_text('[[rule]]\ncategory = "Attention"\nkernel = "my_kernel"\n')
+    assert kernel_rules(str(user)).classify("my_kernel_v2", "") == ("Attention", "user:mine.toml#Attention:1")
+    assert kernel_rules().classify("weird", "")[0] == "Other"
+
+
+def test_intervals_carry_the_rules(tmp_path):
+    a = tracekit.load(_plant(tmp_path), cache=False)
+    iv = a.ranks[0].intervals
+    assert {"rule", "module_rule"} <= set(iv.columns)
+    assert (iv["rule"].astype(str) != "").all()
+    compute = iv["group"].astype(str).to_numpy() == "compute"
+    assert np.all(iv["module_rule"].astype(str).to_numpy()[compute] != "")

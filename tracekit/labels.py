@@ -1,0 +1,263 @@
+"""Assign categories: the one step that labels activities from the taxonomy data.
+
+Kernel rules (``tracekit/data/kernels.toml``) and module rules (``tracekit/data/modules.toml``)
+are applied here and nowhere else. Every label comes with the rule that gave it (``rule``,
+``module_rule``), so a user can ask why a kernel landed where it did.
+
+Rule ids read ``<source>#<category>:<n>``: the n-th ``[[rule]]`` (1-based) of the built-in file
+(``kernels.toml`` / ``modules.toml``) or of a user's file (``user:<file name>``). Labels that
+come from structure rather than a rule say so: ``comm:<collective source>``, ``memcpy``,
+``attention:<part>`` (the split of an attention block's own ops), ``rope-frame`` (an op under
+a rotary python frame), ``none`` (no rule matched: Other).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .link import LinkedTrace, take
+from .read import MEMCPY, MEMSET
+from .taxonomy import KernelRules, ModuleTaxonomy
+
+
+def assign_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: KernelRules) -> pd.DataFrame:
+    """Kernel and module categories of every activity, one row per row of ``linked.activities``.
+
+    Needs: activity columns ``name``, ``kind``, ``op``, ``top_op``, ``top_op_ts``,
+    ``top_op_id``, ``comm_text``, ``module_id``, ``rope_frame``, ``backward_node``,
+    ``launch_ts``, ``step``; module-table columns ``cls``, ``qualname``, ``parent``,
+    ``position``, ``siblings``, ``start``, ``end``, ``is_layer``, ``layer``.
+    Adds (to ``linked.modules``): ``category``, ``own_category``, ``rule``, ``att_root``.
+    Returns columns: ``group`` (compute / comm / memcpy / memset), ``kernel_category``,
+    ``rule``, ``collective``, ``module`` (paper category; "" unless compute), ``module_rule``,
+    ``block`` (timeline), ``layer`` (decoder-layer instance, -1 outside).
+    Guarantees: every activity gets exactly one value of each; categories come only from the
+    rules of ``taxonomy`` and ``rules``.
+    """
+    label_modules(linked.modules, taxonomy)
+    a = linked.activities
+    group = groups(linked, rules)
+    kcat, krule, coll = kernel_categories(a, group, rules)
+    module, mrule = module_categories(linked, taxonomy)
+    compute = group == "compute"
+    block, layer = blocks(linked)
+    return pd.DataFrame({
+        "group": group, "kernel_category": kcat, "rule": krule, "collective": coll,
+        "module": np.where(compute, module, ""), "module_rule": np.where(compute, mrule, ""),
+        "block": block, "layer": layer,
+    }, index=a.index)
+
+
+def _matches(col: pd.Series, rx) -> np.ndarray:
+    """``rx.search`` over a categorical column, evaluated once per distinct value."""
+    cats = col.cat.categories
+    hit = np.array([bool(rx.search(str(c))) for c in cats] + [False], dtype=bool)
+    return hit[col.cat.codes.to_numpy()]
+
+
+def groups(linked: LinkedTrace, rules: KernelRules) -> np.ndarray:
+    """compute / comm / memcpy / memset per activity (comm by the kernel name; on CPU traces
+    by the op name or a collective recorded on the CPU side)."""
+    a = linked.activities
+    kind = a["kind"].to_numpy()
+    if linked.mode == "gpu":
+        is_comm = _matches(a["name"], rules.comm_kernel)
+        group = np.where(kind == MEMCPY, "memcpy", np.where(kind == MEMSET, "memset",
+                         np.where(is_comm, "comm", "compute")))
+    else:
+        is_comm = _matches(a["name"], rules.comm_op) | \
+            (a["comm_text"].astype(str).to_numpy() != "")
+        group = np.where(is_comm, "comm", "compute")
+    return group.astype(object)
+
+
+def _kernel_label(rules: KernelRules, name: str, op: str, leaf: str, comm: str,
+                  group: str) -> tuple[str, str, str]:
+    """(kernel_category, rule, collective) of one distinct activity."""
+    if group == "comm":
+        c, src = rules.collective_source(("kernel", name), ("cpu", comm), ("op", leaf))
+        return (c if c in ("AllReduce", "AllGather") else "Other"), f"comm:{src}", c
+    if group in ("memcpy", "memset"):
+        return ("Memcpy" if group == "memcpy" else "Memset"), group, ""
+    cat, rule = rules.classify(name, f"{leaf} {op}")
+    return cat, rule, ""
+
+
+def kernel_categories(a: pd.DataFrame, group: np.ndarray,
+                      rules: KernelRules) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(kernel_category, rule, collective) per activity; rules applied once per distinct case."""
+    pairs = pd.DataFrame({"name": a["name"].astype(str), "op": a["top_op"].astype(str),
+                          "leaf": a["op"].astype(str), "comm": a["comm_text"].astype(str),
+                          "group": group})
+    uniq = pairs.drop_duplicates()
+    labels = [_kernel_label(rules, *row) for row in uniq.itertuples(index=False)]
+    uniq = uniq.assign(kernel_category=[x[0] for x in labels], rule=[x[1] for x in labels],
+                       collective=[x[2] for x in labels])
+    merged = pairs.merge(uniq, on=list(pairs.columns), how="left")
+    return tuple(merged[c].to_numpy(dtype=object)  # type: ignore[return-value]
+                 for c in ("kernel_category", "rule", "collective"))
+
+
+def label_modules(mods: pd.DataFrame, taxonomy: ModuleTaxonomy) -> None:
+    """Add ``own_category`` / ``own_rule`` (the first rule matching the module itself, "" when
+    none), ``category`` / ``rule`` (inherited from the nearest labelled ancestor, else Other /
+    none) and ``att_root`` (the outermost attention module around it, -1) to the module table."""
+    if mods.empty:
+        for c in ("category", "own_category", "rule", "own_rule"):
+            mods[c] = pd.Series(dtype=object)
+        mods["att_root"] = pd.Series(dtype=np.int64)
+        return
+    parent = mods["parent"].to_numpy()
+    pcls = np.where(parent >= 0, mods["cls"].to_numpy()[np.maximum(parent, 0)], "")
+    memo: dict[tuple, tuple[str, str] | None] = {}
+    own: list[tuple[str, str] | None] = []
+    for key in zip(mods["cls"], mods["qualname"], pcls, mods["position"], mods["siblings"]):
+        if key not in memo:
+            c, q, pc, pos, sib = key
+            memo[key] = taxonomy.match(c, q, pc, int(pos), int(sib))
+        own.append(memo[key])
+    n = len(mods)
+    got: list[tuple[str, str] | None] = [None] * n
+    att_root = np.full(n, -1, np.int64)
+    for i in np.argsort(mods["start"].to_numpy(), kind="stable"):  # parents start first
+        p = parent[i]
+        got[i] = own[i] if own[i] is not None else (got[p] if p >= 0 else None)
+        up = att_root[p] if p >= 0 else -1
+        att_root[i] = up if up >= 0 else (i if own[i] and own[i][0] == "@attention" else -1)
+    mods["category"] = [g[0] if g else "Other" for g in got]
+    mods["rule"] = [g[1] if g else "none" for g in got]
+    mods["own_category"] = [o[0] if o else "" for o in own]
+    mods["own_rule"] = [o[1] if o else "" for o in own]
+    mods["att_root"] = att_root
+
+
+def module_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy) -> tuple[np.ndarray, np.ndarray]:
+    """Paper module category (Table VI row) and the rule behind it, per activity."""
+    a, mods = linked.activities, linked.modules
+    mid = a["module_id"].to_numpy()
+    if mods.empty:
+        cat = np.full(len(a), "Other", dtype=object)
+        rule = np.full(len(a), "none", dtype=object)
+    else:
+        cat = take(mods["category"].to_numpy(dtype=object), mid, "Other").astype(object)
+        rule = take(mods["rule"].to_numpy(dtype=object), mid, "none").astype(object)
+    att = cat == "@attention"
+    if att.any():
+        part = _attention_parts(a, mods, att, taxonomy)
+        cat[att] = part
+        rule[att] = np.char.add(rule[att].astype(str), np.char.add(" attention:", part.astype(str)))
+    rope = a["rope_frame"].to_numpy() & (cat == "Other")
+    cat[rope] = "RoPE"
+    rule[rope] = "rope-frame"
+    return cat, rule
+
+
+def _attention_parts(a: pd.DataFrame, mods: pd.DataFrame, att: np.ndarray,
+                     taxonomy: ModuleTaxonomy) -> np.ndarray:
+    """Category of activities inside an attention module: split by op and position around the
+    block's two matmuls (Bmm0, Softmax, Bmm1) or its fused attention op."""
+    mid = a["module_id"].to_numpy()
+    # Times relative to an origin: comparisons below go through float64.
+    top_ts = a["top_op_ts"].to_numpy()[att]
+    origin = top_ts[top_ts >= 0].min() if (top_ts >= 0).any() else 0
+    root = mods["att_root"].to_numpy()[mid[att]]
+    sub = pd.DataFrame({"mid": np.where(root >= 0, root, mid[att]),
+                        "top": a["top_op"].astype(str).to_numpy()[att],
+                        "top_ts": np.where(top_ts >= 0, top_ts - origin, -1),
+                        "top_id": a["top_op_id"].to_numpy()[att],
+                        "rope": a["rope_frame"].to_numpy()[att]})
+    fused = sub["top"].str.fullmatch(taxonomy.fused_attention).to_numpy()
+    is_bmm = sub["top"].str.fullmatch(taxonomy.bmm).to_numpy() & ~fused
+    bm = sub[is_bmm].drop_duplicates("top_id").sort_values("top_ts")
+    bm = bm.assign(nth=bm.groupby("mid").cumcount())
+    t0 = bm[bm.nth == 0].set_index("mid")["top_ts"]
+    t1 = bm[bm.nth == 1].set_index("mid")["top_ts"]
+    fz = sub[fused].groupby("mid")["top_ts"].min()
+    first = pd.concat([t0, fz], axis=1).min(axis=1)
+    b0 = t0.reindex(sub["mid"]).to_numpy(dtype="float64")
+    b1 = t1.reindex(sub["mid"]).to_numpy(dtype="float64")
+    f0 = first.reindex(sub["mid"]).to_numpy(dtype="float64")
+    ts = sub["top_ts"].to_numpy(dtype="float64")
+    out = np.full(len(sub), "Other", dtype=object)
+    before = np.isnan(f0) | (ts < f0)
+    out[before] = "RoPE"
+    out[~before & ~np.isnan(b0) & (ts > b0) & (np.isnan(b1) | (ts < b1))] = "Softmax"
+    out[ts == b0] = "Bmm0"
+    out[ts == b1] = "Bmm1"
+    out[(~np.isnan(b1)) & (ts > b1)] = "Other"
+    # Ops of child modules that only inherit the attention category (e.g. an fp8 quant
+    # module) are not RoPE/Softmax work: Other unless they are the fused attention itself.
+    own_cat = mods["own_category"].to_numpy()[mid[att]]
+    out[(own_cat != "@attention") & ~fused] = "Other"
+    out[fused] = "Attention"
+    out[sub["top_id"].to_numpy() < 0] = "Other"
+    out[sub["rope"].to_numpy()] = "RoPE"
+    return out
+
+
+def blocks(linked: LinkedTrace) -> tuple[np.ndarray, np.ndarray]:
+    """Timeline block of each activity's launch (before / attention / ffn / after / '') and
+    its decoder layer instance (-1 outside layers)."""
+    from .stages import pass_index
+
+    a, mods = linked.activities, linked.modules
+    n = len(a)
+    block = np.full(n, "", dtype=object)
+    if mods.empty or not mods["is_layer"].any():
+        return block, np.full(n, -1, np.int64)
+    mid = a["module_id"].to_numpy()
+    # In backward, module_id is the forward op's module; blocks describe forward launches only.
+    fwd = ~a["backward_node"].to_numpy()
+    layer = take(mods["layer"].to_numpy(), mid, -1)
+    origin = int(mods["start"].min())  # relative times: comparisons below go through float64
+    split = _layer_split_times(mods, origin)
+    lts = a["launch_ts"].to_numpy() - origin
+    in_layer = (layer >= 0) & fwd
+    sp = split.reindex(layer[in_layer]).to_numpy(dtype="float64")
+    block[in_layer] = np.where(lts[in_layer] < sp, "attention", "ffn")
+    # Outside layers: before the step's first layer or after its last.
+    layers = mods[mods["is_layer"]]
+    out = fwd & (layer < 0)
+    if out.any():
+        first = layers["start"].min() - origin
+        steps = a["step"].to_numpy()
+        # Several forward passes in a step (generate, micro-batches): before/after each pass.
+        ps = pass_index(mods, a["launch_ts"].to_numpy())
+        tmp = pd.DataFrame({"step": steps[in_layer], "pass": ps[in_layer], "ts": lts[in_layer]})
+        by_pass = tmp.groupby(["step", "pass"])["ts"].min()
+        firsts = tmp.groupby("step")["ts"].min()
+        f = by_pass.reindex(pd.MultiIndex.from_arrays([steps[out], ps[out]])).to_numpy(dtype="float64")
+        f = np.where(np.isnan(f), firsts.reindex(steps[out]).to_numpy(dtype="float64"), f)
+        f = np.where(np.isnan(f), first, f)
+        block[out] = np.where(lts[out] < f, "before", "after")
+    return block, np.where(in_layer, layer, -1)
+
+
+def _layer_split_times(mods: pd.DataFrame, origin: int) -> pd.Series:
+    """Per decoder-layer row: when its FFN block starts, relative to ``origin``.
+
+    The FFN block starts at the first direct child after the layer's attention child that is a
+    norm (post-attention norm) or the MLP; in a layer with no attention child, at its second
+    norm child, else its first MLP child; with none of these the layer is all attention.
+    """
+    layers = mods.index[mods["is_layer"].to_numpy()]
+    end = (mods.loc[layers, "end"] - origin).astype("float64")
+    ch = mods[mods["parent"].isin(layers)]
+    if ch.empty:
+        return end
+    cat = ch["category"].to_numpy()
+    start = ch["start"] - origin
+    par = ch["parent"]
+    att = start[cat == "@attention"].groupby(par[cat == "@attention"]).min()
+    after_att = start > att.reindex(par).to_numpy(dtype="float64")  # NaN compares False
+    ffn_like = np.isin(cat, ("RMSNorm", "MLP"))
+    split = start[ffn_like & after_att].groupby(par[ffn_like & after_att]).min()
+    no_att = ~par.isin(att.index).to_numpy()
+    norms = ch[no_att & (cat == "RMSNorm")].sort_values("start")
+    second_norm = (norms.groupby("parent")["start"].nth(1).groupby(norms["parent"]).min() - origin
+                   if len(norms) else pd.Series(dtype="float64"))
+    first_mlp = start[no_att & (cat == "MLP")].groupby(par[no_att & (cat == "MLP")]).min()
+    fallback = second_norm.combine_first(first_mlp)
+    out = split.astype("float64").combine_first(fallback.astype("float64"))
+    return out.reindex(layers).fillna(end)
