@@ -18,15 +18,16 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 __all__ = ["COMM_STREAM", "COMPUTE_STREAM", "COPY_STREAM", "SIDE_STREAM", "EventWriter", "Launched",
-           "write_trace"]
+           "Micros", "dumps", "write_trace"]
 
 COMPUTE_STREAM = 7
 COMM_STREAM = 20
@@ -49,6 +50,21 @@ H100 = {"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85020819456,
         "regsPerBlock": 65536, "warpSize": 32, "sharedMemPerBlock": 49152, "numSms": 132,
         "regsPerMultiprocessor": 65536, "sharedMemPerBlockOptin": 232448,
         "sharedMemPerMultiprocessor": 233472}
+
+
+class Micros(float):
+    """Float microseconds that remember their exact nanoseconds: :func:`write_trace` writes them
+    as Kineto does (``1712195495519689.047``), exactly, where a float64 could not hold them."""
+
+    ns: int
+
+    def __new__(cls, ns: int) -> Self:
+        obj = super().__new__(cls, ns / 1000)
+        obj.ns = ns
+        return obj
+
+    def __reduce__(self) -> tuple[type, tuple[int]]:
+        return (Micros, (self.ns,))
 
 
 @dataclass
@@ -141,7 +157,7 @@ class EventWriter:
             if ns % 1000:
                 raise ValueError(f"ts_format='int' needs whole microseconds, got {ns} ns")
             return ns // 1000
-        return ns / 1000
+        return Micros(ns)
 
     # events ----------------------------------------------------------------------------------
     def emit(self, ph: str, cat: str, name: str, pid: int | str, tid: int | str, start: int,
@@ -323,10 +339,28 @@ class EventWriter:
         return trace
 
 
+_EXACT = re.compile(r'"@tracekit-ns:(\d+)"')
+
+
+def _exact(v: Any) -> Any:
+    return f"@tracekit-ns:{v.ns}" if isinstance(v, Micros) and v.ns >= 0 else v
+
+
+def _micros_text(m: re.Match) -> str:
+    us, ns = divmod(int(m.group(1)), 1000)
+    return f"{us}.{ns:03d}"
+
+
+def dumps(trace: dict) -> str:
+    """JSON text of ``trace``; :class:`Micros` times written with their exact nanoseconds."""
+    events = [{k: _exact(v) for k, v in e.items()} for e in trace.get("traceEvents", [])]
+    return _EXACT.sub(_micros_text, json.dumps({**trace, "traceEvents": events}))
+
+
 def write_trace(path: str | Path, trace: dict) -> Path:
     """Write ``trace`` as .json or .json.gz (by suffix); returns the path."""
     path = Path(path)
-    text = json.dumps(trace)
+    text = dumps(trace)
     if path.name.endswith(".gz"):
         with gzip.open(path, "wt", encoding="utf-8") as f:
             f.write(text)
