@@ -14,8 +14,9 @@ import pandas as pd
 
 from tracekit.analyses import TABLES
 
-from . import progress
+from . import coverage, progress
 from .attribute import Attributed, attribute
+from .checks import TraceWarning, as_warning, check_rank
 from .errors import TraceError
 from .link import link
 from .read import DEFAULT_MAX_BYTES, read_trace, trace_files
@@ -40,6 +41,8 @@ def analyse_file(path: str | os.PathLike, options: Options) -> Attributed:
     linked.warnings[:0] = raw.warnings
     progress.fraction(progress.LINKED)
     att = attribute(linked, tax, rules)
+    att.meta["coverage"] = coverage.measure(linked.activities)
+    att.meta["step_ranges"] = coverage.step_ranges(linked.activities, linked.steps)
     att.meta.update({k: raw.meta[k] for k in ("rank", "world_size", "devices", "events_in_file")})
     return att
 
@@ -78,8 +81,18 @@ class Analysis:
 
     path: str
     ranks: dict[int, Attributed]
-    warnings: list[str] = field(default_factory=list)
+    #: Every warning of the run: those given here, each rank's pipeline warnings (with its
+    #: rank) and the self-checks (:mod:`tracekit.checks`); exactly JSON ``meta.warnings``.
+    warnings: list[TraceWarning] = field(default_factory=list)
     _computed: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        found = [as_warning(w) for w in self.warnings]
+        for rank, att in self.ranks.items():
+            found += [as_warning(w, rank) for w in att.warnings]
+            tables = {n: self._per_step(n, rank) for n in ("phases", "modules", "kernels")}
+            found += check_rank(rank, tables, att.steps, att.meta)
+        self.warnings = found
 
     @property
     def multi_rank(self) -> bool:
@@ -117,8 +130,9 @@ class Analysis:
             "devices": sorted({d for a in self.ranks.values() for d in a.meta.get("devices", [])}),
             "module_source": first.meta.get("module_source"),
             "notices": notices,
-            "warnings": list(self.warnings) +
-            [w for a in self.ranks.values() for w in a.warnings],
+            "coverage": {r: a.meta["coverage"] for r, a in self.ranks.items()
+                         if a.meta.get("coverage")},
+            "warnings": [w.as_dict() for w in self.warnings],
         }
 
     def table(self, name: str, per_step: bool = False) -> pd.DataFrame:

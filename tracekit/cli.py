@@ -138,11 +138,12 @@ def compare(a, b, fmt, out, rank, taxonomy, kernel_rules, max_bytes, paper, debu
 
 def _write(fmt: str, meta: dict, tables: dict, out: Path | None, terminal: str) -> None:
     """Warnings to stderr, then the tables in ``fmt`` to ``out`` (or stdout)."""
+    from .checks import text
     from .render import formats
     from .render import terminal as term
 
     for w in meta["warnings"]:
-        click.echo(f"tracekit: warning: {w}", err=True)
+        click.echo(f"tracekit: warning: {term.safe_plain(text(w))}", err=True)
     if fmt == "table":
         from rich.console import Console
         render = getattr(term, terminal)

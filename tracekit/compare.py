@@ -122,5 +122,5 @@ def compare_meta(a, b) -> dict:
     """``meta`` of a comparison: both runs' meta under ``a`` and ``b``."""
     return {"kind": "compare", "time_unit": "ms", "aggregation": "mean per complete step",
             "a": a.meta, "b": b.meta,
-            "warnings": [f"A: {w}" for w in a.meta["warnings"]] +
-                        [f"B: {w}" for w in b.meta["warnings"]]}
+            "warnings": [{"run": "A", **w} for w in a.meta["warnings"]] +
+                        [{"run": "B", **w} for w in b.meta["warnings"]]}

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..checks import text
+from ..coverage import lines as coverage_lines
 from .terminal import TITLES
 
 PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2",
@@ -171,8 +173,10 @@ def _meta_html(meta: dict) -> str:
     if meta.get("paper"):
         items.append(f'<li class="note">paper_* columns: {html.escape(meta["paper"]["setting"])} '
                      f'From: {html.escape(meta["paper"]["citation"])}</li>')
+        for c in coverage_lines(m):
+            items.append(f'<li class="note">{html.escape(c)}</li>')
     for w in meta.get("warnings", []):
-        items.append(f'<li class="warn">warning: {html.escape(str(w))}</li>')
+        items.append(f'<li class="warn">warning: {html.escape(text(w))}</li>')
     return "<ul class=\"meta\">" + "".join(items) + "</ul>"
 
 

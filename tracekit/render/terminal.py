@@ -9,6 +9,8 @@ import re
 from rich.markup import escape
 from rich.table import Table
 
+from ..coverage import lines as coverage_lines
+
 TITLES = {
     "phases": "Phases: forward / backward / optimizer (Tables V, VII)",
     "modules": "Module time per phase (Table VI)",
@@ -28,6 +30,11 @@ TITLES = {
 #: C0 and C1 control characters: a kernel name is attacker-controlled text, and an escape
 #: sequence (ESC [, OSC ...) printed raw would drive the user's terminal.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def safe_plain(text) -> str:
+    """Trace text for a plain (non-rich) terminal line: control characters replaced."""
+    return _CONTROL.sub("\ufffd", str(text))
 
 
 def safe(text) -> str:
@@ -52,6 +59,8 @@ def render(meta: dict, tables: dict[str, pd.DataFrame], console: Console | None 
                   safe("; ".join(f"rank {r}: {len(s)}" for r, s in steps.items())))
     for n in meta.get("notices", []):
         console.print(f"[yellow]note:[/yellow] {safe(n)}")
+    for c in coverage_lines(meta):
+        console.print(safe(c))
     _paper_note(meta, console)
     for name, df in tables.items():
         if df.empty:

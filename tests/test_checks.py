@@ -1,0 +1,148 @@
+"""Self-checks (tracekit.checks): each fires on a planted bad case, names its rank and step,
+and reaches the terminal, JSON meta and HTML; they stay quiet where the numbers are right."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from shared_traces import params
+
+import tracekit
+from tracekit import checks
+from tracekit.checks import TraceWarning, check_rank
+from tracekit.cli import main
+from tracekit.testing import TraceBuilder
+from tracekit.testing.kernels import GEMM_A, K_ADAM, K_MUL
+
+CHECK_CODES = {"compute_exceeds_wall", "modules_do_not_sum", "kernels_do_not_sum",
+               "placed_by_time", "outside_steps", "unattributed", "steps_overlap", "empty_step"}
+
+
+def _phases(compute_ms: float, wall_ms: float = 10.0) -> pd.DataFrame:
+    return pd.DataFrame({"step": [3], "phase": ["forward"], "wall_ms": [wall_ms],
+                         "compute_ms": [compute_ms]})
+
+
+def _steps(*windows: tuple[int, int, int]) -> pd.DataFrame:
+    return pd.DataFrame({"step": [s for s, _, _ in windows], "start": [a for _, a, _ in windows],
+                         "end": [b for _, _, b in windows], "complete": True})
+
+
+def _codes(found: list[TraceWarning]) -> list[tuple[str, int | None, int | None]]:
+    return [(w.code, w.rank, w.step) for w in found]
+
+
+def test_compute_exceeding_wall_fires_with_rank_and_step():
+    found = check_rank(2, {"phases": _phases(21.6)}, _steps(), {})
+    assert _codes(found) == [("compute_exceeds_wall", 2, 3)]
+    assert str(found[0]).startswith("rank 2, step 3: forward compute 21.600 ms exceeds")
+    assert check_rank(2, {"phases": _phases(10.05)}, _steps(), {}) == []  # within 1%
+
+
+def test_module_rows_that_do_not_sum_fire():
+    mods = pd.DataFrame({"step": [3, 3], "phase": ["forward", "forward"], "module": ["MLP", "Idle"],
+                         "time_ms": [9.0, 2.0]})
+    found = check_rank(0, {"phases": _phases(9.0), "modules": mods}, _steps(), {})
+    assert _codes(found) == [("modules_do_not_sum", 0, 3)]
+    mods["time_ms"] = [9.0, 1.0]
+    assert check_rank(0, {"phases": _phases(9.0), "modules": mods}, _steps(), {}) == []
+
+
+def test_kernel_rows_that_do_not_sum_fire():
+    k = pd.DataFrame({"step": [3, 3], "group": ["compute", "idle"], "category": ["GEMM", "Idle"],
+                      "time_ms": [4.0, 1.0]})
+    found = check_rank(0, {"kernels": k}, _steps((3, 0, 6_000_000)), {})
+    assert _codes(found) == [("kernels_do_not_sum", 0, 3)]
+    assert check_rank(0, {"kernels": k}, _steps((3, 0, 5_000_000)), {}) == []
+
+
+@pytest.mark.parametrize("key,code", [("by_time", "placed_by_time"), ("outside", "outside_steps"),
+                                      ("unattributed", "unattributed")])
+def test_shares_above_the_limit_fire(key, code):
+    assert _codes(check_rank(1, {}, _steps(), {"coverage": {key: 0.051}})) == [(code, 1, None)]
+    assert check_rank(1, {}, _steps(), {"coverage": {key: checks.SHARE_LIMIT}}) == []
+
+
+def test_overlapping_and_empty_steps_fire():
+    steps = _steps((1, 0, 1000), (2, 900, 2000), (3, 2000, 3000))
+    found = check_rank(0, {}, steps, {"step_ranges": {"empty": [4], "cpu_overlaps": [[2, 3]]}})
+    assert sorted(_codes(found)) == [("empty_step", 0, 4), ("steps_overlap", 0, 2),
+                                     ("steps_overlap", 0, 3)]
+
+
+def _clean_trace(b: TraceBuilder) -> None:
+    with b.module("LlamaMLP", "model.layers.0.mlp"):
+        mm = b.kernel(GEMM_A, 10, op="aten::mm")
+    with b.backward():
+        b.kernel(K_MUL, 3, op="aten::mul", creator=mm)
+    with b.optimizer():
+        b.kernel(K_ADAM, 5, op="aten::_fused_adam_")
+
+
+def test_quiet_on_a_clean_trace(tmp_path):
+    b = TraceBuilder()
+    for _ in range(3):
+        with b.step():
+            _clean_trace(b)
+    a = tracekit.load(b.write(tmp_path / "t.json"), cache=False, jobs=1)
+    assert [w for w in a.warnings if w.code in CHECK_CODES] == []
+
+
+def test_an_empty_step_reaches_terminal_json_and_html(tmp_path):
+    b = TraceBuilder(rank=3, world_size=4)
+    with b.step():
+        _clean_trace(b)
+    with b.step():  # step 2 launches nothing
+        b.cpu(50)
+    with b.step():
+        _clean_trace(b)
+    path = b.write(tmp_path / "t.json")
+    a = tracekit.load(path, cache=False, jobs=1)
+    assert _codes([w for w in a.warnings if w.code in CHECK_CODES]) == [("empty_step", 3, 2)]
+    assert [w.as_dict() for w in a.warnings] == a.meta["warnings"]  # exactly what JSON shows
+
+    run = CliRunner().invoke(main, ["analyze", str(path), "--no-cache", "--format", "json"])
+    doc = json.loads(run.stdout)
+    assert {"code": "empty_step", "rank": 3, "step": 2,
+            "message": "the ProfilerStep range launched no activity"} in doc["meta"]["warnings"]
+    assert "tracekit: warning: rank 3, step 2: the ProfilerStep range launched no activity" \
+        in run.stderr
+    out = tmp_path / "r.html"
+    CliRunner().invoke(main, ["analyze", str(path), "--no-cache", "--format", "html", "--out", str(out)])
+    assert "rank 3, step 2: the ProfilerStep range launched no activity" in out.read_text()
+
+
+def test_legacy_string_warnings_become_records():
+    w = checks.as_warning("12 duplicate correlation ids", rank=5)
+    assert (w.code, w.rank, w.step, str(w)) == ("trace", 5, None,
+                                                "rank 5: 12 duplicate correlation ids")
+    assert checks.text({"run": "B", "code": "x", "rank": 0, "step": 1, "message": "m"}) == \
+        "B: rank 0, step 1: m"
+
+
+#: Shared traces whose numbers a self-check rightly doubts today (checked in the report of
+#: each fix): trace name fragment -> the codes that may fire. Every other trace must be quiet.
+KNOWN = {
+    "cpu_only__rank-34": {"outside_steps"},  # 84% of CPU op time before the first step
+    # kernels launched before the recorded CPU window, placed by time (issue 12, item 1):
+    "negative_queue_length": {"placed_by_time", "steps_overlap"},
+    "trace_diff__test": {"placed_by_time", "steps_overlap"},
+    "resnet_act_checkpoint": {"placed_by_time", "steps_overlap"},
+    # torch 1.8 ProfilerStep as an Operator / no step markers (issue 12, item 3):
+    "tb_plugin__samples__resnet50": {"compute_exceeds_wall"},
+    "ddp_resnet18_no_pool": {"compute_exceeds_wall"},
+}
+
+
+@pytest.mark.parametrize("src", params())
+def test_shared_traces_are_quiet_where_numbers_are_right(src, tmp_path):
+    dst = tmp_path / src.name
+    shutil.copy(src, dst)
+    a = tracekit.load(dst, cache=False, jobs=1)
+    fired = {w.code for w in a.warnings if w.code in CHECK_CODES}
+    allowed = next((codes for frag, codes in KNOWN.items() if frag in src.name), set())
+    assert fired <= allowed, [str(w) for w in a.warnings if w.code in fired - allowed]
