@@ -10,8 +10,10 @@ instant is split equally among the activities of that group running then. So
 * ``kernel_ms`` is the plain sum of the kernels' durations, overlap included;
 * ``count`` is the number of activities.
 
-Compute categories (Element-wise, RoPE, Triton, GEMM, RMSNorm, Attention, Other) and
-communication categories (AllReduce, AllGather, Other) come from the ordered kernel rules.
+Compute categories (the paper's Element-wise, RoPE, Triton, GEMM, RMSNorm, Attention, then
+Convolution, Normalization, Reduction, Data movement, Quantization, MoE routing, Embedding,
+Other) and communication categories (AllReduce, AllGather, AllToAll, Other) come from the
+ordered kernel rules (tracekit.taxonomy.KERNEL_CATEGORIES / COMM_CATEGORIES).
 
 Inference traces with prefill and decode stages (:mod:`tracekit.stages`) get one block of rows
 per step and ``stage``; a stage's window then runs from its first activity's start to its last

@@ -85,7 +85,7 @@ def test_hf_generate_passes_first_is_prefill_rest_decode():
     ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64, 64, 4, false, false, cutlass::bfloat16_t>>", "Attention"),
     ("fmhaSm100aKernel_QkvE4m3OBfloat16H64PagedKvCausalP16VarSeqQ128Kv128PersistentContext", "Attention"),
     ("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, unsigned char>", "Attention"),
-    ("void moe::dev::finalize::finalizeKernelVecLoad<moe::dev::finalize::KernelParams<cutlass::bfloat16_t>>", "Other"),
+    ("void moe::dev::finalize::finalizeKernelVecLoad<moe::dev::finalize::KernelParams<cutlass::bfloat16_t>>", "MoE routing"),
     ("_ZN5aiter24add_rmsnorm_quant_kernelIDF16bDF16bLi64ELi8E", "RMSNorm"),
     ("void vllm::rotary_embedding_kernel<c10::BFloat16, true>", "RoPE"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", "Element-wise"),

@@ -4,6 +4,7 @@ with the rule that gave it."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import tracekit
 from tracekit.labels import assign_categories
@@ -61,3 +62,34 @@ def test_intervals_carry_the_rules(tmp_path):
     assert (iv["rule"].astype(str) != "").all()
     compute = iv["group"].astype(str).to_numpy() == "compute"
     assert np.all(iv["module_rule"].astype(str).to_numpy()[compute] != "")
+
+
+DEEPEP = "void dpsk::ep::internode::dispatch<false, 8, 3>(int4*, float*, long*, float*)"
+CACHED = "void dpsk::ep::internode::cached_notify<8>(int, int, int, int*)"
+FLASH = "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64, 64, 4>>(Flash_fwd_params)"
+CONV = "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16"
+ODD = "my_unknown_kernel"
+
+
+def test_planted_precedence_and_coverage(tmp_path):
+    """DeepEP kernels are communication (dispatch AllToAll, cached_notify Other); a flash kernel
+    launched by RopeLoraFlashAttnVarlenFunc is Attention, not RoPE; an implicit-GEMM conv is
+    Convolution, not GEMM; the unknown kernel is the Other share of compute time."""
+    b = TraceBuilder()
+    with b.step():
+        b.kernel(CONV, 30, op="aten::cudnn_convolution", at_us=10)
+        b.kernel(FLASH, 50, op="RopeLoraFlashAttnVarlenFunc", at_us=50)
+        b.kernel(ODD, 20, op="aten::foo", at_us=110)
+        b.kernel(DEEPEP, 10, op="deep_ep::dispatch", at_us=140)
+        b.kernel(CACHED, 5, op="deep_ep::notify", at_us=160)
+    a = tracekit.load(b.write(tmp_path / "rank0.pt.trace.json"), cache=False)
+    k = a.table("kernels")
+    rows = {(r["group"], r["category"]): r for r in k.to_dict("records")}
+    assert rows[("compute", "Convolution")]["kernel_ms"] == pytest.approx(0.030)
+    assert rows[("compute", "Attention")]["kernel_ms"] == pytest.approx(0.050)
+    assert rows[("compute", "RoPE")]["kernel_ms"] == 0
+    assert rows[("compute", "GEMM")]["kernel_ms"] == 0
+    assert rows[("compute", "Other")]["kernel_ms"] == pytest.approx(0.020)
+    assert rows[("comm", "AllToAll")]["kernel_ms"] == pytest.approx(0.010)
+    assert rows[("comm", "Other")]["kernel_ms"] == pytest.approx(0.005)
+    assert a.meta["kernel_other_share"] == {0: pytest.approx(20 / 100)}

@@ -129,6 +129,7 @@ class Analysis:
             "complete_steps": {r: a.meta.get("complete_steps", []) for r, a in self.ranks.items()},
             "devices": sorted({d for a in self.ranks.values() for d in a.meta.get("devices", [])}),
             "module_source": first.meta.get("module_source"),
+            "kernel_other_share": {r: a.meta.get("kernel_other_share") for r, a in self.ranks.items()},
             "notices": notices,
             "coverage": {r: a.meta["coverage"] for r, a in self.ranks.items()
                          if a.meta.get("coverage")},

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .intervals import ShareClock
-from .labels import assign_categories
+from .labels import assign_categories, other_share
 from .link import LinkedTrace
 from .stages import pass_index
 from .taxonomy import KernelRules, ModuleTaxonomy
@@ -65,6 +65,7 @@ def attribute(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: KernelRules)
     meta = dict(linked.meta)
     meta["steps"] = steps["step"].tolist()
     meta["complete_steps"] = steps.loc[steps["complete"], "step"].tolist()
+    meta["kernel_other_share"] = other_share(iv)
     return Attributed(path=linked.path, mode=linked.mode, intervals=iv.reset_index(drop=True),
                       steps=steps, meta=meta, warnings=warnings)
 

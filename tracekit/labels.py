@@ -18,7 +18,7 @@ import pandas as pd
 
 from .link import LinkedTrace, take
 from .read import MEMCPY, MEMSET
-from .taxonomy import KernelRules, ModuleTaxonomy
+from .taxonomy import COMM_CATEGORIES, KernelRules, ModuleTaxonomy
 
 
 def assign_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: KernelRules) -> pd.DataFrame:
@@ -49,6 +49,18 @@ def assign_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: Kern
     }, index=a.index)
 
 
+def other_share(iv: pd.DataFrame) -> float:
+    """Coverage of the kernel rules: the share of compute-kernel time (sum of durations) that
+    no rule names (kernel category Other); 0.0 with no compute kernels."""
+    compute = iv["group"].astype(str).to_numpy() == "compute"
+    dur = (iv["end"] - iv["start"]).to_numpy()[compute]
+    total = float(dur.sum())
+    if total <= 0:
+        return 0.0
+    other = iv["kernel_category"].astype(str).to_numpy()[compute] == "Other"
+    return round(float(dur[other].sum()) / total, 6)
+
+
 def _matches(col: pd.Series, rx) -> np.ndarray:
     """``rx.search`` over a categorical column, evaluated once per distinct value."""
     cats = col.cat.categories
@@ -76,8 +88,8 @@ def _kernel_label(rules: KernelRules, name: str, op: str, leaf: str, comm: str,
                   group: str) -> tuple[str, str, str]:
     """(kernel_category, rule, collective) of one distinct activity."""
     if group == "comm":
-        c, src = rules.collective_source(("kernel", name), ("cpu", comm), ("op", leaf))
-        return (c if c in ("AllReduce", "AllGather") else "Other"), f"comm:{src}", c
+        c, src = rules.collective_of(name, comm, leaf)
+        return (c if c in COMM_CATEGORIES else "Other"), f"comm:{src}", c
     if group in ("memcpy", "memset"):
         return ("Memcpy" if group == "memcpy" else "Memset"), group, ""
     cat, rule = rules.classify(name, f"{leaf} {op}")

@@ -19,9 +19,13 @@ from .errors import TraceError
 #: Table VI rows in the paper's order (Attention stands for fused attention kernels).
 MODULE_CATEGORIES = ["Embedding", "QKV", "RoPE", "Bmm0", "Softmax", "Bmm1", "Attention",
                      "Output", "MLP", "RMSNorm", "Linear"]
-#: Table X compute categories in the paper's order.
-KERNEL_CATEGORIES = ["Element-wise", "RoPE", "Triton", "GEMM", "RMSNorm", "Attention", "Other"]
-COMM_CATEGORIES = ["AllReduce", "AllGather", "Other"]
+#: Table X compute categories: the paper's first, in its order, then the ones that keep Other
+#: small on any model (convolution, normalization other than RMSNorm, ...), Other last.
+KERNEL_CATEGORIES = ["Element-wise", "RoPE", "Triton", "GEMM", "RMSNorm", "Attention",
+                     "Convolution", "Normalization", "Reduction", "Data movement", "Quantization",
+                     "MoE routing", "Embedding", "Other"]
+#: Communication categories: the paper's AllReduce / AllGather, all-to-all (expert parallelism).
+COMM_CATEGORIES = ["AllReduce", "AllGather", "AllToAll", "Other"]
 
 
 def _rx(pattern: str | None, flags: int = 0) -> re.Pattern | None:
@@ -81,6 +85,21 @@ class KernelRule:
     kernel: re.Pattern | None
     op: re.Pattern | None
     rule_id: str = ""
+    head: re.Pattern | None = None
+
+
+_BRACKETS = re.compile(r"<[^<>]*>|\([^()]*\)")
+
+
+def kernel_head(name: str) -> str:
+    """A kernel's own name: template arguments and parameter lists removed, return type
+    dropped (``void at::native::reduce_kernel<512, 1, Op<..>>(..)`` -> ``at::native::reduce_kernel``).
+    Names without brackets (mangled, cuBLAS, Triton) are their own head."""
+    prev, s = None, name
+    while prev != s and ("<" in s or "(" in s):
+        prev, s = s, _BRACKETS.sub("", s)
+    parts = s.split()
+    return parts[-1] if parts else name
 
 
 @dataclass
@@ -95,8 +114,11 @@ class KernelRules:
 
     def classify(self, kernel: str, op: str) -> tuple[str, str]:
         """(category, rule id) of a compute kernel: the first rule whose patterns all match."""
+        head = kernel_head(kernel)
         for r in self.rules:
             if r.kernel is not None and not r.kernel.search(kernel):
+                continue
+            if r.head is not None and not r.head.search(head):
                 continue
             if r.op is not None and not r.op.search(op):
                 continue
@@ -106,6 +128,17 @@ class KernelRules:
     def collective(self, *texts: str) -> str:
         """Collective of the first text that names one (kernel name, then CPU-side names)."""
         return self.collective_source(*(("", t) for t in texts))[0]
+
+    def collective_of(self, kernel: str, cpu: str = "", op: str = "") -> tuple[str, str]:
+        """(collective, where it was read) of a communication kernel. The kernel name decides,
+        except where it names none (``ncclDevKernel_Generic``: the CPU side decides) or only
+        says SendRecv while the CPU side says all-to-all (which NCCL runs as send/recv)."""
+        c, src = self.collective_source(("kernel", kernel))
+        if c in ("SendRecv", "Other"):
+            c2, src2 = self.collective_source(("cpu", cpu), ("op", op))
+            if c == "Other" or c2 == "AllToAll":
+                return c2, src2
+        return c, src
 
     def collective_source(self, *texts: tuple[str, str]) -> tuple[str, str]:
         """(collective, which text named it) over (label, text) pairs, in order."""
@@ -176,8 +209,8 @@ def kernel_rules(path: str | None = None) -> KernelRules:
     try:
         tagged = [(r, f"{_source(path)}#{r['category']}:{i}") for i, r in enumerate(user.get("rule", []), 1)]
         tagged += [(r, f"kernels.toml#{r['category']}:{i}") for i, r in enumerate(base["rule"], 1)]
-        rules = [KernelRule(r["category"], _rx(r.get("kernel"), flags), _rx(r.get("op"), flags), rid)
-                 for r, rid in tagged]
+        rules = [KernelRule(r["category"], _rx(r.get("kernel"), flags), _rx(r.get("op"), flags), rid,
+                            _rx(r.get("head"), flags)) for r, rid in tagged]
         comm = {**base["comm"], **user.get("comm", {})}
         return KernelRules(
             rules=rules,

@@ -1,0 +1,67 @@
+"""The labelled kernel corpus (tests/data/kernel_corpus.csv) against the kernel rules.
+
+The corpus holds every distinct device-kernel name (and CPU op name of CPU-only traces) of the
+../shared traces, with the launching op and the category a reader gives it from what the kernel
+does (tests/kernel_names.py lists them), plus the DeepEP / NVSHMEM / renamed-NCCL /
+FlashAttention-with-rope names of issue 12. Every row must come out of the rules as labelled.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from tracekit.taxonomy import COMM_CATEGORIES, KERNEL_CATEGORIES, kernel_rules
+
+CORPUS = Path(__file__).resolve().parent / "data" / "kernel_corpus.csv"
+
+
+def _rows() -> list[dict]:
+    with CORPUS.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _label(name: str, op: str) -> tuple[str, str]:
+    """(group, category) the rules give a kernel launched by ``op`` (CPU names: the op itself)."""
+    r = kernel_rules()
+    if r.comm_kernel.search(name) or r.comm_op.search(name):
+        c = r.collective_of(name, op)[0]
+        return "comm", c if c in COMM_CATEGORIES else "Other"
+    return "compute", r.classify(name, f"{op} ")[0]
+
+
+def test_corpus_is_large_and_covers_every_shared_trace():
+    rows = _rows()
+    assert len({r["name"] for r in rows}) >= 300
+    from shared_traces import shared_traces
+    sources = {r["source"] for r in rows}
+    for p in shared_traces():
+        assert p.name.removesuffix(".gz").removesuffix(".json") in sources, p.name
+    assert {r["category"] for r in rows if r["group"] == "compute"} <= set(KERNEL_CATEGORIES)
+
+
+@pytest.mark.parametrize("group", ["compute", "comm"])
+def test_every_corpus_row_gets_its_label(group):
+    wrong = [(r["name"][:100], r["op"], r["category"], _label(r["name"], r["op"]))
+             for r in _rows() if r["group"] == group and _label(r["name"], r["op"]) != (group, r["category"])]
+    assert not wrong, "\n".join(map(str, wrong[:30]))
+
+
+@pytest.mark.parametrize("name, op, category", [
+    # Precedence: attention beats RoPE; conv beats GEMM; fbgemm is not a GEMM.
+    ("RopeLoraFlashAttnVarlenFunc", "", "Attention"),
+    ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128>>(Flash_fwd_params)", "RopeLoraFlashAttnVarlenFunc", "Attention"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float>>(int)", "vllm::rotary_embedding", "RoPE"),
+    ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw", "aten::cudnn_convolution", "Convolution"),
+    ("void fbgemm_gpu::permute_2D_data_kernel<false, int, int>(int, int)", "", "Data movement"),
+    # RMSNorm is RMSNorm only: PyTorch's layer-norm kernels tell them apart by rms_norm=true.
+    ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, true>(int)", "", "RMSNorm"),
+    ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, false>(int)", "", "Normalization"),
+    ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(int)", "", "Normalization"),
+    ("void at::native::elementwise_kernel<128, 4, at::native::GroupNormKernelImplInternal<float>>(int)", "", "Normalization"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int)", "aten::_fused_rms_norm", "RMSNorm"),
+])
+def test_precedence(name, op, category):
+    assert kernel_rules().classify(name, f"{op} ")[0] == category
