@@ -102,6 +102,39 @@ def analyze(path, fmt, out, per_step, rank, taxonomy, kernel_rules, max_bytes, n
     _write(fmt, meta, tables, out, "render")
 
 
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("pattern")
+@click.option("--step", type=int, help="Only activities of this step.")
+@click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Show at most this many chains (largest total time first).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True)
+@reading_options
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
+@click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
+def explain(path, pattern, step, limit, fmt, rank, taxonomy, kernel_rules, max_bytes, no_cache,
+            debug):
+    """Why is this number what it is: the chain behind the labels of the activities whose
+    name matches PATTERN (case-insensitive substring or regex). docs/explain.md."""
+    from .analysis import Options
+    from .explain import run
+
+    with reported(path, debug):
+        doc = run(path, pattern, step=step, rank=rank, limit=limit,
+                  options=Options(taxonomy=taxonomy, kernel_rules=kernel_rules,
+                                  max_bytes=max_bytes, cache=not no_cache))
+    if fmt == "json":
+        import json
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        import shutil
+
+        from .render.explain import fit, lines
+        width = shutil.get_terminal_size((100, 24)).columns
+        click.echo("\n".join(fit(ln, width) for ln in lines(doc)))
+
+
 COMPARE_FORMATS = ["table", "json", "csv", "md", "html"]
 
 

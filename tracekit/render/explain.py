@@ -1,0 +1,104 @@
+"""Text of ``tracekit explain``: one block per chain, every line cut at the terminal's width.
+
+Names come from traces (attacker-controlled text): control characters are replaced before a
+line is cut, so nothing but printable text reaches the terminal.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tracekit.taxonomy import MODULE_CATEGORIES
+
+from .terminal import safe_plain
+
+LABEL = 12  # width of the left column
+
+
+def fit(line: str, width: int) -> str:
+    """``line`` made safe and cut to ``width`` columns (with an ellipsis)."""
+    s = safe_plain(line)
+    return s if len(s) <= width else s[: max(width - 1, 0)] + "…"
+
+
+def _ms(x: float | None) -> str:
+    return "?" if x is None else f"{x:,.3f}"
+
+
+def _row(label: str, text: str) -> str:
+    return f"    {label:<{LABEL}}{text}"
+
+
+def lines(doc: dict) -> list[str]:
+    """The whole output as lines (not yet cut to width)."""
+    m = doc["meta"]
+    where = f" in step {m['step']}" if m.get("step") is not None else ""
+    out = [(f"tracekit explain: {m['pattern']!r} in {Path(m['path']).name}, rank {m['rank']}{where}: "
+           f"{m['matched']} activities in {m['groups']} chain(s), showing {m['shown']}"),
+           "times: ms after the first event of the trace; chains by total time, largest first"]
+    if not m["matched"]:
+        out.append("no activity name matches (case-insensitive substring or regular expression)")
+    for i, c in enumerate(doc["chains"], 1):
+        out += [""] + chain_lines(i, c)
+    if m["shown"] < m["groups"]:
+        out += ["", (f"{m['groups'] - m['shown']} more chain(s): raise --limit, or narrow the "
+                "pattern or --step")]
+    return out
+
+
+def chain_lines(i: int, c: dict) -> list[str]:
+    a = c["activity"]
+    steps = ", ".join(map(str, c["steps"][:12])) + (" ..." if len(c["steps"]) > 12 else "")
+    out = [f"[{i}] {c['name']}",
+           (f"    {c['count']} x, {_ms(c['total_ms'])} ms in all; steps {steps}; "
+           f"{c['module_instances']} module instance(s). First of them:"),
+           _row(a["kind"], f"{'thread' if a['kind'] == 'cpu_op' else 'stream'} {a['stream']}, start {_ms(a['start_ms'])}, "
+                f"{_ms(a['dur_ns'] / 1e6)} ms")]
+    ln = c["launch"]
+    out.append(_row("launch", "none in the file (launched before the recorded CPU window)"
+                    if ln is None else
+                    f"{ln['runtime'] or 'the op itself'}"
+                    f"{'' if ln['correlation'] is None else ', correlation ' + str(ln['correlation'])}"
+                    f", at {_ms(ln['ts_ms'])} on thread {ln['tid']}"))
+    for k, op in enumerate(c["op_stack"]):
+        seq = f" seq {op['seq']}" if op["seq"] is not None else ""
+        out.append(_row("op stack" if k == 0 else "", f"{'> ' if k else ''}{op['name']} "
+                        f"({op['kind']}, {_ms(op['ts_ms'])} +{_ms(op['dur_ms'])}{seq})"))
+    mod = c["module"]
+    out.append(_row("module", "none (no module range around the launch)" if mod is None
+                    else mod["path"]))
+    b = c["backward"]
+    if b is not None:
+        f = b["forward_op"]
+        fwd = "no forward op found" if f is None else \
+            f"forward op {f['name']} at {_ms(f['ts_ms'])} on thread {f['tid']}"
+        seq = f" (seq {b['seq']})" if b["seq"] is not None else ""
+        out.append(_row("backward", f"node {b['node'] or '?'}{seq} -> {fwd}; link: {b['link']}"))
+    out.append(_row("phase", f"{c['phase']['phase']} (evidence: {c['phase']['evidence']})"))
+    s = c["step"]
+    out.append(_row("step", f"{s['step']} (by {s['by']})" if s["step"] >= 0 else
+                    "outside every step"))
+    k, mc = c["kernel_category"], c["module_category"]
+    out.append(_row("category", f"{k['group']} / {k['category']} (rule {k['rule']})"))
+    if mc["category"]:
+        out.append(_row("module cat", f"{mc['category']} (rule {mc['rule']})"))
+    out.append(_row("tables", cells(c)))
+    return out
+
+
+def cells(c: dict) -> str:
+    """Which table rows the chain's time lands in (docs/metrics.md)."""
+    if c["step"]["step"] < 0:
+        return "none: outside every step"
+    if not c["step"]["complete"]:
+        return "none: its step is incomplete (cut by the profiling window)"
+    k, group = c["kernel_category"], c["kernel_category"]["group"]
+    parts = [f"kernels {'memcpy' if group == 'memset' else group}/{k['category']}"]
+    if group == "compute":
+        mc = c["module_category"]["category"]
+        parts.append(f"modules {mc if mc in MODULE_CATEGORIES else 'Other'}")
+        parts.append(f"phases {c['phase']['phase']} compute_ms")
+    elif group == "comm":
+        parts.append("modules Exposed communication (the part not under compute)")
+        parts.append(f"phases {c['phase']['phase']} comm_ms")
+    return " · ".join(parts)
