@@ -72,7 +72,7 @@ __all__ = [
 
 NS_PER_MS = 1_000_000
 
-MODULE_ROWS = ("Embedding", "QKV", "RoPE", "Bmm0", "Softmax", "Bmm1", "Attention", "Output", "MLP",
+MODULE_ROWS = ("Embedding", "QKV", "RoPE", "Bmm0", "Softmax", "Bmm1", "Attention", "Attention other", "Output", "MLP",
                "RMSNorm", "Linear", "Other", "Exposed communication", "Idle")
 PHASES = ("forward", "backward", "optimizer")
 BLOCKS = ("before", "attention", "ffn", "after")
@@ -324,6 +324,18 @@ def make_trace(
             else:
                 yield
 
+    @contextmanager
+    def rotary():
+        """apply_rotary_pos_emb's ops inside attention: RoPE where the trace records the python
+        frame that says so (nn.Module events come with stacks), else attention glue."""
+        if nn_mod:
+            with b.label(category="RoPE"), b.pyfunc(
+                    M, "transformers/models/llama/modeling_llama.py(151): apply_rotary_pos_emb"):
+                yield
+        else:
+            with b.label(category="Attention other"):
+                yield
+
     def unit(op: str, kernels: list, *, inner: list[str] = (), bwd: tuple | None = None,
              tid: int | None = None, extra_args: dict | None = None):
         """A forward op (with inner op chain) launching kernels; registers its backward node.
@@ -388,7 +400,7 @@ def make_trace(
             with b.rng_(M, "aten::transpose", pre=0.5, post=0.3):
                 pass
             if attention == "eager":
-                with b.label(category="RoPE"):
+                with rotary():
                     for _ in ("q", "k"):
                         ew("aten::mul", K_MUL, 6, "MulBackward0")
                         with b.rng_(M, "aten::slice", pre=0.4, post=0.3):
@@ -409,11 +421,11 @@ def make_trace(
                 with b.label(category="Bmm1"):
                     unit("aten::matmul", [(BMM, b.d(28), "kernel")], inner=["aten::bmm"],
                          bwd=("BmmBackward0", [("aten::bmm", [(BMM, 27)]), ("aten::bmm", [(BMM, 26)])]))
-                with b.label(category=None):
+                with b.label(category="Attention other"):
                     unit("aten::contiguous", [(K_COPY, b.d(9), "kernel")], inner=["aten::clone", "aten::copy_"],
                          bwd=("CloneBackward0", []))
             else:
-                with b.label(category="RoPE"):
+                with rotary():
                     for _ in ("q", "k"):
                         ew("aten::mul", K_MUL, 6, "MulBackward0")
                         ew("aten::neg", K_NEG, 3.5, "NegBackward0")
@@ -426,7 +438,7 @@ def make_trace(
                          bwd=("ScaledDotProductFlashAttentionBackward0",
                               [("aten::_scaled_dot_product_flash_attention_backward",
                                 [(K_FLASH_BWD_DOT, 6), (K_FLASH_BWD, 150)])]))
-                with b.label(category=None):
+                with b.label(category="Attention other"):
                     unit("aten::contiguous", [(K_COPY, b.d(9), "kernel")], inner=["aten::clone", "aten::copy_"],
                          bwd=("CloneBackward0", []))
             with b.label(category="Output"):

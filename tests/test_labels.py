@@ -93,3 +93,32 @@ def test_planted_precedence_and_coverage(tmp_path):
     assert rows[("comm", "AllToAll")]["kernel_ms"] == pytest.approx(0.010)
     assert rows[("comm", "Other")]["kernel_ms"] == pytest.approx(0.005)
     assert a.meta["kernel_other_share"] == {0: pytest.approx(20 / 100)}
+
+
+def _module_ms(a, phase="forward") -> dict:
+    m = a.table("modules")
+    return {r["module"]: r["time_ms"] for r in m.to_dict("records") if r["phase"] == phase}
+
+
+def test_attention_glue_is_not_rope(tmp_path):
+    """GPT-2-style attention (no rotary embedding): the q/k/v split copy and the KV-cache cat
+    before the first matmul, and the output's contiguous copy, are Attention other; RoPE is 0.
+    A rotary kernel inside a Llama attention is RoPE."""
+    from tracekit.testing.kernels import BMM, K_CAT, K_COPY, K_SOFTMAX
+    rotary = "void vllm::rotary_embedding_kernel<c10::BFloat16, true>(long const*, c10::BFloat16*)"
+    b = TraceBuilder()
+    with b.step():
+        with b.module("GPT2Attention", "transformer.h.0.attn"):
+            b.kernel(K_COPY, 4, op="aten::contiguous")
+            b.kernel(K_CAT, 6, op="aten::cat")
+            b.kernel(BMM, 10, op="aten::matmul")
+            b.kernel(K_SOFTMAX, 5, op="aten::softmax")
+            b.kernel(BMM, 9, op="aten::matmul")
+            b.kernel(K_COPY, 3, op="aten::contiguous")
+        with b.module("LlamaAttention", "model.layers.0.self_attn"):
+            b.kernel(rotary, 7, op="_C::rotary_embedding")
+            b.kernel(K_CAT, 2, op="aten::cat")
+    got = _module_ms(tracekit.load(b.write(tmp_path / "rank0.pt.trace.json"), cache=False))
+    assert got["RoPE"] == pytest.approx(0.007)
+    assert got["Attention other"] == pytest.approx(0.004 + 0.006 + 0.003 + 0.002)
+    assert (got["Bmm0"], got["Softmax"], got["Bmm1"]) == pytest.approx((0.010, 0.005, 0.009))

@@ -39,7 +39,7 @@ def assign_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: Kern
     a = linked.activities
     group = groups(linked, rules)
     kcat, krule, coll = kernel_categories(a, group, rules)
-    module, mrule = module_categories(linked, taxonomy)
+    module, mrule = module_categories(linked, taxonomy, kcat)
     compute = group == "compute"
     block, layer = blocks(linked)
     return pd.DataFrame({
@@ -144,8 +144,12 @@ def label_modules(mods: pd.DataFrame, taxonomy: ModuleTaxonomy) -> None:
     mods["att_root"] = att_root
 
 
-def module_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy) -> tuple[np.ndarray, np.ndarray]:
-    """Paper module category (Table VI row) and the rule behind it, per activity."""
+def module_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy,
+                      kcat: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Paper module category (Table VI row) and the rule behind it, per activity.
+
+    RoPE needs rotary evidence: a rotary module (by the module rules), an op under a rotary
+    python frame (``rope_frame``), a rotary op, or a rotary kernel (kernel category RoPE)."""
     a, mods = linked.activities, linked.modules
     mid = a["module_id"].to_numpy()
     if mods.empty:
@@ -154,21 +158,27 @@ def module_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy) -> tuple[np
     else:
         cat = take(mods["category"].to_numpy(dtype=object), mid, "Other").astype(object)
         rule = take(mods["rule"].to_numpy(dtype=object), mid, "none").astype(object)
+    rotary = a["rope_frame"].to_numpy().copy()
+    if kcat is not None:
+        rotary |= np.asarray(kcat, dtype=object) == "RoPE"
     att = cat == "@attention"
     if att.any():
-        part = _attention_parts(a, mods, att, taxonomy)
+        part = _attention_parts(a, mods, att, taxonomy, rotary[att])
         cat[att] = part
         rule[att] = np.char.add(rule[att].astype(str), np.char.add(" attention:", part.astype(str)))
-    rope = a["rope_frame"].to_numpy() & (cat == "Other")
+    rope = rotary & (cat == "Other")
     cat[rope] = "RoPE"
     rule[rope] = "rope-frame"
     return cat, rule
 
 
 def _attention_parts(a: pd.DataFrame, mods: pd.DataFrame, att: np.ndarray,
-                     taxonomy: ModuleTaxonomy) -> np.ndarray:
-    """Category of activities inside an attention module: split by op and position around the
-    block's two matmuls (Bmm0, Softmax, Bmm1) or its fused attention op."""
+                     taxonomy: ModuleTaxonomy, rotary: np.ndarray) -> np.ndarray:
+    """Category of activities inside an attention module: the first matmul is Bmm0, the ops
+    between the two matmuls Softmax, the second Bmm1; a fused attention op is Attention; rotary
+    work (``rotary``, or a rotary op) is RoPE; everything else (q/k/v views and transposes,
+    KV-cache writes, the output's reshape, child modules that only inherit the attention
+    category) is the block's glue, Attention other."""
     mid = a["module_id"].to_numpy()
     # Times relative to an origin: comparisons below go through float64.
     top_ts = a["top_op_ts"].to_numpy()[att]
@@ -176,35 +186,27 @@ def _attention_parts(a: pd.DataFrame, mods: pd.DataFrame, att: np.ndarray,
     root = mods["att_root"].to_numpy()[mid[att]]
     sub = pd.DataFrame({"mid": np.where(root >= 0, root, mid[att]),
                         "top": a["top_op"].astype(str).to_numpy()[att],
+                        "op": a["op"].astype(str).to_numpy()[att],
                         "top_ts": np.where(top_ts >= 0, top_ts - origin, -1),
-                        "top_id": a["top_op_id"].to_numpy()[att],
-                        "rope": a["rope_frame"].to_numpy()[att]})
+                        "top_id": a["top_op_id"].to_numpy()[att]})
     fused = sub["top"].str.fullmatch(taxonomy.fused_attention).to_numpy()
     is_bmm = sub["top"].str.fullmatch(taxonomy.bmm).to_numpy() & ~fused
     bm = sub[is_bmm].drop_duplicates("top_id").sort_values("top_ts")
     bm = bm.assign(nth=bm.groupby("mid").cumcount())
     t0 = bm[bm.nth == 0].set_index("mid")["top_ts"]
     t1 = bm[bm.nth == 1].set_index("mid")["top_ts"]
-    fz = sub[fused].groupby("mid")["top_ts"].min()
-    first = pd.concat([t0, fz], axis=1).min(axis=1)
     b0 = t0.reindex(sub["mid"]).to_numpy(dtype="float64")
     b1 = t1.reindex(sub["mid"]).to_numpy(dtype="float64")
-    f0 = first.reindex(sub["mid"]).to_numpy(dtype="float64")
     ts = sub["top_ts"].to_numpy(dtype="float64")
-    out = np.full(len(sub), "Other", dtype=object)
-    before = np.isnan(f0) | (ts < f0)
-    out[before] = "RoPE"
-    out[~before & ~np.isnan(b0) & (ts > b0) & (np.isnan(b1) | (ts < b1))] = "Softmax"
+    out = np.full(len(sub), "Attention other", dtype=object)
+    out[~np.isnan(b0) & (ts > b0) & (np.isnan(b1) | (ts < b1))] = "Softmax"
     out[ts == b0] = "Bmm0"
     out[ts == b1] = "Bmm1"
-    out[(~np.isnan(b1)) & (ts > b1)] = "Other"
-    # Ops of child modules that only inherit the attention category (e.g. an fp8 quant
-    # module) are not RoPE/Softmax work: Other unless they are the fused attention itself.
     own_cat = mods["own_category"].to_numpy()[mid[att]]
-    out[(own_cat != "@attention") & ~fused] = "Other"
+    out[(own_cat != "@attention") | (sub["top_id"].to_numpy() < 0)] = "Attention other"
+    rotary_op = (sub["top"].str.fullmatch(taxonomy.rope) | sub["op"].str.fullmatch(taxonomy.rope)).to_numpy()
+    out[(rotary | rotary_op) & ~fused] = "RoPE"
     out[fused] = "Attention"
-    out[sub["top_id"].to_numpy() < 0] = "Other"
-    out[sub["rope"].to_numpy()] = "RoPE"
     return out
 
 
