@@ -1,13 +1,15 @@
 """The facade: ``tracekit.load(path)`` -> :class:`Analysis`, whose tables are DataFrames.
 
-A file is one rank; a directory is one rank per trace file. Each rank is read, linked and
+A file is one rank; a directory's files are grouped into ranks by distributedInfo (or the
+capture manifest), else by process (:mod:`tracekit.ranks`): files of one process are successive
+windows of one rank. Each rank is read, linked and
 attributed once; every table is a function of that one labelled table (``analyses/``).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -19,6 +21,14 @@ from .attribute import Attributed, attribute
 from .checks import TraceWarning, as_warning, check_rank
 from .errors import TraceError
 from .link import link
+from .ranks import (
+    FileIdentity,
+    group_files,
+    host_of,
+    manifest_ranks,
+    merge_windows,
+    process_of,
+)
 from .read import DEFAULT_MAX_BYTES, read_trace, trace_files
 from .taxonomy import kernel_rules, module_taxonomy
 
@@ -44,6 +54,8 @@ def analyse_file(path: str | os.PathLike, options: Options) -> Attributed:
     att.meta["coverage"] = coverage.measure(linked.activities)
     att.meta["step_ranges"] = coverage.step_ranges(linked.activities, linked.steps)
     att.meta.update({k: raw.meta[k] for k in ("rank", "world_size", "devices", "events_in_file")})
+    att.meta["pid"] = process_of(raw.events)
+    att.meta["host"] = host_of(path, raw.meta.get("host_name"))
     return att
 
 
@@ -84,6 +96,7 @@ class Analysis:
     #: Every warning of the run: those given here, each rank's pipeline warnings (with its
     #: rank) and the self-checks (:mod:`tracekit.checks`); exactly JSON ``meta.warnings``.
     warnings: list[TraceWarning] = field(default_factory=list)
+    grouping: str = ""
     _computed: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -125,6 +138,9 @@ class Analysis:
             "aggregation": "mean per complete step",
             "ranks": sorted(self.ranks),
             "files": {r: a.path for r, a in self.ranks.items()},
+            "window_files": {r: a.meta["window_files"] for r, a in self.ranks.items()
+                             if "window_files" in a.meta},
+            "rank_grouping": self.grouping,
             "steps": {r: a.meta.get("steps", []) for r, a in self.ranks.items()},
             "complete_steps": {r: a.meta.get("complete_steps", []) for r, a in self.ranks.items()},
             "devices": sorted({d for a in self.ranks.values() for d in a.meta.get("devices", [])}),
@@ -192,16 +208,29 @@ def load(path: str | os.PathLike, rank: int | None = None, *, taxonomy: str | No
     if not p.exists():
         raise TraceError(p, "no such file or directory")
     files = trace_files(p) if p.is_dir() else [p]
-    ranks: dict[int, Attributed] = {}
     from .parallel import default_jobs, map_ranks
     done = map_ranks(analyse_file, files, options,
                      jobs=default_jobs(len(files)) if jobs is None else jobs, scheduler=scheduler)
-    for i, att in enumerate(done):
-        r = att.meta.get("rank")
-        r = i if r is None or r in ranks else r
-        ranks[r] = att
+    ranks, grouping = _group(p, files, done)
     if rank is not None:
         if rank not in ranks:
             raise TraceError(p, f"no rank {rank}; ranks here: {', '.join(map(str, sorted(ranks)))}")
         ranks = {rank: ranks[rank]}
-    return Analysis(path=os.fspath(p), ranks=dict(sorted(ranks.items())))
+    return Analysis(path=os.fspath(p), ranks=dict(sorted(ranks.items())), grouping=grouping)
+
+
+def _group(p: Path, files: list[Path], done: list[Attributed]) -> tuple[dict[int, Attributed], str]:
+    """The files' analyses grouped into ranks (:mod:`tracekit.ranks`): files of one process are
+    successive windows of one rank."""
+    from_manifest = manifest_ranks(p) if p.is_dir() else {}
+    ids = []
+    for f, att in zip(files, done):
+        r = att.meta.get("rank")
+        ids.append(FileIdentity(rank=from_manifest.get(f.name) if r is None else r,
+                                pid=att.meta.get("pid"), host=att.meta.get("host")))
+    groups, how = group_files(ids)
+    ranks = {}
+    for r, idx in groups.items():
+        merged = merge_windows([done[i] for i in idx])
+        ranks[r] = replace(merged, meta={**merged.meta, "rank": r})
+    return ranks, how

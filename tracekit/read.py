@@ -71,6 +71,7 @@ class TraceDoc(msgspec.Struct, gc=False):
     deviceProperties: Union[list[Any], None] = None
     schemaVersion: Union[Ident, None] = None
     baseTimeNanoseconds: Union[int, None] = None
+    host_name: Union[str, None] = None
 
 
 _DECODER = msgspec.json.Decoder(TraceDoc)
@@ -575,6 +576,7 @@ def read_trace(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> R
         "devices": device_names(doc),
         "schema_version": doc.schemaVersion,
         "events_in_file": builder.n_events,
+        "host_name": doc.host_name,
     })
     return RawTrace(path=os.fspath(path), events=frame, meta=meta, warnings=warnings)
 

@@ -1,0 +1,203 @@
+"""Group trace files into ranks: files are not ranks.
+
+A directory may hold several files of one process: a profiler schedule with ``repeat`` (or an
+``on_trace_ready`` handler) writes one file per profiling cycle. Those files are successive
+windows of one rank, not different ranks. The rules, strongest evidence first:
+
+1. a file's rank is its ``distributedInfo.rank``, else the rank the capture manifest
+   (``manifest.json`` beside the traces, written by ``tracekit capture``) gives its file name;
+   files with the same rank are one rank;
+2. a file with no rank belongs to the rank of a ranked file of the same process (same host and
+   pid), else it is grouped with the other unranked files of its process, and each such process
+   gets the lowest rank number not yet taken, in file order;
+3. a file whose process cannot be told (no CPU side, no pid) is a rank of its own.
+
+:func:`group_files`: Needs: per file its ``rank`` (or None), ``pid`` and ``host`` (or None).
+Adds: groups of file indices, one per rank, and a sentence saying how they were grouped.
+Guarantees: every file is in exactly one group; files of one distributed rank are together.
+
+:func:`merge_windows`: Needs: the :class:`~tracekit.attribute.Attributed` of each file of one
+rank. Adds: one Attributed whose steps are the files' steps concatenated in time order.
+Guarantees: step numbers are kept; a number already taken by an earlier window is shifted past
+every number before it (and the shift is reported), so each step stays one step.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .read import ANNOTATION, CPU_OP, PYTHON, RUNTIME
+
+#: ``tensorboard_trace_handler`` names files ``{hostname}_{pid}.{time_ns}.pt.trace.json``.
+_HANDLER_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json(\.gz)?$")
+_MANIFEST_MAX_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What says which rank and process a trace file came from."""
+
+    rank: int | None
+    pid: int | None
+    host: str | None
+
+
+def process_of(events: pd.DataFrame) -> int | None:
+    """The process that recorded a file's CPU side: the pid of most of its CPU events."""
+    if events.empty:
+        return None
+    cpu = events["pid"][events["kind"].isin((CPU_OP, ANNOTATION, PYTHON, RUNTIME))]
+    if cpu.empty:
+        return None
+    return int(cpu.value_counts().idxmax())
+
+
+def host_of(path: str | Path, header_host: str | None) -> str | None:
+    """The host a file came from: the trace header's ``host_name``, else the trace handler's
+    file name (``host_pid.time.pt.trace.json``)."""
+    if header_host:
+        return header_host
+    m = _HANDLER_NAME.match(Path(path).name)
+    return m.group("host") if m else None
+
+
+def manifest_ranks(directory: Path) -> dict[str, int]:
+    """File name -> rank from a capture manifest in ``directory`` (empty when none is usable)."""
+    p = directory / "manifest.json"
+    try:
+        if not p.is_file() or p.stat().st_size > _MANIFEST_MAX_BYTES:
+            return {}
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    out: dict[str, int] = {}
+    rows = doc.get("ranks") if isinstance(doc, dict) else None
+    for r in rows if isinstance(rows, list) else []:
+        if isinstance(r, dict) and isinstance(r.get("trace"), str) and \
+                isinstance(r.get("rank"), int) and not isinstance(r.get("rank"), bool):
+            out[Path(r["trace"]).name] = r["rank"]
+    return out
+
+
+def group_files(ids: list[FileIdentity]) -> tuple[dict[int, list[int]], str]:
+    """``{rank: [file indices]}`` and a sentence saying how the files were grouped."""
+    groups: dict[int, list[int]] = {}
+    proc_rank: dict[tuple[str | None, int], int] = {}
+    for i, f in enumerate(ids):
+        if f.rank is not None:
+            groups.setdefault(f.rank, []).append(i)
+            if f.pid is not None:
+                proc_rank.setdefault((f.host, f.pid), f.rank)
+    unranked = [i for i, f in enumerate(ids) if f.rank is None]
+    by_process = 0
+    for i in unranked:
+        f = ids[i]
+        key = (f.host, f.pid) if f.pid is not None else None
+        if key is not None and key in proc_rank:
+            groups[proc_rank[key]].append(i)
+            by_process += 1
+            continue
+        r = next(k for k in range(len(ids) + len(groups) + 1) if k not in groups)
+        groups[r] = [i]
+        if key is not None:
+            proc_rank[key] = r
+    return {r: sorted(v) for r, v in sorted(groups.items())}, _how(ids, groups, unranked, by_process)
+
+
+def _how(ids: list[FileIdentity], groups: dict[int, list[int]], unranked: list[int],
+         by_process: int) -> str:
+    n, k = len(ids), len(groups)
+    if not unranked:
+        how = "ranks from distributedInfo (or the capture manifest)"
+    elif len(unranked) == n:
+        how = ("no distributedInfo: files grouped by process (host and pid); "
+               "rank numbers follow file order and are not distributed ranks")
+    else:
+        how = (f"{n - len(unranked)} files ranked by distributedInfo (or the capture manifest), "
+               f"{len(unranked)} without: grouped by process (host and pid)")
+    if any(f.pid is None for f in ids if f.rank is None):
+        how += "; files with no CPU process id are a rank each"
+    if k < n:
+        how += f"; {n} files -> {k} rank{'s' if k != 1 else ''} (files of one rank are successive windows)"
+    return how
+
+
+def merge_windows(parts: list[Any]) -> Any:
+    """One :class:`~tracekit.attribute.Attributed` from the files of one rank, in time order."""
+    if len(parts) == 1:
+        return parts[0]
+    parts = sorted(parts, key=_first_time)
+    taken: set[int] = set()
+    intervals, steps, warnings, shifted = [], [], [], []
+    for p in parts:
+        nums = p.steps["step"].to_numpy(np.int64) if len(p.steps) else np.empty(0, np.int64)
+        shift = 0
+        if taken and taken.intersection(nums.tolist()):
+            shift = max(taken) + 1 - int(nums.min())
+            shifted.append(f"{Path(p.path).name}: steps {nums.min()}-{nums.max()} "
+                           f"renumbered {nums.min() + shift}-{nums.max() + shift}")
+        taken.update((nums + shift).tolist())
+        intervals.append(p.intervals.assign(step=p.intervals["step"] + shift))
+        steps.append(p.steps.assign(step=p.steps["step"] + shift))
+        warnings += p.warnings
+    if shifted:
+        warnings.append("step numbers repeat across files of one rank; " + "; ".join(shifted))
+    first = parts[0]
+    meta = dict(first.meta)
+    meta["steps"] = [s + _shift_of(p, steps[i]) for i, p in enumerate(parts)
+                     for s in p.meta.get("steps", [])]
+    meta["complete_steps"] = [s + _shift_of(p, steps[i]) for i, p in enumerate(parts)
+                              for s in p.meta.get("complete_steps", [])]
+    meta["has_profiler_steps"] = all(p.meta.get("has_profiler_steps", True) for p in parts)
+    shifts = [_shift_of(p, steps[i]) for i, p in enumerate(parts)]
+    if any("coverage" in p.meta for p in parts):
+        meta["coverage"] = _merge_coverage([p.meta.get("coverage") or {} for p in parts])
+    if any("step_ranges" in p.meta for p in parts):
+        meta["step_ranges"] = _merge_step_ranges([p.meta.get("step_ranges") or {} for p in parts],
+                                                 shifts)
+    meta["window_files"] = [p.path for p in parts]
+    return replace(first, mode="gpu" if any(p.mode == "gpu" for p in parts) else first.mode,
+                   intervals=pd.concat(intervals, ignore_index=True),
+                   steps=pd.concat(steps, ignore_index=True), meta=meta, warnings=warnings)
+
+
+def _merge_coverage(covs: list[dict]) -> dict:
+    """Coverage shares of several windows: each share weighted by its window's device time."""
+    total = sum(c.get("device_ms") or 0.0 for c in covs)
+    out: dict = {"device_ms": round(total, 6)}
+    for k in sorted({k for c in covs for k in c} - {"device_ms"}):
+        vals = [(c.get(k), c.get("device_ms") or 0.0) for c in covs]
+        if all(v is None for v, _ in vals):
+            out[k] = None
+        else:
+            w = sum(v * d for v, d in vals if v is not None)
+            out[k] = round(w / total, 6) if total > 0 else 0.0
+    return out
+
+
+def _merge_step_ranges(ranges: list[dict], shifts: list[int]) -> dict:
+    """The step-range facts of several windows, in the merged step numbers."""
+    empty = [s + k for r, k in zip(ranges, shifts) for s in r.get("empty", [])]
+    overlaps = [[a + k, b + k] for r, k in zip(ranges, shifts) for a, b in r.get("cpu_overlaps", [])]
+    return {"empty": sorted(empty), "cpu_overlaps": overlaps}
+
+
+def _shift_of(part: Any, shifted_steps: pd.DataFrame) -> int:
+    if part.steps.empty:
+        return 0
+    return int(shifted_steps["step"].iloc[0] - part.steps["step"].iloc[0])
+
+
+def _first_time(part: Any) -> int:
+    s = part.steps
+    if len(s) and "start" in s:
+        return int(s["start"].min())
+    iv = part.intervals
+    return int(iv["start"].min()) if len(iv) else 0
