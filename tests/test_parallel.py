@@ -3,7 +3,8 @@ give the same tables as one rank after another, plus the cross-rank tables."""
 
 from __future__ import annotations
 
-import shutil
+import gzip
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -18,15 +19,20 @@ SRCS = [SHARED / "hta" / f"trace_filter__sampled_rank-{i}.json.gz" for i in (0, 
 
 @pytest.fixture(scope="module")
 def ranks_dir(tmp_path_factory):
-    """Four rank files: two real traces twice when ../shared is here, else synthetic ranks."""
+    """Four rank files: two real traces twice (as ranks 0-3) when ../shared is here, else
+    synthetic ranks. Files of one rank would be windows of one rank, so each gets its own."""
     d = tmp_path_factory.mktemp("ranks")
     if all(p.is_file() for p in SRCS):
-        for i, p in enumerate(SRCS * 2):  # four files (ranks 0, 1, then by position)
-            shutil.copy(p, d / f"{i}_{p.name}")
+        for i, p in enumerate(SRCS * 2):
+            with gzip.open(p, "rt") as f:
+                trace = json.load(f)
+            trace["distributedInfo"] = {**trace.get("distributedInfo", {}), "rank": i}
+            with gzip.open(d / f"{i}_{p.name}", "wt") as f:
+                json.dump(trace, f)
     else:
         for i in range(4):
             trace, _ = make_trace(n_steps=2, seed=30 + i)
-            trace["distributedInfo"] = {"rank": i % 2, "world_size": 2}
+            trace["distributedInfo"] = {"rank": i, "world_size": 4}
             write_trace(d / f"{i}_rank{i % 2}.pt.trace.json.gz", trace)
     return d
 
