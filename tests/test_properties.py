@@ -210,11 +210,6 @@ def split_windows(trace: dict, first_steps: int) -> tuple[dict, dict]:
     return {**trace, "traceEvents": first}, {**trace, "traceEvents": second}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 12.13: tracekit.load numbers the files of a directory as ranks by position when "
-    "distributedInfo repeats a rank, so two successive profiler windows of rank 0 come back as "
-    "ranks 0 and 1; DESIGN.md: several files of one process are successive windows of one rank"))
-@settings(phases=[Phase.explicit, Phase.reuse, Phase.generate])  # a known failure: no shrinking
 @example(plan=_fixed_plan(), first=1)
 @given(plans(max_steps=3).filter(lambda p: len(p.steps) >= 2), st.integers(1, 2))
 def test_successive_windows_of_one_rank_change_nothing(plan: Plan, first: int):

@@ -86,7 +86,7 @@ def test_repeated_step_numbers_are_renumbered(tmp_path: Path) -> None:
     an = tracekit.load(tmp_path, cache=False, jobs=1)
     assert sorted(an.ranks) == [0]
     assert an.meta["steps"] == {0: [1, 2, 3, 4, 5, 6]}
-    assert any("renumbered 4-6" in w for w in an.meta["warnings"])
+    assert any("renumbered 4-6" in w["message"] for w in an.meta["warnings"])
     ph = an.table("phases", per_step=True)
     assert sorted(ph["step"].unique()) == [1, 2, 3, 4, 5, 6]
 

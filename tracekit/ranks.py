@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .checks import TraceWarning
 from .read import ANNOTATION, CPU_OP, PYTHON, RUNTIME
 
 #: ``tensorboard_trace_handler`` names files ``{hostname}_{pid}.{time_ns}.pt.trace.json``.
@@ -148,7 +149,8 @@ def merge_windows(parts: list[Any]) -> Any:
         steps.append(p.steps.assign(step=p.steps["step"] + shift))
         warnings += p.warnings
     if shifted:
-        warnings.append("step numbers repeat across files of one rank; " + "; ".join(shifted))
+        warnings.append(TraceWarning("steps_renumbered", "step numbers repeat across files of "
+                                     "one rank; " + "; ".join(shifted)))
     first = parts[0]
     meta = dict(first.meta)
     meta["steps"] = [s + _shift_of(p, steps[i]) for i, p in enumerate(parts)
