@@ -90,8 +90,13 @@ def from_ranges(range_names: np.ndarray, r_pid: np.ndarray, r_start: np.ndarray,
 def pass_starts(modules: pd.DataFrame) -> np.ndarray:
     """Sorted start times of the model's forward passes: the outermost module instances that
     contain a decoder layer (empty when the trace has no decoder layers)."""
+    return pass_ranges(modules)[0]
+
+
+def pass_ranges(modules: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the model's forward passes, sorted by start."""
     if modules.empty or not modules["is_layer"].any():
-        return np.empty(0, np.int64)
+        return np.empty(0, np.int64), np.empty(0, np.int64)
     parent = modules["parent"].to_numpy()
     root = np.arange(len(modules))
     for _ in range(256):  # climb to the outermost module (depth is small)
@@ -100,7 +105,13 @@ def pass_starts(modules: pd.DataFrame) -> np.ndarray:
             break
         root = np.where(up >= 0, up, root)
     passes = np.unique(root[modules["is_layer"].to_numpy()])
-    return np.sort(modules["start"].to_numpy()[passes])
+    start = modules["start"].to_numpy()[passes]
+    order = np.argsort(start, kind="stable")
+    start = start[order]
+    if "end" in modules:
+        return start, modules["end"].to_numpy()[passes][order]
+    # no ends recorded: a pass lasts until the next one starts
+    return start, np.append(start[1:], np.iinfo(np.int64).max)
 
 
 def pass_index(modules: pd.DataFrame, launch_ts: np.ndarray) -> np.ndarray:
@@ -115,16 +126,23 @@ def from_passes(modules: pd.DataFrame, a_ts: np.ndarray, a_step: np.ndarray,
     """HF ``generate``: first model pass of a step is prefill, later passes decode.
 
     ``modules`` is the module table of :mod:`tracekit.link` (``parent``, ``is_layer``,
-    ``start``); ``a_ts`` the activities' launch times. Returns ``""`` everywhere when the
-    heuristic does not apply (backward work, no layers, one pass per step).
+    ``start``, ``end``); ``a_ts`` the activities' launch times. Returns ``""`` everywhere when
+    the heuristic does not apply (backward work, no layers, one pass per step).
+
+    The count restarts in every step (a profiler schedule records several ``generate`` calls):
+    a step's first pass is the first pass one of its activities was launched *inside*, so work
+    a step launches before its first pass (input preparation, after the previous step's last
+    pass) is that step's prefill, never the previous step's pass.
     """
     out = np.full(len(a_ts), "", dtype=object)
-    if (a_phase != "forward").any() or len(pass_starts(modules)) < 2:
+    starts, ends = pass_ranges(modules)
+    if (a_phase != "forward").any() or len(starts) < 2:
         return out
-    k = pass_index(modules, a_ts)
+    k = np.searchsorted(starts, a_ts, side="right") - 1
+    inside = (k >= 0) & (a_ts < ends[np.maximum(k, 0)])
     frame = pd.DataFrame({"k": k, "step": a_step})
-    first = frame[frame.k >= 0].groupby("step")["k"].min()
-    n_pass = frame[frame.k >= 0].groupby("step")["k"].nunique()
+    first = frame[inside].groupby("step")["k"].min()
+    n_pass = frame[inside].groupby("step")["k"].nunique()
     multi = n_pass.reindex(a_step).fillna(0).to_numpy() >= 2
     f = first.reindex(a_step).to_numpy(dtype="float64")
     out[multi & (k >= 0) & (k == f)] = "prefill"
