@@ -122,3 +122,25 @@ def test_attention_glue_is_not_rope(tmp_path):
     assert got["RoPE"] == pytest.approx(0.007)
     assert got["Attention other"] == pytest.approx(0.004 + 0.006 + 0.003 + 0.002)
     assert (got["Bmm0"], got["Softmax"], got["Bmm1"]) == pytest.approx((0.010, 0.005, 0.009))
+
+
+def test_compiled_region_is_compute_of_its_module_or_its_own_row(tmp_path):
+    """torch.compile: kernels launched (cuLaunchKernel) inside a compiled region with no module
+    around them are the 'Compiled region' row, forward and backward (CompiledFunctionBackward);
+    a compiled region inside LlamaMLP stays MLP. Nothing of it is Other or idle."""
+    tri = "triton_poi_fused_add_mul_0"
+    b = TraceBuilder()
+    with b.step():
+        with b.op("Torch-Compiled Region: 0/0"), b.op("CompiledFunction") as fn:
+            b.kernel(tri, 10, op="triton_poi_fused_add_mul_0", api="cuLaunchKernel")
+            b.kernel(GEMM_A, 20, op="aten::mm")
+        with b.module("LlamaMLP", "model.layers.0.mlp"), b.op("Torch-Compiled Region: 1/0"):
+            b.kernel(tri, 5, op="triton_poi_fused_add_mul_0", api="cuLaunchKernel")
+        with b.backward():
+            b.kernel(GEMM_A, 30, op="aten::mm", creator=fn)
+    a = tracekit.load(b.write(tmp_path / "rank0.pt.trace.json"), cache=False)
+    fwd, bwd = _module_ms(a), _module_ms(a, "backward")
+    assert fwd["Compiled region"] == pytest.approx(0.030)
+    assert fwd["MLP"] == pytest.approx(0.005)
+    assert fwd["Other"] == 0
+    assert bwd["Compiled region"] == pytest.approx(0.030)

@@ -61,10 +61,12 @@ def other_share(iv: pd.DataFrame) -> float:
     return round(float(dur[other].sum()) / total, 6)
 
 
-def _matches(col: pd.Series, rx) -> np.ndarray:
-    """``rx.search`` over a categorical column, evaluated once per distinct value."""
+def _matches(col: pd.Series, rx, full: bool = False) -> np.ndarray:
+    """``rx.search`` (``fullmatch`` with ``full``) over a categorical column, evaluated once
+    per distinct value."""
     cats = col.cat.categories
-    hit = np.array([bool(rx.search(str(c))) for c in cats] + [False], dtype=bool)
+    test = rx.fullmatch if full else rx.search
+    hit = np.array([bool(test(str(c))) for c in cats] + [False], dtype=bool)
     return hit[col.cat.codes.to_numpy()]
 
 
@@ -169,7 +171,17 @@ def module_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy,
     rope = rotary & (cat == "Other")
     cat[rope] = "RoPE"
     rule[rope] = "rope-frame"
+    compiled = (cat == "Other") & _in_compiled_region(a, taxonomy)
+    cat[compiled] = "Compiled region"
+    rule[compiled] = "compiled-region"
     return cat, rule
+
+
+def _in_compiled_region(a: pd.DataFrame, taxonomy: ModuleTaxonomy) -> np.ndarray:
+    """Activities launched inside a torch.compile region (its outermost or launching op is
+    ``Torch-Compiled Region``, ``CompiledFunction[Backward]``, ...)."""
+    return _matches(a["top_op"], taxonomy.compiled, full=True) | \
+        _matches(a["op"], taxonomy.compiled, full=True)
 
 
 def _attention_parts(a: pd.DataFrame, mods: pd.DataFrame, att: np.ndarray,

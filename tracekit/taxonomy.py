@@ -19,7 +19,7 @@ from .errors import TraceError
 #: Table VI rows in the paper's order (Attention stands for fused attention kernels; Attention
 #: other is the attention block's glue: q/k/v views and transposes, KV-cache writes, ...).
 MODULE_CATEGORIES = ["Embedding", "QKV", "RoPE", "Bmm0", "Softmax", "Bmm1", "Attention",
-                     "Attention other", "Output", "MLP", "RMSNorm", "Linear"]
+                     "Attention other", "Output", "MLP", "RMSNorm", "Linear", "Compiled region"]
 #: Table X compute categories: the paper's first, in its order, then the ones that keep Other
 #: small on any model (convolution, normalization other than RMSNorm, ...), Other last.
 KERNEL_CATEGORIES = ["Element-wise", "RoPE", "Triton", "GEMM", "RMSNorm", "Attention",
@@ -64,6 +64,7 @@ class ModuleTaxonomy:
     fused_attention: re.Pattern
     bmm: re.Pattern
     rope: re.Pattern
+    compiled: re.Pattern = re.compile(r"(?!)")
 
     def category(self, cls: str, name: str, parent: str, position: int, siblings: int) -> str | None:
         """Category of one module by the first matching rule, or None."""
@@ -199,6 +200,7 @@ def module_taxonomy(path: str | None = None) -> ModuleTaxonomy:
         fused_attention=re.compile(attention["fused"]),
         bmm=re.compile(attention["bmm"]),
         rope=re.compile(attention["rope"], re.IGNORECASE),
+        compiled=re.compile(structure.get("compiled", r"(?!)")),
     )
 
 
