@@ -129,3 +129,12 @@ def test_every_shared_trace(src, tmp_path):
             assert c["step"]["by"] != "launch" and c["op_stack"] == []
     run = CliRunner().invoke(main, ["explain", str(dst), ".", "--no-cache", "--limit", "2"])
     assert run.exit_code == 0 and "Traceback" not in run.output
+
+
+def test_rank_of_a_directory(tmp_path):
+    from golden import SAMPLES as SAMPLE_DIR
+    dst = tmp_path / "two"
+    shutil.copytree(SAMPLE_DIR / "tiny-zero2-2ranks", dst)
+    assert explain_json(dst, "aten", "--rank", "1")["meta"]["rank"] == 1
+    run = CliRunner().invoke(main, ["explain", str(dst), "aten", "--rank", "7", "--no-cache"])
+    assert run.exit_code == 2 and "no rank 7; ranks here: 0, 1" in run.output

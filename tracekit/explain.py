@@ -58,23 +58,28 @@ def matching(names: pd.Series, rx: re.Pattern) -> np.ndarray:
 
 
 def rank_file(path: str | os.PathLike, rank: int | None, read) -> RawTrace:
-    """The raw trace of ``rank`` (default: the lowest) of a file or a directory of rank files."""
+    """The raw trace of ``rank`` (default: the lowest) of a file or a directory, ranks grouped as
+    ``tracekit.load`` groups them (:mod:`tracekit.ranks`); of a rank with several files (windows
+    of one process) the first. ``meta["rank_files"]`` says how many files the rank has."""
+    from .ranks import FileIdentity, group_files, host_of, manifest_ranks, process_of
+
     p = Path(path)
     if not p.exists():
         raise TraceError(p, "no such file or directory")
     files = trace_files(p) if p.is_dir() else [p]
-    raws = []
-    for i, f in enumerate(files):
-        raw = read(f)
-        r = raw.meta.get("rank")
-        raw.meta["rank"] = i if r is None or r in {x.meta["rank"] for x in raws} else r
-        if rank is None or raw.meta["rank"] == rank:
-            raws.append(raw)
-            if rank is not None:
-                return raw
-    if not raws:
-        raise TraceError(p, f"no rank {rank} here")
-    return min(raws, key=lambda x: x.meta["rank"])
+    raws = [read(f) for f in files]
+    from_manifest = manifest_ranks(p) if p.is_dir() else {}
+    ids = [FileIdentity(rank=from_manifest.get(f.name) if r.meta.get("rank") is None
+                        else r.meta["rank"], pid=process_of(r.events),
+                        host=host_of(f, r.meta.get("host_name"))) for f, r in zip(files, raws)]
+    groups, _ = group_files(ids)
+    if rank is None:
+        rank = min(groups)
+    if rank not in groups:
+        raise TraceError(p, f"no rank {rank}; ranks here: {', '.join(map(str, sorted(groups)))}")
+    raw = raws[groups[rank][0]]
+    raw.meta.update({"rank": rank, "rank_files": len(groups[rank])})
+    return raw
 
 
 def run(path: str | os.PathLike, pattern: str, *, step: int | None = None,
