@@ -40,6 +40,7 @@ class Evidence:
     events: pd.DataFrame
     modules: pd.DataFrame
     complete: set
+    rank_files: int = 1
 
 
 def compile_pattern(pattern: str) -> re.Pattern:
@@ -99,7 +100,8 @@ def collect(raw: RawTrace, taxonomy, rules) -> Evidence:
     acts, modules, steps, mode = _legacy_evidence(raw, taxonomy, rules)
     complete = set(steps.loc[steps["complete"], "step"].tolist()) if len(steps) else set()
     return Evidence(path=raw.path, rank=raw.meta.get("rank"), mode=mode, acts=acts,
-                    events=raw.events, modules=modules, complete=complete)
+                    events=raw.events, modules=modules, complete=complete,
+                    rank_files=int(raw.meta.get("rank_files", 1)))
 
 
 def explain(ev: Evidence, pattern: str, step: int | None = None, limit: int = 10) -> dict:
@@ -127,7 +129,7 @@ def explain(ev: Evidence, pattern: str, step: int | None = None, limit: int = 10
     meta = {"path": ev.path, "rank": ev.rank, "mode": ev.mode, "pattern": pattern, "step": step,
             "matched": len(sub), "groups": int(sub[GROUP_KEY].drop_duplicates().shape[0])
             if len(sub) else 0, "shown": len(chains), "time_origin_ns": origin,
-            "complete_steps": sorted(int(s) for s in ev.complete)}
+            "complete_steps": sorted(int(s) for s in ev.complete), "rank_files": ev.rank_files}
     return {"meta": meta, "chains": chains}
 
 

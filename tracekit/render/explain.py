@@ -33,9 +33,11 @@ def lines(doc: dict) -> list[str]:
     """The whole output as lines (not yet cut to width)."""
     m = doc["meta"]
     where = f" in step {m['step']}" if m.get("step") is not None else ""
-    out = [(f"tracekit explain: {m['pattern']!r} in {Path(m['path']).name}, rank {m['rank']}{where}: "
-           f"{m['matched']} activities in {m['groups']} chain(s), showing {m['shown']}"),
-           "times: ms after the first event of the trace; chains by total time, largest first"]
+    out = [(f"{m['pattern']!r} in {Path(m['path']).name} (rank {m['rank']}{where}): "
+            f"{m['matched']} matches, {m['groups']} chains, {m['shown']} shown"),
+           "times: ms after the trace's first event; chains by total time, largest first"]
+    if m.get("rank_files", 1) > 1:
+        out.append(f"this rank has {m['rank_files']} files (successive windows): the first is shown")
     if not m["matched"]:
         out.append("no activity name matches (case-insensitive substring or regular expression)")
     for i, c in enumerate(doc["chains"], 1):
