@@ -19,7 +19,8 @@ from .errors import TraceError
 #: Table VI rows in the paper's order (Attention stands for fused attention kernels; Attention
 #: other is the attention block's glue: q/k/v views and transposes, KV-cache writes, ...).
 MODULE_CATEGORIES = ["Embedding", "QKV", "RoPE", "Bmm0", "Softmax", "Bmm1", "Attention",
-                     "Attention other", "Output", "MLP", "RMSNorm", "Linear", "Compiled region"]
+                     "Attention other", "Output", "MLP", "MoE routing", "RMSNorm", "Linear",
+                     "Compiled region"]
 #: Table X compute categories: the paper's first, in its order, then the ones that keep Other
 #: small on any model (convolution, normalization other than RMSNorm, ...), Other last.
 KERNEL_CATEGORIES = ["Element-wise", "RoPE", "Triton", "GEMM", "RMSNorm", "Attention",
