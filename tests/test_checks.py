@@ -146,3 +146,30 @@ def test_shared_traces_are_quiet_where_numbers_are_right(src, tmp_path):
     fired = {w.code for w in a.warnings if w.code in CHECK_CODES}
     allowed = next((codes for frag, codes in KNOWN.items() if frag in src.name), set())
     assert fired <= allowed, [str(w) for w in a.warnings if w.code in fired - allowed]
+
+
+def test_coverage_shares_are_exact_on_a_hand_built_table():
+    from tracekit.coverage import line, measure
+    acts = pd.DataFrame({
+        "start": [0, 0, 0, 0], "end": [10, 20, 30, 40],  # durations 10, 20, 30, 40 (of 100)
+        "step": [1, 1, 1, -1], "launched": [True, True, False, True],
+        "module_id": [0, -1, -1, 3], "phase": ["forward", "backward", "forward", "unattributed"],
+        "step_by": ["launch", "launch", "time", "none"],
+        "phase_evidence": ["default", "autograd_thread", "default", "default"]})
+    cov = measure(acts)
+    assert cov == {"device_ms": 1e-4, "launch": 0.7, "module": 0.5, "phase_evidence": 0.2,
+                   "unattributed": 0.4, "by_time": 0.3, "outside": 0.4}
+    assert line(cov) == ("launch 70.0% · module 50.0% · phase evidence 20.0% · unattributed "
+                         "40.0% · placed by time 30.0% · outside steps 40.0%")
+
+
+def test_coverage_line_in_terminal_and_html(tmp_path):
+    b = TraceBuilder()
+    with b.step():
+        _clean_trace(b)
+    path = b.write(tmp_path / "t.json")
+    run = CliRunner().invoke(main, ["analyze", str(path), "--no-cache"])
+    assert "coverage (share of device time): launch 100.0% · module " in run.stdout
+    out = tmp_path / "r.html"
+    CliRunner().invoke(main, ["analyze", str(path), "--no-cache", "--format", "html", "--out", str(out)])
+    assert "coverage (share of device time): launch 100.0%" in out.read_text()

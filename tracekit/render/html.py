@@ -170,11 +170,11 @@ def _meta_html(meta: dict) -> str:
                      f"&middot; steps analysed: {html.escape(steps)}</li>")
         for n in m.get("notices", []):
             items.append(f'<li class="note">note: {html.escape(str(n))}</li>')
+        for c in coverage_lines(m):
+            items.append(f'<li class="note">{html.escape(c)}</li>')
     if meta.get("paper"):
         items.append(f'<li class="note">paper_* columns: {html.escape(meta["paper"]["setting"])} '
                      f'From: {html.escape(meta["paper"]["citation"])}</li>')
-        for c in coverage_lines(m):
-            items.append(f'<li class="note">{html.escape(c)}</li>')
     for w in meta.get("warnings", []):
         items.append(f'<li class="warn">warning: {html.escape(text(w))}</li>')
     return "<ul class=\"meta\">" + "".join(items) + "</ul>"
