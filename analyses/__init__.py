@@ -1,22 +1,29 @@
 """Tables of the paper, one module each: pure functions of the labelled interval table.
 
-Every function takes ``(intervals, steps)`` from :mod:`tracekit.attribute` and returns a
-DataFrame with one row per step and key (a ``step`` column); :mod:`tracekit.analysis` averages
-over complete steps. Times are milliseconds.
+Every table function takes ``(intervals, steps)`` from :mod:`tracekit.attribute` and returns a
+DataFrame with one row per step and key (a ``step`` column); :mod:`tracekit.analysis`
+aggregates over complete steps as the table's spec says. Times are milliseconds.
+
+Each module declares its table(s) in :data:`REGISTRY` (:mod:`._registry`); importing the
+module here is all it takes to add a table to every output (docs/architecture.md).
 """
 
-from . import comm, gemm, idle, kernels, memcpy, modules, phases, timeline
+from . import (  # noqa: F401  (imported to register, in report order)
+    comm,
+    gemm,
+    idle,
+    kernels,
+    layers,
+    memcpy,
+    modules,
+    phases,
+    ranks,
+    timeline,
+    top_kernels,
+)
+from ._registry import REGISTRY, TableSpec, column_unit, spec_of
 
-#: name -> function, in the order reports show them.
-TABLES = {
-    "phases": phases.table,
-    "modules": modules.table,
-    "gemm": gemm.table,
-    "comm": comm.table,
-    "idle": idle.table,
-    "kernels": kernels.table,
-    "memcpy": memcpy.table,
-    "timeline": timeline.table,
-}
+#: name -> function of one rank's ``(intervals, steps)``, in the order reports show them.
+TABLES = {name: s.func for name, s in REGISTRY.items() if s.func is not None}
 
-__all__ = ["TABLES"]
+__all__ = ["REGISTRY", "TABLES", "TableSpec", "column_unit", "spec_of"]

@@ -17,8 +17,12 @@ import pandas as pd
 from tracekit.intervals import minus_measure, union
 
 from ._common import ms, percent
+from ._registry import COUNT, MS, PCT, register
 
 
+@register("comm", title="Communication per phase and collective", paper="XV, XVI",
+          keys=("phase", "collective"),
+          values={"count": COUNT, "time_ms": MS, "exposed_ms": MS, "percent": PCT})
 def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     cols = ["step", "phase", "collective", "count", "time_ms", "exposed_ms", "percent"]
     comm = intervals[intervals["group"] == "comm"]

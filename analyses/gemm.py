@@ -11,8 +11,11 @@ from __future__ import annotations
 import pandas as pd
 
 from ._common import PHASES, percent, union_ms_by
+from ._registry import MS, PCT, register
 
 
+@register("gemm", title="GEMM share of compute-kernel time", paper="XIII", keys=("phase",),
+          values={"gemm_ms": MS, "compute_ms": MS, "percent": PCT})
 def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     key = ["step", "phase"]
     compute = intervals[intervals["group"] == "compute"]

@@ -11,8 +11,11 @@ from __future__ import annotations
 import pandas as pd
 
 from ._common import ms, percent, union_ms
+from ._registry import MS, PCT, register
 
 
+@register("idle", title="Device idle per step", values={"window_ms": MS, "busy_ms": MS,
+          "idle_ms": MS, "percent": PCT}, chart="none")
 def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     rows = []
     by = dict(tuple(intervals.groupby("step", observed=True)))

@@ -29,6 +29,7 @@ from tracekit.taxonomy import COMM_CATEGORIES, KERNEL_CATEGORIES
 
 from ._common import PHASES, percent, share_column
 from ._stages import ORDER, has_stages
+from ._registry import COUNT, MS, PCT, STAGE_MEAN, register
 
 GROUPS = {"compute": KERNEL_CATEGORIES, "comm": COMM_CATEGORIES,
           "memcpy": ["Memcpy", "Memset"], "idle": ["Idle"]}
@@ -37,6 +38,9 @@ GROUPS = {"compute": KERNEL_CATEGORIES, "comm": COMM_CATEGORIES,
 ROWS = [(g, c) for g, cats in GROUPS.items() for c in cats]
 
 
+@register("kernels", title="Kernel categories", paper="X", keys=("group", "category"),
+          aggregate=STAGE_MEAN,
+          values={"count": COUNT, "time_ms": MS, "kernel_ms": MS, "percent": PCT})
 def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     staged = has_stages(intervals)
     keys = ["step"] + (["stage"] if staged else [])

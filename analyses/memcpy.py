@@ -14,6 +14,7 @@ import re
 import pandas as pd
 
 from ._common import ms, percent
+from ._registry import BYTES, COUNT, MS, PCT, register
 
 _DIRECTION = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP)")
 
@@ -23,6 +24,8 @@ def direction(name: str) -> str:
     return m.group(1) if m else ("Memset" if "memset" in name.lower() else "Other")
 
 
+@register("memcpy", title="Memory copies", paper="XIV", keys=("kind",), chart="none",
+          values={"count": COUNT, "time_ms": MS, "bytes": BYTES, "percent": PCT})
 def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     cols = ["step", "kind", "count", "time_ms", "bytes", "percent"]
     mem = intervals[intervals["group"].isin(["memcpy", "memset"])]

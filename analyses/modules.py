@@ -25,10 +25,13 @@ import pandas as pd
 from tracekit.taxonomy import MODULE_CATEGORIES
 
 from ._common import percent, phase_windows, window_shares
+from ._registry import MS, PCT, register
 
 ROWS = MODULE_CATEGORIES + ["Other", "Exposed communication", "Idle"]
 
 
+@register("modules", title="Module time per phase", paper="VI", keys=("phase", "module"),
+          values={"time_ms": MS, "percent": PCT})
 def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     win = phase_windows(steps)
     shares = window_shares(intervals)

@@ -18,8 +18,13 @@ from __future__ import annotations
 import pandas as pd
 
 from ._common import PHASES, percent, phase_windows, union_ms_by, window_shares
+from ._registry import MS, PCT, register
 
 
+@register("phases", title="Phases: forward / backward / optimizer", paper="V, VII",
+          keys=("phase",), chart="stacked",
+          values={"wall_ms": MS, "percent": PCT, "compute_ms": MS, "comm_ms": MS,
+                  "exposed_comm_ms": MS, "idle_ms": MS})
 def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     win = phase_windows(steps)
     key = ["step", "phase"]

@@ -1,14 +1,18 @@
-"""Cross-rank table: how the phases of a step vary over the ranks of one job.
+"""Cross-rank tables: how one job's ranks differ, readable at hundreds of ranks.
 
 Input: each rank's ``phases`` table (mean per complete step). Two tables:
 
 * ``ranks``: one row per rank: ``forward_ms``, ``backward_ms``, ``optimizer_ms`` (phase wall
-  times on that rank's device timeline), ``step_ms`` (their sum, the step's GPU window) and
-  ``vs_mean_pct`` (how much longer than the mean step this rank's step is, in percent);
-* ``rank_summary``: one row per phase (and ``step``): ``mean_ms``, ``min_ms``, ``max_ms`` over
-  ranks, the ``fastest_rank`` and ``slowest_rank``, and by how much the slowest exceeds the
-  mean (``slowest_over_mean_ms``, ``slowest_over_mean_pct``) and the fastest
-  (``spread_ms`` = max - min).
+  times on that rank's device timeline), ``step_ms`` (their sum, the step's device window),
+  ``compute_ms`` (compute-kernel time), ``exposed_comm_ms`` (communication nothing hides),
+  ``idle_ms`` (no device activity), and ``vs_mean_pct`` / ``vs_median_pct``: how much longer
+  than the mean / median step this rank's step is, in percent;
+* ``rank_summary``: one row per measure (the phases, ``step``, ``compute``, ``exposed_comm``,
+  ``idle``; column ``phase``): ``mean_ms``, ``min_ms``, ``median_ms``, ``max_ms`` over ranks,
+  the ``fastest_rank`` and ``slowest_rank``, the slowest's excess over the mean
+  (``slowest_over_mean_ms``, ``slowest_over_mean_pct``), ``spread_ms`` = max - min, and
+  ``stragglers``: up to 5 ranks above the median by more than the straggler threshold
+  (:func:`stragglers`), largest first, as ``rank (+pct%)``.
 
 In a synchronous data-parallel job every rank waits for the slowest one at each collective, so
 the slowest rank and its excess over the mean is where the job's time goes.
@@ -20,23 +24,46 @@ import numpy as np
 import pandas as pd
 
 from ._common import PHASES
+from ._registry import COUNT, INDEX, MS, PCT, TableSpec, declare
 
-COLUMNS = [f"{p}_ms" for p in PHASES] + ["step_ms"]
+PHASE_COLUMNS = [f"{p}_ms" for p in PHASES] + ["step_ms"]
+SUMS = {"compute_ms": "compute_ms", "exposed_comm_ms": "exposed_comm_ms", "idle_ms": "idle_ms"}
+COLUMNS = PHASE_COLUMNS + list(SUMS)
+#: A straggler is above the median by more than both this fraction of the median and
+#: three (scaled) median absolute deviations: robust to a few slow ranks among many.
+STRAGGLER_MIN_FRACTION = 0.02
+MAX_NAMED = 5
 
 
 def per_rank(phases_by_rank: dict[int, pd.DataFrame]) -> pd.DataFrame:
     rows = []
     for rank, ph in sorted(phases_by_rank.items()):
-        wall = ph.groupby("phase", observed=True)["wall_ms"].sum() if len(ph) else pd.Series(dtype=float)
-        row = {"rank": rank}
+        by_phase = ph.groupby("phase", observed=True) if len(ph) else None
+        row: dict[str, float] = {"rank": rank}
+        wall = by_phase["wall_ms"].sum() if by_phase is not None else pd.Series(dtype=float)
         for p in PHASES:
             row[f"{p}_ms"] = float(wall.get(p, 0.0))
         row["step_ms"] = sum(row[f"{p}_ms"] for p in PHASES)
+        for col, src in SUMS.items():
+            row[col] = float(ph[src].sum()) if len(ph) and src in ph else 0.0
         rows.append(row)
     df = pd.DataFrame(rows, columns=["rank"] + COLUMNS)
     mean = df["step_ms"].mean() if len(df) else np.nan
+    median = df["step_ms"].median() if len(df) else np.nan
     df["vs_mean_pct"] = (df["step_ms"] / mean - 1.0) * 100.0 if mean else 0.0
+    df["vs_median_pct"] = (df["step_ms"] / median - 1.0) * 100.0 if median else 0.0
     return df
+
+
+def stragglers(ranks: pd.Series, values: pd.Series) -> list[tuple[int, float]]:
+    """(rank, percent above the median) of the ranks far above the median, largest first."""
+    v = values.to_numpy(dtype=float)
+    med = float(np.median(v))
+    mad = 1.4826 * float(np.median(np.abs(v - med)))
+    limit = med + max(3 * mad, STRAGGLER_MIN_FRACTION * abs(med))
+    order = np.argsort(-v, kind="stable")
+    return [(int(ranks.iloc[i]), (v[i] / med - 1) * 100 if med else 0.0)
+            for i in order if v[i] > limit and v[i] > 0]
 
 
 def summary(ranks: pd.DataFrame) -> pd.DataFrame:
@@ -49,18 +76,37 @@ def summary(ranks: pd.DataFrame) -> pd.DataFrame:
         slow = int(ranks["rank"].iloc[int(np.argmax(v.to_numpy()))])
         fast = int(ranks["rank"].iloc[int(np.argmin(v.to_numpy()))])
         mx, mn = float(v.max()), float(v.min())
+        named = stragglers(ranks["rank"], v)
         rows.append({
-            "phase": col[:-3], "ranks": len(v), "mean_ms": mean, "min_ms": mn, "max_ms": mx,
+            "phase": col[:-3], "ranks": len(v), "mean_ms": mean, "min_ms": mn,
+            "median_ms": float(v.median()), "max_ms": mx,
             "fastest_rank": fast, "slowest_rank": slow,
             "slowest_over_mean_ms": mx - mean,
             "slowest_over_mean_pct": (mx / mean - 1.0) * 100.0 if mean else 0.0,
             "spread_ms": mx - mn,
+            "stragglers": ", ".join(f"{r} (+{p:.1f}%)" for r, p in named[:MAX_NAMED]) +
+                          (f" and {len(named) - MAX_NAMED} more" if len(named) > MAX_NAMED else ""),
         })
-    return pd.DataFrame(rows, columns=["phase", "ranks", "mean_ms", "min_ms", "max_ms",
-                                       "fastest_rank", "slowest_rank", "slowest_over_mean_ms",
-                                       "slowest_over_mean_pct", "spread_ms"])
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+SUMMARY_COLUMNS = ["phase", "ranks", "mean_ms", "min_ms", "median_ms", "max_ms", "fastest_rank",
+                   "slowest_rank", "slowest_over_mean_ms", "slowest_over_mean_pct", "spread_ms",
+                   "stragglers"]
 
 
 def tables(phases_by_rank: dict[int, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     r = per_rank(phases_by_rank)
     return {"ranks": r, "rank_summary": summary(r)}
+
+
+declare(TableSpec(name="rank_summary", title="Ranks: spread and stragglers", func=None,
+                  cross_rank=True, keys=("phase",), chart="none", aggregate="per-rank",
+                  values={"ranks": COUNT, "mean_ms": MS, "min_ms": MS, "median_ms": MS,
+                          "max_ms": MS, "fastest_rank": INDEX, "slowest_rank": INDEX,
+                          "slowest_over_mean_ms": MS, "slowest_over_mean_pct": PCT,
+                          "spread_ms": MS}))
+declare(TableSpec(name="ranks", title="Per rank (slowest first in the terminal)", func=None,
+                  cross_rank=True, keys=("rank",), chart="stacked", aggregate="per-rank",
+                  top=16, sort_by="step_ms",
+                  values={**{c: MS for c in COLUMNS}, "vs_mean_pct": PCT, "vs_median_pct": PCT}))

@@ -28,10 +28,14 @@ import pandas as pd
 
 from ._common import percent
 from ._stages import has_stages, split
+from ._registry import COUNT, MS, PCT, STAGE_MEAN, register
 
 BLOCKS = ["before", "attention", "ffn", "after"]
 
 
+@register("timeline", title="Forward timeline", paper="XI", keys=("block",), chart="stacked",
+          aggregate=STAGE_MEAN,
+          values={"count": COUNT, "passes": COUNT, "time_ms": MS, "percent": PCT})
 def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     staged = has_stages(intervals)
     cols = ["step"] + (["stage"] if staged else []) + ["block", "count"] + \

@@ -54,7 +54,8 @@ def test_process_pool_equals_serial(ranks_dir, serial):
 
 def test_cross_rank_tables(ranks_dir, serial):
     r, s = serial["ranks"], serial["rank_summary"]
-    assert len(r) == 4 and list(s["phase"]) == ["forward", "backward", "optimizer", "step"]
+    assert len(r) == 4 and list(s["phase"]) == ["forward", "backward", "optimizer", "step",
+                                                "compute", "exposed_comm", "idle"]
     step = s.set_index("phase").loc["step"]
     assert step["max_ms"] == pytest.approx(r["step_ms"].max())
     assert step["min_ms"] == pytest.approx(r["step_ms"].min())

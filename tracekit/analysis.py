@@ -8,18 +8,21 @@ attributed once; every table is a function of that one labelled table (``analyse
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
-from tracekit.analyses import TABLES
+from tracekit.analyses import REGISTRY, TABLES, TableSpec
+from tracekit.analyses._registry import INTEGER_UNITS
 
 from . import coverage, progress
 from .attribute import Attributed, attribute
 from .checks import TraceWarning, as_warning, check_rank
 from .errors import TraceError
+from .filters import Filters
 from .link import link
 from .ranks import (
     FileIdentity,
@@ -71,11 +74,16 @@ def _read(path: str | os.PathLike, options: Options):
     return raw
 
 
-def _mean_over_steps(df: pd.DataFrame, n_steps: int) -> pd.DataFrame:
-    """Mean per step: rows absent from a step count as zero there."""
+def _mean_over_steps(df: pd.DataFrame, n_steps: int, keys: list[str] | None = None) -> pd.DataFrame:
+    """Mean per step: rows absent from a step count as zero there. ``keys``: the label columns
+    (default: the non-numeric ones); rows of an inference ``stage`` are averaged over the steps
+    that hold the stage."""
     if df.empty:
         return df.drop(columns=["step"], errors="ignore")
-    keys = [c for c in df.columns if c != "step" and not pd.api.types.is_numeric_dtype(df[c])]
+    if keys is None:
+        keys = [c for c in df.columns if c != "step" and not pd.api.types.is_numeric_dtype(df[c])]
+    keys = (["stage"] if "stage" in df.columns and "stage" not in keys else []) + \
+        [k for k in keys if k in df.columns]
     values = [c for c in df.columns if c not in keys and c != "step"]
     if not keys:
         return df[values].sum().div(n_steps).to_frame().T
@@ -85,6 +93,16 @@ def _mean_over_steps(df: pd.DataFrame, n_steps: int) -> pd.DataFrame:
         div = present.reindex(out.index.get_level_values("stage")).to_numpy(dtype=float)
         out = out.mul(max(n_steps, 1) / div, axis=0)
     return out.reset_index()
+
+
+def _whole_numbers(spec: TableSpec | None, df: pd.DataFrame) -> pd.DataFrame:
+    """Count, bytes and index columns as integers (a mean count is rounded to the nearest)."""
+    if spec is None or df.empty:
+        return df
+    for c, unit in spec.values.items():
+        if unit in INTEGER_UNITS and c in df.columns and pd.api.types.is_numeric_dtype(df[c]):
+            df[c] = df[c].astype(float).round().fillna(0).astype("int64")
+    return df
 
 
 @dataclass
@@ -97,6 +115,7 @@ class Analysis:
     #: rank) and the self-checks (:mod:`tracekit.checks`); exactly JSON ``meta.warnings``.
     warnings: list[TraceWarning] = field(default_factory=list)
     grouping: str = ""
+    filters: Filters = field(default_factory=Filters)
     _computed: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -149,47 +168,81 @@ class Analysis:
             "notices": notices,
             "coverage": {r: a.meta["coverage"] for r, a in self.ranks.items()
                          if a.meta.get("coverage")},
+            **({"filters": self._filter_meta()} if self.filters.active else {}),
             "warnings": [w.as_dict() for w in self.warnings],
         }
 
-    def table(self, name: str, per_step: bool = False) -> pd.DataFrame:
-        """One table; ``per_step`` keeps a ``step`` column instead of the mean over steps."""
-        if name in ("ranks", "rank_summary") and self.multi_rank:
-            return self.rank_tables()[name]
-        if name not in TABLES:
-            raise KeyError(f"unknown table {name!r}; tables: {', '.join(TABLES)}")
-        parts = []
-        for rank, att in self.ranks.items():
-            df = self._per_step(name, rank)
-            if not per_step:
-                df = _mean_over_steps(df, len(att.meta.get("complete_steps", [])) or 1)
-            if self.multi_rank:
-                df.insert(0, "rank", rank)
-            parts.append(df)
-        out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    def filtered(self, filters: Filters) -> Analysis:
+        """The same ranks and warnings, with tables computed over the intervals ``filters``
+        keeps (a copy: the checks of ``__post_init__`` ran on the whole run already)."""
+        out = copy.copy(self)
+        out.filters, out._computed = filters, {}
         return out
 
+    def names(self) -> list[str]:
+        """The tables this analysis has: every registered one that applies (cross-rank tables
+        on several ranks only) and honours the filters."""
+        return [n for n, s in REGISTRY.items() if (self.multi_rank or not s.cross_rank)
+                and self.filters.supports(REGISTRY.get(s.source or n, s))]
+
+    def _filter_meta(self) -> dict:
+        left_out = [n for n, s in REGISTRY.items() if (self.multi_rank or not s.cross_rank)
+                    and n not in self.names()]
+        return {**self.filters.describe(), "tables_left_out": left_out}
+
+    def _n_steps(self, att: Attributed) -> int:
+        done = att.meta.get("complete_steps", [])
+        if self.filters.steps is not None:
+            done = [s for s in done if s in self.filters.steps]
+        return len(done) or 1
+
+    def table(self, name: str, per_step: bool = False) -> pd.DataFrame:
+        """One table; ``per_step`` keeps a ``step`` column instead of the mean over steps."""
+        spec = REGISTRY.get(name)
+        if spec is None or (spec.cross_rank and not self.multi_rank):
+            raise KeyError(f"unknown table {name!r}; tables: {', '.join(self.names())}")
+        if spec.cross_rank:
+            return self.rank_tables()[name]
+        if spec.derive is not None and spec.source:
+            return _whole_numbers(spec, spec.derive(self.table(spec.source, per_step)))
+        parts = []
+        for rank, att in self.ranks.items():
+            df = self.filters.rows(self._per_step(name, rank))
+            if not per_step:
+                df = _mean_over_steps(df, self._n_steps(att), list(spec.keys))
+                if spec.finish is not None and not df.empty:
+                    df = spec.finish(df)
+            if self.multi_rank:
+                df.insert(0, "rank", rank)
+            parts.append(_whole_numbers(spec, df))
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
     def tables(self, per_step: bool = False) -> dict[str, pd.DataFrame]:
-        out = {name: self.table(name, per_step) for name in TABLES}
+        """Every table of :meth:`names`, in report order (cross-rank tables last)."""
+        names = self.names()
+        out = {n: self.table(n, per_step) for n in names if not REGISTRY[n].cross_rank}
         if self.multi_rank:  # the cross-rank tables (analyses/ranks.py)
-            out.update(self.rank_tables())
+            out.update({k: v for k, v in self.rank_tables().items() if k in names})
         return out
 
     def rank_tables(self) -> dict[str, pd.DataFrame]:
-        """``ranks`` (phase times per rank) and ``rank_summary`` (mean/min/max, slowest rank)."""
+        """``ranks`` (step, phase, compute, exposed communication, idle per rank) and
+        ``rank_summary`` (mean/min/median/max over ranks, slowest rank, stragglers)."""
         from tracekit.analyses import ranks as ranks_table
-        per_rank = {}
-        for rank, att in self.ranks.items():
-            n = len(att.meta.get("complete_steps", [])) or 1
-            per_rank[rank] = _mean_over_steps(self._per_step("phases", rank), n)
-        return ranks_table.tables(per_rank)
+        per_rank = {rank: _mean_over_steps(self.filters.rows(self._per_step("phases", rank)),
+                                           self._n_steps(att), ["phase"])
+                    for rank, att in self.ranks.items()}
+        out = ranks_table.tables(per_rank)
+        return {k: _whole_numbers(REGISTRY.get(k), v) for k, v in out.items()}
 
     def _per_step(self, name: str, rank: int) -> pd.DataFrame:
         """One rank's per-step table, computed once however often it is asked for."""
         key = (name, rank)
         if key not in self._computed:
             att = self.ranks[rank]
-            self._computed[key] = TABLES[name](att.intervals, att.steps)
+            spec = REGISTRY[name]
+            steps = self.filters.windows(att.steps)
+            self._computed[key] = TABLES[name](self.filters.intervals(att.intervals, spec), steps)
         return self._computed[key].copy()
 
 

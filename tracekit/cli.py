@@ -8,8 +8,13 @@ from pathlib import Path
 
 import click
 
+from tracekit.analyses import REGISTRY
+
 from .errors import TraceError
 from .read import DEFAULT_MAX_BYTES
+
+#: Phases a --phase filter can name.
+PHASES = ["forward", "recompute", "backward", "optimizer"]
 
 FORMATS = ["table", "json", "csv", "md", "parquet", "html"]
 
@@ -59,6 +64,8 @@ def reported(path, debug: bool):
     """Turn every failure while analysing ``path`` into one line and exit status 2."""
     try:
         yield
+    except click.ClickException:  # a usage error found after loading: click reports it
+        raise
     except TraceError as e:
         fail(str(e))
     except MemoryError:
@@ -76,6 +83,18 @@ def reported(path, debug: bool):
 @click.option("--out", type=click.Path(path_type=Path), help="Write here instead of stdout "
               "(a directory for csv/parquet: one file per table).")
 @click.option("--per-step", is_flag=True, help="One row per step (a `step` column) instead of the mean.")
+@click.option("--table", "only", multiple=True, metavar="NAME",
+              type=click.Choice(list(REGISTRY), case_sensitive=False),
+              help="Only this table (repeatable): " + ", ".join(REGISTRY) + ".")
+@click.option("--steps", "steps_filter", metavar="LIST",
+              help="Only these steps: ranges and lists, e.g. 3-7 or 2,4,9.")
+@click.option("--phase", "phase_filter", type=click.Choice(PHASES, case_sensitive=False),
+              help="Only this phase (tables that can tell phases apart).")
+@click.option("--module", "module_filter", metavar="WORD", help="Only module categories "
+              "matching WORD, case-insensitive (attention = Bmm0, Softmax, Bmm1, Attention).")
+@click.option("--top", type=click.IntRange(min=1), default=None,
+              help="Rows of long tables (top kernels, ranks) shown in the terminal.")
+@click.option("--wide", is_flag=True, help="Terminal: full names, no wrapping (wider than the window).")
 @reading_options
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache of "
               "parsed columns (<trace>.tracekit.parquet, or ~/.cache/tracekit when read-only).")
@@ -86,20 +105,43 @@ def reported(path, debug: bool):
 @click.option("--paper", is_flag=True, help="Add the paper's published values (Llama 2-7B on "
               "A800, Zhang et al.) beside yours as paper_* columns, where a table matches.")
 @click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
-def analyze(path, fmt, out, per_step, rank, taxonomy, kernel_rules, max_bytes, no_cache, jobs,
-            scheduler, paper, debug):
+def analyze(path, fmt, out, per_step, only, steps_filter, phase_filter, module_filter, top, wide,
+            rank, taxonomy, kernel_rules, max_bytes, no_cache, jobs, scheduler, paper, debug):
     """Print the paper's tables for a trace file or a directory of per-rank traces."""
     from . import load
+    from .filters import Filters, parse_steps
 
+    try:
+        filters = Filters(steps=parse_steps(steps_filter) if steps_filter else None,
+                          phase=phase_filter.lower() if phase_filter else None,
+                          module=module_filter or None)
+    except ValueError as e:
+        raise click.BadParameter(str(e).removeprefix("--steps "), param_hint="--steps") from None
     with reported(path, debug):
         analysis = _load_with_progress(load, path, rank=rank, taxonomy=taxonomy,
                                        kernel_rules=kernel_rules, max_bytes=max_bytes,
                                        cache=not no_cache, jobs=jobs, scheduler=scheduler)
-        tables = analysis.tables(per_step=per_step)
+        analysis = analysis.filtered(filters) if filters.active else analysis
+        tables = _selected(analysis, [n.lower() for n in only], per_step)
         meta = analysis.meta
+        if per_step:
+            meta["aggregation"] = "per step (one row per complete step)"
         if paper:
             tables, meta = _add_paper(tables, meta)
-    _write(fmt, meta, tables, out, "render")
+    _write(fmt, meta, tables, out, "render", wide=wide, top=top)
+
+
+def _selected(analysis, only: list[str], per_step: bool) -> dict:
+    """The tables asked for (all by default); naming one the run does not have is an error."""
+    if not only:
+        return analysis.tables(per_step=per_step)
+    have = analysis.names()
+    missing = [n for n in only if n not in have]
+    if missing:
+        why = "needs a directory of several ranks" if all(REGISTRY[n].cross_rank for n in missing) \
+            else "does not apply to this run or its filters"
+        raise click.BadParameter(f"{', '.join(missing)}: {why}", param_hint="--table")
+    return {n: analysis.table(n, per_step) for n in have if n in only}
 
 
 @main.command()
@@ -169,7 +211,8 @@ def compare(a, b, fmt, out, rank, taxonomy, kernel_rules, max_bytes, paper, debu
     _write(fmt, meta, tables, out, "render_compare")
 
 
-def _write(fmt: str, meta: dict, tables: dict, out: Path | None, terminal: str) -> None:
+def _write(fmt: str, meta: dict, tables: dict, out: Path | None, terminal: str, *,
+           wide: bool = False, top: int | None = None) -> None:
     """Warnings to stderr, then the tables in ``fmt`` to ``out`` (or stdout)."""
     from .checks import text
     from .render import formats
@@ -182,13 +225,13 @@ def _write(fmt: str, meta: dict, tables: dict, out: Path | None, terminal: str) 
         render = getattr(term, terminal)
         if out:
             with open(out, "w") as f:
-                render(meta, tables, Console(file=f, width=140))
+                render(meta, tables, Console(file=f, width=140), wide=wide, top=top)
         else:
-            render(meta, tables)
+            render(meta, tables, wide=wide, top=top)
     elif fmt == "json":
         _emit(formats.to_json(meta, tables), out)
     elif fmt == "md":
-        _emit("\n".join(formats.to_markdown(term.TITLES.get(k, k), v) for k, v in tables.items()), out)
+        _emit(formats.markdown_report(meta, tables, top=top), out)
     elif fmt == "csv":
         if out and (out.is_dir() or not out.suffix):
             out.mkdir(parents=True, exist_ok=True)

@@ -94,6 +94,55 @@ def to_markdown(title: str, df: pd.DataFrame) -> str:
     return "\n".join(lines + [""])
 
 
+def _meta_lines(meta: dict) -> list[str]:
+    """The meta as a short Markdown list."""
+    steps = meta.get("complete_steps") or {}
+    counts = {len(v) for v in steps.values()}
+    per_rank = (f"{counts.pop()} per rank" if len(counts) == 1 and len(steps) > 1 else
+                "; ".join(f"rank {r}: {len(v)}" for r, v in steps.items()))
+    lines = [f"- **trace**: {md_escape(meta.get('path', ''))}",
+             f"- **mode**: {md_escape(meta.get('mode', ''))}" +
+             (f"; **devices**: {md_escape(', '.join(map(str, meta['devices'])))}"
+              if meta.get("devices") else ""),
+             f"- **times**: ms, {md_escape(meta.get('aggregation', ''))}",
+             f"- **ranks**: {len(steps)}; **steps analysed**: {md_escape(per_rank)}"]
+    if meta.get("filters"):
+        f = {k: v for k, v in meta["filters"].items() if k != "tables_left_out"}
+        lines.append("- **filters**: " + md_escape(", ".join(f"{k} {v}" for k, v in f.items())))
+    lines += [f"- **note**: {md_escape(n)}" for n in meta.get("notices", [])]
+    lines += [f"- **warning**: {md_escape(w)}" for w in meta.get("warnings", [])]
+    return lines
+
+
+def markdown_table(name: str, df: pd.DataFrame, top: int | None = None) -> str:
+    """One table for people: units in headers, no all-zero rows, the top rows of long tables."""
+    from .common import cell, header, numeric, shown_rows, title
+
+    lines = [f"### {md_escape(title(name))}", ""]
+    shown = shown_rows(name, df, top=top, wide=True)
+    if shown.frame.empty:
+        return "\n".join(lines + ["(no rows)", ""])
+    cols = list(df.columns)
+    lines.append("| " + " | ".join(md_escape(header(name, c)) for c in cols) + " |")
+    lines.append("|" + "|".join("---:" if numeric(df, c) else "---" for c in cols) + "|")
+    for row in shown.frame[cols].itertuples(index=False, name=None):
+        lines.append("| " + " | ".join(md_escape(cell(name, c, v)) for c, v in zip(cols, row)) + " |")
+    notes = shown.notes()
+    return "\n".join(lines + ([""] + [f"_{md_escape(n)}_" for n in notes] if notes else []) + [""])
+
+
+def markdown_report(meta: dict, tables: dict[str, pd.DataFrame], top: int | None = None) -> str:
+    """A whole run as Markdown: a title, the meta as a list, each table with units."""
+    if "a" in meta and "b" in meta:
+        head = ["# tracekit comparison", ""]
+        for k in ("a", "b"):
+            head += [f"**{k.upper()}**", ""] + _meta_lines(meta[k]) + [""]
+    else:
+        head = [f"# tracekit: {md_escape(Path(str(meta.get('path', ''))).name)}", ""] + \
+            _meta_lines(meta) + [""]
+    return "\n".join(head) + "\n" + "\n".join(markdown_table(k, v, top) for k, v in tables.items())
+
+
 def write_parquet(tables: dict[str, pd.DataFrame], out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []

@@ -22,9 +22,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from tracekit.analyses import spec_of
+
 from ..checks import text
 from ..coverage import lines as coverage_lines
-from .terminal import TITLES
+from .common import cell, header, numeric, shown_rows, title
 
 PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2",
            "#ff9da6", "#9d755d", "#bab0ac"]
@@ -49,12 +51,13 @@ def _num(v) -> float:
     return 0.0 if math.isnan(f) or math.isinf(f) else round(f, 6)
 
 
-def _bar(traces: list[dict], title: str, *, stack: bool = False, horizontal: bool = False,
+def _bar(traces: list[dict], heading: str, *, stack: bool = False, horizontal: bool = False,
          ytitle: str = "ms") -> dict:
-    layout = {"title": {"text": label(title)}, "barmode": "stack" if stack else "group",
+    layout = {"title": {"text": label(heading)}, "barmode": "stack" if stack else "group",
               "margin": {"l": 60, "r": 20, "t": 50, "b": 80}, "height": 380,
-              "legend": {"orientation": "h"}}
-    layout["xaxis" if horizontal else "yaxis"] = {"title": {"text": ytitle}}
+              "legend": {"orientation": "h"},
+              "xaxis": {"automargin": True}, "yaxis": {"automargin": True}}
+    layout["xaxis" if horizontal else "yaxis"]["title"] = {"text": ytitle}
     return {"data": traces, "layout": layout}
 
 
@@ -72,92 +75,159 @@ def _steps_axis(df: pd.DataFrame) -> tuple[str, list]:
 
 
 def _with_rank(df: pd.DataFrame) -> pd.DataFrame:
-    """Multi-rank tables: the mean over ranks (charts show one run)."""
+    """Multi-rank tables: the mean over ranks (charts show one run; ``ranks`` has its own)."""
     if "rank" not in df.columns or df.empty:
         return df
     keys = [c for c in df.columns if c != "rank" and not pd.api.types.is_numeric_dtype(df[c])]
-    keys += ["step"] if "step" in df.columns else []
+    keys += [c for c in ("step", "layer") if c in df.columns]
+    if not keys:
+        return df
     vals = [c for c in df.columns if c not in keys and c != "rank"]
     return df.groupby(keys, observed=True, sort=False)[vals].mean().reset_index()
 
 
+#: Bars a chart of many items shows: the largest (differences, kernels, slowest ranks).
+MAX_BARS = 15
+MAX_RANK_BARS = 32
+
+
+def _phase_charts(df: pd.DataFrame) -> list[tuple[str, dict]]:
+    figs = []
+    _, xs = _steps_axis(df)
+    df = df.assign(_x=xs)
+    traces = [_trace(ph, g["_x"], g["wall_ms"], i)
+              for i, (ph, g) in enumerate(df.groupby(df["phase"].astype(str), sort=False))
+              if g["wall_ms"].abs().sum() > 0]
+    figs.append(("phases", _bar(traces, "Phases per step (wall time)", stack=True)))
+    cols = [c for c in ("exposed_comm_ms", "idle_ms") if c in df]
+    g = df.groupby(df["phase"].astype(str), sort=False)[cols + ["wall_ms"]].mean()
+    g = g[g["wall_ms"] > 0]
+    if cols and len(g):
+        traces = [_trace(c.replace("_ms", "").replace("_", " "), g.index, g[c], i + 3)
+                  for i, c in enumerate(cols)]
+        figs.append(("exposed", _bar(traces, "Exposed communication and idle per phase")))
+    return figs
+
+
+def _module_chart(df: pd.DataFrame) -> list[tuple[str, dict]]:
+    df = df[~df["module"].astype(str).isin(["Idle"]) & (df["time_ms"] > 0)]
+    g = df.groupby([df["phase"].astype(str), df["module"].astype(str)], sort=False)["time_ms"].mean()
+    traces = []
+    for i, ph in enumerate(["forward", "recompute", "backward"]):
+        if ph in g.index.get_level_values(0):
+            s = g.loc[ph]
+            traces.append(_trace(ph, s.index, s.values, i))
+    return [("modules", _bar(traces, title("modules")))] if traces else []
+
+
+def _kernel_chart(df: pd.DataFrame) -> list[tuple[str, dict]]:
+    df = df[(df["group"].astype(str) != "idle") & (df["time_ms"] > 0)]
+    if df.empty:
+        return []
+    stage = df["stage"].astype(str) if "stage" in df else pd.Series("all", index=df.index)
+    cat = df["group"].astype(str) + ": " + df["category"].astype(str)
+    g = df.assign(_s=stage, _c=cat).groupby(["_s", "_c"], sort=False)["time_ms"].mean()
+    traces = [_trace(s, g.loc[s].index, g.loc[s].values, i)
+              for i, s in enumerate(dict.fromkeys(g.index.get_level_values(0)))]
+    return [("kernels", _bar(traces, title("kernels")))]
+
+
+def _timeline_chart(df: pd.DataFrame) -> list[tuple[str, dict]]:
+    stage = df["stage"].astype(str) if "stage" in df else pd.Series("forward", index=df.index)
+    df = df.assign(_s=stage)
+    traces = []
+    for i, (blk, g) in enumerate(df.groupby(df["block"].astype(str), sort=False)):
+        gg = g.groupby("_s", sort=False)["time_ms"].mean()
+        traces.append(_trace(blk, gg.index, gg.values, i, horizontal=True))
+    return [("timeline", _bar(traces, title("timeline"), stack=True, horizontal=True))]
+
+
+def _top_kernel_chart(df: pd.DataFrame) -> list[tuple[str, dict]]:
+    from tracekit.analyses.top_kernels import OTHER, short_name
+    df = df[df["name"].astype(str) != OTHER]
+    g = df.groupby(df["name"].astype(str), sort=False)["total_ms"].mean()
+    g = g[g > 0].sort_values(ascending=False).head(MAX_BARS)[::-1]
+    if g.empty:
+        return []
+    names = [short_name(n) for n in g.index]
+    return [("top_kernels", _bar([_trace("total", names, g.values, 0, horizontal=True)],
+                                 f"Top {len(g)} kernels by time", horizontal=True))]
+
+
+def _layer_chart(df: pd.DataFrame) -> list[tuple[str, dict]]:
+    g = df.groupby([df["phase"].astype(str), "layer"], sort=False)["time_ms"].mean()
+    traces = [_trace(ph, [f"layer {x}" for x in g.loc[ph].index], g.loc[ph].values, i)
+              for i, ph in enumerate(dict.fromkeys(g.index.get_level_values(0)))]
+    return [("layers", _bar(traces, title("layers")))] if traces else []
+
+
+def _rank_chart(df: pd.DataFrame) -> list[tuple[str, dict]]:
+    """Phase walls per rank: every rank up to MAX_RANK_BARS, else the slowest ones."""
+    shown = df.sort_values("step_ms", ascending=False).head(MAX_RANK_BARS).sort_values("rank")
+    xs = [f"rank {r}" for r in shown["rank"]]
+    traces = [_trace(c[:-3], xs, shown[c], i) for i, c in
+              enumerate(("forward_ms", "backward_ms", "optimizer_ms")) if shown[c].abs().sum() > 0]
+    what = (f"the {len(shown)} slowest of {len(df)} ranks" if len(df) > len(shown)
+            else f"{len(df)} ranks")
+    return [("ranks", _bar(traces, f"Step time per rank ({what})", stack=True))] if traces else []
+
+
+def _delta_chart(name: str, df: pd.DataFrame) -> list[tuple[str, dict]]:
+    """B - A: the MAX_BARS largest differences, horizontal so the labels can be read."""
+    keys = [c for c in df.columns if not pd.api.types.is_numeric_dtype(df[c])]
+    d = df.assign(_x=df[keys].astype(str).agg(" / ".join, axis=1) if keys else "all")
+    d = d[d["delta_ms"].abs() > 0]
+    d = d.reindex(d["delta_ms"].abs().sort_values(ascending=False).index).head(MAX_BARS)[::-1]
+    if d.empty:
+        return []
+    what = f" (largest {len(d)} of {len(df)})" if len(df) > len(d) else ""
+    return [(name, _bar([_trace("B - A", d["_x"], d["delta_ms"], 3, horizontal=True)],
+                        title(name) + what, horizontal=True))]
+
+
+CHARTS = {"phases": _phase_charts, "modules": _module_chart, "kernels": _kernel_chart,
+          "timeline": _timeline_chart, "top_kernels": _top_kernel_chart, "layers": _layer_chart}
+
+
 def figures(tables: dict[str, pd.DataFrame]) -> list[tuple[str, dict]]:
-    """(id, plotly figure) for each chart the tables allow."""
+    """(id, plotly figure) for each chart the tables allow (the registry's ``chart`` says
+    which tables have one)."""
     figs: list[tuple[str, dict]] = []
-    t = {k: _with_rank(v) for k, v in tables.items() if isinstance(v, pd.DataFrame) and len(v)}
-    if "phases" in t:
-        df = t["phases"]
-        _, xs = _steps_axis(df)
-        df = df.assign(_x=xs)
-        traces = [_trace(ph, g["_x"], g["wall_ms"], i)
-                  for i, (ph, g) in enumerate(df.groupby(df["phase"].astype(str), sort=False))]
-        figs.append(("phases", _bar(traces, "Phases per step (wall time)", stack=True)))
-        cols = [c for c in ("exposed_comm_ms", "idle_ms") if c in df]
-        if cols:
-            g = df.groupby(df["phase"].astype(str), sort=False)[cols].mean()
-            traces = [_trace(c.replace("_ms", "").replace("_", " "), g.index, g[c], i + 3)
-                      for i, c in enumerate(cols)]
-            figs.append(("exposed", _bar(traces, "Exposed communication and idle per phase")))
-    if "modules" in t:
-        df = t["modules"]
-        df = df[~df["module"].astype(str).isin(["Idle"]) & (df["time_ms"] > 0)]
-        g = df.groupby([df["phase"].astype(str), df["module"].astype(str)], sort=False)["time_ms"].mean()
-        traces = []
-        for i, ph in enumerate(["forward", "backward"]):
-            if ph in g.index.get_level_values(0):
-                s = g.loc[ph]
-                traces.append(_trace(ph, s.index, s.values, i))
-        if traces:
-            figs.append(("modules", _bar(traces, "Module time, forward and backward (Table VI)")))
-    if "kernels" in t:
-        df = t["kernels"]
-        df = df[(df["group"].astype(str) != "idle") & (df["time_ms"] > 0)]
-        stage = df["stage"].astype(str) if "stage" in df else pd.Series("all", index=df.index)
-        cat = df["group"].astype(str) + ": " + df["category"].astype(str)
-        g = df.assign(_s=stage, _c=cat).groupby(["_s", "_c"], sort=False)["time_ms"].mean()
-        traces = [_trace(s, g.loc[s].index, g.loc[s].values, i)
-                  for i, s in enumerate(dict.fromkeys(g.index.get_level_values(0)))]
-        figs.append(("kernels", _bar(traces, "Kernel categories (Table X)")))
-    if "timeline" in t:
-        df = t["timeline"]
-        stage = df["stage"].astype(str) if "stage" in df else pd.Series("forward", index=df.index)
-        df = df.assign(_s=stage)
-        traces = []
-        for i, (blk, g) in enumerate(df.groupby(df["block"].astype(str), sort=False)):
-            gg = g.groupby("_s", sort=False)["time_ms"].mean()
-            traces.append(_trace(blk, gg.index, gg.values, i, horizontal=True))
-        figs.append(("timeline", _bar(traces, "Inference timeline (Table XI)", stack=True,
-                                      horizontal=True)))
-    if "attention" in t and {"a_ms", "b_ms"} <= set(t["attention"].columns):
-        df = t["attention"]
-        traces = [_trace(r, df["phase"], df[c], i) for i, (r, c) in enumerate((("A", "a_ms"), ("B", "b_ms")))]
-        figs.append(("attention", _bar(traces, "Attention time, A vs B (Table VIII)")))
-    for name in ("phases_delta", "modules_delta", "kernels_delta"):
-        if name in t:
-            df = t[name]
-            keys = [c for c in df.columns if not pd.api.types.is_numeric_dtype(df[c])]
-            x = df[keys].astype(str).agg(" / ".join, axis=1)
-            figs.append((name, _bar([_trace("B - A", x, df["delta_ms"], 3)], TITLES.get(name, name))))
+    for name, df in tables.items():
+        if not isinstance(df, pd.DataFrame) or df.empty:
+            continue
+        spec = spec_of(name)
+        if name == "ranks":
+            figs += _rank_chart(df)
+        elif name in CHARTS and (spec is None or spec.chart != "none"):
+            figs += CHARTS[name](_with_rank(df))
+        elif name.endswith("_delta") and "delta_ms" in df:
+            figs += _delta_chart(name, df)
+        elif name == "attention" and {"a_ms", "b_ms"} <= set(df.columns):
+            traces = [_trace(r, df["phase"], df[c], i)
+                      for i, (r, c) in enumerate((("A", "a_ms"), ("B", "b_ms")))]
+            figs.append(("attention", _bar(traces, title("attention"))))
     return figs
 
 
 def table_html(name: str, df: pd.DataFrame) -> str:
-    title = TITLES.get(name, name)
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    """One table: units in headers (the column's name as its tooltip), no all-zero rows."""
+    shown = shown_rows(name, df, top=None if name not in ("top_kernels", "ranks") else 50,
+                       wide=True) if "a_ms" not in df else None
+    rows_df = shown.frame if shown is not None else df[(df["a_ms"] != 0) | (df["b_ms"] != 0)]
+    head = "".join(f'<th title="{html.escape(str(c))}">{html.escape(header(name, str(c)))}</th>'
+                   for c in df.columns)
     rows = []
-    for row in df.itertuples(index=False, name=None):
+    for row in rows_df.itertuples(index=False, name=None):
         cells = []
-        for v in row:
-            if isinstance(v, float):
-                cells.append(f'<td class="n">{"" if math.isnan(v) else f"{v:,.3f}"}</td>')
-            elif isinstance(v, int):
-                cells.append(f'<td class="n">{v}</td>')
-            else:
-                cells.append(f"<td>{html.escape(str(v))}</td>")
+        for c, v in zip(df.columns, row):
+            text = html.escape(cell(name, str(c), v))
+            cells.append(f'<td class="n">{text}</td>' if numeric(df, c) else f"<td>{text}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     body = "".join(rows) or f'<tr><td colspan="{max(len(df.columns), 1)}">(no rows)</td></tr>'
-    return (f'<section class="table" id="t-{html.escape(name)}"><h3>{html.escape(title)}</h3>'
-            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></section>")
+    notes = "".join(f'<p class="note">{html.escape(n)}</p>' for n in (shown.notes() if shown else []))
+    return (f'<section class="table" id="t-{html.escape(name)}"><h3>{html.escape(title(name))}</h3>'
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}</section>")
 
 
 def _meta_html(meta: dict) -> str:
@@ -165,9 +235,14 @@ def _meta_html(meta: dict) -> str:
     runs = [("A", meta["a"]), ("B", meta["b"])] if "a" in meta and "b" in meta else [("", meta)]
     for tag, m in runs:
         steps = "; ".join(f"rank {r}: {len(s)}" for r, s in (m.get("complete_steps") or {}).items())
+        devices = ", ".join(map(str, m.get("devices", [])))
         items.append(f"<li><b>{html.escape(tag)}</b> {html.escape(str(m.get('path', '')))} "
-                     f"&middot; devices: {html.escape(', '.join(map(str, m.get('devices', []))))} "
-                     f"&middot; steps analysed: {html.escape(steps)}</li>")
+                     f"&middot; {html.escape(str(m.get('mode', '')))}"
+                     + (f" &middot; devices: {html.escape(devices)}" if devices else "")
+                     + f" &middot; steps analysed: {html.escape(steps)}</li>")
+        if m.get("filters"):
+            f = {k: v for k, v in m["filters"].items() if k != "tables_left_out"}
+            items.append(f'<li class="note">filters: {html.escape(str(f))}</li>')
         for n in m.get("notices", []):
             items.append(f'<li class="note">note: {html.escape(str(n))}</li>')
         for c in coverage_lines(m):
@@ -183,7 +258,8 @@ def _meta_html(meta: dict) -> str:
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222}
 h1{font-size:22px;margin:0 0 8px} h3{font-size:15px;margin:18px 0 6px}
-.meta{list-style:none;padding:0;font-size:13px;color:#444} .warn{color:#a15c00} .note{color:#555}
+.meta{list-style:none;padding:0;font-size:13px;color:#444} .warn{color:#a15c00}
+.note{color:#555;font-size:12px}
 .charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:12px}
 .chart{border:1px solid #ddd;border-radius:6px;min-height:380px}
 table{border-collapse:collapse;font-size:12px} td,th{border:1px solid #ddd;padding:3px 8px}

@@ -1,31 +1,22 @@
-"""Readable terminal tables (rich), titled with the paper table each one reproduces."""
+"""Readable terminal tables (rich), titled with the paper table each one reproduces.
+
+Tables fit the console's width: numbers are never wrapped or cut (their column is as wide as
+the widest value), headers wrap at spaces, names fold onto more lines. What is shown of each
+table (units in headers, integers for counts, no all-zero rows, the top rows of long tables,
+short names unless ``wide``) comes from the table registry (:mod:`tracekit.render.common`).
+"""
 
 from __future__ import annotations
 
-import pandas as pd
-from rich.console import Console
 import re
 
+import pandas as pd
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from ..coverage import lines as coverage_lines
-
-TITLES = {
-    "phases": "Phases: forward / backward / optimizer (Tables V, VII)",
-    "modules": "Module time per phase (Table VI)",
-    "gemm": "GEMM share of compute-kernel time (Table XIII)",
-    "comm": "Communication per phase and collective (Tables XV, XVI)",
-    "idle": "Device idle per step",
-    "kernels": "Kernel categories (Table X)",
-    "memcpy": "Memory copies (Table XIV)",
-    "timeline": "Forward timeline (Table XI)",
-    "attention": "Attention time, A vs B (Table VIII)",
-    "phases_delta": "Phase wall time, B - A",
-    "modules_delta": "Module time per phase, B - A",
-    "kernels_delta": "Kernel categories, B - A",
-}
-
+from .common import cell, header, numeric, shown_rows, title
 
 #: C0 and C1 control characters: a kernel name is attacker-controlled text, and an escape
 #: sequence (ESC [, OSC ...) printed raw would drive the user's terminal.
@@ -42,63 +33,133 @@ def safe(text) -> str:
     return escape(_CONTROL.sub("\ufffd", str(text)))
 
 
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        return "" if v != v else f"{v:,.3f}"
-    return safe(str(v))
+def _steps_line(steps: dict) -> str:
+    counts = {len(s) for s in steps.values()}
+    if len(steps) > 4 and len(counts) == 1:
+        return f"{counts.pop()} per rank ({len(steps)} ranks)"
+    return "; ".join(f"rank {r}: {len(s)}" for r, s in steps.items())
 
 
-def render(meta: dict, tables: dict[str, pd.DataFrame], console: Console | None = None) -> None:
-    console = console or Console()
-    head = f"[bold]{safe(str(meta.get('path')))}[/bold]  mode: {meta.get('mode')}"
+#: Narrowest a name column gets before a table is split; widest it asks for when wrapping.
+NAME_MIN, NAME_MAX = 14, 28
+
+
+def _widths(name: str, df: pd.DataFrame, rows: pd.DataFrame, wide: bool) -> dict[str, int]:
+    """Each column's width in the table: numbers their widest value, names up to NAME_MAX,
+    and never less than the longest word of the header (headers wrap at spaces, never cut)."""
+    out = {}
+    for c in df.columns:
+        longest = max([len(cell(name, c, v)) for v in rows[c]] + [1])
+        word = max(len(w) for w in header(name, c).split())
+        if numeric(df, c) or wide:
+            out[c] = max(longest, word)
+        else:  # the narrowest a name folds to (words kept whole up to NAME_MIN)
+            words = max([len(w) for v in rows[c] for w in str(v).split()] + [1])
+            out[c] = max(min(word, NAME_MAX), min(words, NAME_MIN))
+    return out
+
+
+def _chunks(keys: list[str], values: list[str], widths: dict[str, int], room: int) -> list[list[str]]:
+    """Value columns in groups that fit ``room`` beside the key columns (3 per column for
+    padding and border, and 1 of slack for rich's rounding)."""
+    base = sum(widths[k] + 4 for k in keys) + 1
+    groups: list[list[str]] = [[]]
+    used = base
+    for c in values:
+        if groups[-1] and used + widths[c] + 4 > room:
+            groups.append([])
+            used = base
+        groups[-1].append(c)
+        used += widths[c] + 4
+    return groups
+
+
+def rich_tables(name: str, df: pd.DataFrame, *, width: int, top: int | None = None,
+                wide: bool = False, skip_zero: bool = True) -> list[Table]:
+    """One table as rich Tables that fit ``width`` (value columns split over several tables,
+    each repeating the key columns, when one would not fit); [] when nothing is left to show."""
+    shown = shown_rows(name, df, top=top, wide=wide)
+    rows = shown.frame if skip_zero else df
+    if rows.empty:
+        return []
+    widths = _widths(name, df, rows, wide)
+    keys = [c for c in df.columns if not numeric(df, c) or c in ("rank", "step", "layer")]
+    values = [c for c in df.columns if c not in keys]
+    groups = [values] if wide else _chunks(keys, values, widths, width)
+    notes = "; ".join(shown.notes() if skip_zero else []) or None
+    out = []
+    for i, group in enumerate(groups):
+        part = f" ({i + 1}/{len(groups)})" if len(groups) > 1 else ""
+        t = Table(title=safe(title(name)) + part, title_justify="left",
+                  caption=notes if i == len(groups) - 1 else None, caption_justify="left")
+        cols = [c for c in df.columns if c in keys or c in group]
+        for c in cols:
+            right = numeric(df, c)
+            t.add_column(safe(header(name, c)), justify="right" if right else "left",
+                         no_wrap=wide, overflow="fold", min_width=widths[c],
+                         max_width=None if right or wide else max(widths[c], NAME_MAX))
+        for row in rows[cols].itertuples(index=False, name=None):
+            t.add_row(*(safe(cell(name, c, v)) for c, v in zip(cols, row)))
+        out.append(t)
+    return out
+
+
+def _head(meta: dict, console: Console) -> None:
+    line = f"[bold]{safe(str(meta.get('path')))}[/bold]  mode: {safe(meta.get('mode'))}"
     if meta.get("devices"):
-        head += "  devices: " + safe(", ".join(meta["devices"]))
-    console.print(head)
-    steps = meta.get("complete_steps", {})
-    console.print("times: ms, " + meta.get("aggregation", "") + "; steps analysed: " +
-                  safe("; ".join(f"rank {r}: {len(s)}" for r, s in steps.items())))
+        line += "  devices: " + safe(", ".join(map(str, meta["devices"])))
+    console.print(line)
+    console.print("times: ms, " + safe(meta.get("aggregation", "")) + "; steps analysed: " +
+                  safe(_steps_line(meta.get("complete_steps", {}))))
+    if meta.get("filters"):
+        f = {k: v for k, v in meta["filters"].items() if k != "tables_left_out"}
+        line = "filters: " + ", ".join(f"{k} {_steps_text(v) if k == 'steps' else v}"
+                                       for k, v in f.items())
+        if meta["filters"].get("tables_left_out"):
+            line += " (not applicable to: " + ", ".join(meta["filters"]["tables_left_out"]) + ")"
+        console.print(safe(line))
     for n in meta.get("notices", []):
         console.print(f"[yellow]note:[/yellow] {safe(n)}")
     for c in coverage_lines(meta):
         console.print(safe(c))
     _paper_note(meta, console)
+
+
+def _steps_text(steps: list[int]) -> str:
+    return ",".join(map(str, steps)) if len(steps) < 8 else f"{steps[0]}..{steps[-1]} ({len(steps)})"
+
+
+def render(meta: dict, tables: dict[str, pd.DataFrame], console: Console | None = None, *,
+           wide: bool = False, top: int | None = None) -> None:
+    console = console or Console()
+    if wide:
+        console = Console(file=console.file, width=max(console.width, 400),
+                          force_terminal=console.is_terminal, no_color=console.no_color)
+    _head(meta, console)
     for name, df in tables.items():
-        if df.empty:
-            continue
-        t = Table(title=TITLES.get(name, name), title_justify="left", show_lines=False)
-        for c in df.columns:
-            numeric = pd.api.types.is_numeric_dtype(df[c])
-            t.add_column(safe(str(c)), justify="right" if numeric else "left")
-        shown = df
-        if name == "modules" and "time_ms" in df:
-            shown = df[df["time_ms"] > 0]
-        if name == "kernels" and "time_ms" in df:
-            shown = df[(df["time_ms"] > 0) | (df["count"] > 0)]
-        for row in shown.itertuples(index=False, name=None):
-            t.add_row(*(_fmt(v) for v in row))
-        console.print(t)
+        for t in rich_tables(name, df, width=console.width, top=top, wide=wide) if len(df) else []:
+            console.print(t)
 
 
-def render_compare(meta: dict, tables: dict[str, pd.DataFrame], console: Console | None = None) -> None:
+def render_compare(meta: dict, tables: dict[str, pd.DataFrame], console: Console | None = None, *,
+                   wide: bool = False, top: int | None = None) -> None:
     """A vs B tables (``tracekit compare``); rows where both runs are 0 are left out."""
     console = console or Console()
     for k in ("a", "b"):
         m = meta.get(k, {})
-        console.print(f"[bold]{k.upper()}[/bold]: {safe(str(m.get('path')))}  "
-                      f"devices: {safe(', '.join(m.get('devices', [])))}  steps: " +
-                      safe("; ".join(f"rank {r}: {len(s)}" for r, s in m.get("complete_steps", {}).items())))
+        line = f"[bold]{k.upper()}[/bold]: {safe(str(m.get('path')))}"
+        if m.get("devices"):
+            line += f"  devices: {safe(', '.join(map(str, m['devices'])))}"
+        console.print(line + "  steps: " + safe(_steps_line(m.get("complete_steps", {}))))
     console.print("times: ms, mean per complete step; delta = B - A; std: per-step noise")
     _paper_note(meta, console)
     for name, df in tables.items():
         if df.empty:
             continue
         shown = df[(df["a_ms"] != 0) | (df["b_ms"] != 0)] if {"a_ms", "b_ms"} <= set(df) else df
-        t = Table(title=TITLES.get(name, name), title_justify="left")
-        for c in df.columns:
-            t.add_column(safe(str(c)), justify="right" if pd.api.types.is_numeric_dtype(df[c]) else "left")
-        for row in shown.itertuples(index=False, name=None):
-            t.add_row(*("" if isinstance(v, float) and v != v else _fmt(v) for v in row))
-        console.print(t)
+        for t in rich_tables(name, shown.reset_index(drop=True), width=console.width, top=top,
+                             wide=wide, skip_zero=False):
+            console.print(t)
 
 
 def _paper_note(meta: dict, console: Console) -> None:

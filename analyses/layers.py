@@ -1,0 +1,110 @@
+"""Per-layer time: compute-kernel time of each transformer decoder layer, per phase.
+
+A layer is a decoder-layer module instance (``layer`` column of the labelled intervals); its
+index is its position among the layers of its forward pass, in order of calls (``layers.0`` is
+the first layer the pass runs). Kernels launched in backward carry their forward op's layer when
+the pipeline links them; a ``recompute`` phase (activation checkpointing) is its own row.
+
+``layers`` per step, phase and layer index:
+
+* ``count``: compute kernels; ``time_ms``: sum of their durations, over the step's passes;
+* ``vs_mean_pct``: (time_ms - mean over the phase's layers) / that mean x 100: a slow layer
+  stands out.
+
+``layer_spread`` per step and phase: ``layers`` (how many), ``mean_ms``, ``min_ms``, ``max_ms``
+over layers, the ``slowest_layer`` and ``slowest_over_mean_pct``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ._registry import COUNT, INDEX, MS, PCT, TableSpec, declare, register
+from ._stages import ORDER as STAGE_ORDER
+from ._stages import has_stages
+
+PHASE_ORDER = ["forward", "recompute", "backward", "optimizer", "unattributed"]
+
+
+def _groups(df: pd.DataFrame) -> list[str]:
+    return [c for c in ("rank", "step", "stage", "phase") if c in df.columns]
+
+
+def _finish(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    mean = df.groupby(_groups(df), observed=True, sort=False)["time_ms"].transform("mean")
+    df["vs_mean_pct"] = np.where(mean > 0, (df["time_ms"] / mean.where(mean > 0, 1.0) - 1) * 100, 0.0)
+    order = {p: i for i, p in enumerate(PHASE_ORDER)}
+    df["_o"] = df["phase"].astype(str).map(order).fillna(len(order))
+    by = [c for c in ("rank", "step") if c in df.columns]
+    if "stage" in df.columns:
+        stages = {s: i for i, s in enumerate(STAGE_ORDER)}
+        df["_s"] = df["stage"].astype(str).map(stages).fillna(len(stages))
+        by.append("_s")
+    by += ["_o", "layer"]
+    return df.sort_values(by, kind="stable").drop(columns=["_o", "_s"], errors="ignore") \
+        .reset_index(drop=True)
+
+
+def layer_index(intervals: pd.DataFrame) -> pd.Series:
+    """Index of each activity's decoder layer within its forward pass (-1: in no layer)."""
+    lay = intervals["layer"].to_numpy()
+    inside = lay >= 0
+    out = np.full(len(intervals), -1, np.int64)
+    if inside.any():
+        key = pd.DataFrame({"step": intervals["step"].to_numpy()[inside],
+                            "pass": intervals["fwd_pass"].to_numpy()[inside], "layer": lay[inside]})
+        out[inside] = key.groupby(["step", "pass"])["layer"].rank(method="dense").to_numpy() - 1
+    return pd.Series(out, index=intervals.index)
+
+
+@register("layers", title="Time per decoder layer", keys=("phase", "layer"),
+          values={"count": COUNT, "time_ms": MS, "vs_mean_pct": PCT}, finish=_finish,
+          filters=frozenset({"phase", "module"}), aggregate="stage-mean", chart="bar")
+def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    staged = has_stages(intervals)
+    keys = ["step"] + (["stage"] if staged else []) + ["phase", "layer"]
+    cols = keys + ["count", "time_ms", "vs_mean_pct"]
+    complete = steps.loc[steps["complete"].to_numpy(), "step"].unique()
+    iv = intervals[(intervals["group"].astype(str) == "compute").to_numpy()
+                   & intervals["step"].isin(complete).to_numpy()]
+    idx = layer_index(iv)
+    iv = iv[(idx >= 0).to_numpy()]
+    if iv.empty:
+        return pd.DataFrame(columns=cols)
+    frame = pd.DataFrame({"step": iv["step"].to_numpy(),
+                          "phase": iv["phase"].astype(str).replace({"": "unattributed"}).to_numpy(),
+                          "layer": idx[idx >= 0].to_numpy(),
+                          "dur": (iv["end"] - iv["start"]).to_numpy() / 1e6})
+    if staged:
+        frame["stage"] = iv["stage"].astype(str).replace({"": "other"}).to_numpy()
+    out = frame.groupby(keys, sort=False).agg(count=("dur", "size"), time_ms=("dur", "sum"))
+    out = out.reset_index()
+    out["count"] = out["count"].astype("int64")
+    return _finish(out)[cols]
+
+
+def spread(layers: pd.DataFrame) -> pd.DataFrame:
+    """Per phase (and step/stage/rank where present): mean/min/max over layers, the slowest."""
+    groups = _groups(layers)
+    cols = groups + ["layers", "mean_ms", "min_ms", "max_ms", "slowest_layer",
+                     "slowest_over_mean_pct"]
+    if layers.empty:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for key, g in layers.groupby(groups, observed=True, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        t = g["time_ms"].to_numpy(dtype=float)
+        mean = float(t.mean())
+        rows.append({**dict(zip(groups, key)), "layers": len(g), "mean_ms": mean,
+                     "min_ms": float(t.min()), "max_ms": float(t.max()),
+                     "slowest_layer": int(g["layer"].iloc[int(np.argmax(t))]),
+                     "slowest_over_mean_pct": (float(t.max()) / mean - 1) * 100 if mean > 0 else 0.0})
+    return pd.DataFrame(rows, columns=cols)
+
+
+declare(TableSpec(name="layer_spread", title="Spread across decoder layers", func=None,
+                  source="layers", derive=spread, keys=("phase",), chart="none",
+                  values={"layers": COUNT, "mean_ms": MS, "min_ms": MS, "max_ms": MS,
+                          "slowest_layer": INDEX, "slowest_over_mean_pct": PCT}))
