@@ -4,7 +4,7 @@
 ``tracekit.module:<ClassName>:<qualified.name>`` range around every submodule's forward, so the
 trace names each module unambiguously without Python stacks. ``phase`` is a context manager for
 ``tracekit.phase:<phase>`` ranges. ``annotated_call`` wraps a plain callable (LightLLM's layer
-functions are not nn.Modules) in a module range.
+functions are not nn.Modules; transformers' ``apply_rotary_pos_emb``) in a module range.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ class ModuleAnnotator:
             self.names[id(module)] = name
             self._handles.append(module.register_forward_pre_hook(self._enter, prepend=True))
             self._handles.append(module.register_forward_hook(self._exit, always_call=True))
+        self._patched = _annotate_rotary(model)
 
     def _enter(self, module, args):
         rf = _record_function(self.names[id(module)])
@@ -71,6 +72,29 @@ class ModuleAnnotator:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        for mod, fn in self._patched:
+            setattr(mod, ROTARY_FUNCTION, fn)
+        self._patched.clear()
+
+
+#: The rotary embedding is applied inside attention by a plain function, not a module.
+ROTARY_FUNCTION = "apply_rotary_pos_emb"
+
+
+def _annotate_rotary(model) -> list:
+    """Wrap the modeling modules' ``apply_rotary_pos_emb`` in a module range (class
+    ``ApplyRotaryPosEmb``), so RoPE is recognisable without Python stacks. Returns
+    ``[(python module, original function)]`` to undo it."""
+    import sys
+
+    patched = []
+    for name in {type(m).__module__ for m in model.modules()}:
+        mod = sys.modules.get(name)
+        fn = getattr(mod, ROTARY_FUNCTION, None) if mod is not None else None
+        if callable(fn) and not hasattr(fn, "__tracekit_range__"):
+            setattr(mod, ROTARY_FUNCTION, annotated_call(fn, "ApplyRotaryPosEmb", ROTARY_FUNCTION))
+            patched.append((mod, fn))
+    return patched
 
 
 def annotate_modules(model, strip: tuple[str, ...] = ()) -> ModuleAnnotator:
