@@ -65,3 +65,24 @@ def test_every_corpus_row_gets_its_label(group):
 ])
 def test_precedence(name, op, category):
     assert kernel_rules().classify(name, f"{op} ")[0] == category
+
+
+MODULES = CORPUS.with_name("module_corpus.csv")
+
+
+def test_module_corpus():
+    """Real module classes (with parent class, qualified name where capture recorded one, and
+    position among same-class siblings) of the shared traces and samples, plus issue 12's
+    families: each gets its own category ("" = none, it inherits its parent's)."""
+    from tracekit.taxonomy import module_taxonomy
+    tax = module_taxonomy()
+    with MODULES.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) >= 50
+    wrong = []
+    for r in rows:
+        hit = tax.match(r["class"], r["qualname"], r["parent"], int(r["position"]), int(r["siblings"]))
+        got = hit[0] if hit else ""
+        if got != r["category"]:
+            wrong.append((r["class"], r["parent"], r["qualname"], r["category"], got))
+    assert not wrong, "\n".join(map(str, wrong))
