@@ -50,6 +50,8 @@ class TableSpec:
       every file format keep the full name);
     * ``source`` and ``derive``: a table computed from another table's rows (mean or per
       step) instead of from the intervals, e.g. the spread across layers;
+    * ``compare``: the value column ``tracekit compare`` reports as B - A per key
+      (``<name>_delta``); None: the table is not compared;
     * ``cross_rank``: a table over the ranks of a directory (only there).
     """
 
@@ -66,6 +68,7 @@ class TableSpec:
     top: int | None = None
     sort_by: str | None = None
     shorten: dict[str, Callable[[str], str]] = field(default_factory=dict)
+    compare: str | None = None
     source: str | None = None
     derive: Callable[[pd.DataFrame], pd.DataFrame] | None = None
     cross_rank: bool = False

@@ -28,8 +28,8 @@ import pandas as pd
 from tracekit.taxonomy import COMM_CATEGORIES, KERNEL_CATEGORIES
 
 from ._common import PHASES, percent, share_column
-from ._stages import ORDER, has_stages
 from ._registry import COUNT, MS, PCT, STAGE_MEAN, register
+from ._stages import ORDER, has_stages
 
 GROUPS = {"compute": KERNEL_CATEGORIES, "comm": COMM_CATEGORIES,
           "memcpy": ["Memcpy", "Memset"], "idle": ["Idle"]}
@@ -39,7 +39,7 @@ ROWS = [(g, c) for g, cats in GROUPS.items() for c in cats]
 
 
 @register("kernels", title="Kernel categories", paper="X", keys=("group", "category"),
-          aggregate=STAGE_MEAN,
+          aggregate=STAGE_MEAN, compare="time_ms",
           values={"count": COUNT, "time_ms": MS, "kernel_ms": MS, "percent": PCT})
 def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     staged = has_stages(intervals)

@@ -59,7 +59,7 @@ def layer_index(intervals: pd.DataFrame) -> pd.Series:
     return pd.Series(out, index=intervals.index)
 
 
-@register("layers", title="Time per decoder layer", keys=("phase", "layer"),
+@register("layers", title="Time per decoder layer", keys=("phase", "layer"), compare="time_ms",
           values={"count": COUNT, "time_ms": MS, "vs_mean_pct": PCT}, finish=_finish,
           filters=frozenset({"phase", "module"}), aggregate="stage-mean", chart="bar")
 def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:

@@ -31,6 +31,7 @@ ROWS = MODULE_CATEGORIES + ["Other", "Exposed communication", "Idle"]
 
 
 @register("modules", title="Module time per phase", paper="VI", keys=("phase", "module"),
+          compare="time_ms",
           values={"time_ms": MS, "percent": PCT})
 def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     win = phase_windows(steps)

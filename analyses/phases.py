@@ -22,7 +22,7 @@ from ._registry import MS, PCT, register
 
 
 @register("phases", title="Phases: forward / backward / optimizer", paper="V, VII",
-          keys=("phase",), chart="stacked",
+          keys=("phase",), chart="stacked", compare="wall_ms",
           values={"wall_ms": MS, "percent": PCT, "compute_ms": MS, "comm_ms": MS,
                   "exposed_comm_ms": MS, "idle_ms": MS})
 def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:

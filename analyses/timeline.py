@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from ._common import percent
-from ._stages import has_stages, split
 from ._registry import COUNT, MS, PCT, STAGE_MEAN, register
+from ._stages import has_stages, split
 
 BLOCKS = ["before", "attention", "ffn", "after"]
 

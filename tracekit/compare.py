@@ -10,7 +10,11 @@
 * ``phases_delta``: per phase, wall time (Tables V/VII ``wall_ms``);
 * ``modules_delta``: per phase and module category (Table VI ``time_ms``);
 * ``kernels_delta``: per kernel group and category (Table X ``time_ms``; per stage where the
-  runs have inference stages).
+  runs have inference stages);
+* ``layers_delta``: per phase and decoder-layer index (``layers`` ``time_ms``).
+
+The delta tables are those of every registered table that declares a ``compare`` column
+(``analyses/_registry.py``).
 
 Every table has ``a_ms`` and ``b_ms`` (means per complete step), ``delta_ms`` = B - A,
 ``delta_pct`` = (B - A) / A x 100 (empty when A is 0), and the per-step noise ``a_std`` /
@@ -24,15 +28,20 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.analyses import REGISTRY
+from tracekit.analyses._registry import STAGE_MEAN
+
 #: Module categories that make up "the attention module" of Table VIII.
 ATTENTION_PARTS = ["Bmm0", "Softmax", "Bmm1", "Attention"]
 
-#: name -> (analysis table, key columns, value column)
-DELTAS = {
-    "phases_delta": ("phases", ["phase"], "wall_ms"),
-    "modules_delta": ("modules", ["phase", "module"], "time_ms"),
-    "kernels_delta": ("kernels", ["stage", "group", "category"], "time_ms"),
-}
+
+
+def deltas() -> dict[str, tuple[str, list[str], str]]:
+    """``<table>_delta`` -> (table, key columns, value column), for every registered table
+    that declares a ``compare`` column (keys of a stage-aware table start with ``stage``)."""
+    return {f"{n}_delta": (n, (["stage"] if s.aggregate == STAGE_MEAN else []) + list(s.keys),
+                           s.compare)
+            for n, s in REGISTRY.items() if s.compare and s.func is not None}
 
 
 def step_values(per_step: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
@@ -106,7 +115,7 @@ def compare(a, b) -> dict[str, pd.DataFrame]:
     """The comparison tables of two analyses (see the module docstring)."""
     out = {"attention": attention_table(a.table("modules", per_step=True),
                                         b.table("modules", per_step=True))}
-    for name, (src, keys, value) in DELTAS.items():
+    for name, (src, keys, value) in deltas().items():
         pa, pb = a.table(src, per_step=True), b.table(src, per_step=True)
         ks = [k for k in keys if k in pa.columns or k in pb.columns]
         for p in (pa, pb):
