@@ -203,3 +203,30 @@ def test_compare_paper_table_viii(tmp_path):
     assert r.exit_code == 0, r.output
     att = {x["phase"]: x for x in json.loads(r.stdout)["tables"]["attention"]}
     assert att["forward"]["paper_improvement_pct"] == 34.9 and att["backward"]["paper_b_ms"] == 2.07
+
+
+@needs_chromium
+def test_multi_rank_report_renders_without_console_errors(tmp_path):
+    """``analyze DIR --format html`` on a 2-rank run (it used to end in a traceback): every
+    chart, the per-rank one included, renders, and the page logs no JavaScript error."""
+    d = tmp_path / "z2"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "sample_traces" / "tiny-zero2-2ranks", d)
+    out = tmp_path / "z2.html"
+    r = CliRunner().invoke(main, ["analyze", str(d), "--format", "html", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    run = _chromium("--enable-logging=stderr", "--v=0", "--dump-dom", out.resolve().as_uri(),
+                    tmp=tmp_path)
+    n = int(re.search(r'data-charts="(\d+)"', run.stdout).group(1))
+    assert n >= 6 and re.search(r'data-charts-rendered="(\d+)"', run.stdout).group(1) == str(n)
+    assert "Step time per rank" in run.stdout
+    console = [line for line in run.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert console == [], console
+
+
+@needs_chromium
+def test_console_check_can_fail(tmp_path):
+    """The console check above sees a page's JavaScript error (a control)."""
+    page = tmp_path / "err.html"
+    page.write_text("<html><body><script>undefinedFunction();</script></body></html>")
+    run = _chromium("--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri(), tmp=tmp_path)
+    assert any("Uncaught" in line for line in run.stderr.splitlines())
