@@ -1,8 +1,9 @@
 """Tables of the paper, one module each: pure functions of the labelled interval table.
 
-Every table function takes ``(intervals, steps)`` from :mod:`tracekit.attribute` and returns a
-DataFrame with one row per step and key (a ``step`` column); :mod:`tracekit.analysis`
-aggregates over complete steps as the table's spec says. Times are milliseconds.
+Every table function takes ``(intervals, windows)`` from :mod:`tracekit.pipeline` (the
+labelled interval table and the time engine's windows table) and returns a DataFrame with one
+row per step and key (a ``step`` column); :mod:`tracekit.analysis` aggregates over complete
+steps as the table's spec says. Times are milliseconds.
 
 Each module declares its table(s) in :data:`REGISTRY` (:mod:`._registry`); importing the
 module here is all it takes to add a table to every output (docs/architecture.md).

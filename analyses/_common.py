@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.intervals import measure
+from tracekit.intervals import measure, measure_by
 
 NS_PER_MS = 1e6
 PHASES = ["forward", "backward", "optimizer"]
@@ -23,40 +23,30 @@ def union_ms(frame: pd.DataFrame) -> float:
 
 
 def union_ms_by(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
-    """Measure (ms) of the union of [start, end) intervals per group of ``keys``.
-
-    Sorted by start within a group, an interval adds what it reaches past the furthest end
-    seen before it in the group; those additions sum to the union's measure.
-    """
-    if frame.empty:
-        return pd.Series(dtype=float, index=pd.MultiIndex.from_arrays([[]] * len(keys), names=keys)
-                         if len(keys) > 1 else pd.Index([], name=keys[0]))
-    f = frame[keys + ["start", "end"]].sort_values(keys + ["start"], kind="stable")
-    groups = [f[k] for k in keys]
-    first = ~f.duplicated(keys, keep="first").to_numpy() if len(keys) else None
-    first[0] = True
-    end = f["end"].to_numpy(np.int64)
-    # The furthest end before each interval in its group (int64 throughout: epoch nanoseconds
-    # do not survive float64).
-    prev = np.empty_like(end)
-    prev[1:] = end[:-1]
-    prev[first] = np.iinfo(np.int64).min
-    reach = pd.Series(prev, index=f.index).groupby(groups, observed=True, sort=False).cummax()
-    added = np.clip(end - np.maximum(f["start"].to_numpy(np.int64), reach.to_numpy(np.int64)), 0, None)
-    return pd.Series(added, index=f.index).groupby(groups, observed=True).sum() / NS_PER_MS
+    """Measure (ms) of the union of ``[start, end)`` intervals per group of ``keys``."""
+    return measure_by(frame, keys) / NS_PER_MS
 
 
-def phase_windows(steps: pd.DataFrame) -> pd.DataFrame:
-    """Long frame: step, phase, lo, hi, wall_ms, window_ms (the step's whole window)."""
-    st = steps[steps["complete"]]
-    bounds = [st["start"], st["t_backward"], st["t_optimizer"], st["end"]]
-    parts = [pd.DataFrame({"step": st["step"].to_numpy(), "phase": ph,
-                           "lo": bounds[k].to_numpy(), "hi": bounds[k + 1].to_numpy()})
-             for k, ph in enumerate(PHASES)]
-    out = pd.concat(parts, ignore_index=True).sort_values(["step"], kind="stable")
+def step_windows(windows: pd.DataFrame) -> pd.DataFrame:
+    """The complete steps' device windows: step, start, end (ns), window_ms."""
+    w = windows[(windows["window"] == "step").to_numpy() & windows["complete"].to_numpy()]
+    w = w[["step", "start", "end"]].reset_index(drop=True)
+    w["window_ms"] = (w["end"] - w["start"]) / NS_PER_MS
+    return w
+
+
+def phase_windows(windows: pd.DataFrame) -> pd.DataFrame:
+    """Long frame of the complete steps' phase windows: step, phase, lo, hi, wall_ms,
+    window_ms (the step's whole window)."""
+    w = windows[windows["complete"].to_numpy()]
+    whole = w[w["window"] == "step"].set_index("step")
+    ph = w[w["window"] != "step"]
+    out = pd.DataFrame({"step": ph["step"].to_numpy(), "phase": ph["window"].to_numpy(),
+                        "lo": ph["start"].to_numpy(), "hi": ph["end"].to_numpy()})
     out["wall_ms"] = (out["hi"] - out["lo"]) / NS_PER_MS
-    out["window_ms"] = out["step"].map(dict(zip(st["step"], (st["end"] - st["start"]) / NS_PER_MS)))
-    return out.reset_index(drop=True)
+    span = (whole["end"] - whole["start"]) / NS_PER_MS
+    out["window_ms"] = span.reindex(out["step"]).to_numpy()
+    return out
 
 
 def window_shares(intervals: pd.DataFrame) -> pd.DataFrame:

@@ -1,11 +1,11 @@
 """The table registry: what each table is, declared once beside the function that computes it.
 
-An analysis module computes its table with a function ``table(intervals, steps)`` and declares
+An analysis module computes its table with a function ``table(intervals, windows)`` and declares
 it with :func:`register`::
 
     @register("gemm", title="GEMM share of compute-kernel time", paper="XIII",
               keys=["phase"], values={"gemm_ms": MS, "compute_ms": MS, "percent": PCT})
-    def table(intervals, steps): ...
+    def table(intervals, windows): ...
 
 The facade (:mod:`tracekit.analysis`), the terminal, HTML and file renderers, the CLI's
 ``--table`` choices and ``tracekit compare`` read :data:`REGISTRY`; none of them knows a table

@@ -14,31 +14,31 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tracekit.intervals import minus_measure, union
+from tracekit.intervals import minus_measure_by
 
-from ._common import ms, percent
+from ._common import NS_PER_MS, percent, step_windows
 from ._registry import COUNT, MS, PCT, register
 
 
 @register("comm", title="Communication per phase and collective", paper="XV, XVI",
           keys=("phase", "collective"),
           values={"count": COUNT, "time_ms": MS, "exposed_ms": MS, "percent": PCT})
-def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     cols = ["step", "phase", "collective", "count", "time_ms", "exposed_ms", "percent"]
     comm = intervals[intervals["group"] == "comm"]
     if comm.empty:
         return pd.DataFrame(columns=cols)
-    win = steps.set_index("step")
-    rows = []
-    for step, iv in intervals.groupby("step", observed=True):
-        cmp = iv[iv["group"] == "compute"]
-        cu = union(cmp["start"].to_numpy(), cmp["end"].to_numpy())
-        c = iv[iv["group"] == "comm"]
-        window = ms(win.at[step, "end"] - win.at[step, "start"])
-        for (ph, coll), g in c.groupby([c["phase"].astype(str), c["collective"].astype(str)]):
-            gu = union(g["start"].to_numpy(), g["end"].to_numpy())
-            t = ms((g["end"] - g["start"]).sum())
-            rows.append({"step": step, "phase": ph, "collective": coll, "count": len(g),
-                         "time_ms": t, "exposed_ms": ms(minus_measure(gu, cu)),
-                         "percent": float(percent(t, window))})
-    return pd.DataFrame(rows, columns=cols)
+    keys = ["step", "phase", "collective"]
+    c = pd.DataFrame({"step": comm["step"].to_numpy(), "phase": comm["phase"].astype(str).to_numpy(),
+                      "collective": comm["collective"].astype(str).to_numpy(),
+                      "start": comm["start"].to_numpy(), "end": comm["end"].to_numpy()})
+    c["dur"] = c["end"] - c["start"]
+    compute = intervals[intervals["group"] == "compute"]
+    out = c.groupby(keys).agg(count=("dur", "size"), time_ns=("dur", "sum"))
+    exposed = minus_measure_by(c, compute[["step", "start", "end"]], keys, ["step"])
+    out["exposed_ms"] = exposed.reindex(out.index).to_numpy() / NS_PER_MS
+    out = out.reset_index()
+    out["time_ms"] = out["time_ns"] / NS_PER_MS
+    window = step_windows(windows).set_index("step")["window_ms"]
+    out["percent"] = percent(out["time_ms"], window.reindex(out["step"]).to_numpy())
+    return out[cols]

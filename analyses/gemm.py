@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ._common import PHASES, percent, union_ms_by
+from ._common import PHASES, percent, step_windows, union_ms_by
 from ._registry import MS, PCT, register
 
 
 @register("gemm", title="GEMM share of compute-kernel time", paper="XIII", keys=("phase",),
           values={"gemm_ms": MS, "compute_ms": MS, "percent": PCT})
-def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     key = ["step", "phase"]
     compute = intervals[intervals["group"] == "compute"]
     compute = compute.assign(phase=compute["phase"].astype(str))
     gemm = union_ms_by(compute[compute["is_gemm"]], key)
     total = union_ms_by(compute, key)
-    done = steps.loc[steps["complete"], "step"].to_numpy()
+    done = step_windows(windows)["step"].to_numpy()
     idx = pd.MultiIndex.from_product([done, PHASES], names=key)
     g = gemm.reindex(idx).fillna(0.0).to_numpy()
     t = total.reindex(idx).fillna(0.0).to_numpy()

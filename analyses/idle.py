@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ._common import ms, percent, union_ms
+from ._common import percent, step_windows, union_ms_by
 from ._registry import MS, PCT, register
 
 
 @register("idle", title="Device idle per step", values={"window_ms": MS, "busy_ms": MS,
           "idle_ms": MS, "percent": PCT}, chart="none")
-def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    rows = []
-    by = dict(tuple(intervals.groupby("step", observed=True)))
-    for s in steps[steps["complete"]].itertuples(index=False):
-        window = ms(s.end - s.start)
-        busy = union_ms(by.get(s.step, intervals.iloc[:0]))
-        rows.append({"step": s.step, "window_ms": window, "busy_ms": busy,
-                     "idle_ms": window - busy, "percent": float(percent(window - busy, window))})
-    return pd.DataFrame(rows, columns=["step", "window_ms", "busy_ms", "idle_ms", "percent"])
+def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+    win = step_windows(windows)
+    busy = union_ms_by(intervals, ["step"]).reindex(win["step"]).fillna(0.0).to_numpy()
+    window = win["window_ms"].to_numpy()
+    idle = window - busy
+    return pd.DataFrame({"step": win["step"].to_numpy(), "window_ms": window, "busy_ms": busy,
+                         "idle_ms": idle, "percent": percent(idle, window)},
+                        columns=["step", "window_ms", "busy_ms", "idle_ms", "percent"])

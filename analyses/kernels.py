@@ -27,7 +27,7 @@ import pandas as pd
 
 from tracekit.taxonomy import COMM_CATEGORIES, KERNEL_CATEGORIES
 
-from ._common import PHASES, percent, share_column
+from ._common import PHASES, percent, share_column, step_windows
 from ._registry import COUNT, MS, PCT, STAGE_MEAN, register
 from ._stages import ORDER, has_stages
 
@@ -41,11 +41,11 @@ ROWS = [(g, c) for g, cats in GROUPS.items() for c in cats]
 @register("kernels", title="Kernel categories", paper="X", keys=("group", "category"),
           aggregate=STAGE_MEAN, compare="time_ms",
           values={"count": COUNT, "time_ms": MS, "kernel_ms": MS, "percent": PCT})
-def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     staged = has_stages(intervals)
     keys = ["step"] + (["stage"] if staged else [])
     cols = keys + ["group", "category", "count", "time_ms", "kernel_ms", "percent"]
-    done = steps[steps["complete"]]
+    done = step_windows(windows)
     iv = intervals[intervals["step"].isin(done["step"])]
     frame = pd.DataFrame({
         "step": iv["step"].to_numpy(),

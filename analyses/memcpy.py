@@ -13,7 +13,7 @@ import re
 
 import pandas as pd
 
-from ._common import ms, percent
+from ._common import NS_PER_MS, percent, step_windows
 from ._registry import BYTES, COUNT, MS, PCT, register
 
 _DIRECTION = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP)")
@@ -26,17 +26,20 @@ def direction(name: str) -> str:
 
 @register("memcpy", title="Memory copies", paper="XIV", keys=("kind",), chart="none",
           values={"count": COUNT, "time_ms": MS, "bytes": BYTES, "percent": PCT})
-def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     cols = ["step", "kind", "count", "time_ms", "bytes", "percent"]
     mem = intervals[intervals["group"].isin(["memcpy", "memset"])]
     if mem.empty:
         return pd.DataFrame(columns=cols)
-    win = steps.set_index("step")
-    kind = mem["name"].astype(str).map(direction)
-    rows = []
-    for (step, k), g in mem.groupby([mem["step"], kind]):
-        t = ms((g["end"] - g["start"]).sum())
-        window = ms(win.at[step, "end"] - win.at[step, "start"])
-        rows.append({"step": step, "kind": k, "count": len(g), "time_ms": t,
-                     "bytes": float(g["bytes"].fillna(0).sum()), "percent": float(percent(t, window))})
-    return pd.DataFrame(rows, columns=cols)
+    names = mem["name"].astype(str)
+    kinds = {n: direction(n) for n in names.unique()}
+    frame = pd.DataFrame({"step": mem["step"].to_numpy(), "kind": names.map(kinds).to_numpy(),
+                          "dur": (mem["end"] - mem["start"]).to_numpy(),
+                          "bytes": mem["bytes"].fillna(0).to_numpy()})
+    out = frame.groupby(["step", "kind"]).agg(count=("dur", "size"), time_ns=("dur", "sum"),
+                                              bytes=("bytes", "sum")).reset_index()
+    out["time_ms"] = out["time_ns"] / NS_PER_MS
+    window = step_windows(windows).set_index("step")["window_ms"]
+    out["percent"] = percent(out["time_ms"], window.reindex(out["step"]).to_numpy())
+    out["bytes"] = out["bytes"].astype(float)
+    return out[cols]

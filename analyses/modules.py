@@ -33,8 +33,8 @@ ROWS = MODULE_CATEGORIES + ["Other", "Exposed communication", "Idle"]
 @register("modules", title="Module time per phase", paper="VI", keys=("phase", "module"),
           compare="time_ms",
           values={"time_ms": MS, "percent": PCT})
-def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    win = phase_windows(steps)
+def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+    win = phase_windows(windows)
     shares = window_shares(intervals)
     group = shares["group"].to_numpy()
     module = shares["module"].to_numpy()

@@ -25,8 +25,8 @@ from ._registry import MS, PCT, register
           keys=("phase",), chart="stacked", compare="wall_ms",
           values={"wall_ms": MS, "percent": PCT, "compute_ms": MS, "comm_ms": MS,
                   "exposed_comm_ms": MS, "idle_ms": MS})
-def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    win = phase_windows(steps)
+def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+    win = phase_windows(windows)
     key = ["step", "phase"]
     shares = window_shares(intervals)
     busy = shares.groupby(key)["share_ms"].sum()

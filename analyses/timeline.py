@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ._common import percent
+from ._common import percent, phase_windows
 from ._registry import COUNT, MS, PCT, STAGE_MEAN, register
 from ._stages import has_stages, split
 
@@ -36,23 +36,24 @@ BLOCKS = ["before", "attention", "ffn", "after"]
 @register("timeline", title="Forward timeline", paper="XI", keys=("block",), chart="stacked",
           aggregate=STAGE_MEAN,
           values={"count": COUNT, "passes": COUNT, "time_ms": MS, "percent": PCT})
-def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     staged = has_stages(intervals)
     cols = ["step"] + (["stage"] if staged else []) + ["block", "count"] + \
         (["passes"] if staged else []) + ["time_ms", "percent"]
     blocks = intervals["block"].astype(str)
     if not blocks.isin(["attention", "ffn"]).any():
         return pd.DataFrame(columns=cols)
-    st = steps.set_index("step")
+    fw = phase_windows(windows)
+    fw = fw[fw["phase"] == "forward"].set_index("step")
     rows = []
     fwd = intervals[(intervals["window"] == "forward")]
     for step, iv in fwd.groupby("step", observed=True):
-        if step not in st.index or not st.at[step, "complete"]:
+        if step not in fw.index:
             continue
         for stage, part in split(iv, staged):
             part = part.sort_values("start", kind="stable")
             if stage is None:
-                lo, hi = int(st.at[step, "start"]), int(st.at[step, "t_backward"])
+                lo, hi = int(fw.at[step, "lo"]), int(fw.at[step, "hi"])
             else:
                 lo, hi = int(part["start"].min()), int(part["end"].max())
             for r in _rows(part, lo, hi, staged):

@@ -8,7 +8,7 @@ import pytest
 
 import tracekit
 from tracekit.labels import assign_categories
-from tracekit.link import link
+from tracekit.pipeline import link
 from tracekit.read import read_trace
 from tracekit.taxonomy import kernel_rules, module_taxonomy
 from tracekit.testing import TraceBuilder

@@ -18,12 +18,11 @@ import pandas as pd
 from tracekit.analyses import REGISTRY, TABLES, TableSpec
 from tracekit.analyses._registry import INTEGER_UNITS
 
-from . import coverage, progress
-from .attribute import Attributed, attribute
+from . import progress
 from .checks import TraceWarning, as_warning, check_rank
 from .errors import TraceError
 from .filters import Filters
-from .link import link
+from .pipeline import Attributed, run
 from .ranks import (
     FileIdentity,
     group_files,
@@ -45,17 +44,14 @@ class Options:
 
 
 def analyse_file(path: str | os.PathLike, options: Options) -> Attributed:
-    """Read, link and attribute one trace file."""
+    """Read one trace file and run the pipeline (:mod:`tracekit.pipeline`) on it."""
     tax = module_taxonomy(options.taxonomy)
     rules = kernel_rules(options.kernel_rules)
     raw = _read(path, options)
     progress.fraction(progress.DECODED)
-    linked = link(raw, tax)
-    linked.warnings[:0] = raw.warnings
+    att = run(raw, tax, rules)
+    att.warnings[:0] = raw.warnings
     progress.fraction(progress.LINKED)
-    att = attribute(linked, tax, rules)
-    att.meta["coverage"] = coverage.measure(linked.activities)
-    att.meta["step_ranges"] = coverage.step_ranges(linked.activities, linked.steps)
     att.meta.update({k: raw.meta[k] for k in ("rank", "world_size", "devices", "events_in_file")})
     att.meta["pid"] = process_of(raw.events)
     att.meta["host"] = host_of(path, raw.meta.get("host_name"))
@@ -241,8 +237,8 @@ class Analysis:
         if key not in self._computed:
             att = self.ranks[rank]
             spec = REGISTRY[name]
-            steps = self.filters.windows(att.steps)
-            self._computed[key] = TABLES[name](self.filters.intervals(att.intervals, spec), steps)
+            windows = self.filters.windows(att.windows)
+            self._computed[key] = TABLES[name](self.filters.intervals(att.intervals, spec), windows)
         return self._computed[key].copy()
 
 

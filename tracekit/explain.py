@@ -97,7 +97,7 @@ def run(path: str | os.PathLike, pattern: str, *, step: int | None = None,
 
 def collect(raw: RawTrace, taxonomy, rules) -> Evidence:
     """Run the linking and labelling steps on ``raw`` and keep every activity's evidence."""
-    acts, modules, steps, mode = _legacy_evidence(raw, taxonomy, rules)
+    acts, modules, steps, mode = _pipeline_evidence(raw, taxonomy, rules)
     complete = set(steps.loc[steps["complete"], "step"].tolist()) if len(steps) else set()
     return Evidence(path=raw.path, rank=raw.meta.get("rank"), mode=mode, acts=acts,
                     events=raw.events, modules=modules, complete=complete,
@@ -234,46 +234,9 @@ def _backward(ev: Evidence, row: pd.Series, origin: int) -> dict | None:
             else None, "link": str(row["bwd_link"]), "forward_op": fwd}
 
 
-def _legacy_evidence(raw: RawTrace, taxonomy, rules):
-    """The evidence columns from ``tracekit.link`` + ``tracekit.attribute`` (before the
-    pipeline records them): event rows, correlation ids and runtime calls are joined here."""
-    from .attribute import attribute
-    from .labels import assign_categories
-    from .link import _leaves, link
-    from .read import KERNEL, MEMCPY, MEMSET, RUNTIME
+def _pipeline_evidence(raw: RawTrace, taxonomy, rules):
+    """Every activity with the evidence columns the pipeline records (:mod:`tracekit.pipeline`)."""
+    from .pipeline import analyse
 
-    linked = link(raw, taxonomy)
-    lab = assign_categories(linked, taxonomy, rules)
-    steps = attribute(linked, taxonomy, rules).steps
-    a = linked.activities.copy()
-    for c in lab.columns:
-        a[c] = lab[c].to_numpy()
-    e = raw.events
-    kind, corr = e["kind"].to_numpy(), e["corr"].to_numpy()
-    if linked.mode == "gpu":
-        ev = np.flatnonzero(np.isin(kind, (KERNEL, MEMCPY, MEMSET)))
-        rt = np.flatnonzero(kind == RUNTIME)
-        first = pd.Series(rt, index=corr[rt])
-        first = first[~first.index.duplicated(keep="first")]
-        launch = first.reindex(corr[ev]).fillna(-1).astype(np.int64).to_numpy()
-        a["corr"] = corr[ev]
-    else:
-        names = e["name"].astype(str)
-        cand = np.flatnonzero((kind == CPU_OP) | ((kind == ANNOTATION) &
-                                                  names.str.startswith(("gloo:", "nccl:")).to_numpy()))
-        ts, end = e["ts"].to_numpy(), e["ts"].to_numpy() + e["dur"].to_numpy()
-        ev = cand[_leaves(e["pid"].to_numpy()[cand], e["tid"].to_numpy()[cand], ts[cand], end[cand])]
-        launch = ev
-        a["corr"] = -1
-    a["ev"], a["launch_ev"] = ev, launch
-    names_of = e["name"].astype(str).to_numpy()
-    a["runtime"] = np.where((launch >= 0) & (linked.mode == "gpu"),
-                            names_of[np.maximum(launch, 0)], "")
-    step, launched = a["step"].to_numpy(), a["launched"].to_numpy(bool)
-    by = np.where(step < 0, "none", np.where(launched, "launch", "time"))
-    a["step_by"] = by if linked.meta.get("has_profiler_steps") else "trace"
-    a["phase_evidence"] = "(not recorded)"
-    a["node"], a["node_seq"], a["fwd_op_id"] = "", -1, -1
-    bl = np.where(a["backward_linked"].to_numpy(), "linked", "none")
-    a["bwd_link"] = np.where(a["backward_node"].to_numpy(), bl, "")
-    return a, linked.modules, steps, linked.mode
+    t = analyse(raw, taxonomy, rules)
+    return t.acts, t.modules, t.steps, t.mode

@@ -8,6 +8,7 @@ among the intervals active at that instant, so shares add up to the union exactl
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 
 def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -36,12 +37,41 @@ def measure(starts: np.ndarray, ends: np.ndarray) -> int:
     return int((e - s).sum())
 
 
-def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """Intervals cut to the window ``[lo, hi)`` (empty ones dropped)."""
-    s = np.maximum(np.asarray(starts, dtype=np.int64), lo)
-    e = np.minimum(np.asarray(ends, dtype=np.int64), hi)
-    keep = e > s
-    return s[keep], e[keep]
+def measure_by(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
+    """Measure (ns) of the union of the frame's ``[start, end)`` intervals per group of ``keys``.
+
+    Sorted by start within a group, an interval adds what it reaches past the furthest end
+    seen before it in the group; those additions sum to the union's measure (int64 throughout).
+    """
+    if frame.empty:
+        return pd.Series(dtype=np.int64, index=pd.MultiIndex.from_arrays(
+            [[]] * len(keys), names=keys) if len(keys) > 1 else pd.Index([], name=keys[0]))
+    f = frame[keys + ["start", "end"]].sort_values(keys + ["start"], kind="stable")
+    groups = [f[k] for k in keys]
+    first = ~f.duplicated(keys, keep="first").to_numpy()
+    first[0] = True
+    end = f["end"].to_numpy(np.int64)
+    prev = np.empty_like(end)
+    prev[1:] = end[:-1]
+    prev[first] = np.iinfo(np.int64).min
+    reach = pd.Series(prev, index=f.index).groupby(groups, observed=True, sort=False).cummax()
+    added = np.clip(end - np.maximum(f["start"].to_numpy(np.int64), reach.to_numpy(np.int64)),
+                    0, None)
+    return pd.Series(added, index=f.index).groupby(groups, observed=True).sum()
+
+
+def minus_measure_by(a: pd.DataFrame, b: pd.DataFrame, keys: list[str],
+                     on: list[str]) -> pd.Series:
+    """Per group of ``keys`` of ``a``: measure (ns) of the union of the group's intervals minus
+    the union of the intervals of ``b`` that share the group's ``on`` columns (``on`` is a
+    subset of ``keys``). "Exposed communication" is this, with ``a`` the communication and
+    ``b`` the compute of the same step."""
+    groups = a[keys].drop_duplicates()
+    bb = b[on + ["start", "end"]].merge(groups, on=on)
+    both = pd.concat([a[keys + ["start", "end"]], bb[keys + ["start", "end"]]], ignore_index=True)
+    total = measure_by(both, keys)
+    hidden = measure_by(bb, keys).reindex(total.index).fillna(0).astype(np.int64)
+    return total - hidden
 
 
 def intersection_measure(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int:
@@ -59,6 +89,36 @@ def intersection_measure(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, 
 def minus_measure(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int:
     """Measure of ``A \\ B`` for two disjoint sorted interval sets."""
     return int((a[1] - a[0]).sum()) - intersection_measure(a, b)
+
+
+def containing(pid: np.ndarray, t: np.ndarray, r_pid: np.ndarray, r_start: np.ndarray,
+               r_end: np.ndarray) -> np.ndarray:
+    """Index of the range ``[r_start, r_end)`` of the same ``pid`` holding each time ``t``; -1
+    when none. Ranges of one pid should not overlap; where they do, the latest-starting wins.
+    """
+    pid, t = np.asarray(pid, np.int64), np.asarray(t, np.int64)
+    r_pid = np.asarray(r_pid, np.int64)
+    r_start, r_end = np.asarray(r_start, np.int64), np.asarray(r_end, np.int64)
+    out = np.full(len(t), -1, dtype=np.int64)
+    nr, nq = len(r_pid), len(t)
+    if nr == 0 or nq == 0:
+        return out
+    # One sort of ranges and times together by (pid, time), ranges before times at an equal
+    # time and equal starts in index order; the last range at or before each time is then the
+    # candidate. O(n log n) however many pids.
+    all_pid = np.concatenate([r_pid, pid])
+    all_t = np.concatenate([r_start, t])
+    is_q = np.concatenate([np.zeros(nr, bool), np.ones(nq, bool)])
+    idx = np.concatenate([np.arange(nr), np.arange(nq)])
+    order = np.lexsort((idx, is_q, all_t, all_pid))
+    q_sorted = is_q[order]
+    last = np.maximum.accumulate(np.where(q_sorted, -1, np.arange(len(order))))[q_sorted]
+    qi = idx[order][q_sorted]
+    cand = np.where(last >= 0, order[np.maximum(last, 0)], -1)
+    c = np.maximum(cand, 0)
+    inside = (cand >= 0) & (r_pid[c] == pid[qi]) & (t[qi] < r_end[c])
+    out[qi] = np.where(inside, cand, -1)
+    return out
 
 
 class ShareClock:

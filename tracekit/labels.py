@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .link import LinkedTrace, take
+from .pipeline.state import Trace as LinkedTrace
+from .pipeline.state import take
 from .read import MEMCPY, MEMSET
 from .taxonomy import COMM_CATEGORIES, KernelRules, ModuleTaxonomy
 

@@ -16,7 +16,7 @@ windows of one rank, not different ranks. The rules, strongest evidence first:
 Adds: groups of file indices, one per rank, and a sentence saying how they were grouped.
 Guarantees: every file is in exactly one group; files of one distributed rank are together.
 
-:func:`merge_windows`: Needs: the :class:`~tracekit.attribute.Attributed` of each file of one
+:func:`merge_windows`: Needs: the :class:`~tracekit.pipeline.Attributed` of each file of one
 rank. Adds: one Attributed whose steps are the files' steps concatenated in time order.
 Guarantees: step numbers are kept; a number already taken by an earlier window is shifted past
 every number before it (and the shift is reported), so each step stays one step.
@@ -131,12 +131,12 @@ def _how(ids: list[FileIdentity], groups: dict[int, list[int]], unranked: list[i
 
 
 def merge_windows(parts: list[Any]) -> Any:
-    """One :class:`~tracekit.attribute.Attributed` from the files of one rank, in time order."""
+    """One :class:`~tracekit.pipeline.Attributed` from the files of one rank, in time order."""
     if len(parts) == 1:
         return parts[0]
     parts = sorted(parts, key=_first_time)
     taken: set[int] = set()
-    intervals, steps, warnings, shifted = [], [], [], []
+    intervals, steps, windows, warnings, shifted = [], [], [], [], []
     for p in parts:
         nums = p.steps["step"].to_numpy(np.int64) if len(p.steps) else np.empty(0, np.int64)
         shift = 0
@@ -147,6 +147,7 @@ def merge_windows(parts: list[Any]) -> Any:
         taken.update((nums + shift).tolist())
         intervals.append(p.intervals.assign(step=p.intervals["step"] + shift))
         steps.append(p.steps.assign(step=p.steps["step"] + shift))
+        windows.append(p.windows.assign(step=p.windows["step"] + shift))
         warnings += p.warnings
     if shifted:
         warnings.append(TraceWarning("steps_renumbered", "step numbers repeat across files of "
@@ -167,7 +168,8 @@ def merge_windows(parts: list[Any]) -> Any:
     meta["window_files"] = [p.path for p in parts]
     return replace(first, mode="gpu" if any(p.mode == "gpu" for p in parts) else first.mode,
                    intervals=pd.concat(intervals, ignore_index=True),
-                   steps=pd.concat(steps, ignore_index=True), meta=meta, warnings=warnings)
+                   steps=pd.concat(steps, ignore_index=True),
+                   windows=pd.concat(windows, ignore_index=True), meta=meta, warnings=warnings)
 
 
 def _merge_coverage(covs: list[dict]) -> dict:

@@ -1,0 +1,99 @@
+"""The analysis pipeline of one trace file: named steps, each adding columns to one table.
+
+``run(raw, taxonomy, rules)`` reads as the list of steps. Each step is a function
+``step(t: Trace) -> Trace`` documented as "Needs / Adds / Guarantees" (see each module);
+docs/architecture.md draws the whole. The result, :class:`Attributed`, holds the labelled
+interval table that every table in ``tracekit.analyses`` is a group-by of, and the windows
+table of the time engine that every table measures against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .. import coverage
+from ..read import RawTrace
+from ..taxonomy import KernelRules, ModuleTaxonomy
+from .backward import link_backward
+from .categories import as_categories, assign_categories
+from .launches import join_launches
+from .modules import assign_modules
+from .nest import nest_cpu_ops
+from .phases import assign_phases, assign_stages
+from .shares import add_shares
+from .state import Trace
+from .steps import find_steps
+from .windows import find_windows
+
+__all__ = ["Attributed", "Trace", "analyse", "link", "run"]
+
+#: The columns of the labelled interval table, in order: what tables group by, and the chain
+#: of evidence behind each label (launch -> op stack -> module -> phase -> step).
+INTERVAL_COLUMNS = [
+    "step", "start", "end", "name", "kind", "stream", "bytes", "group", "kernel_category",
+    "rule", "collective", "module", "module_rule", "block", "layer", "fwd_pass", "is_gemm", "phase", "stage",
+    "window", "share_forward", "share_backward", "share_optimizer",
+    "corr", "runtime", "launched", "launch_ts", "step_by", "op", "op_id", "top_op",
+    "top_op_id", "module_id", "module_instance", "comm_text", "phase_evidence",
+    "backward_node", "node", "node_seq", "bwd_link", "fwd_op", "fwd_op_id",
+]
+
+
+@dataclass
+class Attributed:
+    """One rank, analysed: ``intervals`` (one labelled row per activity of a complete step),
+    ``steps`` (per step its device window and phase boundaries), ``windows`` (one row per step
+    and window), ``modules`` (module instances)."""
+
+    path: str
+    mode: str
+    intervals: pd.DataFrame
+    steps: pd.DataFrame
+    windows: pd.DataFrame
+    modules: pd.DataFrame = field(default_factory=pd.DataFrame)
+    meta: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def link(raw: RawTrace, taxonomy: ModuleTaxonomy) -> Trace:
+    """The linking steps: who launched each activity, in which op stack, module, step, phase."""
+    t = Trace(path=raw.path, events=raw.events)
+    t = join_launches(t)
+    t = find_steps(t)
+    t = nest_cpu_ops(t)
+    t = link_backward(t)
+    t = assign_modules(t, taxonomy)
+    t = assign_phases(t)
+    t = assign_stages(t)
+    t.meta["mode"] = t.mode
+    return t
+
+
+def analyse(raw: RawTrace, taxonomy: ModuleTaxonomy, rules: KernelRules) -> Trace:
+    """Every step, in order, on one trace file; the whole state (``explain`` reads it)."""
+    t = link(raw, taxonomy)
+    t = assign_categories(t, taxonomy, rules)
+    t = find_windows(t)
+    t = add_shares(t)
+    return t
+
+
+def run(raw: RawTrace, taxonomy: ModuleTaxonomy, rules: KernelRules) -> Attributed:
+    """Every step on one trace file, and the result the tables need."""
+    return result(analyse(raw, taxonomy, rules))
+
+
+def result(t: Trace) -> Attributed:
+    """The labelled rows of complete steps, and the tables the analyses need."""
+    done = t.steps.loc[t.steps["complete"], "step"]
+    iv = t.acts[t.acts["step"].isin(done).to_numpy()][INTERVAL_COLUMNS].reset_index(drop=True)
+    iv = as_categories(iv)
+    meta = dict(t.meta)
+    meta["steps"] = t.steps["step"].tolist()
+    meta["complete_steps"] = done.tolist()
+    meta["coverage"] = coverage.measure(t.acts)
+    meta["step_ranges"] = coverage.step_ranges(t.acts, t.step_ranges)
+    return Attributed(path=t.path, mode=t.mode, intervals=iv, steps=t.steps, windows=t.windows,
+                      modules=t.modules, meta=meta, warnings=t.warnings)

@@ -1,0 +1,46 @@
+"""Step ``assign_categories``: the labels of the paper's tables, applied once from the rules data
+(:mod:`tracekit.labels`)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .. import labels
+from ..stages import pass_index
+from ..taxonomy import KernelRules, ModuleTaxonomy
+from .state import Trace
+
+#: Label columns stored as categoricals in the final interval table.
+CATEGORICAL = ("group", "kernel_category", "rule", "collective", "module", "module_rule", "block")
+
+
+def assign_categories(t: Trace, taxonomy: ModuleTaxonomy, rules: KernelRules) -> Trace:
+    """Label every activity with its group, kernel category, collective, module category and
+    timeline block, each with the rule that gave it.
+
+    Needs: ``acts.kind``, ``name``, ``op``, ``top_op``, ``top_op_ts``, ``top_op_id``,
+    ``comm_text``, ``module_id``, ``rope_frame``, ``backward_node``, ``launch_ts``, ``step``;
+    ``t.modules``.
+    Adds on ``acts``: the columns of :func:`tracekit.labels.assign_categories` (``group``,
+    ``kernel_category``, ``rule``, ``collective``, ``module`` ("" unless compute),
+    ``module_rule``, ``block``, ``layer``), and ``fwd_pass`` (forward pass of the model in
+    progress at launch, -1 none), ``is_gemm``. On ``t.modules``: ``category``, ``rule``,
+    ``own_category``, ``own_rule``, ``att_root``.
+    Guarantees: every activity gets exactly one label of each kind.
+    """
+    a = t.acts
+    lab = labels.assign_categories(t, taxonomy, rules)
+    for c in lab.columns:
+        a[c] = lab[c].to_numpy()
+    a["fwd_pass"] = pass_index(t.modules, a["launch_ts"].to_numpy())
+    a["is_gemm"] = (lab["group"].to_numpy() == "compute") & \
+        (lab["kernel_category"].to_numpy() == "GEMM")
+    return t
+
+
+def as_categories(frame: pd.DataFrame) -> pd.DataFrame:
+    """The label columns as categoricals (of the values present)."""
+    for c in CATEGORICAL:
+        if c in frame:
+            frame[c] = frame[c].astype("category")
+    return frame

@@ -1,0 +1,112 @@
+"""Step ``nest_cpu_ops``: the CPU op stack, module frame and backward node around each launch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import annotations as ann
+from ..nesting import F_BWD, F_COMM, F_EVAL, F_MODULE, F_OP, F_OPT, F_ROPE, sweep
+from ..read import ANNOTATION, CPU_OP, PYTHON
+from .state import Trace, as_str, take
+
+OPT_PREFIX = "Optimizer.step#"
+EVAL_PREFIX = "autograd::engine::evaluate_function:"
+MODULE_PREFIX = "nn.Module: "
+COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms")
+#: The context columns the sweep gives each range and each activity (range-table rows, -1 none).
+CONTEXT = ("op_r", "top_r", "mod_r", "bwd_r", "comm_r")
+
+
+def nest_cpu_ops(t: Trace) -> Trace:
+    """Find the enclosing CPU ranges of every launch by time containment on its thread.
+
+    Needs: ``acts.launch_pid``, ``launch_tid``, ``launch_ts``, ``launched``, ``ev``.
+    Adds: ``t.ranges`` (one row per CPU op, module frame, optimizer/backward/collective range:
+    ``ev``, ``name``, ``pid``, ``tid``, ``start``, ``end``, ``seq``, ``fwd_tid``, ``flags``
+    (:mod:`tracekit.nesting` bits) and its own enclosing context ``op_r`` ... ``bits``), and on
+    ``acts``: ``op_r`` (innermost CPU op), ``top_r`` (outermost op inside the innermost module),
+    ``mod_r`` (innermost module frame), ``bwd_r`` (innermost backward node), ``comm_r``
+    (innermost collective range) as rows of ``t.ranges`` (-1 none); ``ctx_bits`` (inherited
+    bits: under Optimizer.step, under evaluate_function, in a rotary frame, module inside the
+    backward node); ``op``/``op_id`` (innermost op's name / event row) and ``comm_text``
+    (the collective range's "Collective name" or name). Sets ``t.capture_modules``.
+    Guarantees: the result equals the reference stack sweep (``nesting.sweep_loop``). On CPU
+    traces an activity is its own innermost op.
+    """
+    ev, a = t.events, t.acts
+    kind = ev["kind"].to_numpy()
+    t.capture_modules = bool(pd.Series(t.names[kind == ANNOTATION]).str
+                             .startswith(ann.MODULE_PREFIX).any())
+    t.ranges = _ranges(t, kind)
+    r = t.ranges
+    n_r = len(r)
+    ok = a["launched"].to_numpy()
+    anc = a["launch_ts"].to_numpy()[ok]
+    if t.mode == "cpu":  # a point strictly inside the leaf op itself
+        anc = anc + np.minimum(1, ev["dur"].to_numpy()[a["ev"].to_numpy()])
+    n_a = len(anc)
+    ctx = sweep(np.concatenate([r["pid"].to_numpy(), a["launch_pid"].to_numpy()[ok]]),
+                np.concatenate([r["tid"].to_numpy(), a["launch_tid"].to_numpy()[ok]]),
+                np.concatenate([r["start"].to_numpy(), anc]),
+                np.concatenate([r["end"].to_numpy(), anc]),
+                np.concatenate([np.ones(n_r, bool), np.zeros(n_a, bool)]),
+                np.concatenate([r["flags"].to_numpy(), np.zeros(n_a, np.int64)]))
+    for col, x in zip(CONTEXT + ("bits",), ctx):
+        r[col] = x[:n_r]
+        full = np.full(len(a), 0 if col == "bits" else -1, np.int64)
+        full[ok] = x[n_r:]
+        a["ctx_bits" if col == "bits" else col] = full
+    if t.mode == "cpu":  # a leaf op is its own launching op
+        own = np.searchsorted(r["ev"].to_numpy(), a["ev"].to_numpy())
+        own = np.where((own < n_r) & (take(r["ev"].to_numpy(), np.minimum(own, n_r - 1), -1)
+                                      == a["ev"].to_numpy()), own, -1)
+        a["op_r"] = np.where(own >= 0, own, a["op_r"])
+        a["top_r"] = np.where(a["top_r"] < 0, own, a["top_r"])
+    r_ev = r["ev"].to_numpy()
+    a["op_id"] = take(r_ev, a["op_r"].to_numpy(), -1)
+    a["op"] = pd.Categorical(take(t.names, a["op_id"].to_numpy(), ""))
+    comm_ev = take(r_ev, a["comm_r"].to_numpy(), -1)
+    coll = take(as_str(ev["collective"]), comm_ev, "")
+    a["comm_text"] = pd.Categorical(np.where(coll != "", coll, take(t.names, comm_ev, "")))
+    return t
+
+
+def _ranges(t: Trace, kind: np.ndarray) -> pd.DataFrame:
+    """The range events the sweep needs (those with at least one flag), by event row."""
+    ev = t.events
+    rng = np.flatnonzero(np.isin(kind, (CPU_OP, ANNOTATION, PYTHON)))
+    seq, fwd_tid = ev["seq"].to_numpy()[rng], ev["fwd_tid"].to_numpy()[rng]
+    flags = range_flags(t.names[rng], kind[rng], seq, fwd_tid,
+                        as_str(ev["collective"])[rng], t.capture_modules)
+    keep = flags != 0
+    rng = rng[keep]
+    ts = ev["ts"].to_numpy()[rng]
+    return pd.DataFrame({"ev": rng, "name": t.names[rng], "pid": ev["pid"].to_numpy()[rng],
+                         "tid": ev["tid"].to_numpy()[rng], "start": ts,
+                         "end": ts + ev["dur"].to_numpy()[rng], "seq": seq[keep],
+                         "fwd_tid": fwd_tid[keep], "flags": flags[keep]})
+
+
+def range_flags(names: np.ndarray, kinds: np.ndarray, seq: np.ndarray, fwd_tid: np.ndarray,
+                collective: np.ndarray, use_capture_modules: bool) -> np.ndarray:
+    """Bit flags per range event (:mod:`tracekit.nesting`), vectorised over the names."""
+    s = pd.Series(names, dtype=object)
+    flags = np.zeros(len(names), dtype=np.int64)
+    is_op = kinds == CPU_OP
+    flags |= np.where(is_op, F_OP, 0)
+    if use_capture_modules:
+        is_mod = (kinds == ANNOTATION) & s.str.startswith(ann.MODULE_PREFIX).to_numpy(bool)
+    else:
+        is_mod = (kinds == PYTHON) & s.str.startswith(MODULE_PREFIX).to_numpy(bool)
+    flags |= np.where(is_mod, F_MODULE, 0)
+    flags |= np.where(s.str.startswith(OPT_PREFIX).to_numpy(bool), F_OPT, 0)
+    is_eval = s.str.startswith(EVAL_PREFIX).to_numpy(bool)
+    flags |= np.where(is_eval, F_EVAL, 0)
+    # A backward node carries the forward thread's id (>0); forward ops carry none or 0.
+    flags |= np.where(is_op & ((seq >= 0) & (fwd_tid > 0) | is_eval), F_BWD, 0)
+    is_comm = s.str.startswith(COMM_PREFIXES).to_numpy(bool) | (collective != "")
+    flags |= np.where(is_comm, F_COMM, 0)
+    is_rope = (kinds == PYTHON) & s.str.contains("rotary", case=False).to_numpy(bool)
+    flags |= np.where(is_rope, F_ROPE, 0)
+    return flags

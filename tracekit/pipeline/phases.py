@@ -1,0 +1,110 @@
+"""Steps ``assign_phases`` and ``assign_stages``: training phase and inference stage of each activity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import annotations as ann
+from .. import stages as _stages
+from ..intervals import containing
+from ..nesting import F_EVAL, F_OPT
+from ..read import ANNOTATION, CPU_OP
+from .nest import EVAL_PREFIX
+from .state import Trace, take
+
+PHASES = ["forward", "backward", "optimizer"]
+
+
+def assign_phases(t: Trace) -> Trace:
+    """Give each activity a phase by its launching CPU context, and say what showed it.
+
+    Needs: ``acts.launch_pid``, ``launch_tid``, ``launch_ts``, ``ctx_bits``, ``bwd_r``;
+    ``t.step_ranges.pid``/``tid`` (the threads that run ProfilerSteps).
+    Adds: ``acts.phase`` (forward / backward / optimizer), ``acts.phase_evidence`` (the
+    strongest evidence that decided it, weakest first: ``default`` (no evidence: forward),
+    ``evaluate_function`` (under autograd's evaluate_function), ``backward_node`` (inside an op
+    of a backward node), ``autograd_thread`` (launched from an autograd engine thread),
+    ``optimizer_range`` (inside ``Optimizer.step#``), ``annotation`` (tracekit's phase range))
+    and ``acts.annotated_stage`` (prefill/decode from tracekit's phase ranges, else "").
+    Guarantees: later evidence in that order overrides earlier; tracekit's own phase ranges
+    apply by time to every thread of their process.
+    """
+    a = t.acts
+    n = len(a)
+    bits = a["ctx_bits"].to_numpy()
+    evidence = np.full(n, "default", dtype=object)
+    phase = np.full(n, "forward", dtype=object)
+    rules = [((bits & F_EVAL) != 0, "backward", "evaluate_function"),
+             (a["bwd_r"].to_numpy() >= 0, "backward", "backward_node"),
+             (_on_autograd_thread(t), "backward", "autograd_thread"),
+             ((bits & F_OPT) != 0, "optimizer", "optimizer_range")]
+    for mask, ph, why in rules:
+        phase[mask], evidence[mask] = ph, why
+    annotated = _annotated_phase(t)
+    for p in PHASES:
+        m = annotated == p
+        phase[m], evidence[m] = p, "annotation"
+    stage = np.full(n, "", dtype=object)
+    for p in ("prefill", "decode"):
+        m = annotated == p
+        phase[m], evidence[m], stage[m] = "forward", "annotation", p
+    a["phase"] = pd.Categorical(phase, categories=PHASES)
+    a["phase_evidence"] = pd.Categorical(evidence)
+    a["annotated_stage"] = stage
+    return t
+
+
+def _annotated_phase(t: Trace) -> np.ndarray:
+    """Phase named by the ``tracekit.phase:`` range around each launch (by time), "" none."""
+    ev, a = t.events, t.acts
+    kind = ev["kind"].to_numpy()
+    idx = np.flatnonzero((kind == ANNOTATION) &
+                         pd.Series(t.names).str.startswith(ann.PHASE_PREFIX).to_numpy())
+    names = np.array([ann.parse_phase_range(x) or "" for x in t.names[idx]], dtype=object)
+    ts = ev["ts"].to_numpy()[idx]
+    of = containing(a["launch_pid"].to_numpy(), a["launch_ts"].to_numpy(),
+                    ev["pid"].to_numpy()[idx], ts, ts + ev["dur"].to_numpy()[idx])
+    return take(names, of, "")
+
+
+def _on_autograd_thread(t: Trace) -> np.ndarray:
+    """Launched from a thread that runs autograd's engine and never a ProfilerStep."""
+    ev, a = t.events, t.acts
+    m = (ev["kind"].to_numpy() == CPU_OP) & pd.Series(t.names).str.startswith(EVAL_PREFIX).to_numpy()
+    if not m.any():
+        return np.zeros(len(a), bool)
+    bw = set(zip(ev["pid"].to_numpy()[m].tolist(), ev["tid"].to_numpy()[m].tolist()))
+    main = set(zip(t.step_ranges["pid"].tolist(), t.step_ranges["tid"].tolist()))
+    threads = bw - main
+    if not threads:
+        return np.zeros(len(a), bool)
+    return pd.MultiIndex.from_arrays([a["launch_pid"].to_numpy(), a["launch_tid"].to_numpy()]) \
+        .isin(list(threads))
+
+
+def assign_stages(t: Trace) -> Trace:
+    """Give each activity its inference stage (see :mod:`tracekit.stages`).
+
+    Needs: ``acts.annotated_stage``, ``launch_pid``, ``launch_ts``, ``step``, ``phase``;
+    ``t.modules``.
+    Adds: ``acts.stage``: prefill / decode / mixed, or "" (not inference, or no way to tell).
+    Guarantees: evidence in order: tracekit's phase ranges, serving step ranges, HF generate's
+    model passes; the first that marks any activity decides for the whole trace.
+    """
+    ev, a = t.events, t.acts
+    stage = a["annotated_stage"].to_numpy()
+    if not (stage != "").any():
+        kind = ev["kind"].to_numpy()
+        names = pd.Series(t.names)
+        srv = (kind == ANNOTATION) & ~names.str.startswith("ProfilerStep#").to_numpy() & \
+            ~names.str.startswith(ann.PHASE_PREFIX).to_numpy()
+        ts = ev["ts"].to_numpy()[srv]
+        stage = _stages.from_ranges(t.names[srv], ev["pid"].to_numpy()[srv], ts,
+                                    ts + ev["dur"].to_numpy()[srv],
+                                    a["launch_pid"].to_numpy(), a["launch_ts"].to_numpy())
+        if not (stage != "").any():
+            stage = _stages.from_passes(t.modules, a["launch_ts"].to_numpy(),
+                                        a["step"].to_numpy(), a["phase"].astype(str).to_numpy())
+    a["stage"] = pd.Categorical(stage)
+    return t

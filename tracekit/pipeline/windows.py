@@ -1,0 +1,92 @@
+"""Step ``find_windows``: the time engine. Each step's device window and phase windows, once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .state import Trace
+
+PHASES = ["forward", "backward", "optimizer"]
+#: The windows of a step: the whole step, then its phases in order.
+WINDOWS = ["step"] + PHASES
+#: A first or last step shorter than this fraction of the median step was cut by the profiler.
+CUT_FRACTION = 0.1
+
+
+def find_windows(t: Trace) -> Trace:
+    """Compute every step's device window and phase wall windows.
+
+    Needs: ``acts.step``, ``start``, ``end``, ``phase``; ``t.step_ranges``.
+    Adds: ``t.steps``: one row per step with activity: ``step``, ``start``, ``end``
+    (first start to last end of its activities), ``activities``, ``t_backward``,
+    ``t_optimizer`` (first backward / optimizer activity start; an absent phase collapses onto
+    the next boundary), ``complete``, ``cpu_start``, ``cpu_end`` (its ProfilerStep range, -1
+    none); ``t.windows``: one row per (step, window) with window in ``step``, ``forward``,
+    ``backward``, ``optimizer``: ``start``, ``end``, ``complete``.
+    Guarantees: a step's phase windows tile its step window in order; times stay int64
+    (epoch nanoseconds do not survive float64). The first/last step is incomplete when it is
+    under 10% of the median step (cut by the profiling window; a warning names it).
+    """
+    a = t.acts
+    iv = a[a["step"].to_numpy() >= 0]
+    g = iv.groupby("step")
+    steps = pd.DataFrame({"start": g["start"].min(), "end": g["end"].max(),
+                          "activities": g.size()})
+    end = steps["end"].to_numpy(np.int64)
+    firsts = {}
+    for ph in ("backward", "optimizer"):
+        sub = iv[(iv["phase"] == ph).to_numpy()]
+        first = sub.groupby("step")["start"].min()
+        pos = steps.index.get_indexer(first.index)
+        firsts[ph] = np.full(len(steps), -1, np.int64)
+        firsts[ph][pos] = first.to_numpy(np.int64)
+    t_opt = np.where(firsts["optimizer"] >= 0, firsts["optimizer"], end)
+    t_bwd = np.where(firsts["backward"] >= 0, np.minimum(firsts["backward"], t_opt), t_opt)
+    steps["t_backward"] = t_bwd.astype(np.int64)
+    steps["t_optimizer"] = t_opt.astype(np.int64)
+    steps = steps.reset_index()
+    steps["complete"] = _complete(steps, t.warnings)
+    cpu = t.step_ranges.drop_duplicates("step").set_index("step") if len(t.step_ranges) else None
+    for col in ("cpu_start", "cpu_end"):
+        v = cpu[col].reindex(steps["step"]) if cpu is not None else None
+        steps[col] = v.fillna(-1).astype(np.int64).to_numpy() if v is not None else \
+            np.full(len(steps), -1, np.int64)
+    t.steps = steps
+    t.windows = windows_of(steps)
+    return t
+
+
+def _complete(steps: pd.DataFrame, warnings: list[str]) -> np.ndarray:
+    """Steps whose window was not cut by the profiling window (see :func:`find_windows`)."""
+    complete = np.ones(len(steps), bool)
+    if len(steps) >= 3:
+        dur = (steps["end"] - steps["start"]).to_numpy()
+        med = float(np.median(dur))
+        cut = np.zeros(len(steps), bool)
+        cut[[0, -1]] = dur[[0, -1]] < CUT_FRACTION * med
+        complete &= ~cut
+        if cut.any():
+            warnings.append("steps " + ", ".join(str(s) for s in steps.loc[cut, "step"]) +
+                            " look cut by the profiling window (under 10% of the median step); "
+                            "left out of the means")
+    return complete
+
+
+def windows_of(steps: pd.DataFrame) -> pd.DataFrame:
+    """The long windows table of a steps table (``start``, ``t_backward``, ``t_optimizer``,
+    ``end``, ``complete`` per step): rows ``step`` then each phase, per step."""
+    bounds = [steps["start"], steps["t_backward"], steps["t_optimizer"], steps["end"]]
+    parts = [pd.DataFrame({"step": steps["step"].to_numpy(), "window": "step",
+                           "start": steps["start"].to_numpy(np.int64),
+                           "end": steps["end"].to_numpy(np.int64),
+                           "complete": steps["complete"].to_numpy(bool)})]
+    parts += [pd.DataFrame({"step": steps["step"].to_numpy(), "window": ph,
+                            "start": bounds[k].to_numpy(np.int64),
+                            "end": bounds[k + 1].to_numpy(np.int64),
+                            "complete": steps["complete"].to_numpy(bool)})
+              for k, ph in enumerate(PHASES)]
+    out = pd.concat(parts, ignore_index=True)
+    out["order"] = out["window"].map({w: i for i, w in enumerate(WINDOWS)})
+    out = out.sort_values(["step", "order"], kind="stable").drop(columns="order")
+    return out.reset_index(drop=True)
