@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .. import coverage
+from .. import coverage, labels
 from ..read import RawTrace
 from ..taxonomy import KernelRules, ModuleTaxonomy
 from .backward import link_backward
@@ -93,6 +93,7 @@ def result(t: Trace) -> Attributed:
     meta = dict(t.meta)
     meta["steps"] = t.steps["step"].tolist()
     meta["complete_steps"] = done.tolist()
+    meta["kernel_other_share"] = labels.other_share(iv)
     meta["coverage"] = coverage.measure(t.acts)
     meta["step_ranges"] = coverage.step_ranges(t.acts, t.step_ranges)
     return Attributed(path=t.path, mode=t.mode, intervals=iv, steps=t.steps, windows=t.windows,
