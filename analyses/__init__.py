@@ -24,7 +24,7 @@ from . import (  # noqa: F401  (imported to register, in report order)
 )
 from ._registry import REGISTRY, TableSpec, column_unit, spec_of
 
-#: name -> function of one rank's ``(intervals, steps)``, in the order reports show them.
+#: name -> function of one rank's ``(intervals, windows)``, in the order reports show them.
 TABLES = {name: s.func for name, s in REGISTRY.items() if s.func is not None}
 
 __all__ = ["REGISTRY", "TABLES", "TableSpec", "column_unit", "spec_of"]
