@@ -54,7 +54,7 @@ def test_forward_chain_is_recovered_exactly(tmp_path):
     assert [o["name"] for o in c["op_stack"] if o["kind"] == "op"] == ["aten::mm"]
     assert c["op_stack"][0]["name"] == "ProfilerStep#1"
     assert c["module"]["path"] == "model.layers.0.mlp.up_proj"
-    assert c["phase"]["phase"] == "forward"
+    assert c["phase"] == {"phase": "forward", "evidence": "default"}  # no backward/optimizer evidence
     assert c["step"] == {"step": 1, "by": "launch", "complete": True}
     assert c["kernel_category"]["category"] == "GEMM" and c["kernel_category"]["rule"]
     assert c["module_category"]["category"] == "MLP" and c["module_category"]["rule"]
@@ -64,8 +64,11 @@ def test_forward_chain_is_recovered_exactly(tmp_path):
 def test_backward_chain_names_the_node_and_the_forward_module(tmp_path):
     _, path = plant(tmp_path, modules="nn_module")
     (c,) = explain_json(path, "gemm_bf16_128x64")["chains"]
-    assert c["phase"]["phase"] == "backward"
-    assert c["backward"] is not None and c["backward"]["link"] != "none"
+    assert c["phase"] == {"phase": "backward", "evidence": "autograd_thread"}
+    assert c["backward"]["node"] == "MmBackward0" and c["backward"]["link"] == "seq"
+    assert c["backward"]["forward_op"]["name"] == "aten::mm"
+    assert c["backward"]["forward_op"]["seq"] == c["backward"]["seq"] is not None
+    assert c["backward"]["forward_op"]["ts_ms"] < c["launch"]["ts_ms"]  # the creator ran first
     assert c["module"]["classes"] == ["LlamaMLP", "Linear"]  # the forward op's module
     assert c["module_category"]["category"] == "MLP"
     assert any(o["name"].startswith("autograd::engine::evaluate_function") for o in c["op_stack"])
