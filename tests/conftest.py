@@ -39,3 +39,19 @@ def shared_traces_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip(f"shared traces not found at {SHARED} (a user's clone has no ../shared)")
     return SHARED
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _cache_in_tmp(tmp_path_factory):
+    """No test writes outside its tmp dirs: the parse cache (and anything else keyed to the
+    user's cache directory) goes to a session tmp dir, unless a test points it elsewhere."""
+    folder = tmp_path_factory.mktemp("tracekit-cache")
+    saved = {k: os.environ.get(k) for k in ("TRACEKIT_CACHE_DIR", "XDG_CACHE_HOME")}
+    os.environ["TRACEKIT_CACHE_DIR"] = str(folder)
+    os.environ["XDG_CACHE_HOME"] = str(folder / "xdg")
+    yield folder
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

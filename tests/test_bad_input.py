@@ -369,12 +369,19 @@ def test_events_in_any_order_and_unknown_phases(tmp_path):
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_one_broken_rank_in_a_directory_names_that_file(tmp_path, jobs):
-    """Ranks are read in worker processes: the error must come back whole (it is pickled)."""
+    """Ranks are read in worker processes: the error must come back whole (it is pickled).
+    By default the readable ranks are analysed (exit 1, the file named); --strict: exit 2."""
     d = tmp_path / "ranks"
     d.mkdir()
     write(d / "rank0.json", mini_trace())
     bad = write(d / "rank1.json", MINI.encode()[:100])
-    assert_one_line_error(analyze(d, "--jobs", jobs, "--no-cache"), bad, "truncated")
+    assert_one_line_error(analyze(d, "--jobs", jobs, "--no-cache", "--strict"), bad, "truncated")
+    r = analyze(d, "--jobs", jobs, "--no-cache", "--format", "json")
+    assert r.exit_code == 1
+    assert r.stderr.splitlines() == [
+        "tracekit: warning: skipped rank1.json: truncated JSON (the file ends early)"]
+    assert json.loads(r.stdout)["meta"]["skipped"] == [
+        {"file": "rank1.json", "problem": "truncated JSON (the file ends early)"}]
 
 
 def test_trace_error_pickles():

@@ -1,20 +1,26 @@
-"""The Parquet cache of parsed columns: same result, keyed by file identity, off with --no-cache."""
+"""The Parquet cache of parsed columns: in the user's cache directory only, keyed by the bytes
+actually read, bounded, self-repairing, off with --no-cache."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from click.testing import CliRunner
+from shared_traces import SHARED
+from synthetic import make_trace, write_trace
 
 import tracekit
-from synthetic import make_trace, write_trace
 from tracekit import cache
+from tracekit.cli import main
 from tracekit.read import DEFAULT_MAX_BYTES, read_trace
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 SRC = SHARED / "hta" / "trace_filter__sampled_rank-0.json.gz"
 
 
@@ -30,65 +36,135 @@ def trace(tmp_path, monkeypatch):
     return write_trace(tmp_path / "t" / "rank0.pt.trace.json.gz", make_trace(n_steps=2)[0])
 
 
-def _tables(a):
-    return a.tables(per_step=True)
+def _listing(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir()}
 
 
-def test_cache_round_trip_is_exact(trace):
+def _store(trace: Path) -> Path:
+    key = cache.file_key(trace, DEFAULT_MAX_BYTES)
+    return cache.store(read_trace(trace), trace, DEFAULT_MAX_BYTES, key)
+
+
+def test_cache_round_trip_is_exact(trace, tmp_path):
     raw = read_trace(trace)
-    loc = cache.store(raw, trace, DEFAULT_MAX_BYTES)
-    assert loc == trace.with_name(trace.name + cache.SUFFIX)
+    loc = cache.store(raw, trace, DEFAULT_MAX_BYTES, cache.file_key(trace, DEFAULT_MAX_BYTES))
+    assert loc.parent == tmp_path / "cachedir"
+    assert _listing(trace.parent) == {trace.name}  # nothing beside the trace
     back = cache.load(trace, DEFAULT_MAX_BYTES)
     pd.testing.assert_frame_equal(raw.events, back.events)
     assert back.meta == raw.meta and back.warnings == raw.warnings
 
 
-def test_cached_analysis_equals_fresh(trace, monkeypatch):
-    fresh = _tables(tracekit.load(trace, cache=False))
-    assert not trace.with_name(trace.name + cache.SUFFIX).exists()  # --no-cache writes nothing
-    first = _tables(tracekit.load(trace))
-    assert trace.with_name(trace.name + cache.SUFFIX).exists()
+def test_default_location_is_xdg_cache_home(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRACEKIT_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.cache_dir() == tmp_path / "xdg" / "tracekit"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache.cache_dir() == tmp_path / "home" / ".cache" / "tracekit"
+
+
+def test_cached_analysis_equals_fresh(trace, monkeypatch, tmp_path):
+    fresh = tracekit.load(trace, cache=False).tables(per_step=True)
+    assert not (tmp_path / "cachedir").exists()  # --no-cache writes nothing
+    first = tracekit.load(trace).tables(per_step=True)
+    assert len(cache.entries()) == 1 and _listing(trace.parent) == {trace.name}
     # The second load must come from the cache: reading the JSON now fails.
     monkeypatch.setattr("tracekit.analysis.read_trace", lambda *a, **k: pytest.fail("re-read"))
-    second = _tables(tracekit.load(trace))
+    second = tracekit.load(trace).tables(per_step=True)
     for name in fresh:
         pd.testing.assert_frame_equal(fresh[name], first[name])
         pd.testing.assert_frame_equal(fresh[name], second[name])
 
 
 def test_changed_file_invalidates(trace):
-    tracekit.load(trace)
-    loc = trace.with_name(trace.name + cache.SUFFIX)
+    loc = _store(trace)
     assert cache.load(trace, DEFAULT_MAX_BYTES) is not None
     st = trace.stat()
     os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     assert cache.load(trace, DEFAULT_MAX_BYTES) is None  # same bytes, new identity: a miss
     assert cache.load(trace, DEFAULT_MAX_BYTES + 1) is None  # other read limit: a miss
-    loc.write_bytes(b"garbage")  # a corrupt entry is a miss, not an error
+    _store(trace)
+    assert cache.load(trace, DEFAULT_MAX_BYTES) is not None
+    loc = cache._entry(cache.file_key(trace, DEFAULT_MAX_BYTES))
+    loc.write_bytes(b"garbage")  # a corrupt entry is a miss, not an error, and is rewritten
     assert cache.load(trace, DEFAULT_MAX_BYTES) is None
     tracekit.load(trace)
     assert cache.load(trace, DEFAULT_MAX_BYTES) is not None
 
 
-def test_read_only_folder_uses_cache_dir(trace, tmp_path):
-    folder = trace.parent
-    folder.chmod(0o555)
-    try:
-        tracekit.load(trace)
-        assert not trace.with_name(trace.name + cache.SUFFIX).exists()
-        assert list((tmp_path / "cachedir").glob("*" + cache.SUFFIX))
-        assert cache.load(trace, DEFAULT_MAX_BYTES) is not None
-    finally:
-        folder.chmod(0o755)
+def test_trace_replaced_while_read_is_not_cached(trace, monkeypatch):
+    """The key is the identity of the bytes read: a file replaced during the read caches nothing
+    (else every later run would print the old numbers under the new file's key)."""
+    real_read = tracekit.analysis.read_trace
+    other = write_trace(trace.parent / "other.json", make_trace(n_steps=3, seed=7)[0])
+
+    def read_then_replace(path, max_bytes):
+        raw = real_read(path, max_bytes)
+        os.replace(other, path)  # a new inode, new size: the trace changed under us
+        return raw
+
+    monkeypatch.setattr("tracekit.analysis.read_trace", read_then_replace)
+    tracekit.load(trace)
+    assert cache.entries() == []
+    monkeypatch.setattr("tracekit.analysis.read_trace", real_read)
+    fresh = tracekit.load(trace, cache=False).table("phases", per_step=True)
+    pd.testing.assert_frame_equal(tracekit.load(trace).table("phases", per_step=True), fresh)
 
 
-def test_cli_no_cache(trace):
-    from click.testing import CliRunner
+def _forge(loc: Path, key: str, table: pa.Table, meta=None) -> None:
+    info = json.dumps({"key": key, "meta": meta or {}, "warnings": []}).encode()
+    pq.write_table(table.replace_schema_metadata({b"tracekit": info}), loc)
 
-    from tracekit.cli import main
-    r = CliRunner().invoke(main, ["analyze", str(trace), "--format", "json", "--no-cache"])
+
+def test_forged_cache_with_right_key_and_wrong_columns_is_a_miss_and_repaired(trace):
+    loc = _store(trace)
+    key = cache.file_key(trace, DEFAULT_MAX_BYTES)
+    _forge(loc, key, pa.table({"x": [1, 2, 3]}))
+    assert cache.load(trace, DEFAULT_MAX_BYTES) is None
+    a = tracekit.load(trace)  # analyses, and rewrites the entry
+    assert "phases" in a.tables()
+    assert cache.load(trace, DEFAULT_MAX_BYTES) is not None
+
+
+def test_oversized_forged_cache_is_refused_from_its_footer(tmp_path, monkeypatch):
+    """An entry whose columns would expand far beyond the trace's size is never decoded."""
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "c"))
+    trace = write_trace(tmp_path / "small.json.gz", make_trace(n_layers=1, n_steps=1)[0])
+    monkeypatch.setattr(cache, "_SLACK", 0)  # the bound without its slack: a small test
+    loc = _store(trace)
+    good = pq.read_table(loc)
+    key = cache.file_key(trace, DEFAULT_MAX_BYTES)
+    n = cache._EXPANSION * trace.stat().st_size // 8 + 1  # int64 bytes past it
+    big = pa.table({c: pa.array(range(n), type=pa.int64()) if good.schema.field(c).type == pa.int64()
+                    else pa.nulls(n, good.schema.field(c).type) for c in good.column_names})
+    _forge(loc, key, big, meta=read_trace(trace).meta)
+    monkeypatch.setattr(pq.ParquetFile, "read", lambda *a, **k: pytest.fail("decoded"))
+    assert cache.load(trace, DEFAULT_MAX_BYTES) is None
+
+
+def test_size_bound_evicts_least_recently_used(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "c"))
+    traces = [write_trace(tmp_path / f"r{i}.json", make_trace(n_steps=2, seed=i)[0]) for i in range(3)]
+    locs = [_store(t) for t in traces[:2]]
+    os.utime(locs[0], ns=(1, 1))  # entry 0 is the least recently used
+    a, b = (p.stat().st_size for p in locs)  # room for two entries of about this size, not three
+    monkeypatch.setenv("TRACEKIT_CACHE_MAX_BYTES", str(b + a * 3 // 2))
+    third = _store(traces[2])
+    assert not locs[0].exists() and locs[1].exists() and third.exists()
+
+
+def test_cli_no_cache_and_cache_commands(trace, tmp_path):
+    run = CliRunner().invoke
+    r = run(main, ["analyze", str(trace), "--format", "json", "--no-cache"])
     assert r.exit_code == 0, r.output
-    assert not trace.with_name(trace.name + cache.SUFFIX).exists()
-    r = CliRunner().invoke(main, ["analyze", str(trace), "--format", "json"])
+    assert cache.entries() == []
+    r = run(main, ["analyze", str(trace), "--format", "json"])
     assert r.exit_code == 0, r.output
-    assert trace.with_name(trace.name + cache.SUFFIX).exists()
+    assert len(cache.entries()) == 1 and _listing(trace.parent) == {trace.name}
+    r = run(main, ["cache", "info"])
+    assert r.exit_code == 0 and "1 entries" in r.output
+    (tmp_path / "cachedir" / "unrelated.txt").write_text("mine")
+    r = run(main, ["cache", "clear"])
+    assert r.exit_code == 0 and "removed 1 file" in r.output
+    assert cache.entries() == [] and (tmp_path / "cachedir" / "unrelated.txt").exists()

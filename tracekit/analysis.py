@@ -31,7 +31,7 @@ from .ranks import (
     merge_windows,
     process_of,
 )
-from .read import DEFAULT_MAX_BYTES, read_trace, trace_files
+from .read import DEFAULT_MAX_BYTES, read_trace, trace_listing
 from .taxonomy import kernel_rules, module_taxonomy
 
 
@@ -65,8 +65,13 @@ def _read(path: str | os.PathLike, options: Options):
     from . import cache
     raw = cache.load(path, options.max_bytes)
     if raw is None:
+        try:  # the identity of the bytes about to be read; checked again before storing
+            key = cache.file_key(path, options.max_bytes)
+        except OSError:
+            key = None
         raw = read_trace(path, options.max_bytes)
-        cache.store(raw, path, options.max_bytes)
+        if key is not None:
+            cache.store(raw, path, options.max_bytes, key)
     return raw
 
 
@@ -112,6 +117,9 @@ class Analysis:
     warnings: list[TraceWarning] = field(default_factory=list)
     grouping: str = ""
     filters: Filters = field(default_factory=Filters)
+    #: Files of a directory that were skipped (unreadable, not traces, not regular files):
+    #: ``[{"file": name, "problem": why}]``; the result is then partial.
+    skipped: list[dict] = field(default_factory=list)
     _computed: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -146,6 +154,9 @@ class Analysis:
                            "leaf-op time and 'idle' means CPU time outside leaf ops")
         if not first.meta.get("has_profiler_steps", True):
             notices.append("no ProfilerStep ranges: the whole trace is treated as one step")
+        if self.skipped:
+            notices.append(f"partial result: {len(self.skipped)} file(s) of the directory "
+                           "skipped (listed in the warnings)")
         return {
             "path": self.path,
             "mode": self.mode,
@@ -166,6 +177,8 @@ class Analysis:
                          if a.meta.get("coverage")},
             **({"filters": self._filter_meta()} if self.filters.active else {}),
             "warnings": [w.as_dict() for w in self.warnings],
+            "partial": bool(self.skipped),
+            "skipped": list(self.skipped),
         }
 
     def filtered(self, filters: Filters) -> Analysis:
@@ -244,28 +257,42 @@ class Analysis:
 
 def load(path: str | os.PathLike, rank: int | None = None, *, taxonomy: str | None = None,
          kernel_rules: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
-         cache: bool = True, jobs: int | None = None, scheduler=None) -> Analysis:
+         cache: bool = True, jobs: int | None = None, scheduler=None,
+         strict: bool = False) -> Analysis:
     """Analyse a trace file, or a directory of per-rank trace files (``rank`` picks one).
 
     ``cache``: use and fill the Parquet cache of parsed columns (:mod:`tracekit.cache`).
     ``jobs``: ranks analysed in parallel by a local process pool (default: one per core);
     ``scheduler``: address of (or a Client for) an existing Dask cluster to run them on instead.
+    In a directory, files that cannot be analysed are skipped (the result is partial, see
+    :attr:`Analysis.skipped`) unless ``strict``, or unless no file can be analysed: then the
+    first file's :class:`TraceError` is raised.
     """
     options = Options(taxonomy=taxonomy, kernel_rules=kernel_rules, max_bytes=max_bytes,
                       cache=cache)
     p = Path(path)
     if not p.exists():
         raise TraceError(p, "no such file or directory")
-    files = trace_files(p) if p.is_dir() else [p]
+    files, skipped = trace_listing(p) if p.is_dir() else ([p], [])
+    if skipped and strict:
+        raise TraceError(skipped[0][0], skipped[0][1])
     from .parallel import default_jobs, map_ranks
-    done = map_ranks(analyse_file, files, options,
+    done = map_ranks(analyse_file, files, options, keep_errors=p.is_dir(),
                      jobs=default_jobs(len(files)) if jobs is None else jobs, scheduler=scheduler)
+    failed = [(f, e) for f, e in zip(files, done) if isinstance(e, TraceError)]
+    if failed and (strict or len(failed) == len(done)):
+        raise failed[0][1]
+    skipped += [(f, e.problem) for f, e in failed]
+    files = [f for f, att in zip(files, done) if not isinstance(att, TraceError)]
+    done = [att for att in done if not isinstance(att, TraceError)]
     ranks, grouping = _group(p, files, done)
     if rank is not None:
         if rank not in ranks:
             raise TraceError(p, f"no rank {rank}; ranks here: {', '.join(map(str, sorted(ranks)))}")
         ranks = {rank: ranks[rank]}
-    return Analysis(path=os.fspath(p), ranks=dict(sorted(ranks.items())), grouping=grouping)
+    return Analysis(path=os.fspath(p), ranks=dict(sorted(ranks.items())), grouping=grouping,
+                    warnings=_directory_warnings(done, skipped),
+                    skipped=[{"file": f.name, "problem": why} for f, why in skipped])
 
 
 def _group(p: Path, files: list[Path], done: list[Attributed]) -> tuple[dict[int, Attributed], str]:
@@ -283,3 +310,15 @@ def _group(p: Path, files: list[Path], done: list[Attributed]) -> tuple[dict[int
         merged = merge_windows([done[i] for i in idx])
         ranks[r] = replace(merged, meta={**merged.meta, "rank": r})
     return ranks, how
+
+
+def _directory_warnings(done: list[Attributed], skipped: list[tuple[Path, str]]) -> list:
+    """One warning per skipped file, and one when the files' own metadata says they are copies
+    (every file "rank 0 of world size 1"): copies or successive windows of one rank."""
+    out = [TraceWarning("skipped_file", f"skipped {f.name}: {why}") for f, why in skipped]
+    if len(done) > 1 and all(a.meta.get("rank") == 0 and a.meta.get("world_size") == 1
+                             for a in done):
+        out.append(TraceWarning(
+            "not_ranks", f"all {len(done)} files say they are rank 0 of world size 1: copies of "
+                         f"one trace or successive windows of one rank, not {len(done)} ranks"))
+    return out

@@ -1,18 +1,20 @@
-"""A Parquet cache of a trace's parsed columns, keyed by the file's identity.
+"""A Parquet cache of a trace's parsed columns, in the user's cache directory.
 
 Reading (decoding JSON) is the slow part of an analysis; link and attribute are fast. So the
 :class:`~tracekit.read.RawTrace` of a file is saved as Parquet and read back instead of the
 JSON when the file has not changed:
 
-* where: ``<trace>.tracekit.parquet`` beside the trace; when that folder is not writable, in
-  the cache directory (``$TRACEKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/tracekit``, else
-  ``~/.cache/tracekit``) under a name derived from the key;
-* key: the resolved path, size, modification time (ns), inode and device of the trace, the
-  read limit, and :data:`FORMAT` (bumped whenever the reader's columns or rules change). The key
-  is stored in the Parquet file's metadata and must match exactly, else the entry is ignored and
-  rewritten;
-* writes go to a temporary file renamed into place, so a reader never sees half a file; a
-  cache that cannot be read or written is skipped silently (it is only a cache).
+* where: ``$TRACEKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/tracekit``, else ``~/.cache/tracekit``,
+  one ``<sha256 of the key>.parquet`` per trace. Nothing is ever written beside a trace;
+* key: the trace's device, inode, size, modification time (ns), a hash of its first and last
+  64 KiB, the read limit, tracekit's version and :data:`FORMAT`. The key is taken before the
+  trace is read and again after; if the file changed while it was read nothing is cached;
+* a cache file is trusted only after its footer (never its columns) shows the right key, the
+  expected columns and types, and an in-memory size bounded by the trace's own size; anything
+  else (unreadable, forged, foreign) is a miss and is rewritten, never an error;
+* size bound: ``$TRACEKIT_CACHE_MAX_BYTES`` (default 2 GiB), least recently used entries
+  evicted first; ``tracekit cache info`` / ``tracekit cache clear``;
+* writes go through :mod:`tracekit.safewrite` (temporary name, fsync, rename).
 
 Parquet holds typed columns only: nothing in a cache file is evaluated or unpickled.
 """
@@ -22,18 +24,27 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+import re
+import stat
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .read import RawTrace
+from .read import _COLUMNS, RawTrace
 
 #: Version of the cached columns; bump when read.py's output changes.
-FORMAT = "tracekit-raw-1"
-SUFFIX = ".tracekit.parquet"
+FORMAT = "tracekit-raw-2"
+SUFFIX = ".parquet"
 _META_KEY = b"tracekit"
+_ENTRY = re.compile(r"[0-9a-f]{32}\.parquet")
+_TEMP = re.compile(r"\.[0-9a-f]{32}\.parquet\..*\.tmp")
+DEFAULT_MAX_CACHE_BYTES = 2 * 1024**3
+_EDGE = 1 << 16
+#: In-memory columns may be this many times the trace's size on disk (gzip included), plus slack.
+_EXPANSION, _SLACK = 64, 16 << 20
+_CATEGORICAL = {"name", "flow_ph", "collective"}
+_TYPES = {"kind": pa.int8(), "bytes": pa.float64()}
 
 
 def cache_dir() -> Path:
@@ -44,75 +55,161 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "tracekit"
 
 
-def file_key(path: str | os.PathLike, max_bytes: int) -> str:
-    p = Path(path).resolve()
-    st = p.stat()
-    return json.dumps([FORMAT, str(p), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev,
-                       int(max_bytes)])
-
-
-def _locations(path: str | os.PathLike, key: str) -> list[Path]:
-    p = Path(path)
-    digest = hashlib.sha256(key.encode()).hexdigest()[:32]
-    return [p.with_name(p.name + SUFFIX), cache_dir() / f"{digest}{SUFFIX}"]
-
-
-def _writable(folder: Path) -> bool:
-    """Writable, and not marked read-only (root may write anywhere; it should not here)."""
+def max_cache_bytes() -> int:
     try:
-        return os.access(folder, os.W_OK) and bool(folder.stat().st_mode & 0o222)
-    except OSError:
+        return max(0, int(os.environ.get("TRACEKIT_CACHE_MAX_BYTES", DEFAULT_MAX_CACHE_BYTES)))
+    except ValueError:
+        return DEFAULT_MAX_CACHE_BYTES
+
+
+def _version() -> str:
+    from . import __version__
+    return __version__
+
+
+def file_key(path: str | os.PathLike, max_bytes: int) -> str:
+    """The identity of the bytes at ``path`` now (raises OSError when it cannot be read)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
+    with open(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{os.fsdecode(path)}: not a regular file")
+        h = hashlib.sha256(f.read(_EDGE))
+        if st.st_size > _EDGE:
+            f.seek(max(_EDGE, st.st_size - _EDGE))
+            h.update(f.read(_EDGE))
+    return json.dumps([FORMAT, _version(), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                       h.hexdigest(), int(max_bytes)])
+
+
+def _entry(key: str) -> Path:
+    return cache_dir() / (hashlib.sha256(key.encode()).hexdigest()[:32] + SUFFIX)
+
+
+def _valid_schema(schema: pa.Schema) -> bool:
+    if schema.names != list(_COLUMNS):
         return False
+    for f in schema:
+        if f.name in _CATEGORICAL:
+            ok = pa.types.is_dictionary(f.type) and pa.types.is_string(f.type.value_type)
+        else:
+            ok = f.type == _TYPES.get(f.name, pa.int64())
+        if not ok:
+            return False
+    return True
+
+
+def _load_entry(loc: Path, key: str, trace_size: int) -> RawTrace | None:
+    pf = pq.ParquetFile(loc)  # reads the footer only
+    info = json.loads((pf.schema_arrow.metadata or {}).get(_META_KEY, b"{}"))
+    if not isinstance(info, dict) or info.get("key") != key:
+        return None
+    md = pf.metadata
+    in_memory = sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+    if in_memory > _EXPANSION * trace_size + _SLACK or not _valid_schema(pf.schema_arrow):
+        return None
+    meta, warnings = info.get("meta"), info.get("warnings")
+    if not isinstance(meta, dict) or not isinstance(warnings, list):
+        return None
+    events = pf.read().to_pandas(ignore_metadata=True)
+    return RawTrace(path="", events=events, meta=meta, warnings=[str(w) for w in warnings])
 
 
 def load(path: str | os.PathLike, max_bytes: int) -> RawTrace | None:
     """The cached RawTrace of ``path``, or None when there is no valid entry."""
     try:
         key = file_key(path, max_bytes)
-    except OSError:
+        loc = _entry(key)
+        raw = _load_entry(loc, key, os.stat(path).st_size) if loc.is_file() else None
+    except Exception:  # noqa: BLE001  unreadable, forged or foreign: a miss, never an error
         return None
-    for loc in _locations(path, key):
-        try:
-            if not loc.is_file():
-                continue
-            table = pq.read_table(loc)
-            info = json.loads((table.schema.metadata or {}).get(_META_KEY, b"{}"))
-            if info.get("key") != key:
-                continue
-            events = table.to_pandas()
-        except Exception:  # unreadable or foreign: a miss, never an error
-            continue
-        return RawTrace(path=os.fspath(path), events=events, meta=info["meta"],
-                        warnings=info["warnings"])
-    return None
-
-
-def store(raw: RawTrace, path: str | os.PathLike, max_bytes: int) -> Path | None:
-    """Save ``raw`` for ``path``; the location written, or None when nowhere was writable."""
+    if raw is None:
+        return None
     try:
-        key = file_key(path, max_bytes)
+        os.utime(loc)  # least recently used goes first
     except OSError:
+        pass
+    raw.path = os.fspath(path)
+    return raw
+
+
+def store(raw: RawTrace, path: str | os.PathLike, max_bytes: int, key: str) -> Path | None:
+    """Save ``raw``, read from ``path`` when its identity was ``key``; the entry written, or
+    None (the file changed while it was read, or the cache directory is not writable)."""
+    from .safewrite import atomic_file
+    try:
+        if file_key(path, max_bytes) != key:
+            return None  # replaced or modified while read: never cache old events under it
+        info = json.dumps({"key": key, "meta": raw.meta, "warnings": raw.warnings},
+                          default=str).encode()
+        table = pa.Table.from_pandas(raw.events, preserve_index=False)
+        table = table.replace_schema_metadata({_META_KEY: info})
+        loc = _entry(key)
+        loc.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with atomic_file(loc) as f:
+            pq.write_table(table, f, compression="zstd")
+    except Exception:  # noqa: BLE001  it is only a cache
         return None
-    info = json.dumps({"key": key, "meta": raw.meta, "warnings": raw.warnings},
-                      default=str).encode()
-    table = pa.Table.from_pandas(raw.events, preserve_index=False)
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), _META_KEY: info})
-    for loc in _locations(path, key):
-        tmp = None
-        if loc.parent.is_dir() and not _writable(loc.parent):
+    evict(max_cache_bytes(), keep=loc)
+    return loc
+
+
+def entries() -> list[Path]:
+    """The cache's entries (only files named as tracekit names them)."""
+    try:
+        return [p for p in cache_dir().iterdir() if _ENTRY.fullmatch(p.name) and p.is_file()]
+    except OSError:
+        return []
+
+
+def evict(limit: int, keep: Path | None = None) -> int:
+    """Remove least recently used entries until the cache holds at most ``limit`` bytes."""
+    sized = []
+    for p in entries():
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        sized.append((st.st_mtime_ns, st.st_size, p))
+    total = sum(s for _, s, _ in sized)
+    removed = 0
+    for _, size, p in sorted(sized):
+        if total <= limit:
+            break
+        if p == keep:
             continue
         try:
-            loc.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tracekit-", suffix=".tmp", dir=loc.parent)
-            os.close(fd)
-            pq.write_table(table, tmp, compression="zstd")
-            os.replace(tmp, loc)
-            return loc
+            p.unlink()
         except OSError:
-            if tmp:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
             continue
-    return None
+        total -= size
+        removed += 1
+    return removed
+
+
+def info() -> dict:
+    sizes = []
+    for p in entries():
+        try:
+            sizes.append(p.stat().st_size)
+        except OSError:
+            pass
+    return {"directory": os.fspath(cache_dir()), "entries": len(sizes), "bytes": sum(sizes),
+            "max_bytes": max_cache_bytes()}
+
+
+def clear() -> int:
+    """Remove every entry (and leftover temporaries); the number of files removed."""
+    n = 0
+    try:
+        names = [p for p in cache_dir().iterdir()
+                 if _ENTRY.fullmatch(p.name) or _TEMP.fullmatch(p.name)]
+    except OSError:
+        return 0
+    for p in names:
+        try:
+            p.unlink()
+            n += 1
+        except OSError:
+            pass
+    return n

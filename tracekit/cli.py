@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
 from tracekit.analyses import REGISTRY
 
-from .errors import TraceError
+from .cli_io import (
+    TracekitGroup,
+    emit,
+    fail,
+    html_target,
+    is_dir_out,
+    load_with_progress,
+    reported,
+    warn,
+    write_csv_members,
+    write_table,
+)
 from .read import DEFAULT_MAX_BYTES
+from .safetext import TERMINAL_NAME_CHARS, clean_obj, clean_tables
 
 #: Phases a --phase filter can name.
 PHASES = ["forward", "recompute", "backward", "optimizer"]
@@ -19,29 +30,10 @@ PHASES = ["forward", "recompute", "backward", "optimizer"]
 FORMATS = ["table", "json", "csv", "md", "parquet", "html"]
 
 
-class TracekitGroup(click.Group):
-    """Usage errors exit with status 2 and one line (click's default), as do bad traces."""
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except BrokenPipeError:  # `tracekit analyze t.json | head`: the reader left, so do we
-            sys.stderr.close()
-            sys.exit(1)
-        except OSError as e:  # writing --out (a missing folder, a file in the way): one line
-            where = f"{e.filename}: " if e.filename else ""
-            fail(f"{where}cannot write ({e.strerror or e})")
-
-
 @click.group(cls=TracekitGroup)
 @click.version_option(package_name="tracekit")
 def main() -> None:
     """Where did the time of this LLM step go? Analyse PyTorch profiler traces."""
-
-
-def fail(message: str) -> None:
-    click.echo(f"tracekit: error: {message}", err=True)
-    sys.exit(2)
 
 
 def reading_options(command):
@@ -52,36 +44,20 @@ def reading_options(command):
                      help="TOML file of module rules tried before the built-in ones."),
         click.option("--kernel-rules", type=click.Path(exists=True, dir_okay=False),
                      help="TOML file of kernel rules tried before the built-in ones."),
-        click.option("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, show_default=True,
-                     help="Refuse traces that decompress to more than this."),
+        click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES,
+                     show_default=True, help="Refuse traces that decompress to more than this."),
+        click.option("--strict", is_flag=True, help="In a directory, any file that cannot be "
+                     "analysed is an error (exit 2) instead of being skipped (exit 1)."),
     ]):
         command = option(command)
     return command
-
-
-@contextmanager
-def reported(path, debug: bool):
-    """Turn every failure while analysing ``path`` into one line and exit status 2."""
-    try:
-        yield
-    except click.ClickException:  # a usage error found after loading: click reports it
-        raise
-    except TraceError as e:
-        fail(str(e))
-    except MemoryError:
-        fail(f"{path}: out of memory while analysing")
-    except Exception as e:  # a trace we did not foresee: one line, never a traceback
-        if debug:
-            raise
-        fail(f"{path}: could not analyse ({e.__class__.__name__}: "
-             f"{' '.join(str(e).split())[:200]}); rerun with --debug for details")
 
 
 @main.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), help="Write here instead of stdout "
-              "(a directory for csv/parquet: one file per table).")
+              "(a directory for csv/parquet: one file per table; for html DIR/report.html).")
 @click.option("--per-step", is_flag=True, help="One row per step (a `step` column) instead of the mean.")
 @click.option("--table", "only", multiple=True, metavar="NAME",
               type=click.Choice(list(REGISTRY), case_sensitive=False),
@@ -97,7 +73,7 @@ def reported(path, debug: bool):
 @click.option("--wide", is_flag=True, help="Terminal: full names, no wrapping (wider than the window).")
 @reading_options
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache of "
-              "parsed columns (<trace>.tracekit.parquet, or ~/.cache/tracekit when read-only).")
+              "parsed columns (in ~/.cache/tracekit; see `tracekit cache info`).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="Ranks analysed in parallel (local process pool). [default: one per core]")
 @click.option("--scheduler", metavar="ADDRESS", help="Run the per-rank work on an existing "
@@ -106,8 +82,12 @@ def reported(path, debug: bool):
               "A800, Zhang et al.) beside yours as paper_* columns, where a table matches.")
 @click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
 def analyze(path, fmt, out, per_step, only, steps_filter, phase_filter, module_filter, top, wide,
-            rank, taxonomy, kernel_rules, max_bytes, no_cache, jobs, scheduler, paper, debug):
-    """Print the paper's tables for a trace file or a directory of per-rank traces."""
+            rank, taxonomy, kernel_rules, max_bytes, strict, no_cache, jobs, scheduler, paper,
+            debug):
+    """Print the paper's tables for a trace file or a directory of per-rank traces.
+
+    Exit status: 0; 1 when files of a directory were skipped (a partial result); 2 on error.
+    """
     from . import load
     from .filters import Filters, parse_steps
 
@@ -118,9 +98,10 @@ def analyze(path, fmt, out, per_step, only, steps_filter, phase_filter, module_f
     except ValueError as e:
         raise click.BadParameter(str(e).removeprefix("--steps "), param_hint="--steps") from None
     with reported(path, debug):
-        analysis = _load_with_progress(load, path, rank=rank, taxonomy=taxonomy,
-                                       kernel_rules=kernel_rules, max_bytes=max_bytes,
-                                       cache=not no_cache, jobs=jobs, scheduler=scheduler)
+        analysis = load_with_progress(load, path, rank=rank, taxonomy=taxonomy,
+                                      kernel_rules=kernel_rules, max_bytes=max_bytes,
+                                      cache=not no_cache, jobs=jobs, scheduler=scheduler,
+                                      strict=strict)
         analysis = analysis.filtered(filters) if filters.active else analysis
         tables = _selected(analysis, [n.lower() for n in only], per_step)
         meta = analysis.meta
@@ -128,7 +109,9 @@ def analyze(path, fmt, out, per_step, only, steps_filter, phase_filter, module_f
             meta["aggregation"] = "per step (one row per complete step)"
         if paper:
             tables, meta = _add_paper(tables, meta)
-    _write(fmt, meta, tables, out, "render", wide=wide, top=top)
+        _write(fmt, meta, tables, out, "render", wide=wide, top=top)
+    if meta.get("partial"):
+        sys.exit(1)
 
 
 def _selected(analysis, only: list[str], per_step: bool) -> dict:
@@ -155,8 +138,8 @@ def _selected(analysis, only: list[str], per_step: bool) -> dict:
 @reading_options
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
 @click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
-def explain(path, pattern, step, limit, fmt, rank, taxonomy, kernel_rules, max_bytes, no_cache,
-            debug):
+def explain(path, pattern, step, limit, fmt, rank, taxonomy, kernel_rules, max_bytes, strict,
+            no_cache, debug):
     """Why is this number what it is: the chain behind the labels of the activities whose
     name matches PATTERN (case-insensitive substring or regex). docs/explain.md."""
     from .analysis import Options
@@ -166,15 +149,16 @@ def explain(path, pattern, step, limit, fmt, rank, taxonomy, kernel_rules, max_b
         doc = run(path, pattern, step=step, rank=rank, limit=limit,
                   options=Options(taxonomy=taxonomy, kernel_rules=kernel_rules,
                                   max_bytes=max_bytes, cache=not no_cache))
-    if fmt == "json":
-        import json
-        click.echo(json.dumps(doc, indent=2))
-    else:
-        import shutil
+        if fmt == "json":
+            import json
+            click.echo(json.dumps(doc, indent=2))
+        else:
+            import shutil
 
-        from .render.explain import fit, lines
-        width = shutil.get_terminal_size((100, 24)).columns
-        click.echo("\n".join(fit(ln, width) for ln in lines(doc)))
+            from .render.explain import fit, lines
+            from .safetext import clean
+            width = shutil.get_terminal_size((100, 24)).columns
+            click.echo("\n".join(fit(clean(ln), width) for ln in lines(doc)))
 
 
 COMPARE_FORMATS = ["table", "json", "csv", "md", "html"]
@@ -189,7 +173,7 @@ COMPARE_FORMATS = ["table", "json", "csv", "md", "html"]
 @click.option("--paper", is_flag=True, help="Add the paper's Table VIII (naive vs FlashAttention) "
               "beside the attention table.")
 @click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
-def compare(a, b, fmt, out, rank, taxonomy, kernel_rules, max_bytes, paper, debug):
+def compare(a, b, fmt, out, rank, taxonomy, kernel_rules, max_bytes, strict, paper, debug):
     """Compare two runs A and B (e.g. eager vs SDPA attention, ZeRO-2 vs ZeRO-3).
 
     Tables: attention (Table VIII: attention time per phase, improvement of B over A in %),
@@ -202,43 +186,70 @@ def compare(a, b, fmt, out, rank, taxonomy, kernel_rules, max_bytes, paper, debu
     runs = []
     for path in (a, b):
         with reported(path, debug):
-            runs.append(_load_with_progress(load, path, rank=rank, taxonomy=taxonomy,
-                                            kernel_rules=kernel_rules, max_bytes=max_bytes))
-    tables = compare_runs(*runs)
-    meta = compare_meta(*runs)
-    if paper:
-        tables, meta = _add_paper(tables, meta)
-    _write(fmt, meta, tables, out, "render_compare")
+            runs.append(load_with_progress(load, path, rank=rank, taxonomy=taxonomy,
+                                           kernel_rules=kernel_rules, max_bytes=max_bytes,
+                                           strict=strict))
+    with reported(f"{a} vs {b}", debug):
+        tables = compare_runs(*runs)
+        meta = compare_meta(*runs)
+        if paper:
+            tables, meta = _add_paper(tables, meta)
+        _write(fmt, meta, tables, out, "render_compare")
+    if any(r.meta.get("partial") for r in runs):
+        sys.exit(1)
+
+
+@main.group(name="cache")
+def cache_group() -> None:
+    """The cache of parsed traces (in $TRACEKIT_CACHE_DIR, $XDG_CACHE_HOME/tracekit or
+    ~/.cache/tracekit; bounded by $TRACEKIT_CACHE_MAX_BYTES, default 2 GiB)."""
+
+
+@cache_group.command(name="info")
+def cache_info() -> None:
+    """Where the cache is, how many entries and bytes it holds, and its bound."""
+    from . import cache
+    from .safetext import bounded
+    i = cache.info()
+    click.echo(f"{bounded(i['directory'])}: {i['entries']} entries, {i['bytes']:,} bytes "
+               f"(bound {i['max_bytes']:,} bytes)")
+
+
+@cache_group.command(name="clear")
+def cache_clear() -> None:
+    """Remove every cached trace."""
+    from . import cache
+    from .safetext import bounded
+    n = cache.clear()
+    click.echo(f"removed {n} file{'s' if n != 1 else ''} from {bounded(cache.cache_dir())}")
 
 
 def _write(fmt: str, meta: dict, tables: dict, out: Path | None, terminal: str, *,
            wide: bool = False, top: int | None = None) -> None:
-    """Warnings to stderr, then the tables in ``fmt`` to ``out`` (or stdout)."""
+    """Warnings to stderr, then the tables in ``fmt`` to ``out`` (or stdout).
+
+    The output boundary: every name is cleaned here, once (:mod:`tracekit.safetext`; JSON keeps
+    names exact, its writer escapes them), and every file goes through :mod:`tracekit.safewrite`.
+    """
     from .checks import text
     from .render import formats
     from .render import terminal as term
 
     for w in meta["warnings"]:
-        click.echo(f"tracekit: warning: {term.safe_plain(text(w))}", err=True)
+        warn(text(w))
+    if fmt != "json":
+        meta = clean_obj(meta)
+        tables = clean_tables(tables, TERMINAL_NAME_CHARS if fmt == "table" and not out else None)
     if fmt == "table":
-        from rich.console import Console
-        render = getattr(term, terminal)
-        if out:
-            with open(out, "w") as f:
-                render(meta, tables, Console(file=f, width=140), wide=wide, top=top)
-        else:
-            render(meta, tables, wide=wide, top=top)
+        write_table(getattr(term, terminal), meta, tables, out, wide=wide, top=top)
     elif fmt == "json":
-        _emit(formats.to_json(meta, tables), out)
+        emit(formats.to_json(meta, tables), out)
     elif fmt == "md":
-        _emit(formats.markdown_report(meta, tables, top=top), out)
+        emit(formats.markdown_report(meta, tables, top=top), out)
+    elif fmt == "csv" and out and is_dir_out(out):
+        write_csv_members(out, {k: formats.to_csv(v) for k, v in tables.items()})
     elif fmt == "csv":
-        if out and (out.is_dir() or not out.suffix):
-            out.mkdir(parents=True, exist_ok=True)
-            for k, v in tables.items():
-                (out / f"{k}.csv").write_text(formats.to_csv(v))
-        else:
-            _emit("\n".join(f"# {k}\n{formats.to_csv(v)}" for k, v in tables.items()), out)
+        emit("\n".join(f"# {k}\n{formats.to_csv(v)}" for k, v in tables.items()), out)
     elif fmt == "parquet":
         if not out:
             fail("--format parquet needs --out DIR")
@@ -246,54 +257,14 @@ def _write(fmt: str, meta: dict, tables: dict, out: Path | None, terminal: str, 
     elif fmt == "html":
         from .render.html import write_report
         if not out:
-            fail("--format html needs --out FILE.html")
-        write_report(meta, tables, out)
+            fail("--format html needs --out FILE.html (or --out DIR for DIR/report.html)")
+        write_report(meta, tables, html_target(out))
 
 
 def _add_paper(tables: dict, meta: dict) -> tuple[dict, dict]:
     """Tables with the paper's values joined beside them, meta with the citation."""
     from .paper import citation_meta, with_paper
     return with_paper(tables), {**meta, "paper": citation_meta()}
-
-
-def _load_with_progress(load, path, **kw):
-    """``load(path)`` with a progress bar on stderr when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        return load(path, **kw)
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
-
-    from .progress import listening
-    from .read import trace_files
-
-    p = Path(path)
-    try:
-        files = trace_files(p) if p.is_dir() else [p]
-        total = sum(f.stat().st_size for f in files)
-    except (TraceError, OSError):
-        return load(path, **kw)  # let load say what is wrong
-    with Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as prog:
-        task = prog.add_task(f"analysing {p.name} ({total / 2**20:,.1f} MiB, "
-                             f"{len(files)} file{'s' if len(files) != 1 else ''})", total=len(files))
-        done = [0]
-
-        def on_progress(event: str, value: float) -> None:
-            if event == "done":
-                done[0] += 1
-                prog.update(task, completed=done[0])
-            else:
-                prog.update(task, completed=done[0] + value)
-
-        with listening(on_progress):
-            return load(path, **kw)
-
-
-def _emit(text: str, out: Path | None) -> None:
-    if out:
-        Path(out).write_text(text)
-    else:
-        click.echo(text)
 
 
 def _add_capture() -> None:

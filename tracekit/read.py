@@ -115,8 +115,11 @@ class RawTrace:
     warnings: list[str] = field(default_factory=list)
 
 
-def read_bytes(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
-    """The file's JSON bytes, gunzipped when needed, refusing more than ``max_bytes``."""
+def read_bytes(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes | bytearray:
+    """The file's JSON bytes, gunzipped when needed, refusing more than ``max_bytes``.
+
+    A gunzipped file comes back as the ``bytearray`` it was inflated into (never copied: a
+    2 GiB inflation must not need 4 GiB)."""
     p = Path(path)
     try:
         # A FIFO or device would block or never end: only regular files are read.
@@ -155,7 +158,7 @@ def _read_bounded(f: io.BufferedReader, max_bytes: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def _gunzip_bounded(f: io.BufferedReader, max_bytes: int, p: Path) -> bytes:
+def _gunzip_bounded(f: io.BufferedReader, max_bytes: int, p: Path) -> bytearray:
     out = bytearray()
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
     size = max(os.fstat(f.fileno()).st_size, 1)
@@ -178,7 +181,7 @@ def _gunzip_bounded(f: io.BufferedReader, max_bytes: int, p: Path) -> bytes:
             raise TraceError(p, "truncated gzip stream (the file ends early)")
     except zlib.error as e:
         raise TraceError(p, f"corrupt gzip stream ({e})") from None
-    return bytes(out)
+    return out
 
 
 _NONBLANK = re.compile(rb"[^ \t\r\n]")
@@ -463,7 +466,26 @@ _TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _EVENT_GAP = re.compile(rb'\}\s*,\s*\{')
 
 
-def _decode_chunked(data: bytes, builder: _FrameBuilder) -> TraceDoc | None:
+_BLANK = b" \t\r\n"
+
+
+def _last_nonblank(data: bytes | bytearray, end: int) -> int:
+    """Index of the last byte before ``end`` that is not JSON whitespace (-1 if none).
+
+    Walks back in doubling windows (at most 16 MiB) stripped in C: linear in the whitespace
+    skipped, with no per-byte Python loop and no large copy."""
+    width = 64
+    hi = end
+    while hi > 0:
+        lo = max(0, hi - width)
+        kept = len(data[lo:hi].rstrip(_BLANK))
+        if kept:
+            return lo + kept - 1
+        hi, width = lo, min(width * 2, 1 << 24)
+    return -1
+
+
+def _decode_chunked(data: bytes | bytearray, builder: _FrameBuilder) -> TraceDoc | None:
     """Decode ``data`` one slice of ``traceEvents`` at a time into ``builder``.
 
     The ``traceEvents`` array is cut at ``}`` ``,`` ``{`` gaps near every ``CHUNK_BYTES``; each
@@ -489,10 +511,8 @@ def _decode_chunked(data: bytes, builder: _FrameBuilder) -> TraceDoc | None:
         end = data.rfind(b"]", floor, end)
         if end < 0:
             return None
-        j = end - 1
-        while data[j] in b" \t\r\n":
-            j -= 1
-        if data[j] not in b"}[":  # the array ends after an event (or is empty)
+        j = _last_nonblank(data, end)
+        if j < 0 or data[j] not in b"}[":  # the array ends after an event (or is empty)
             continue
         tries += 1  # skeleton decodes are bounded: a tail of "}]}]..." would never end
         if tries > 64:
@@ -584,16 +604,27 @@ def read_trace(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> R
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
-def trace_files(directory: str | os.PathLike) -> list[Path]:
-    """The trace files of a directory of per-rank traces (sorted), refusing escaping symlinks."""
+def trace_listing(directory: str | os.PathLike) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """The trace files of a directory of per-rank traces (sorted), and the entries skipped
+    (``(path, why)``: FIFOs, sockets, devices, dangling links), refusing escaping symlinks."""
     root = Path(directory).resolve()
-    files = []
+    files: list[Path] = []
+    skipped: list[tuple[Path, str]] = []
     try:
         entries = sorted(Path(directory).iterdir())
     except OSError as e:
         raise TraceError(directory, f"cannot list the directory ({e.strerror or e})") from None
     for p in entries:
-        if not p.name.endswith(TRACE_SUFFIXES) or p.name == "manifest.json":
+        is_trace = p.name.endswith(TRACE_SUFFIXES) and p.name != "manifest.json"
+        try:
+            mode = p.lstat().st_mode
+        except OSError:
+            continue  # removed while listed
+        if not (is_trace or stat.S_ISLNK(mode)) and not stat.S_ISREG(mode) \
+                and not stat.S_ISDIR(mode):
+            skipped.append((p, "not a regular file (a pipe, socket or device?)"))
+            continue
+        if not is_trace:
             continue
         try:
             real = p.resolve()
@@ -601,10 +632,22 @@ def trace_files(directory: str | os.PathLike) -> list[Path]:
             raise TraceError(p, "symlink loop; refused") from None
         if root not in real.parents:
             raise TraceError(p, "symlink points outside the trace directory; refused")
-        if real.is_file():
+        try:
+            st = real.stat()
+        except OSError:
+            skipped.append((p, "dangling symlink"))
+            continue
+        if stat.S_ISREG(st.st_mode):
             files.append(p)
+        elif not stat.S_ISDIR(st.st_mode):
+            skipped.append((p, "not a regular file (a pipe, socket or device?)"))
     if not files:
         raise TraceError(directory, "no trace files (*.json, *.json.gz) in this directory")
     # Files named as torch's trace handler names them win over other JSON (configs and the like).
     profiler_named = [p for p in files if ".pt.trace.json" in p.name]
-    return profiler_named or files
+    return profiler_named or files, skipped
+
+
+def trace_files(directory: str | os.PathLike) -> list[Path]:
+    """The trace files of a directory of per-rank traces (sorted), refusing escaping symlinks."""
+    return trace_listing(directory)[0]

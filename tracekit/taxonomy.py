@@ -31,7 +31,55 @@ COMM_CATEGORIES = ["AllReduce", "AllGather", "AllToAll", "Other"]
 
 
 def _rx(pattern: str | None, flags: int = 0) -> re.Pattern | None:
-    return None if pattern is None else re.compile(pattern, flags)
+    """Compile a rule's pattern. The built-in rules' patterns use Python's ``re``; every other
+    pattern (a user's ``--taxonomy`` / ``--kernel-rules`` file) is compiled with RE2, whose
+    matching time is linear in the text, so no rule can hang on a name (``(a+)+$``)."""
+    if pattern is None:
+        return None
+    if not isinstance(pattern, str):
+        raise TypeError(f"a pattern must be a string, not {type(pattern).__name__}")
+    if pattern in _builtin_patterns():
+        return re.compile(pattern, flags)
+    return _linear(pattern, flags)
+
+
+@lru_cache(maxsize=1)
+def _builtin_patterns() -> frozenset[str]:
+    """Every string of the packaged rule files (their patterns are trusted)."""
+    found: set[str] = set()
+
+    def walk(v) -> None:
+        if isinstance(v, str):
+            found.add(v)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    for name in ("modules.toml", "kernels.toml"):
+        walk(tomllib.loads(resources.files("tracekit.data").joinpath(name).read_text()))
+    return frozenset(found)
+
+
+def _linear(pattern: str, flags: int):
+    """``pattern`` compiled by RE2 (linear time; same syntax as ``re`` for what rules use:
+    ``(?i)``/``(?-i:...)`` groups, classes, anchors; no lookaround or backreferences), with
+    ``re.IGNORECASE`` honoured. Without google-re2 installed, Python's ``re`` is used."""
+    try:
+        import re2
+    except ImportError:
+        return re.compile(pattern, flags)
+    options = re2.Options()
+    options.log_errors = False
+    options.case_sensitive = not flags & re.IGNORECASE
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as e:
+        msg = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
+        raise re.error(f"pattern {pattern[:80]!r} cannot run in linear time or is invalid "
+                       f"({msg}; lookaround and backreferences are not supported)") from None
 
 
 @dataclass
@@ -158,6 +206,8 @@ def _load_toml(path: Path | None, builtin: str) -> tuple[dict, dict]:
     base = tomllib.loads(resources.files("tracekit.data").joinpath(builtin).read_text())
     user: dict = {}
     if path is not None:
+        if path.exists() and not path.is_file():  # a FIFO would block: regular files only
+            raise TraceError(path, "not a regular file; refused")
         try:
             user = tomllib.loads(Path(path).read_text())
         except (OSError, UnicodeDecodeError) as e:
@@ -195,14 +245,18 @@ def module_taxonomy(path: str | None = None) -> ModuleTaxonomy:
               for i, r in enumerate(base["rule"], 1)]
     structure = {**base["structure"], **user.get("structure", {})}
     attention = {**base["attention"], **user.get("attention", {})}
-    return ModuleTaxonomy(
-        rules=rules,
-        decoder_layer=re.compile(structure["decoder_layer"]),
-        fused_attention=re.compile(attention["fused"]),
-        bmm=re.compile(attention["bmm"]),
-        rope=re.compile(attention["rope"], re.IGNORECASE),
-        compiled=re.compile(structure.get("compiled", r"(?!)")),
-    )
+    try:
+        return ModuleTaxonomy(
+            rules=rules,
+            decoder_layer=_rx(structure["decoder_layer"]),
+            fused_attention=_rx(attention["fused"]),
+            bmm=_rx(attention["bmm"]),
+            rope=_rx(attention["rope"], re.IGNORECASE),
+            compiled=_rx(structure["compiled"]) if "compiled" in structure
+            else re.compile(r"(?!)"),
+        )
+    except (re.error, TypeError) as e:
+        raise TraceError(path or "modules.toml", f"bad module rules: {e}") from None
 
 
 @lru_cache(maxsize=8)
@@ -218,9 +272,9 @@ def kernel_rules(path: str | None = None) -> KernelRules:
         comm = {**base["comm"], **user.get("comm", {})}
         return KernelRules(
             rules=rules,
-            comm_kernel=re.compile(comm["kernel"], flags),
-            comm_op=re.compile(comm["op"], flags),
-            collectives=[(n, re.compile(p, flags)) for n, p in comm["collectives"]],
+            comm_kernel=_rx(comm["kernel"], flags),
+            comm_op=_rx(comm["op"], flags),
+            collectives=[(n, _rx(p, flags)) for n, p in comm["collectives"]],
         )
     except (KeyError, re.error, TypeError, ValueError) as e:
         raise TraceError(path or "kernels.toml", f"bad kernel rules: {e}") from None

@@ -144,14 +144,14 @@ def markdown_report(meta: dict, tables: dict[str, pd.DataFrame], top: int | None
 
 
 def write_parquet(tables: dict[str, pd.DataFrame], out_dir: Path) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, df in tables.items():
-        p = out_dir / f"{name}.parquet"
+    """One ``<table>.parquet`` per table in ``out_dir``, written by :mod:`tracekit.safewrite`."""
+    from ..safewrite import write_members
+
+    def member(df: pd.DataFrame):
         df2 = df.copy()
         for c in df2.columns:
             if isinstance(df2[c].dtype, pd.CategoricalDtype):
                 df2[c] = df2[c].astype(str)
-        df2.to_parquet(p, index=False)
-        paths.append(p)
-    return paths
+        return lambda f: df2.to_parquet(f, index=False)
+
+    return write_members(out_dir, {f"{name}.parquet": member(df) for name, df in tables.items()})

@@ -304,6 +304,5 @@ Definitions: docs/metrics.md.</p>
 
 def write_report(meta: dict, tables: dict[str, pd.DataFrame], out: str | Path) -> Path:
     """Write the report to ``out`` and return its path."""
-    out = Path(out)
-    out.write_text(render_report(meta, tables), encoding="utf-8")
-    return out
+    from ..safewrite import write_text
+    return write_text(out, render_report(meta, tables))

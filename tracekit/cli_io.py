@@ -1,0 +1,193 @@
+"""The command line's boundary: the one error handler every command runs in, and how outputs
+are written (what is written is the renderers' business, :mod:`tracekit.render`).
+
+* Every message is one line on stderr, ``tracekit: error: ...`` (exit 2), ``tracekit: warning:
+  ...``, or ``tracekit: interrupted`` (exit 130), with no control or bidi characters
+  (:mod:`tracekit.safetext`); usage errors too, instead of click's four-line block.
+* Every file goes through :mod:`tracekit.safewrite` (temporary name, fsync, rename; no links).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+
+from .errors import TraceError
+from .safetext import bounded
+
+
+class TracekitGroup(click.Group):
+    """Every command runs inside one error handler: a usage error, a bad trace, an output that
+    cannot be written, an unforeseen failure or Ctrl-C is one line on stderr, never a traceback
+    (``--debug`` shows the traceback of an unforeseen failure)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except click.ClickException as e:  # usage errors: one line, not click's block
+            _line("error", e.format_message())
+            sys.exit(e.exit_code)
+        except click.exceptions.Abort:
+            interrupted()
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except BrokenPipeError:  # `tracekit analyze t.json | head`: the reader left, so do we
+            sys.stderr.close()
+            sys.exit(1)
+        except KeyboardInterrupt:
+            interrupted()
+        except TraceError as e:
+            fail(str(e))
+        except OSError as e:  # writing --out (a missing folder, a file in the way): one line
+            where = f"{e.filename}: " if e.filename else ""
+            fail(f"{where}cannot write ({e.strerror or e})")
+        except MemoryError:
+            fail("out of memory")
+        except Exception as e:
+            if ctx.meta.get("tracekit.debug"):
+                raise
+            fail(f"unexpected failure ({e.__class__.__name__}: {str(e)[:200]}); "
+                 "rerun with --debug for details")
+
+
+def _line(kind: str, message: str) -> None:
+    """``tracekit: <kind>: message`` on stderr: one line, no control or bidi characters."""
+    click.echo(f"tracekit: {kind}: {bounded(message, 2000)}", err=True)
+
+
+def fail(message: str) -> None:
+    _line("error", message)
+    sys.exit(2)
+
+
+def warn(message: str) -> None:
+    _line("warning", message)
+
+
+def interrupted() -> None:
+    click.echo("tracekit: interrupted", err=True)
+    sys.exit(130)
+
+
+@contextmanager
+def reported(path, debug: bool) -> Iterator[None]:
+    """Turn every unforeseen failure while analysing ``path`` into one line and exit status 2
+    (bad traces, usage errors, Ctrl-C and write errors go to the group's handler)."""
+    click.get_current_context().meta["tracekit.debug"] = debug
+    try:
+        yield
+    except (TraceError, click.ClickException, OSError):
+        raise
+    except MemoryError:
+        fail(f"{path}: out of memory while analysing")
+    except Exception as e:  # a trace we did not foresee: one line, never a traceback
+        if debug:
+            raise
+        fail(f"{path}: could not analyse ({e.__class__.__name__}: "
+             f"{str(e)[:200]}); rerun with --debug for details")
+
+
+def is_dir_out(out: Path) -> bool:
+    """``--out`` names a directory: an existing one (not a link to one), or a new name with no
+    suffix."""
+    if out.is_symlink():
+        return False
+    return out.is_dir() or (not out.suffix and not out.exists())
+
+
+def emit(text: str, out: Path | None) -> None:
+    """``text`` to ``out`` (whole or not at all), or to stdout."""
+    if out:
+        from .safewrite import write_text
+        write_text(out, text)
+    else:
+        click.echo(text)
+
+
+def write_csv_members(out: Path, texts: dict[str, str]) -> None:
+    from .safewrite import write_members
+
+    def member(text: str) -> Callable:
+        return lambda f: f.write(text.encode("utf-8"))
+
+    write_members(out, {f"{k}.csv": member(v) for k, v in texts.items()})
+
+
+def html_target(out: Path) -> Path:
+    """``--format html --out DIR`` writes ``DIR/report.html``."""
+    if is_dir_out(out):
+        out.mkdir(parents=True, exist_ok=True)
+        return out / "report.html"
+    return out
+
+
+def write_table(render: Callable, meta: dict, tables: dict, out: Path | None, **kw) -> None:
+    """Rich tables, highlighting off (rich's highlighter is quadratic on long names)."""
+    from rich.console import Console
+    if not out:
+        render(meta, tables, Console(highlight=False), **kw)
+        return
+    from io import StringIO
+
+    from .safewrite import write_text
+    buf = StringIO()
+    render(meta, tables, Console(file=buf, width=140, highlight=False), **kw)
+    write_text(out, buf.getvalue())
+
+
+def load_with_progress(load: Callable, path, **kw):
+    """``load(path)`` with a progress bar on stderr when stderr is a terminal: per file, and
+    per rank file done in a directory."""
+    if not sys.stderr.isatty():
+        return load(path, **kw)
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from .progress import listening
+    from .read import trace_files
+
+    p = Path(path)
+    try:
+        files = trace_files(p) if p.is_dir() else [p]
+        total = sum(f.stat().st_size for f in files)
+    except (TraceError, OSError):
+        return load(path, **kw)  # let load say what is wrong
+    label = escape(bounded(p.name, 80))  # a file name is not rich markup
+    with Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True, highlight=False),
+                  transient=True) as prog:
+        n = len(files)
+        task = prog.add_task(f"analysing {label} ({total / 2**20:,.1f} MiB, "
+                             f"{n} file{'s' if n != 1 else ''})", total=n)
+        done = [0]
+
+        def on_progress(event: str, value: float) -> None:
+            if event == "done":
+                done[0] += 1
+                prog.update(task, completed=done[0])
+            else:
+                prog.update(task, completed=done[0] + value)
+
+        with listening(on_progress):
+            return load(path, **kw)
