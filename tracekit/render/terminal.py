@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..coverage import lines as coverage_lines
+from ..safetext import clean
 from .common import cell, header, numeric, shown_rows, title
 
 #: C0 and C1 control characters: a kernel name is attacker-controlled text, and an escape
@@ -24,13 +25,14 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def safe_plain(text) -> str:
-    """Trace text for a plain (non-rich) terminal line: control characters replaced."""
-    return _CONTROL.sub("\ufffd", str(text))
+    """Trace text for a plain (non-rich) terminal line: control and bidi characters replaced."""
+    return clean(text)
 
 
 def safe(text) -> str:
-    """Trace text for the terminal: control characters replaced by U+FFFD, rich markup escaped."""
-    return escape(_CONTROL.sub("\ufffd", str(text)))
+    """Trace text for the terminal: control and bidi characters replaced by U+FFFD, rich
+    markup escaped."""
+    return escape(clean(text))
 
 
 def _steps_line(steps: dict) -> str:
@@ -131,9 +133,9 @@ def _steps_text(steps: list[int]) -> str:
 
 def render(meta: dict, tables: dict[str, pd.DataFrame], console: Console | None = None, *,
            wide: bool = False, top: int | None = None) -> None:
-    console = console or Console()
+    console = console or Console(highlight=False)
     if wide:
-        console = Console(file=console.file, width=max(console.width, 400),
+        console = Console(file=console.file, width=max(console.width, 400), highlight=False,
                           force_terminal=console.is_terminal, no_color=console.no_color)
     _head(meta, console)
     for name, df in tables.items():
@@ -144,7 +146,7 @@ def render(meta: dict, tables: dict[str, pd.DataFrame], console: Console | None 
 def render_compare(meta: dict, tables: dict[str, pd.DataFrame], console: Console | None = None, *,
                    wide: bool = False, top: int | None = None) -> None:
     """A vs B tables (``tracekit compare``); rows where both runs are 0 are left out."""
-    console = console or Console()
+    console = console or Console(highlight=False)
     for k in ("a", "b"):
         m = meta.get(k, {})
         line = f"[bold]{k.upper()}[/bold]: {safe(str(m.get('path')))}"
