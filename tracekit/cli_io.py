@@ -10,6 +10,7 @@ are written (what is written is the renderers' business, :mod:`tracekit.render`)
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,7 +43,9 @@ class TracekitGroup(click.Group):
 
     def invoke(self, ctx):
         try:
-            return super().invoke(ctx)
+            with warnings.catch_warnings():  # numpy's RuntimeWarnings and the like: one line
+                warnings.showwarning = _show_warning
+                return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except BrokenPipeError:  # `tracekit analyze t.json | head`: the reader left, so do we
@@ -62,6 +65,10 @@ class TracekitGroup(click.Group):
                 raise
             fail(f"unexpected failure ({e.__class__.__name__}: {str(e)[:200]}); "
                  "rerun with --debug for details")
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    _line("warning", f"{category.__name__}: {message}")
 
 
 def _line(kind: str, message: str) -> None:

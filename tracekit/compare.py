@@ -71,10 +71,11 @@ def delta_table(a_wide: pd.DataFrame, b_wide: pd.DataFrame) -> pd.DataFrame:
     """Join A's and B's per-step values into a_ms, b_ms, delta_ms, delta_pct, a_std, b_std."""
     a, b = _stats(a_wide), _stats(b_wide)
     out = a.add_prefix("a_").join(b.add_prefix("b_"), how="outer")
-    out[["a_ms", "b_ms"]] = out[["a_ms", "b_ms"]].fillna(0.0)
+    # float64 throughout: an all-zero column can come back as Python objects, whose division
+    # raises ZeroDivisionError instead of giving inf; dividing by A only where A > 0.
+    out[["a_ms", "b_ms"]] = out[["a_ms", "b_ms"]].fillna(0.0).astype(np.float64)
     out["delta_ms"] = out["b_ms"] - out["a_ms"]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out["delta_pct"] = np.where(out["a_ms"] > 0, out["delta_ms"] / out["a_ms"] * 100.0, np.nan)
+    out["delta_pct"] = out["delta_ms"] / out["a_ms"].where(out["a_ms"] > 0) * 100.0
     out = out[["a_ms", "b_ms", "delta_ms", "delta_pct", "a_std", "b_std"]]
     return out.reset_index()
 
