@@ -449,14 +449,6 @@ _COLUMNS = ("kind", "name", "pid", "tid", "ts", "dur", "flow_id", "flow_ph", "co
             "seq", "fwd_tid", "stream", "device", "py_id", "py_parent", "collective", "bytes")
 
 
-def events_to_frame(doc: TraceDoc, path: str | os.PathLike) -> tuple[pd.DataFrame, list[str], dict]:
-    """Columns of the events tracekit uses, plus warnings and metadata from ``M`` events."""
-    b = _FrameBuilder()
-    for i in range(0, len(doc.traceEvents), CHUNK_EVENTS):
-        b.add(doc.traceEvents[i:i + CHUNK_EVENTS])
-    return b.finish(path)
-
-
 #: Events decoded per chunk by the chunked reader.
 CHUNK_EVENTS = 100_000
 #: Bytes of JSON per chunk (the split points are found near multiples of this).

@@ -9,7 +9,7 @@ schedules them) or ``""`` (not an inference trace, or no way to tell).
 Evidence, strongest first:
 
 1. tracekit's own capture ranges ``tracekit.phase:prefill`` / ``tracekit.phase:decode``
-   (handled in :mod:`tracekit.link`);
+   (handled in :mod:`tracekit.pipeline.phases`);
 2. the step ranges that serving stacks record, applied by time to every thread of the process:
 
    * SGLang: ``step[EXTEND ...]`` (prefill), ``step[DECODE ...]``, ``step[MIXED ...]``;
@@ -31,6 +31,8 @@ import re
 
 import numpy as np
 import pandas as pd
+
+from .intervals import containing
 
 STAGES = ("prefill", "decode", "mixed")
 
@@ -61,15 +63,6 @@ def stage_of_range(name: str) -> tuple[str, int]:
     return (m.group(1).lower(), 0) if m else ("", -1)
 
 
-def _containing(t: np.ndarray, r_start: np.ndarray, r_end: np.ndarray) -> np.ndarray:
-    """Index of the latest-starting range containing each time, -1 when none."""
-    order = np.argsort(r_start, kind="stable")
-    s, e = r_start[order], r_end[order]
-    pos = np.searchsorted(s, t, side="right") - 1
-    ok = (pos >= 0) & (t < e[np.maximum(pos, 0)])
-    return np.where(ok, order[np.maximum(pos, 0)], -1)
-
-
 def from_ranges(range_names: np.ndarray, r_pid: np.ndarray, r_start: np.ndarray,
                 r_end: np.ndarray, a_pid: np.ndarray, a_ts: np.ndarray) -> np.ndarray:
     """Stage per activity (by its launch time and process) from serving step ranges."""
@@ -78,12 +71,9 @@ def from_ranges(range_names: np.ndarray, r_pid: np.ndarray, r_start: np.ndarray,
     family = np.array([memo[n][1] for n in range_names], dtype=np.int64)
     out = np.full(len(a_ts), "", dtype=object)
     for fam in (0, 1, 2):
-        for p in np.unique(r_pid[family == fam]):
-            sel = np.flatnonzero((family == fam) & (r_pid == p))
-            m = a_pid == p
-            k = _containing(a_ts[m], r_start[sel], r_end[sel])
-            hit = np.flatnonzero(m)[k >= 0]
-            out[hit] = stage[sel[k[k >= 0]]]
+        sel = np.flatnonzero(family == fam)
+        k = containing(a_pid, a_ts, r_pid[sel], r_start[sel], r_end[sel])
+        out[k >= 0] = stage[sel[k[k >= 0]]]
     return out
 
 
@@ -125,7 +115,7 @@ def from_passes(modules: pd.DataFrame, a_ts: np.ndarray, a_step: np.ndarray,
                 a_phase: np.ndarray) -> np.ndarray:
     """HF ``generate``: first model pass of a step is prefill, later passes decode.
 
-    ``modules`` is the module table of :mod:`tracekit.link` (``parent``, ``is_layer``,
+    ``modules`` is the module table of :mod:`tracekit.pipeline.modules` (``parent``, ``is_layer``,
     ``start``, ``end``); ``a_ts`` the activities' launch times. Returns ``""`` everywhere when
     the heuristic does not apply (backward work, no layers, one pass per step).
 

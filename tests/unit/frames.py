@@ -1,0 +1,32 @@
+"""Tiny hand-built event frames (the columns tracekit.read produces) for the pipeline's unit tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.pipeline.state import Trace
+from tracekit.read import ANNOTATION, CPU_OP, FLOW_FWDBWD, KERNEL, PYTHON, RUNTIME
+
+__all__ = ["ANNOTATION", "CPU_OP", "FLOW_FWDBWD", "KERNEL", "PYTHON", "RUNTIME", "ev", "trace"]
+
+_DEFAULTS = {"kind": KERNEL, "name": "", "pid": 1, "tid": 1, "ts": 0, "dur": 0, "flow_id": -1,
+             "flow_ph": "", "corr": -1, "ext_id": -1, "seq": -1, "fwd_tid": -1, "stream": -1,
+             "device": -1, "py_id": -1, "py_parent": -1, "collective": "", "bytes": np.nan}
+
+
+def ev(kind: int, name: str, ts: int, dur: int, **kw) -> dict:
+    """One event row; unspecified columns take read's "absent" values."""
+    return {**_DEFAULTS, "kind": kind, "name": name, "ts": ts, "dur": dur, **kw}
+
+
+def trace(*rows: dict) -> Trace:
+    """A pipeline Trace over these events, in the given order."""
+    df = pd.DataFrame(list(rows), columns=list(_DEFAULTS))
+    for c in ("name", "flow_ph", "collective"):
+        df[c] = pd.Categorical(df[c].astype(str))
+    for c in df.columns:
+        if c not in ("name", "flow_ph", "collective", "bytes"):
+            df[c] = df[c].astype(np.int64)
+    df["kind"] = df["kind"].astype(np.int8)
+    return Trace(path="unit.json", events=df)

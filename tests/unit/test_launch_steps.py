@@ -1,0 +1,60 @@
+"""Unit tests of the first pipeline steps: join_launches and find_steps."""
+
+from __future__ import annotations
+
+import numpy as np
+from frames import ANNOTATION, CPU_OP, KERNEL, RUNTIME, ev, trace
+
+from tracekit.pipeline.launches import join_launches
+from tracekit.pipeline.steps import find_steps
+
+
+def _gpu():
+    return trace(
+        ev(ANNOTATION, "ProfilerStep#4", 100, 100),
+        ev(ANNOTATION, "ProfilerStep#5", 200, 100),
+        ev(RUNTIME, "cudaLaunchKernel", 110, 5, corr=7),
+        ev(RUNTIME, "cudaLaunchKernel", 210, 5, corr=8),
+        ev(KERNEL, "gemm", 150, 20, pid=0, tid=7, corr=7, stream=7),
+        ev(KERNEL, "mul", 260, 10, pid=0, tid=7, corr=8, stream=7),
+        ev(KERNEL, "early", 20, 10, pid=0, tid=7, corr=3, stream=7),  # launched before the file
+        ev(KERNEL, "orphan", 230, 5, pid=0, tid=7, corr=99, stream=7),
+    )
+
+
+def test_join_launches_joins_by_correlation_id_only():
+    t = join_launches(_gpu())
+    a = t.acts.set_index(t.acts["name"].astype(str))
+    assert t.mode == "gpu"
+    assert a.loc["gemm", "launch_ev"] == 2 and a.loc["gemm", "launch_ts"] == 110
+    assert str(a.loc["gemm", "runtime"]) == "cudaLaunchKernel" and a.loc["gemm", "corr"] == 7
+    assert not a.loc["orphan", "launched"] and a.loc["orphan", "launch_pid"] == -1
+    assert a.loc["orphan", "launch_ts"] == 230  # no launch: its own start
+    assert any("2 of 4 device activities have no launching runtime call" in w for w in t.warnings)
+
+
+def test_join_launches_cpu_mode_uses_leaf_ops():
+    t = join_launches(trace(ev(CPU_OP, "aten::linear", 0, 100), ev(CPU_OP, "aten::mm", 10, 50),
+                            ev(CPU_OP, "aten::relu", 120, 10)))
+    assert t.mode == "cpu"
+    assert sorted(t.acts["name"].astype(str)) == ["aten::mm", "aten::relu"]
+    assert (t.acts["launch_ev"] == t.acts["ev"]).all()
+
+
+def test_find_steps_numbers_activities_by_their_launch():
+    t = find_steps(join_launches(_gpu()))
+    a = t.acts.set_index(t.acts["name"].astype(str))
+    assert a.loc["gemm", "step"] == 4 and str(a.loc["gemm", "step_by"]) == "launch"
+    assert a.loc["mul", "step"] == 5
+    assert a.loc["early", "step"] == -1 and str(a.loc["early", "step_by"]) == "none"
+    assert a.loc["orphan", "step"] == 5 and str(a.loc["orphan", "step_by"]) == "time"
+    assert t.step_ranges["step"].tolist() == [4, 5]
+    assert t.meta["has_profiler_steps"]
+
+
+def test_find_steps_without_markers_is_one_window():
+    t = find_steps(join_launches(trace(ev(RUNTIME, "cudaLaunchKernel", 0, 5, corr=1),
+                                       ev(KERNEL, "k", 10, 5, corr=1))))
+    assert t.acts["step"].tolist() == [0] and t.acts["step_by"].astype(str).tolist() == ["trace"]
+    assert not t.meta["has_profiler_steps"]
+    assert np.asarray(t.step_ranges["step"]).size == 0
