@@ -11,9 +11,6 @@ _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from shared_traces import SHARED  # noqa: E402
-
-
 def _hypothesis_profiles() -> None:
     """``ci`` (CI=true): few examples, derandomized, so the suite stays within its time budget;
     ``dev`` (default): more; ``thorough``: a long hunt. HYPOTHESIS_PROFILE picks one."""
@@ -33,12 +30,32 @@ def _hypothesis_profiles() -> None:
 _hypothesis_profiles()
 
 
-@pytest.fixture(scope="session")
-def shared_traces_dir() -> Path:
-    """../shared/traces (the real traces beside the repository); skips the test when absent."""
-    if not SHARED.is_dir():
-        pytest.skip(f"shared traces not found at {SHARED} (a user's clone has no ../shared)")
-    return SHARED
+def _source_tree_check() -> None:
+    """The suite tests this source tree: tracekit (and tracekit.analyses / tracekit.capture,
+    which live in analyses/ and capture/) must import from it, as ``pip install -e .`` makes
+    them. An installed copy elsewhere would be tested instead, silently. Set
+    TRACEKIT_TEST_INSTALLED=1 to test an installed tracekit on purpose."""
+    if os.environ.get("TRACEKIT_TEST_INSTALLED"):
+        return
+    root = Path(__file__).resolve().parents[1]
+    try:
+        import tracekit.analyses
+
+        import tracekit
+    except ImportError as exc:
+        pytest.exit(f"tracekit is not importable ({exc}); from {root} run: pip install -e '.[test]'",
+                    returncode=4)
+    found = {"tracekit": Path(tracekit.__file__).resolve().parent,
+             "tracekit.analyses": Path(tracekit.analyses.__file__).resolve().parent}
+    wrong = {m: p for m, p in found.items() if root not in p.parents}
+    if wrong:
+        where = ", ".join(f"{m} from {p}" for m, p in wrong.items())
+        pytest.exit(f"the tests would run against another tracekit ({where}), not the source tree "
+                    f"{root}: run `pip install -e '.[test]'` there (or set TRACEKIT_TEST_INSTALLED=1)",
+                    returncode=4)
+
+
+_source_tree_check()
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -55,3 +72,22 @@ def _cache_in_tmp(tmp_path_factory):
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+_EXTRAS = {  # marker -> (modules it needs, the extra that installs them)
+    "capture": (("torch", "deepspeed", "transformers"), "capture"),
+    "peers": (("hta", "torch_tb_profiler"), "peers"),
+}
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``capture`` or ``peers`` skips, naming what is missing, without its extra."""
+    import importlib.util
+
+    for marker, (modules, extra) in _EXTRAS.items():
+        if item.get_closest_marker(marker) is None:
+            continue
+        missing = [m for m in modules if importlib.util.find_spec(m) is None]
+        if missing:
+            pytest.skip(f"needs the {extra} extra: {', '.join(missing)} not installed "
+                        f"(pip install 'tracekit[{extra}]')")

@@ -12,32 +12,26 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from shared_traces import shared_trace
 
 import tracekit
 from tracekit.stages import from_passes, stage_of_range
 from tracekit.taxonomy import kernel_rules
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "tracelens"
-SGLANG_PD = TRACES / "inference__sglang_prefilldecode__sglang_Qwen3-8B_prefilldecode.json.gz"
-SGLANG_DEC = TRACES / "inference__sglang_decode__sglang_Qwen3-8B_decode.json.gz"
-B200 = TRACES / "b200__eager_trace.json.gz"
+SGLANG_PD = "tracelens/inference__sglang_prefilldecode__sglang_Qwen3-8B_prefilldecode.json.gz"
+SGLANG_DEC = "tracelens/inference__sglang_decode__sglang_Qwen3-8B_decode.json.gz"
+B200 = "tracelens/b200__eager_trace.json.gz"
 TINY_INFER = Path(__file__).resolve().parents[1] / "sample_traces" / "tiny-infer"
-
-
-def _need(p: Path) -> Path:
-    if not p.exists():
-        pytest.skip(f"real trace {p.name} not here (../shared/traces is absent on this clone)")
-    return p
 
 
 @pytest.fixture(scope="module")
 def sglang():
-    return tracekit.load(_need(SGLANG_PD))
+    return tracekit.load(shared_trace(SGLANG_PD), cache=False)
 
 
 @pytest.fixture(scope="module")
 def b200():
-    return tracekit.load(_need(B200))
+    return tracekit.load(shared_trace(B200), cache=False)
 
 
 # --- stage names ---------------------------------------------------------------------------------
@@ -130,7 +124,7 @@ def test_sglang_prefill_stage_tables(sglang):
 
 
 def test_sglang_decode_trace_is_decode():
-    a = tracekit.load(_need(SGLANG_DEC))
+    a = tracekit.load(shared_trace(SGLANG_DEC), cache=False)
     k = a.table("kernels")
     assert set(k["stage"]) == {"decode"}
     _sums_to_100(k, ["stage"])
@@ -153,7 +147,7 @@ def test_b200_gpt_oss(b200):
 
 def test_capture_annotated_prefill_decode():
     assert TINY_INFER.exists(), "the committed sample sample_traces/tiny-infer is missing"
-    a = tracekit.load(TINY_INFER)
+    a = tracekit.load(TINY_INFER, cache=False)  # no cache file written into the source tree
     t = a.table("timeline", per_step=True)
     assert set(t["stage"]) == {"prefill", "decode"}
     _sums_to_100(t, ["step", "stage"])

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import gzip
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 import tracekit
+from shared_traces import SHARED
 from synthetic import make_trace, write_trace
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 SRCS = [SHARED / "hta" / f"trace_filter__sampled_rank-{i}.json.gz" for i in (0, 1)]
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from shared_traces import shared_trace
 
 import tracekit
-from shared_traces import SHARED
 
 hta = pytest.importorskip("hta", reason="HolisticTraceAnalysis not installed (pip install 'tracekit[peers]')")
 
@@ -34,10 +34,8 @@ CLOSE = [  # HTA rounds nanosecond timestamps down to microseconds: small differ
 
 
 def _pair(rel: str):
-    path = SHARED / rel
-    if not path.exists():
-        pytest.skip(f"shared trace {rel} not found")
-    return tracekit_like_hta(tracekit.load(path)), hta_numbers(path)
+    path = shared_trace(rel)
+    return tracekit_like_hta(tracekit.load(path, cache=False)), hta_numbers(path)
 
 
 @pytest.mark.parametrize("rel", EXACT)

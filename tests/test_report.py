@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from shared_traces import PAPER_MD
 from synthetic import make_trace, write_trace
 
 import tracekit
@@ -146,7 +147,6 @@ def test_write_report_returns_path(tmp_path):
 
 # --- --paper ------------------------------------------------------------------------------------
 
-PAPER_MD = Path(__file__).resolve().parents[1].parent / "shared" / "paper" / "dissecting-llm-runtime-performance.md"
 
 
 def test_paper_values_match_the_paper_text():
