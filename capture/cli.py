@@ -112,6 +112,7 @@ def train(model, layers, batch_size, attention, dtype, warmup, no_stack, seed, o
         raise CaptureError(f"--batch-size must be at least 1, got {batch_size}")
     if offload and zero == 0:
         raise CaptureError("--offload needs --zero 1, 2 or 3")
+    output.check_out(out, force)  # a previous run is refused before any dependency is looked for
     checks.require()
     gpus = checks.gpu_count()
     gpu = gpus > 0
@@ -158,6 +159,7 @@ def infer(model, layers, batch_size, attention, dtype, warmup, no_stack, seed, o
     check_sequence_length(shape, prompt_len + gen_len, "--prompt-len + --gen-len")
     if batch_size < 1:
         raise CaptureError(f"--batch-size must be at least 1, got {batch_size}")
+    output.check_out(out, force)  # a previous run is refused before any dependency is looked for
     if engine == "lightllm":
         from . import lightllm
 

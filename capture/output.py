@@ -39,25 +39,34 @@ def ours(path: Path) -> bool:
             or path.name.endswith(TRACE_SUFFIX) or path.name.endswith(".pt.trace.json"))
 
 
-def prepare(out: Path, force: bool) -> Path:
-    """Make ``out`` ready for a new run; refuse to touch a previous one unless ``force``."""
+def check_out(out: Path, force: bool) -> list[Path]:
+    """Refuse an ``out`` that is not a directory, holds a previous run (unless ``force``) or holds
+    files a capture did not write; writes nothing, so it can run before anything else does.
+    Returns the entries a forced run replaces."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise CaptureError(f"--out {out} exists and is not a directory")
-    if out.is_dir():
-        entries = list(out.iterdir())
-        if entries and not force:
-            raise CaptureError(f"{out} is not empty (a previous run?); pass --force to replace it")
-        foreign = [e.name for e in entries if not ours(e)]
-        if foreign:
-            # --force replaces a capture, never files a capture did not write.
-            raise CaptureError(f"{out} holds files a capture did not write ({', '.join(sorted(foreign)[:3])}); "
-                               "choose another --out")
-        for entry in entries:
-            if entry.is_dir():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
+    if not out.is_dir():
+        return []
+    entries = list(out.iterdir())
+    if entries and not force:
+        raise CaptureError(f"{out} is not empty (a previous run?); pass --force to replace it")
+    foreign = [e.name for e in entries if not ours(e)]
+    if foreign:
+        # --force replaces a capture, never files a capture did not write.
+        raise CaptureError(f"{out} holds files a capture did not write ({', '.join(sorted(foreign)[:3])}); "
+                           "choose another --out")
+    return entries
+
+
+def prepare(out: Path, force: bool) -> Path:
+    """Make ``out`` ready for a new run; refuse to touch a previous one unless ``force``."""
+    out = Path(out)
+    for entry in check_out(out, force):
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
     (out / LOGS).mkdir(parents=True, exist_ok=True)
     return out
 
