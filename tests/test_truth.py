@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -238,8 +238,10 @@ def test_plain_json_equals_gzip(tmp_path_factory):
 
 
 def _cli(path):
-    exe = shutil.which("tracekit")
-    cmd = [exe] if exe else [sys.executable, "-m", "tracekit.cli"]
+    # the console script of the interpreter under test (a `tracekit` found on PATH may be another
+    # install's), else the module
+    exe = Path(sys.executable).with_name("tracekit")
+    cmd = [str(exe)] if exe.is_file() else [sys.executable, "-m", "tracekit.cli"]
     return subprocess.run(cmd + ["analyze", str(path), "--format", "json"], capture_output=True,
                           text=True, timeout=300)
 
