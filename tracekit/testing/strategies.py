@@ -149,6 +149,9 @@ def plans(draw: st.DrawFn, max_steps: int = 3, max_units: int = 8) -> Plan:
         "autograd_thread": draw(st.booleans()),
         "flows": draw(st.booleans()),
         "ts_format": draw(st.sampled_from(["float", "int"])),
+        "big_ids": draw(st.booleans()),
+        "old_categories": draw(st.booleans()),
+        "jitter_seed": draw(st.one_of(st.none(), st.integers(0, 2**16))),
     }
     whole_us = options["ts_format"] == "int"
     steps = draw(st.lists(_steps(whole_us, max_units), min_size=1, max_size=max_steps))
