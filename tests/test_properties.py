@@ -175,6 +175,10 @@ def test_an_epoch_clock_with_nanosecond_decimals_changes_nothing(plan: Plan):
     assert_same_tables(_load(far, "far.json"), _load(near))
 
 
+RUNTIME = {"cuda_runtime", "cuda_driver", "Runtime", "Driver"}  # (old Kineto: capitalised)
+DEVICE = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
+
+
 def split_windows(trace: dict, first_steps: int) -> tuple[dict, dict]:
     """The events of one process cut into two successive profiler windows: CPU events by time
     (the cut is between two ProfilerStep ranges), device events and flows with their launch."""
@@ -183,7 +187,7 @@ def split_windows(trace: dict, first_steps: int) -> tuple[dict, dict]:
                    and e.get("cat") == "user_annotation")
     cut = steps[first_steps]
     launch_ts = {e["args"]["correlation"]: e["ts"] for e in events
-                 if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+                 if e.get("cat") in RUNTIME and "correlation" in e.get("args", {})}
     flow_ts = {e["id"]: e["ts"] for e in events if e.get("ph") == "s"}
     first: list[dict] = []
     second: list[dict] = []
@@ -194,7 +198,7 @@ def split_windows(trace: dict, first_steps: int) -> tuple[dict, dict]:
             continue
         if e.get("ph") == "f":
             ts = flow_ts[e["id"]]
-        elif e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+        elif e.get("cat") in DEVICE:
             ts = launch_ts[e["args"]["correlation"]]
         elif e.get("cat") == "gpu_user_annotation":
             ts = min(cut, e["ts"])  # the step's device projection
@@ -220,16 +224,18 @@ def test_successive_windows_of_one_rank_change_nothing(plan: Plan, first: int):
     assert_same_tables(split, whole)
 
 
-def test_the_window_split_keeps_every_event_once():
-    """The helper above is itself right: each event in exactly one window (metadata in both)."""
-    b = _fixed_plan().build()
+@pytest.mark.parametrize("options", [{}, {"old_categories": True, "autograd_thread": False}])
+def test_the_window_split_keeps_every_event_once(options):
+    """The helper above is itself right: each event in exactly one window (metadata in both),
+    a device activity in its launch's window, every table as the whole trace's."""
+    b = _fixed_plan().build(**options)
     trace = b.trace()
     one, two = split_windows(trace, 1)
     meta = [e for e in trace["traceEvents"] if e.get("ph") == "M" or e.get("cat") == "Trace"
             or not isinstance(e.get("ts"), (int, float))]
     assert len(one["traceEvents"]) + len(two["traceEvents"]) == len(trace["traceEvents"]) + len(meta)
-    corr = {e["args"]["correlation"] for e in one["traceEvents"] if e.get("cat") == "kernel"}
-    launches = {e["args"]["correlation"] for e in one["traceEvents"] if e.get("cat") == "cuda_runtime"}
+    corr = {e["args"]["correlation"] for e in one["traceEvents"] if e.get("cat") in DEVICE}
+    launches = {e["args"]["correlation"] for e in one["traceEvents"] if e.get("cat") in RUNTIME}
     assert corr and corr <= launches
     # each window alone holds its steps' tables exactly (so only the rank logic is left to test)
     whole = _load(b).tables(per_step=True)
