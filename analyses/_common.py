@@ -9,6 +9,9 @@ from tracekit.intervals import measure, measure_by
 
 NS_PER_MS = 1e6
 PHASES = ["forward", "backward", "optimizer"]
+#: Every phase window of a step, in time order: the paper's phases and the tail with no
+#: phase evidence (``unattributed``), which tables show only where a rank has some.
+WINDOW_PHASES = ["forward", "backward", "unattributed", "optimizer"]
 
 
 def ms(ns) -> float:
@@ -53,7 +56,7 @@ def window_shares(intervals: pd.DataFrame) -> pd.DataFrame:
     """Long frame of each activity's share (ms) in each phase window: step, phase (the window),
     group, module, kernel_category, share_ms. Rows with no share are dropped."""
     parts = []
-    for ph in PHASES:
+    for ph in WINDOW_PHASES:
         col = intervals[share_column(ph)]
         keep = (col > 0).to_numpy()
         if not keep.any():
@@ -72,6 +75,15 @@ def percent(part, whole) -> np.ndarray:
     part = np.asarray(part, dtype=float)
     whole = np.asarray(whole, dtype=float)
     return np.divide(part * 100.0, whole, out=np.zeros(np.broadcast(part, whole).shape), where=whole > 0)
+
+
+def phases_present(intervals: pd.DataFrame, windows: pd.DataFrame) -> list[str]:
+    """The phases a rank's tables show: the paper's three, and ``unattributed`` where some
+    activity has that label or some complete step has an unattributed window."""
+    w = windows[(windows["window"] == "unattributed").to_numpy() & windows["complete"].to_numpy()]
+    has = bool(((w["end"] - w["start"]) > 0).any()) or \
+        bool((intervals["phase"].astype(str) == "unattributed").any())
+    return WINDOW_PHASES if has else PHASES
 
 
 def share_column(phase: str) -> str:

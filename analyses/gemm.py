@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ._common import PHASES, percent, step_windows, union_ms_by
+from ._common import WINDOW_PHASES, percent, phases_present, step_windows, union_ms_by
 from ._registry import MS, PCT, register
 
 
@@ -23,10 +23,10 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     gemm = union_ms_by(compute[compute["is_gemm"]], key)
     total = union_ms_by(compute, key)
     done = step_windows(windows)["step"].to_numpy()
-    idx = pd.MultiIndex.from_product([done, PHASES], names=key)
+    idx = pd.MultiIndex.from_product([done, phases_present(intervals, windows)], names=key)
     g = gemm.reindex(idx).fillna(0.0).to_numpy()
     t = total.reindex(idx).fillna(0.0).to_numpy()
     out = pd.DataFrame({"step": idx.get_level_values(0), "phase": idx.get_level_values(1),
                         "gemm_ms": g, "compute_ms": t, "percent": percent(g, t)})
-    out["phase"] = pd.Categorical(out["phase"], categories=PHASES)
+    out["phase"] = pd.Categorical(out["phase"], categories=WINDOW_PHASES)
     return out

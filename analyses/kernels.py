@@ -27,7 +27,7 @@ import pandas as pd
 
 from tracekit.taxonomy import COMM_CATEGORIES, KERNEL_CATEGORIES
 
-from ._common import PHASES, percent, share_column, step_windows
+from ._common import WINDOW_PHASES, percent, share_column, step_windows
 from ._registry import COUNT, MS, PCT, STAGE_MEAN, register
 from ._stages import ORDER, has_stages
 
@@ -51,7 +51,7 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
         "step": iv["step"].to_numpy(),
         "group": iv["group"].astype(str).replace({"memset": "memcpy"}).to_numpy(),
         "category": iv["kernel_category"].astype(str).to_numpy(),
-        "share": sum(iv[share_column(p)].to_numpy() for p in PHASES) / 1e6,
+        "share": sum(iv[share_column(p)].to_numpy() for p in WINDOW_PHASES) / 1e6,
         "dur": (iv["end"] - iv["start"]).to_numpy() / 1e6,
         "start": iv["start"].to_numpy(), "end": iv["end"].to_numpy(),
     })

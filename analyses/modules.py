@@ -24,7 +24,7 @@ import pandas as pd
 
 from tracekit.taxonomy import MODULE_CATEGORIES
 
-from ._common import percent, phase_windows, window_shares
+from ._common import percent, phase_windows, phases_present, window_shares
 from ._registry import MS, PCT, register
 
 ROWS = MODULE_CATEGORIES + ["Other", "Exposed communication", "Idle"]
@@ -35,6 +35,7 @@ ROWS = MODULE_CATEGORIES + ["Other", "Exposed communication", "Idle"]
           values={"time_ms": MS, "percent": PCT})
 def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     win = phase_windows(windows)
+    win = win[win["phase"].isin(phases_present(intervals, windows)).to_numpy()].reset_index(drop=True)
     shares = window_shares(intervals)
     group = shares["group"].to_numpy()
     module = shares["module"].to_numpy()

@@ -17,7 +17,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ._common import PHASES, percent, phase_windows, union_ms_by, window_shares
+from ._common import (
+    WINDOW_PHASES,
+    percent,
+    phase_windows,
+    phases_present,
+    union_ms_by,
+    window_shares,
+)
 from ._registry import MS, PCT, register
 
 
@@ -27,6 +34,7 @@ from ._registry import MS, PCT, register
                   "exposed_comm_ms": MS, "idle_ms": MS})
 def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     win = phase_windows(windows)
+    win = win[win["phase"].isin(phases_present(intervals, windows)).to_numpy()]
     key = ["step", "phase"]
     shares = window_shares(intervals)
     busy = shares.groupby(key)["share_ms"].sum()
@@ -47,5 +55,5 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
         "exposed_comm_ms": col(exposed),
         "idle_ms": (win["wall_ms"].to_numpy() - col(busy)).clip(min=0.0),
     })
-    out["phase"] = pd.Categorical(out["phase"], categories=PHASES)
+    out["phase"] = pd.Categorical(out["phase"], categories=WINDOW_PHASES)
     return out

@@ -2,8 +2,8 @@
 
 Input: each rank's ``phases`` table (mean per complete step). Two tables:
 
-* ``ranks``: one row per rank: ``forward_ms``, ``backward_ms``, ``optimizer_ms`` (phase wall
-  times on that rank's device timeline), ``step_ms`` (their sum, the step's device window),
+* ``ranks``: one row per rank: ``forward_ms``, ``backward_ms``, ``unattributed_ms``,
+  ``optimizer_ms`` (phase wall times on that rank's device timeline), ``step_ms`` (their sum, the step's device window),
   ``compute_ms`` (compute-kernel time), ``exposed_comm_ms`` (communication nothing hides),
   ``idle_ms`` (no device activity), and ``vs_mean_pct`` / ``vs_median_pct``: how much longer
   than the mean / median step this rank's step is, in percent;
@@ -23,10 +23,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ._common import PHASES
+from ._common import WINDOW_PHASES
 from ._registry import COUNT, INDEX, MS, PCT, TableSpec, declare
 
-PHASE_COLUMNS = [f"{p}_ms" for p in PHASES] + ["step_ms"]
+#: Phase walls (``unattributed``: time with no phase evidence) and their sum, the step window.
+PHASE_COLUMNS = [f"{p}_ms" for p in WINDOW_PHASES] + ["step_ms"]
 SUMS = {"compute_ms": "compute_ms", "exposed_comm_ms": "exposed_comm_ms", "idle_ms": "idle_ms"}
 COLUMNS = PHASE_COLUMNS + list(SUMS)
 #: A straggler is above the median by more than both this fraction of the median and
@@ -41,9 +42,9 @@ def per_rank(phases_by_rank: dict[int, pd.DataFrame]) -> pd.DataFrame:
         by_phase = ph.groupby("phase", observed=True) if len(ph) else None
         row: dict[str, float] = {"rank": rank}
         wall = by_phase["wall_ms"].sum() if by_phase is not None else pd.Series(dtype=float)
-        for p in PHASES:
+        for p in WINDOW_PHASES:
             row[f"{p}_ms"] = float(wall.get(p, 0.0))
-        row["step_ms"] = sum(row[f"{p}_ms"] for p in PHASES)
+        row["step_ms"] = sum(row[f"{p}_ms"] for p in WINDOW_PHASES)
         for col, src in SUMS.items():
             row[col] = float(ph[src].sum()) if len(ph) and src in ph else 0.0
         rows.append(row)

@@ -25,7 +25,7 @@ from .read import DEFAULT_MAX_BYTES
 from .safetext import TERMINAL_NAME_CHARS, clean_obj, clean_tables
 
 #: Phases a --phase filter can name.
-PHASES = ["forward", "recompute", "backward", "optimizer"]
+PHASES = ["forward", "recompute", "backward", "unattributed", "optimizer"]
 
 FORMATS = ["table", "json", "csv", "md", "parquet", "html"]
 

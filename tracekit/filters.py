@@ -49,7 +49,9 @@ class Filters:
         keep = pd.Series(True, index=iv.index)
         if self.steps is not None:
             keep &= iv["step"].isin(self.steps)
-        if self.phase is not None and "phase" in spec.filters:
+        if self.phase == "recompute" and "phase" in spec.filters:  # a part of backward
+            keep &= iv["recompute"].to_numpy(bool) if "recompute" in iv else False
+        elif self.phase is not None and "phase" in spec.filters:
             keep &= iv["phase"].astype(str).str.lower() == self.phase
         if self.module is not None and "module" in spec.filters:
             keep &= module_matches(iv["module"], self.module)
@@ -62,7 +64,9 @@ class Filters:
         """Rows of a computed table that match the filters on its key columns."""
         keep = pd.Series(True, index=df.index)
         if self.phase is not None and "phase" in df.columns:
-            keep &= df["phase"].astype(str).str.lower() == self.phase
+            # recompute is a part of backward: its rows are backward's
+            want = "backward" if self.phase == "recompute" else self.phase
+            keep &= df["phase"].astype(str).str.lower() == want
         if self.module is not None and "module" in df.columns:
             keep &= module_matches(df["module"], self.module)
         return df if bool(keep.all()) else df[keep.to_numpy()].reset_index(drop=True)

@@ -10,10 +10,12 @@ from .. import stages as _stages
 from ..intervals import containing
 from ..nesting import F_EVAL, F_OPT
 from ..read import ANNOTATION, CPU_OP
+from .evidence import optimizer_ops, step_tail
 from .nest import EVAL_PREFIX
 from .state import Trace, take
 
-PHASES = ["forward", "backward", "optimizer"]
+#: Phase labels, in the order their wall windows run in a step.
+PHASES = ["forward", "backward", "unattributed", "optimizer"]
 
 
 def assign_phases(t: Trace) -> Trace:
@@ -21,14 +23,18 @@ def assign_phases(t: Trace) -> Trace:
 
     Needs: ``acts.launch_pid``, ``launch_tid``, ``launch_ts``, ``ctx_bits``, ``bwd_r``;
     ``t.step_ranges.pid``/``tid`` (the threads that run ProfilerSteps).
-    Adds: ``acts.phase`` (forward / backward / optimizer), ``acts.phase_evidence`` (the
-    strongest evidence that decided it, weakest first: ``default`` (no evidence: forward),
-    ``evaluate_function`` (under autograd's evaluate_function), ``backward_node`` (inside an op
-    of a backward node), ``autograd_thread`` (launched from an autograd engine thread),
-    ``optimizer_range`` (inside ``Optimizer.step#``), ``annotation`` (tracekit's phase range))
-    and ``acts.annotated_stage`` (prefill/decode from tracekit's phase ranges, else "").
+    Adds: ``acts.phase`` (forward / backward / unattributed / optimizer),
+    ``acts.phase_evidence`` (the strongest evidence that decided it, weakest first: ``default``
+    (none: forward, launched before the step's last backward activity), ``evaluate_function``
+    (under autograd's evaluate_function), ``backward_node`` (inside an op of a backward node),
+    ``autograd_thread`` (launched from an autograd engine thread), ``optimizer_range`` (inside
+    ``Optimizer.step#``), ``optimizer_op`` / ``zero_grad`` (optimizer ops outside that range),
+    ``annotation`` (tracekit's phase range), then for the step's tail ``gradient_reduction``
+    (backward), ``grad_norm`` (optimizer) or ``none`` (unattributed); see
+    :mod:`tracekit.pipeline.evidence`) and ``acts.annotated_stage`` (prefill/decode from
+    tracekit's phase ranges, else "").
     Guarantees: later evidence in that order overrides earlier; tracekit's own phase ranges
-    apply by time to every thread of their process.
+    apply by time to every thread of their process; no activity is optimizer without evidence.
     """
     a = t.acts
     n = len(a)
@@ -41,14 +47,16 @@ def assign_phases(t: Trace) -> Trace:
              ((bits & F_OPT) != 0, "optimizer", "optimizer_range")]
     for mask, ph, why in rules:
         phase[mask], evidence[mask] = ph, why
+    optimizer_ops(t, phase, evidence)
     annotated = _annotated_phase(t)
-    for p in PHASES:
+    for p in ann.TRAIN_PHASES:
         m = annotated == p
         phase[m], evidence[m] = p, "annotation"
     stage = np.full(n, "", dtype=object)
     for p in ("prefill", "decode"):
         m = annotated == p
         phase[m], evidence[m], stage[m] = "forward", "annotation", p
+    step_tail(t, phase, evidence)
     a["phase"] = pd.Categorical(phase, categories=PHASES)
     a["phase_evidence"] = pd.Categorical(evidence)
     a["annotated_stage"] = stage

@@ -7,7 +7,7 @@ import pandas as pd
 
 from ..intervals import ShareClock
 from .state import Trace
-from .windows import PHASES
+from .windows import BOUNDS, PHASES
 
 #: Priority of a group when activities overlap: compute hides communication hides copies.
 GROUP_LEVEL = {"compute": 0, "comm": 1, "memcpy": 2, "memset": 2}
@@ -21,9 +21,9 @@ def add_shares(t: Trace) -> Trace:
     """Split every instant of busy time among the activities of its step running then.
 
     Needs: ``acts.step``, ``start``, ``end``, ``group``; ``t.steps`` (``start``,
-    ``t_backward``, ``t_optimizer``, ``end`` per step).
+    ``t_backward``, ``t_unattributed``, ``t_optimizer``, ``end`` per step).
     Adds: ``acts.window`` (the phase window the activity starts in; "" outside every step) and
-    ``acts.share_forward``, ``share_backward``, ``share_optimizer`` (ns, float): its share inside
+    ``acts.share_forward``, ``share_backward``, ``share_unattributed``, ``share_optimizer`` (ns, float): its share inside
     each phase window of its step. At each instant the highest-priority group active there
     (compute, then communication, then copies) owns the instant, split equally among its
     active activities.
@@ -42,7 +42,7 @@ def add_shares(t: Trace) -> Trace:
     window = np.full(n, "", dtype=object)
     if ok.any():
         r = row[ok]
-        bounds = [st[c].to_numpy(np.int64)[r] for c in ("start", "t_backward", "t_optimizer", "end")]
+        bounds = [st[c].to_numpy(np.int64)[r] for c in BOUNDS]
         shift = _stretches(st)[r]
         s = a["start"].to_numpy(np.int64)[ok]
         e = a["end"].to_numpy(np.int64)[ok]
@@ -51,8 +51,8 @@ def add_shares(t: Trace) -> Trace:
         for k, ph in enumerate(PHASES):
             share = clock.shares(bounds[k] + shift, bounds[k + 1] + shift)
             a.loc[ok, share_column(ph)] = share
-        window[ok] = np.where(s < bounds[1], "forward",
-                              np.where(s < bounds[2], "backward", "optimizer"))
+        k = (s[:, None] >= np.stack(bounds[1:-1], axis=1)).sum(axis=1)
+        window[ok] = np.asarray(PHASES, dtype=object)[k]
     a["window"] = window
     return t
 

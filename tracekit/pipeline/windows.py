@@ -7,7 +7,10 @@ import pandas as pd
 
 from .state import Trace
 
-PHASES = ["forward", "backward", "optimizer"]
+#: The phase windows of a step, in time order (unattributed: the tail with no phase evidence).
+PHASES = ["forward", "backward", "unattributed", "optimizer"]
+#: The steps-table columns that bound the phase windows, in order.
+BOUNDS = ["start", "t_backward", "t_unattributed", "t_optimizer", "end"]
 #: The windows of a step: the whole step, then its phases in order.
 WINDOWS = ["step"] + PHASES
 #: A first or last step shorter than this fraction of the median step was cut by the profiler.
@@ -21,9 +24,10 @@ def find_windows(t: Trace) -> Trace:
     Adds: ``t.steps``: one row per step with activity: ``step``, ``start``, ``end``
     (first start to last end of its activities), ``activities``, ``t_backward``,
     ``t_optimizer`` (first backward / optimizer activity start; an absent phase collapses onto
-    the next boundary), ``complete``, ``cpu_start``, ``cpu_end`` (its ProfilerStep range, -1
+    the next boundary), ``t_unattributed`` (first start of an activity with no phase evidence,
+    inside [t_backward, t_optimizer]; t_optimizer when there is none), ``complete``, ``cpu_start``, ``cpu_end`` (its ProfilerStep range, -1
     none); ``t.windows``: one row per (step, window) with window in ``step``, ``forward``,
-    ``backward``, ``optimizer``: ``start``, ``end``, ``complete``.
+    ``backward``, ``unattributed``, ``optimizer``: ``start``, ``end``, ``complete``.
     Guarantees: a step's phase windows tile its step window in order; times stay int64
     (epoch nanoseconds do not survive float64). The first/last step is incomplete when it is
     under 10% of the median step (cut by the profiling window; a warning names it).
@@ -44,6 +48,7 @@ def find_windows(t: Trace) -> Trace:
     t_opt = np.where(firsts["optimizer"] >= 0, firsts["optimizer"], end)
     t_bwd = np.where(firsts["backward"] >= 0, np.minimum(firsts["backward"], t_opt), t_opt)
     steps["t_backward"] = t_bwd.astype(np.int64)
+    steps["t_unattributed"] = _t_unattributed(iv, steps, t_bwd, t_opt)
     steps["t_optimizer"] = t_opt.astype(np.int64)
     steps = steps.reset_index()
     steps["complete"] = _complete(steps, t.warnings)
@@ -55,6 +60,18 @@ def find_windows(t: Trace) -> Trace:
     t.steps = steps
     t.windows = windows_of(steps)
     return t
+
+
+def _t_unattributed(iv: pd.DataFrame, steps: pd.DataFrame, t_bwd: np.ndarray,
+                    t_opt: np.ndarray) -> np.ndarray:
+    """Where the unattributed window starts: the first start of an activity with no phase
+    evidence, clipped into [t_backward, t_optimizer]; t_optimizer (empty) when there is none."""
+    sub = iv[(iv["phase"] == "unattributed").to_numpy()]
+    first = sub.groupby("step")["start"].min()
+    pos = steps.index.get_indexer(first.index)
+    out = np.asarray(t_opt, np.int64).copy()
+    out[pos] = first.to_numpy(np.int64)
+    return np.clip(out, t_bwd, t_opt).astype(np.int64)
 
 
 def _complete(steps: pd.DataFrame, warnings: list[str]) -> np.ndarray:
@@ -76,7 +93,7 @@ def _complete(steps: pd.DataFrame, warnings: list[str]) -> np.ndarray:
 def windows_of(steps: pd.DataFrame) -> pd.DataFrame:
     """The long windows table of a steps table (``start``, ``t_backward``, ``t_optimizer``,
     ``end``, ``complete`` per step): rows ``step`` then each phase, per step."""
-    bounds = [steps["start"], steps["t_backward"], steps["t_optimizer"], steps["end"]]
+    bounds = [steps[c] for c in BOUNDS]
     parts = [pd.DataFrame({"step": steps["step"].to_numpy(), "window": "step",
                            "start": steps["start"].to_numpy(np.int64),
                            "end": steps["end"].to_numpy(np.int64),

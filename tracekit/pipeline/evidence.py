@@ -1,0 +1,132 @@
+"""Phase evidence beyond the launching op's ranges: optimizer ops, and the step's tail.
+
+A phase needs evidence (docs/metrics.md, "Phase of an activity"). :func:`assign_phases` first
+applies the range evidence (autograd engine thread / ``evaluate_function`` / backward node ->
+backward; ``Optimizer.step#`` -> optimizer; tracekit's phase annotation overrides). This module
+adds the evidence that is not a range around the launch:
+
+* optimizer ops launched outside an ``Optimizer.step#`` range: the fused and foreach optimizer
+  kernels' ops (``aten::_fused_adam_``, ``_fused_adamw_``, ``_fused_sgd_``,
+  ``_foreach_addcdiv_``/``_foreach_addcmul_``/``_foreach_lerp_``, apex/DeepSpeed
+  ``multi_tensor_adam``), and ``Optimizer.zero_grad#`` when it runs after the step's backward
+  (before it, zeroing gradients prepares the step: forward);
+* the step's *tail*: work with no evidence launched after the step's last backward activity.
+  Between the end of autograd and the optimizer it is, by the step's structure:
+
+  - gradient reduction (the tail up to its last collective before any gradient-norm op:
+    the collectives and the bucket copies/averaging around them): DDP's final bucket, DeepSpeed ``engine.backward``'s
+    ``allreduce_gradients`` / reduce-scatter epilogue -> **backward**;
+  - gradient norm and clipping (from the first norm op on, before the optimizer starts):
+    DeepSpeed ``engine.step``'s grad-norm all-reduce before ``Optimizer.step#``,
+    ``clip_grad_norm_`` -> **optimizer**;
+  - anything else before the optimizer starts (or to the step's end when it has no
+    optimizer work) -> **unattributed** (never optimizer by default).
+
+After the optimizer has started, the work up to the last all-gather launched there is the
+optimizer's (ZeRO's all-gather of the updated parameter partitions, and the copies before it).
+
+Work with no evidence before the step's last backward activity is forward (the loss, and the
+forward passes of further micro-batches), and so is other work with no evidence launched once
+the optimizer has started (the next iteration's input preparation): the forward default.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..intervals import containing
+from .state import Trace, take
+
+ZERO_GRAD_PREFIX = "Optimizer.zero_grad#"
+#: Ops only an optimizer's update runs (fused / foreach / multi-tensor implementations).
+OPTIMIZER_OPS = re.compile(
+    r"(?:^|::)(?:_fused_(?:adam|adamw|sgd|adagrad)_?|_foreach_(?:addcdiv|addcmul|lerp)_"
+    r"|multi_tensor_(?:adam|lamb|sgd)\w*)$|^(?:FusedAdam|DeepSpeedCPUAdam|cpu_adam)\b",
+    re.IGNORECASE)
+#: Ops that compute a gradient norm (clipping, DeepSpeed's global grad norm).
+NORM_OPS = re.compile(r"(?:^|::)(?:linalg_vector_norm|norm|_foreach_norm|frobenius_norm)$")
+#: A collective that gathers (ZeRO rebuilds updated parameters with all-gather).
+ALL_GATHER = re.compile(r"all_?gather", re.IGNORECASE)
+NO_EVIDENCE = "default"
+
+
+def _matches(names: np.ndarray, rx: re.Pattern) -> np.ndarray:
+    uniq = pd.unique(names)
+    hit = {n: bool(rx.search(str(n))) for n in uniq}
+    return np.fromiter((hit[n] for n in names), bool, len(names))
+
+
+def _op_names(t: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """(innermost op, outermost op) name of each activity's launch ("" none)."""
+    a, r = t.acts, t.ranges
+    names = r["name"].to_numpy(dtype=object) if len(r) else np.empty(0, object)
+    return a["op"].astype(str).to_numpy(), take(names, a["top_r"].to_numpy(), "")
+
+
+def optimizer_ops(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
+    """Optimizer ops and post-backward ``zero_grad`` launched outside ``Optimizer.step#``."""
+    free = evidence == NO_EVIDENCE
+    if not free.any():
+        return
+    op, top = _op_names(t)
+    hit = free & (_matches(op, OPTIMIZER_OPS) | _matches(top, OPTIMIZER_OPS))
+    phase[hit], evidence[hit] = "optimizer", "optimizer_op"
+    ev = t.events
+    idx = np.flatnonzero(pd.Series(t.names).str.startswith(ZERO_GRAD_PREFIX).to_numpy())
+    if idx.size == 0:
+        return
+    a = t.acts
+    ts = ev["ts"].to_numpy()[idx]
+    inside = containing(a["launch_pid"].to_numpy(), a["launch_ts"].to_numpy(),
+                        ev["pid"].to_numpy()[idx], ts, ts + ev["dur"].to_numpy()[idx]) >= 0
+    after = a["launch_ts"].to_numpy() > _per_step(a, phase == "backward", "min")
+    hit = (evidence == NO_EVIDENCE) & inside & after
+    phase[hit], evidence[hit] = "optimizer", "zero_grad"
+
+
+_NEVER = np.iinfo(np.int64).max
+_BEFORE_ALL = np.iinfo(np.int64).min
+
+
+def _per_step(a: pd.DataFrame, mask: np.ndarray, how: str, missing: int = _NEVER) -> np.ndarray:
+    """Per activity, the min/max launch time (int64 ns) of its step's ``mask`` activities;
+    ``missing`` where its step has none."""
+    step = a["step"].to_numpy()
+    ts = pd.Series(a["launch_ts"].to_numpy(np.int64)[mask]).groupby(step[mask]).agg(how)
+    pos = ts.index.get_indexer(step)
+    return np.where(pos >= 0, ts.to_numpy(np.int64)[np.maximum(pos, 0)] if len(ts) else missing,
+                    missing).astype(np.int64)
+
+
+def step_tail(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
+    """Work with no evidence after the step's last backward activity (see the module doc)."""
+    a = t.acts
+    lts = a["launch_ts"].to_numpy(np.int64)
+    last_bwd = _per_step(a, phase == "backward", "max")  # no backward: no tail
+    # Only launches the file records: a device activity placed by time has no launch to order.
+    tail = (evidence == NO_EVIDENCE) & (a["step"].to_numpy() >= 0) & (lts > last_bwd) & \
+        a["launched"].to_numpy(bool)
+    if not tail.any():
+        return
+    first_opt = _per_step(a, phase == "optimizer", "min")
+    before_opt = lts < first_opt
+    op, top = _op_names(t)
+    norm = tail & before_opt & (_matches(op, NORM_OPS) | _matches(top, NORM_OPS))
+    t_norm = _per_step(a, norm, "min")
+    before_norm = lts < t_norm
+    comm = tail & before_opt & before_norm & (a["comm_text"].astype(str).to_numpy() != "")
+    hi = _per_step(a, comm, "max", _BEFORE_ALL)
+    reduction = tail & before_opt & before_norm & (lts <= hi)
+    phase[reduction], evidence[reduction] = "backward", "gradient_reduction"
+    grad_norm = tail & before_opt & ~before_norm
+    phase[grad_norm], evidence[grad_norm] = "optimizer", "grad_norm"
+    rest = tail & before_opt & ~reduction & ~grad_norm
+    phase[rest], evidence[rest] = "unattributed", "none"
+    # After the optimizer's update: ZeRO gathers the updated parameter partitions.
+    after = tail & ~before_opt
+    comm_after = after & _matches(a["comm_text"].astype(str).to_numpy(), ALL_GATHER)
+    gather = after & (lts <= _per_step(a, comm_after, "max", _BEFORE_ALL))
+    phase[gather], evidence[gather] = "optimizer", "param_gather"
