@@ -54,7 +54,8 @@ def phase_windows(windows: pd.DataFrame) -> pd.DataFrame:
 
 def window_shares(intervals: pd.DataFrame) -> pd.DataFrame:
     """Long frame of each activity's share (ms) in each phase window: step, phase (the window),
-    group, module, kernel_category, share_ms. Rows with no share are dropped."""
+    group, module, recompute (activation recomputation), share_ms. Rows with no share are
+    dropped."""
     parts = []
     for ph in WINDOW_PHASES:
         col = intervals[share_column(ph)]
@@ -65,10 +66,17 @@ def window_shares(intervals: pd.DataFrame) -> pd.DataFrame:
         parts.append(pd.DataFrame({"step": sub["step"].to_numpy(), "phase": ph,
                                    "group": sub["group"].astype(str).to_numpy(),
                                    "module": sub["module"].astype(str).to_numpy(),
+                                   "recompute": _recompute(sub),
                                    "share_ms": col[keep].to_numpy() / NS_PER_MS}))
     if not parts:
-        return pd.DataFrame(columns=["step", "phase", "group", "module", "share_ms"])
+        return pd.DataFrame(columns=["step", "phase", "group", "module", "recompute", "share_ms"])
     return pd.concat(parts, ignore_index=True)
+
+
+def _recompute(iv: pd.DataFrame) -> np.ndarray:
+    if "recompute" not in iv:
+        return np.zeros(len(iv), bool)
+    return iv["recompute"].to_numpy(bool)
 
 
 def percent(part, whole) -> np.ndarray:

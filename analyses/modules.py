@@ -13,7 +13,9 @@ stream: share = duration inside the window). Rows per phase column:
   "non-overlapping communication");
 * ``Idle``: no device activity.
 
-The rows of a phase add up to its wall time, so ``percent`` adds up to 100. The optimizer
+The rows of a phase add up to its wall time, so ``percent`` adds up to 100. ``recompute_ms``:
+the part of a row's ``time_ms`` that is activation recomputation (a forward module run again
+inside backward, charged to the module it reruns); non-zero only in backward. The optimizer
 column (not in the paper's Table VI) is there so every phase reconciles; its work is Other.
 """
 
@@ -32,7 +34,7 @@ ROWS = MODULE_CATEGORIES + ["Other", "Exposed communication", "Idle"]
 
 @register("modules", title="Module time per phase", paper="VI", keys=("phase", "module"),
           compare="time_ms",
-          values={"time_ms": MS, "percent": PCT})
+          values={"time_ms": MS, "percent": PCT, "recompute_ms": MS})
 def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     win = phase_windows(windows)
     win = win[win["phase"].isin(phases_present(intervals, windows)).to_numpy()].reset_index(drop=True)
@@ -50,5 +52,8 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     idle = out["module"].to_numpy() == "Idle"
     out.loc[idle, "time_ms"] = np.maximum(wall[idle] - per_window[idle], 0.0)
     out["percent"] = percent(out["time_ms"], wall)
+    rec = shares["recompute"].to_numpy(bool) & (group == "compute")
+    redone = shares[rec].groupby([shares["step"][rec], shares["phase"][rec], row[rec]])["share_ms"].sum()
+    out["recompute_ms"] = redone.reindex(idx).fillna(0.0).to_numpy()
     out["module"] = pd.Categorical(out["module"], categories=ROWS)
-    return out[["step", "phase", "module", "time_ms", "percent"]]
+    return out[["step", "phase", "module", "time_ms", "percent", "recompute_ms"]]

@@ -3,18 +3,23 @@
 Per step and phase:
 
 * ``wall_ms``: the phase's span on the device timeline. Forward runs from the step's first
-  device activity to the first backward activity, backward from there to the first optimizer
-  activity, optimizer from there to the step's last device end (absent phases are empty).
-* ``percent``: wall_ms / step window x 100 (the three rows add up to 100).
+  device activity to the first backward activity, backward from there to the first activity
+  with no phase evidence (``unattributed``, a row only where there is some) or else the first
+  optimizer activity, optimizer from there to the step's last device end (absent phases are
+  empty).
+* ``percent``: wall_ms / step window x 100 (the rows add up to 100).
 * ``compute_ms``: measure of the union of the compute kernels launched by the phase's ops.
 * ``comm_ms``: measure of the union of the communication kernels launched by the phase's ops.
 * ``exposed_comm_ms``: measure, inside the phase window, of (union of all communication)
   minus (union of all compute): communication nothing hides.
+* ``recompute_ms``: the part of ``compute_ms`` that is activation recomputation (forward
+  modules run again inside backward); non-zero only in backward.
 * ``idle_ms``: measure of the phase window minus the union of all device activities.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ._common import (
@@ -28,10 +33,14 @@ from ._common import (
 from ._registry import MS, PCT, register
 
 
+def _recomputed(iv: pd.DataFrame):
+    return iv["recompute"].to_numpy(bool) if "recompute" in iv else np.zeros(len(iv), bool)
+
+
 @register("phases", title="Phases: forward / backward / optimizer", paper="V, VII",
           keys=("phase",), chart="stacked", compare="wall_ms",
           values={"wall_ms": MS, "percent": PCT, "compute_ms": MS, "comm_ms": MS,
-                  "exposed_comm_ms": MS, "idle_ms": MS})
+                  "exposed_comm_ms": MS, "recompute_ms": MS, "idle_ms": MS})
 def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     win = phase_windows(windows)
     win = win[win["phase"].isin(phases_present(intervals, windows)).to_numpy()]
@@ -42,6 +51,8 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     labelled = intervals.assign(phase=intervals["phase"].astype(str))
     compute = union_ms_by(labelled[labelled["group"] == "compute"], key)
     comm = union_ms_by(labelled[labelled["group"] == "comm"], key)
+    rec = labelled[(labelled["group"] == "compute").to_numpy() & _recomputed(labelled)]
+    recompute = union_ms_by(rec, key)
     idx = pd.MultiIndex.from_frame(win[key])
 
     def col(series: pd.Series) -> pd.Series:
@@ -53,6 +64,7 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
         "percent": percent(win["wall_ms"], win["window_ms"]),
         "compute_ms": col(compute), "comm_ms": col(comm),
         "exposed_comm_ms": col(exposed),
+        "recompute_ms": col(recompute),
         "idle_ms": (win["wall_ms"].to_numpy() - col(busy)).clip(min=0.0),
     })
     out["phase"] = pd.Categorical(out["phase"], categories=WINDOW_PHASES)

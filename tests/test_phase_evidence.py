@@ -76,7 +76,7 @@ def test_zero_grad_before_backward_is_forward(tmp_path: Path) -> None:
         _forward_backward(b, at=30)
         with b.zero_grad():
             b.memset(2, at_us=80)
-    a, ph = _load(b, tmp_path)
+    _, ph = _load(b, tmp_path)
     assert ph.loc["forward", "wall_ms"] == pytest.approx(0.045, abs=EXACT)  # 5 -> 50
     assert ph.loc["backward", "wall_ms"] == pytest.approx(0.030, abs=EXACT)  # 50 -> 80
     assert ph.loc["optimizer", "wall_ms"] == pytest.approx(0.002, abs=EXACT)  # 80 -> 82

@@ -36,7 +36,7 @@ INTERVAL_COLUMNS = [
     "rule", "collective", "module", "module_rule", "block", "layer", "fwd_pass", "is_gemm", "phase", "stage",
     "window", "share_forward", "share_backward", "share_unattributed", "share_optimizer",
     "corr", "runtime", "launched", "launch_ts", "step_by", "op", "op_id", "top_op",
-    "top_op_id", "module_id", "module_instance", "comm_text", "phase_evidence",
+    "top_op_id", "module_id", "module_instance", "comm_text", "phase_evidence", "recompute",
     "backward_node", "node", "node_seq", "bwd_link", "fwd_op", "fwd_op_id",
 ]
 

@@ -8,7 +8,7 @@ import pandas as pd
 from .. import annotations as ann
 from .. import stages as _stages
 from ..intervals import containing
-from ..nesting import F_EVAL, F_OPT
+from ..nesting import F_EVAL, F_OPT, MOD_IN_BWD
 from ..read import ANNOTATION, CPU_OP
 from .evidence import optimizer_ops, step_tail
 from .nest import EVAL_PREFIX
@@ -31,8 +31,10 @@ def assign_phases(t: Trace) -> Trace:
     ``Optimizer.step#``), ``optimizer_op`` / ``zero_grad`` (optimizer ops outside that range),
     ``annotation`` (tracekit's phase range), then for the step's tail ``gradient_reduction``
     (backward), ``grad_norm`` (optimizer) or ``none`` (unattributed); see
-    :mod:`tracekit.pipeline.evidence`) and ``acts.annotated_stage`` (prefill/decode from
-    tracekit's phase ranges, else "").
+    :mod:`tracekit.pipeline.evidence`), ``acts.recompute`` (a backward activity launched inside
+    a forward module range that runs inside a backward node: activation checkpointing's
+    recomputation, reentrant or not, DeepSpeed's included) and ``acts.annotated_stage``
+    (prefill/decode from tracekit's phase ranges, else "").
     Guarantees: later evidence in that order overrides earlier; tracekit's own phase ranges
     apply by time to every thread of their process; no activity is optimizer without evidence.
     """
@@ -57,6 +59,8 @@ def assign_phases(t: Trace) -> Trace:
         m = annotated == p
         phase[m], evidence[m], stage[m] = "forward", "annotation", p
     step_tail(t, phase, evidence)
+    # Activation recomputation: a forward module range running again inside a backward node.
+    a["recompute"] = (phase == "backward") & ((bits & MOD_IN_BWD) != 0)
     a["phase"] = pd.Categorical(phase, categories=PHASES)
     a["phase_evidence"] = pd.Categorical(evidence)
     a["annotated_stage"] = stage
