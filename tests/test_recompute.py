@@ -62,3 +62,19 @@ def test_real_activation_checkpointing() -> None:
     assert (bwd["recompute_ms"] > 0.2 * bwd["compute_ms"]).all()
     assert (bwd["recompute_ms"] <= bwd["compute_ms"] + EXACT).all()
     assert ph[ph["phase"] != "backward"]["recompute_ms"].sum() == 0
+
+
+def test_captured_llama_with_recompute() -> None:
+    """sample_traces/tiny-train-recompute (tracekit capture train --recompute): every decoder
+    layer is rerun in backward; the sample without --recompute has none."""
+    root = Path(__file__).resolve().parents[1] / "sample_traces"
+    rec = tracekit.load(root / "tiny-train-recompute", cache=False, jobs=1)
+    ph = rec.table("phases").set_index("phase")
+    assert 0 < ph.loc["backward", "recompute_ms"] <= ph.loc["backward", "compute_ms"]
+    mods = rec.table("modules")
+    bwd = mods[mods["phase"] == "backward"].set_index("module")
+    for cat in ("QKV", "MLP", "RMSNorm", "Output"):
+        assert bwd.loc[cat, "recompute_ms"] > 0
+    assert bwd.loc["Linear", "recompute_ms"] == 0  # the LM head is outside the checkpointed layers
+    plain = tracekit.load(root / "tiny-train-1rank", cache=False, jobs=1)
+    assert plain.table("phases")["recompute_ms"].sum() == 0
