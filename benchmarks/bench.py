@@ -80,11 +80,11 @@ def main() -> None:
     results = []
     for mb in a.sizes:
         f, d = ensure_tile(a.src, mb, a.out_dir)
-        cache = f.with_name(f.name + ".tracekit.parquet")
         for tool in a.tools:
-            if tool == "tracekit cold" and cache.exists():
-                cache.unlink()
-            if tool == "tracekit cached" and not cache.exists():
+            if tool == "tracekit cold":
+                from tracekit import cache as tk_cache
+                tk_cache.clear()  # the user's cache directory (tracekit cache clear)
+            if tool == "tracekit cached":
                 run_child("tracekit cached", f, d)  # fill the cache
             r = run_child(tool, f, d)
             r.update(file=f.name, size_mb=round(f.stat().st_size / 1e6))

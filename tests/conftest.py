@@ -91,3 +91,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if missing:
             pytest.skip(f"needs the {extra} extra: {', '.join(missing)} not installed "
                         f"(pip install 'tracekit[{extra}]')")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _shared_traces_untouched():
+    """No test writes into ../shared: its listing (names, sizes, mtimes) is the same at the end."""
+    def listing():
+        if not SHARED.is_dir():
+            return {}
+        return {p: (p.lstat().st_size, p.lstat().st_mtime_ns) for p in SHARED.rglob("*")}
+    before = listing()
+    yield
+    after = listing()
+    assert after == before, f"tests wrote into {SHARED}: {sorted(set(after) ^ set(before))[:5]}"
