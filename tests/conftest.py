@@ -96,6 +96,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.fixture(autouse=True, scope="session")
 def _shared_traces_untouched():
     """No test writes into ../shared: its listing (names, sizes, mtimes) is the same at the end."""
+    from shared_traces import SHARED
+
     def listing():
         if not SHARED.is_dir():
             return {}
