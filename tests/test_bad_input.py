@@ -319,7 +319,7 @@ def test_ids_above_int64_still_link(tmp_path):
         if "correlation" in a:
             a["correlation"] += 2 ** 64 - 100  # as a uint64 id, and wider still
     doc = _odd(tmp_path, t)
-    assert not any("no launching" in w for w in doc["meta"]["warnings"])
+    assert not any("no launching" in w["message"] for w in doc["meta"]["warnings"])
 
 
 def test_duplicate_correlation_ids_warn(tmp_path):

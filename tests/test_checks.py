@@ -175,3 +175,17 @@ def test_coverage_line_in_terminal_and_html(tmp_path):
     out = tmp_path / "r.html"
     CliRunner().invoke(main, ["analyze", str(path), "--no-cache", "--format", "html", "--out", str(out)])
     assert "coverage (share of device time): launch 100.0%" in out.read_text()
+
+
+def test_a_cut_step_is_named_in_its_warning(tmp_path):
+    b = TraceBuilder(rank=2, world_size=4)
+    with b.step():  # 1: a sliver of a step, as when the profiling window opens mid-step
+        b.kernel(K_MUL, 1, op="aten::mul")
+    for _ in range(3):
+        with b.step():
+            _clean_trace(b)
+            b.kernel(GEMM_A, 100, op="aten::mm")
+    a = tracekit.load(b.write(tmp_path / "t.json"), cache=False, jobs=1)
+    cut = [w for w in a.warnings if w.code == "step_cut"]
+    assert [(w.rank, w.step) for w in cut] == [(2, 1)]
+    assert str(cut[0]).startswith("rank 2, step 1: the step looks cut by the profiling window")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..checks import TraceWarning
 from ..nesting import F_BWD, F_MODULE, F_OP, MOD_IN_BWD
 from ..read import FLOW_FWDBWD
 from .state import Trace, as_str, lookup, take
@@ -49,8 +50,9 @@ def link_backward(t: Trace) -> Trace:
     accumulate = a["node"].astype(str).str.contains("AccumulateGrad", regex=False).to_numpy()
     unlinked = int((use & (f_op < 0) & ~accumulate).sum())
     if unlinked and ((r["flags"].to_numpy() & F_MODULE) != 0).any():
-        t.warnings.append(f"{unlinked} backward activities could not be linked to a forward op "
-                          "(no sequence number or fwdbwd flow); their module is Other")
+        t.warnings.append(TraceWarning("backward_unlinked", f"{unlinked} backward activities "
+                                       "could not be linked to a forward op (no sequence "
+                                       "number or fwdbwd flow); their module is Other"))
     return t
 
 

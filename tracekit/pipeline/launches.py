@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..checks import TraceWarning
 from ..read import ANNOTATION, CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME
 from .state import Trace, lookup, take
 
@@ -65,14 +66,16 @@ def _gpu_launches(t: Trace, kind: np.ndarray, act: np.ndarray) -> tuple[np.ndarr
     rt_corr = pd.Series(rt, index=corr[rt])
     dup = rt_corr.index.duplicated(keep="first")
     if dup.any():
-        t.warnings.append(f"{int(dup.sum())} duplicate correlation ids among runtime calls; "
-                          "the first call of each id is used")
+        t.warnings.append(TraceWarning("duplicate_correlation", f"{int(dup.sum())} duplicate "
+                                       "correlation ids among runtime calls; the first call of "
+                                       "each id is used"))
         rt_corr = rt_corr[~dup]
     launch = lookup(rt_corr, corr[act])
     missing = int((launch < 0).sum())
     if missing and rt.size:
-        t.warnings.append(f"{missing} of {len(act)} device activities have no "
-                          "launching runtime call; they are placed by time only")
+        t.warnings.append(TraceWarning("no_launch", f"{missing} of {len(act)} device activities "
+                                       "have no launching runtime call; they are placed by "
+                                       "time only"))
     return act, launch
 
 

@@ -38,7 +38,7 @@ class Trace:
     steps: pd.DataFrame = field(default_factory=pd.DataFrame)
     windows: pd.DataFrame = field(default_factory=pd.DataFrame)
     meta: dict = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
+    warnings: list = field(default_factory=list)  # TraceWarning (tracekit.checks) or str
 
     @cached_property
     def names(self) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..checks import TraceWarning
 from ..intervals import containing
 from ..read import ANNOTATION
 from .state import Trace, take
@@ -45,8 +46,9 @@ def find_steps(t: Trace) -> Trace:
         by[any_pid] = np.where(step_of[any_pid] >= 0, "time", "none")
     outside = int((step_of < 0).sum()) if idx.size else 0
     if outside:
-        t.warnings.append(f"{outside} of {len(a)} activities were launched outside every "
-                          "ProfilerStep and are left out")
+        t.warnings.append(TraceWarning("launched_outside_steps", f"{outside} of {len(a)} "
+                                       "activities were launched outside every ProfilerStep "
+                                       "and are left out"))
     if idx.size:
         a["step"] = take(num, step_of, -1)
         a["step_by"] = pd.Categorical(by)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..checks import TraceWarning
 from .state import Trace
 
 #: The phase windows of a step, in time order (unattributed: the tail with no phase evidence).
@@ -74,7 +75,7 @@ def _t_unattributed(iv: pd.DataFrame, steps: pd.DataFrame, t_bwd: np.ndarray,
     return np.clip(out, t_bwd, t_opt).astype(np.int64)
 
 
-def _complete(steps: pd.DataFrame, warnings: list[str]) -> np.ndarray:
+def _complete(steps: pd.DataFrame, warnings: list) -> np.ndarray:
     """Steps whose window was not cut by the profiling window (see :func:`find_windows`)."""
     complete = np.ones(len(steps), bool)
     if len(steps) >= 3:
@@ -83,10 +84,9 @@ def _complete(steps: pd.DataFrame, warnings: list[str]) -> np.ndarray:
         cut = np.zeros(len(steps), bool)
         cut[[0, -1]] = dur[[0, -1]] < CUT_FRACTION * med
         complete &= ~cut
-        if cut.any():
-            warnings.append("steps " + ", ".join(str(s) for s in steps.loc[cut, "step"]) +
-                            " look cut by the profiling window (under 10% of the median step); "
-                            "left out of the means")
+        warnings += [TraceWarning("step_cut", "the step looks cut by the profiling window "
+                                  "(under 10% of the median step); left out of the means",
+                                  step=int(s)) for s in steps.loc[cut, "step"]]
     return complete
 
 
