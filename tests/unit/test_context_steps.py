@@ -70,3 +70,17 @@ def test_assign_phases_records_the_evidence():
     assert got == {"gemm_fwd": ("forward", "default"),
                    "gemm_bwd": ("backward", "autograd_thread"),
                    "adam": ("optimizer", "optimizer_range")}
+
+
+def test_link_backward_prefers_the_fwdbwd_flow():
+    t = link_backward(_train(flows=True))
+    bwd = _row(t, "gemm_bwd")
+    assert str(bwd["bwd_link"]) == "flow" and str(bwd["fwd_op"]) == "aten::linear"
+
+
+def test_link_backward_takes_the_last_op_with_the_number():
+    t = _train()
+    r = t.ranges
+    r.loc[r["name"] == "aten::linear", "seq"] = 6  # an earlier op with the node's number
+    t = link_backward(t)
+    assert str(_row(t, "gemm_bwd")["fwd_op"]) == "aten::mm"

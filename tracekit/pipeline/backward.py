@@ -20,12 +20,13 @@ def link_backward(t: Trace) -> Trace:
     re-entered module: the node's creator says where it belongs), ``node`` (the node's name),
     ``node_seq`` (its Sequence number, -1 none), ``fwd_op_r`` (the forward op, a row of
     ``t.ranges``; -1 none), ``fwd_op_id`` (its event row), ``fwd_op`` (its name),
-    ``bwd_link`` ("seq": by sequence number on the forward thread, "flow": by a ``fwdbwd``
-    flow, "none": a backward node with neither, "": not a backward node) and
-    ``backward_linked``.
-    Guarantees: forward ops are those with a Sequence number and no forward-thread id, on the
-    thread that holds most of them; backward nodes that are not AccumulateGrad and stay
-    unlinked are counted in a warning.
+    ``bwd_link`` ("flow": the ``fwdbwd`` flow's start, "seq": the LAST forward op with the
+    node's Sequence number before it, "none": a backward node with neither, "": not a backward
+    node) and ``backward_linked``.
+    Guarantees: the flow wins where the trace has one (its "f" end binds to the backward op);
+    forward ops are those with a Sequence number and no forward-thread id, on the thread that
+    holds most of them; backward nodes that are not AccumulateGrad and stay unlinked are
+    counted in a warning.
     """
     a, r = t.acts, t.ranges
     bwd = a["bwd_r"].to_numpy()
@@ -34,10 +35,10 @@ def link_backward(t: Trace) -> Trace:
     f_op = np.full(len(a), -1, np.int64)
     how = np.where(use, "none", "").astype(object)
     if use.any():
-        by_seq = lookup(_forward_ops_by_seq(r), seq[use])
         by_flow = lookup(_fwdbwd_pairs(t), bwd[use])
-        f = np.where(by_seq >= 0, by_seq, by_flow)
-        how[use] = np.where(by_seq >= 0, "seq", np.where(by_flow >= 0, "flow", "none"))
+        by_seq = creator_by_seq(r, seq[use], r["start"].to_numpy()[bwd[use]])
+        f = np.where(by_flow >= 0, by_flow, by_seq)
+        how[use] = np.where(by_flow >= 0, "flow", np.where(by_seq >= 0, "seq", "none"))
         f_op[use] = f
     a["backward_node"] = use
     a["node"] = pd.Categorical(take(r["name"].to_numpy(), bwd, ""))
@@ -56,19 +57,26 @@ def link_backward(t: Trace) -> Trace:
     return t
 
 
-def _forward_ops_by_seq(r: pd.DataFrame) -> pd.Series:
-    """Sequence number -> forward op (row of ``r``): the first op on the main forward thread."""
+def creator_by_seq(r: pd.DataFrame, seq: np.ndarray, before: np.ndarray) -> np.ndarray:
+    """Per backward node (its Sequence number and start): the row of ``r`` of its creator, the
+    LAST forward op carrying that number that started before the node, on the thread holding
+    most forward ops (-1 none). Earlier ops with the same number (an input ``aten::to``, the
+    composite op around the creator) are not the creator."""
     flags = r["flags"].to_numpy()
     fwd = np.flatnonzero(((flags & F_OP) != 0) & (r["seq"].to_numpy() >= 0) &
                          (r["fwd_tid"].to_numpy() <= 0) & ((flags & F_BWD) == 0))
-    if fwd.size == 0:
-        return pd.Series(dtype=np.int64)
+    out = np.full(len(seq), -1, np.int64)
+    if fwd.size == 0 or len(seq) == 0:
+        return out
     tid = r["tid"].to_numpy()[fwd]
-    main = pd.Series(tid).value_counts().idxmax()
-    fl = fwd[tid == main]
-    fl = fl[np.argsort(r["start"].to_numpy()[fl], kind="stable")]
-    by = pd.Series(fl, index=r["seq"].to_numpy()[fl])
-    return by[~by.index.duplicated(keep="first")]
+    fwd = fwd[tid == pd.Series(tid).value_counts().idxmax()]
+    ops = pd.DataFrame({"seq": r["seq"].to_numpy()[fwd], "t": r["start"].to_numpy()[fwd],
+                        "row": fwd}).sort_values(["t", "row"], kind="stable")
+    q = pd.DataFrame({"seq": np.asarray(seq, np.int64), "t": np.asarray(before, np.int64),
+                      "i": np.arange(len(seq))}).sort_values("t", kind="stable")
+    m = pd.merge_asof(q, ops, on="t", by="seq", direction="backward", allow_exact_matches=False)
+    out[m["i"].to_numpy()] = m["row"].fillna(-1).astype(np.int64).to_numpy()
+    return out
 
 
 def _fwdbwd_pairs(t: Trace) -> pd.Series:
