@@ -103,6 +103,8 @@ _KNOWN_UNUSED = {
 #: python_function events kept: module frames and the rotary helper; the rest are dropped.
 _PYTHON_KEEP_PREFIX = "nn.Module: "
 _PYTHON_KEEP_SUBSTR = ("apply_rotary_pos_emb", "rotary")
+#: DeepSpeed engine frames: engine.backward / engine.step are phase evidence (pipeline/evidence).
+_PYTHON_KEEP_ENGINE = "deepspeed/runtime/engine.py("
 
 
 @dataclass
@@ -359,7 +361,8 @@ class _FrameBuilder:
                     continue
             if kind == PYTHON:
                 name = ev.name or ""
-                if not (name.startswith(_PYTHON_KEEP_PREFIX) or "rotary" in name):
+                if not (name.startswith(_PYTHON_KEEP_PREFIX) or "rotary" in name
+                        or name.startswith(_PYTHON_KEEP_ENGINE)):
                     continue  # ("apply_rotary_pos_emb" contains "rotary": _PYTHON_KEEP_SUBSTR)
             elif kind <= CPU_OP or kind == ANNOTATION:
                 if ph != "X":

@@ -10,6 +10,9 @@ adds the evidence that is not a range around the launch:
   ``_foreach_addcdiv_``/``_foreach_addcmul_``/``_foreach_lerp_``, apex/DeepSpeed
   ``multi_tensor_adam``), and ``Optimizer.zero_grad#`` when it runs after the step's backward
   (before it, zeroing gradients prepares the step: forward);
+* DeepSpeed's engine frames (traces with Python stacks): work with no other evidence inside
+  ``engine.backward`` is backward (loss scaling, the gradient-reduction epilogue), inside
+  ``engine.step`` optimizer (grad norm, the parameter all-gather);
 * the step's *tail*: work with no evidence launched after the step's last backward activity.
   Between the end of autograd and the optimizer it is, by the step's structure:
 
@@ -38,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from ..intervals import containing
+from ..read import PYTHON
 from .state import Trace, take
 
 ZERO_GRAD_PREFIX = "Optimizer.zero_grad#"
@@ -51,6 +55,8 @@ NORM_OPS = re.compile(r"(?:^|::)(?:linalg_vector_norm|norm|_foreach_norm|frobeni
 #: A collective that gathers (ZeRO rebuilds updated parameters with all-gather).
 ALL_GATHER = re.compile(r"all_?gather", re.IGNORECASE)
 NO_EVIDENCE = "default"
+#: DeepSpeed's engine.backward / engine.step frames (``with_stack`` traces).
+ENGINE_FRAME = r"^deepspeed/runtime/engine\.py\(\d+\): (backward|step)$"
 
 
 def _matches(names: np.ndarray, rx: re.Pattern) -> np.ndarray:
@@ -104,6 +110,8 @@ def _per_step(a: pd.DataFrame, mask: np.ndarray, how: str, missing: int = _NEVER
 def step_tail(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
     """Work with no evidence after the step's last backward activity (see the module doc)."""
     a = t.acts
+    free = (evidence == NO_EVIDENCE) & (a["step"].to_numpy() >= 0) & a["launched"].to_numpy(bool)
+    _engine_frames(t, free, phase, evidence)
     lts = a["launch_ts"].to_numpy(np.int64)
     last_bwd = _per_step(a, phase == "backward", "max")  # no backward: no tail
     # Only launches the file records: a device activity placed by time has no launch to order.
@@ -111,6 +119,7 @@ def step_tail(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
         a["launched"].to_numpy(bool)
     if not tail.any():
         return
+    tail &= evidence == NO_EVIDENCE
     first_opt = _per_step(a, phase == "optimizer", "min")
     before_opt = lts < first_opt
     op, top = _op_names(t)
@@ -130,3 +139,24 @@ def step_tail(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
     comm_after = after & _matches(a["comm_text"].astype(str).to_numpy(), ALL_GATHER)
     gather = after & (lts <= _per_step(a, comm_after, "max", _BEFORE_ALL))
     phase[gather], evidence[gather] = "optimizer", "param_gather"
+
+
+def _engine_frames(t: Trace, free: np.ndarray, phase: np.ndarray, evidence: np.ndarray) -> None:
+    """Work with no evidence inside DeepSpeed's ``engine.backward`` frame is backward (loss
+    scaling, the gradient-reduction epilogue), inside ``engine.step`` optimizer (grad norm, the
+    parameter all-gather): traces recorded with Python stacks."""
+    ev = t.events
+    kind = ev["kind"].to_numpy()
+    names = pd.Series(t.names)
+    which = names.str.extract(ENGINE_FRAME, expand=False).fillna("").to_numpy()
+    idx = np.flatnonzero((kind == PYTHON) & (which != ""))
+    if idx.size == 0 or not free.any():
+        return
+    a = t.acts
+    ts = ev["ts"].to_numpy()[idx]
+    of = containing(a["launch_pid"].to_numpy(), a["launch_ts"].to_numpy(),
+                    ev["pid"].to_numpy()[idx], ts, ts + ev["dur"].to_numpy()[idx])
+    frame = take(which[idx], of, "")
+    for name, ph in (("backward", "backward"), ("step", "optimizer")):
+        hit = free & (frame == name)
+        phase[hit], evidence[hit] = ph, f"engine_{name}"
