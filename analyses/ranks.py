@@ -107,7 +107,7 @@ declare(TableSpec(name="rank_summary", title="Ranks: spread and stragglers", fun
                           "max_ms": MS, "fastest_rank": INDEX, "slowest_rank": INDEX,
                           "slowest_over_mean_ms": MS, "slowest_over_mean_pct": PCT,
                           "spread_ms": MS}))
-declare(TableSpec(name="ranks", title="Per rank (slowest first in the terminal)", func=None,
+declare(TableSpec(name="ranks", title="Per rank", func=None,
                   cross_rank=True, keys=("rank",), chart="stacked", aggregate="per-rank",
                   top=16, sort_by="step_ms",
                   values={**{c: MS for c in COLUMNS}, "vs_mean_pct": PCT, "vs_median_pct": PCT}))

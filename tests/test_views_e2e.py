@@ -53,6 +53,8 @@ def test_every_view_and_format(src, tmp_path, capsys, monkeypatch):
         cli._write("table", meta, tables, None, "render")
         narrow = capsys.readouterr().out
         assert max(len(line) for line in narrow.splitlines()) <= 80, label
+        rows = [line for line in narrow.splitlines() if line.startswith(("┏", "┃", "│", "└"))]
+        assert all(line.endswith(("┓", "┃", "│", "┘")) for line in rows), label  # none cut
         cli._write("table", meta, tables, None, "render", wide=True, top=5)
         assert "Traceback" not in capsys.readouterr().out
         cli._write("json", meta, tables, out / "t.json", "render")

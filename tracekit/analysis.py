@@ -197,7 +197,12 @@ class Analysis:
     def _filter_meta(self) -> dict:
         left_out = [n for n, s in REGISTRY.items() if (self.multi_rank or not s.cross_rank)
                     and n not in self.names()]
-        return {**self.filters.describe(), "tables_left_out": left_out}
+        out = {**self.filters.describe(), "tables_left_out": left_out}
+        if self.filters.steps is not None:
+            out["complete_steps_kept"] = {r: [s for s in a.meta.get("complete_steps", [])
+                                              if s in self.filters.steps]
+                                          for r, a in self.ranks.items()}
+        return out
 
     def _n_steps(self, att: Attributed) -> int:
         done = att.meta.get("complete_steps", [])

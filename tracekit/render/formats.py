@@ -107,7 +107,8 @@ def _meta_lines(meta: dict) -> list[str]:
              f"- **times**: ms, {md_escape(meta.get('aggregation', ''))}",
              f"- **ranks**: {len(steps)}; **steps analysed**: {md_escape(per_rank)}"]
     if meta.get("filters"):
-        f = {k: v for k, v in meta["filters"].items() if k != "tables_left_out"}
+        f = {k: v for k, v in meta["filters"].items()
+             if k not in ("tables_left_out", "complete_steps_kept")}
         lines.append("- **filters**: " + md_escape(", ".join(f"{k} {v}" for k, v in f.items())))
     lines += [f"- **note**: {md_escape(n)}" for n in meta.get("notices", [])]
     lines += [f"- **warning**: {md_escape(w)}" for w in meta.get("warnings", [])]

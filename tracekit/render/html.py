@@ -241,7 +241,8 @@ def _meta_html(meta: dict) -> str:
                      + (f" &middot; devices: {html.escape(devices)}" if devices else "")
                      + f" &middot; steps analysed: {html.escape(steps)}</li>")
         if m.get("filters"):
-            f = {k: v for k, v in m["filters"].items() if k != "tables_left_out"}
+            f = {k: v for k, v in m["filters"].items()
+                 if k not in ("tables_left_out", "complete_steps_kept")}
             items.append(f'<li class="note">filters: {html.escape(str(f))}</li>')
         for n in m.get("notices", []):
             items.append(f'<li class="note">note: {html.escape(str(n))}</li>')

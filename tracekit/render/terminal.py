@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tracekit.analyses import spec_of
+
 from ..coverage import lines as coverage_lines
 from ..safetext import clean
 from .common import cell, header, numeric, shown_rows, title
@@ -43,7 +45,7 @@ def _steps_line(steps: dict) -> str:
 
 
 #: Narrowest a name column gets before a table is split; widest it asks for when wrapping.
-NAME_MIN, NAME_MAX = 14, 28
+NAME_MIN, NAME_MAX = 12, 28
 
 
 def _widths(name: str, df: pd.DataFrame, rows: pd.DataFrame, wide: bool) -> dict[str, int]:
@@ -63,17 +65,46 @@ def _widths(name: str, df: pd.DataFrame, rows: pd.DataFrame, wide: bool) -> dict
 
 def _chunks(keys: list[str], values: list[str], widths: dict[str, int], room: int) -> list[list[str]]:
     """Value columns in groups that fit ``room`` beside the key columns (3 per column for
-    padding and border, and 1 of slack for rich's rounding)."""
-    base = sum(widths[k] + 4 for k in keys) + 1
+    padding and border)."""
+    base = sum(widths[k] + 3 for k in keys) + 1
     groups: list[list[str]] = [[]]
     used = base
     for c in values:
-        if groups[-1] and used + widths[c] + 4 > room:
+        if groups[-1] and used + widths[c] + 3 > room:
             groups.append([])
             used = base
         groups[-1].append(c)
-        used += widths[c] + 4
+        used += widths[c] + 3
     return groups
+
+
+def _longest(name: str, rows: pd.DataFrame, c: str) -> int:
+    return min(max([len(cell(name, c, v)) for v in rows[c]] + [1]), NAME_MAX)
+
+
+def _fit(name: str, df: pd.DataFrame, rows: pd.DataFrame, cols: list[str],
+         widths: dict[str, int], room: int) -> dict[str, int]:
+    """Exact column widths within ``room``: numbers their values' width (headers wrap), names
+    their minimum plus what is left, given to each up to its longest value, in order."""
+    sized = {c: widths[c] for c in cols}
+    spare = room - (sum(sized.values()) + 3 * len(cols) + 1)
+    for c in cols:
+        if spare <= 0:
+            break
+        if not numeric(df, c):
+            want = _longest(name, rows, c)
+            add = max(min(want - sized[c], spare), 0)
+            sized[c] += add
+            spare -= add
+    return sized
+
+
+def _keys(name: str, df: pd.DataFrame) -> list[str]:
+    """The columns that say which row this is, repeated in every part of a split table."""
+    spec = spec_of(name)
+    if spec is not None:
+        return [c for c in df.columns if c in spec.keys or c in ("rank", "step", "stage")]
+    return [c for c in df.columns if not numeric(df, c)]
 
 
 def rich_tables(name: str, df: pd.DataFrame, *, width: int, top: int | None = None,
@@ -85,7 +116,7 @@ def rich_tables(name: str, df: pd.DataFrame, *, width: int, top: int | None = No
     if rows.empty:
         return []
     widths = _widths(name, df, rows, wide)
-    keys = [c for c in df.columns if not numeric(df, c) or c in ("rank", "step", "layer")]
+    keys = _keys(name, df)
     values = [c for c in df.columns if c not in keys]
     groups = [values] if wide else _chunks(keys, values, widths, width)
     notes = "; ".join(shown.notes() if skip_zero else []) or None
@@ -95,10 +126,16 @@ def rich_tables(name: str, df: pd.DataFrame, *, width: int, top: int | None = No
         t = Table(title=safe(title(name)) + part, title_justify="left",
                   caption=notes if i == len(groups) - 1 else None, caption_justify="left")
         cols = [c for c in df.columns if c in keys or c in group]
+        # When the columns at their natural width (header on one line) do not fit, numbers get
+        # exactly their values' width and headers wrap: rich's own shrinking can overshoot.
+        natural = sum(max(widths[c], len(header(name, c)), _longest(name, rows, c)) + 3
+                      for c in cols) + 1
+        sized = _fit(name, df, rows, cols, widths, width) if not wide and natural > width else {}
         for c in cols:
             right = numeric(df, c)
             t.add_column(safe(header(name, c)), justify="right" if right else "left",
                          no_wrap=wide, overflow="fold", min_width=widths[c],
+                         width=sized.get(c),
                          max_width=None if right or wide else max(widths[c], NAME_MAX))
         for row in rows[cols].itertuples(index=False, name=None):
             t.add_row(*(safe(cell(name, c, v)) for c, v in zip(cols, row)))
@@ -114,9 +151,15 @@ def _head(meta: dict, console: Console) -> None:
     console.print("times: ms, " + safe(meta.get("aggregation", "")) + "; steps analysed: " +
                   safe(_steps_line(meta.get("complete_steps", {}))))
     if meta.get("filters"):
-        f = {k: v for k, v in meta["filters"].items() if k != "tables_left_out"}
+        f = {k: v for k, v in meta["filters"].items()
+             if k not in ("tables_left_out", "complete_steps_kept")}
         line = "filters: " + ", ".join(f"{k} {_steps_text(v) if k == 'steps' else v}"
                                        for k, v in f.items())
+        kept = meta["filters"].get("complete_steps_kept")
+        if kept is not None:
+            line += "; complete steps kept: " + _steps_line(kept)
+            if not any(kept.values()):
+                line += " (none: the steps here are " + _steps_line_ids(meta) + ")"
         if meta["filters"].get("tables_left_out"):
             line += " (not applicable to: " + ", ".join(meta["filters"]["tables_left_out"]) + ")"
         console.print(safe(line))
@@ -125,6 +168,11 @@ def _head(meta: dict, console: Console) -> None:
     for c in coverage_lines(meta):
         console.print(safe(c))
     _paper_note(meta, console)
+
+
+def _steps_line_ids(meta: dict) -> str:
+    ids = sorted({s for v in meta.get("complete_steps", {}).values() for s in v})
+    return _steps_text(ids) if ids else "none"
 
 
 def _steps_text(steps: list[int]) -> str:
