@@ -3,7 +3,8 @@
 A layer is a decoder-layer module instance (``layer`` column of the labelled intervals); its
 index is its position among the layers of its forward pass, in order of calls (``layers.0`` is
 the first layer the pass runs). Kernels launched in backward carry their forward op's layer when
-the pipeline links them; a ``recompute`` phase (activation checkpointing) is its own row.
+the pipeline links them; recomputed forward work (activation checkpointing, the ``recompute``
+column of the intervals) is its own ``recompute`` row.
 
 ``layers`` per step, phase and layer index:
 
@@ -73,8 +74,10 @@ def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     iv = iv[(idx >= 0).to_numpy()]
     if iv.empty:
         return pd.DataFrame(columns=cols)
-    frame = pd.DataFrame({"step": iv["step"].to_numpy(),
-                          "phase": iv["phase"].astype(str).replace({"": "unattributed"}).to_numpy(),
+    phase = iv["phase"].astype(str).replace({"": "unattributed"}).to_numpy()
+    if "recompute" in iv.columns:  # activation recomputation: its own row, as in DESIGN.md
+        phase = np.where(iv["recompute"].fillna(False).to_numpy(bool), "recompute", phase)
+    frame = pd.DataFrame({"step": iv["step"].to_numpy(), "phase": phase,
                           "layer": idx[idx >= 0].to_numpy(),
                           "dur": (iv["end"] - iv["start"]).to_numpy() / 1e6})
     if staged:

@@ -145,6 +145,9 @@ def test_layers_show_the_slow_layer():
     times[("forward", 2)] = 3.0
     times[("recompute", 1)] = 0.5
     iv, steps = _layer_intervals(times, passes=2)
+    # recomputed forward work runs inside backward: the pipeline's `recompute` column says so
+    iv["recompute"] = iv["phase"] == "recompute"
+    iv.loc[iv["recompute"], "phase"] = "backward"
     t = layers_table.table(iv, steps)
     fwd = t[t["phase"] == "forward"].set_index("layer")
     assert list(fwd.index) == [0, 1, 2, 3]
