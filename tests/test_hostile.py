@@ -488,3 +488,17 @@ def _children(pid: int) -> list[str]:
         return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
         return []
+
+
+def test_api_partial_result_and_every_warning_in_analysis_warnings(box, monkeypatch):
+    import tracekit
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(box / "cache"))
+    d = _ranks(box)
+    (d / "rank2.json").write_text("{")
+    a = tracekit.load(d)
+    assert sorted(a.ranks) == [0, 1] and a.skipped == [
+        {"file": "rank2.json", "problem": "truncated JSON (the file ends early)"}]
+    assert [w.as_dict() for w in a.warnings] == a.meta["warnings"]
+    assert any(w.code == "skipped_file" for w in a.warnings) and a.meta["partial"]
+    with pytest.raises(tracekit.TraceError, match="rank2.json"):
+        tracekit.load(d, strict=True)

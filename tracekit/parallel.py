@@ -50,6 +50,7 @@ class _Attempt:
 
 def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def map_ranks(fn: Callable, files: Sequence[Any], *args, jobs: int = 1,
@@ -65,17 +66,26 @@ def map_ranks(fn: Callable, files: Sequence[Any], *args, jobs: int = 1,
             i, out[i] = attempt(item)
             progress.file_done()
         return out
-    pool = multiprocessing.Pool(min(jobs, len(files)), initializer=_ignore_sigint)
+    pool = None
     try:
+        # SIGINT is held while the workers fork: a Ctrl-C landing in a fork hook would be
+        # swallowed there ("Exception ignored in _releaseLock"); it is delivered right after.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            pool = multiprocessing.Pool(min(jobs, len(files)), initializer=_ignore_sigint)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         for i, result in pool.imap_unordered(attempt, enumerate(files)):
             out[i] = result
             progress.file_done()
         pool.close()
     except BaseException:
-        pool.terminate()
+        if pool is not None:
+            pool.terminate()
         raise
     finally:
-        pool.join()
+        if pool is not None:
+            pool.join()
     return out
 
 

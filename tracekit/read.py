@@ -160,6 +160,9 @@ def _read_bounded(f: io.BufferedReader, max_bytes: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+_INFLATE_STEP = 1 << 24
+
+
 def _gunzip_bounded(f: io.BufferedReader, max_bytes: int, p: Path) -> bytearray:
     out = bytearray()
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -170,15 +173,19 @@ def _gunzip_bounded(f: io.BufferedReader, max_bytes: int, p: Path) -> bytearray:
             if not chunk:
                 break
             progress.fraction(progress.READ * f.tell() / size)
-            while chunk:
-                if d.eof:  # concatenated gzip members: start the next one
+            while True:  # at most 16 MiB of output per call: no bomb-sized temporaries
+                if d.eof and chunk:  # concatenated gzip members: start the next one
                     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                out += d.decompress(chunk, max_bytes + 1 - len(out))
+                cap = min(_INFLATE_STEP, max_bytes + 1 - len(out))
+                piece = d.decompress(chunk, cap)
+                out += piece
                 if len(out) > max_bytes:
                     raise TraceError(
                         p, f"decompresses to more than the {max_bytes:,}-byte limit "
                            "(a gzip bomb? raise the limit with --max-bytes)")
                 chunk = d.unused_data if d.eof else d.unconsumed_tail
+                if not chunk and (d.eof or len(piece) < cap):
+                    break  # input used up and no output pending
         if not d.eof:
             raise TraceError(p, "truncated gzip stream (the file ends early)")
     except zlib.error as e:
@@ -480,6 +487,15 @@ def _last_nonblank(data: bytes | bytearray, end: int) -> int:
     return -1
 
 
+def _content(data: bytes | bytearray, lo: int, hi: int) -> tuple[int, int]:
+    """``lo, hi`` narrowed past the JSON whitespace at both ends (between events it means
+    nothing), found in C."""
+    m = _NONBLANK.search(data, lo, hi)
+    if m is None:
+        return lo, lo
+    return m.start(), _last_nonblank(data, hi) + 1
+
+
 def _decode_chunked(data: bytes | bytearray, builder: _FrameBuilder) -> TraceDoc | None:
     """Decode ``data`` one slice of ``traceEvents`` at a time into ``builder``.
 
@@ -531,7 +547,8 @@ def _decode_chunked(data: bytes | bytearray, builder: _FrameBuilder) -> TraceDoc
                     cut = g.start() + 1  # just after the '}'
             while True:
                 try:
-                    events = _EVENTS_DECODER.decode(b"".join((b"[", mv[pos:cut], b"]")))
+                    lo, hi = _content(data, pos, cut)  # blank runs are not copied
+                    events = _EVENTS_DECODER.decode(b"".join((b"[", mv[lo:hi], b"]")))
                     break
                 except msgspec.DecodeError:
                     # A gap inside a string ("}, {" in a name): cut at the next one instead.
