@@ -152,8 +152,15 @@ class Analysis:
         if self.mode == "cpu":
             notices.append("CPU-only trace: no device activity, so every table is over CPU "
                            "leaf-op time and 'idle' means CPU time outside leaf ops")
-        if not first.meta.get("has_profiler_steps", True):
+        if first.meta.get("step_source") == "Optimizer.step":
+            notices.append("no ProfilerStep ranges: steps are inferred from the Optimizer.step "
+                           "ranges (each step ends where one ends)")
+        elif not first.meta.get("has_profiler_steps", True):
             notices.append("no ProfilerStep ranges: the whole trace is treated as one step")
+        unlaunched = sum(a.meta.get("unlaunched_activities", 0) for a in self.ranks.values())
+        if unlaunched:
+            notices.append(f"{unlaunched} device activities launched before the recorded CPU "
+                           "window belong to no step and are left out")
         if self.skipped:
             notices.append(f"partial result: {len(self.skipped)} file(s) of the directory "
                            "skipped (listed in the warnings)")

@@ -41,7 +41,7 @@ def test_find_windows_marks_a_cut_first_step():
         [(k, 100 * k, 100 * k + 90, "forward", "compute") for k in (2, 3, 4)]
     t = find_windows(_acts(rows))
     assert t.steps["complete"].tolist() == [False, True, True, True]
-    assert any("steps 1 look cut" in w for w in t.warnings)
+    assert [(w.code, w.step) for w in t.warnings] == [("step_cut", 1)]
 
 
 def test_add_shares_splits_instants_and_hides_comm_under_compute():

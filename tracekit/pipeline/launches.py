@@ -74,8 +74,8 @@ def _gpu_launches(t: Trace, kind: np.ndarray, act: np.ndarray) -> tuple[np.ndarr
     missing = int((launch < 0).sum())
     if missing and rt.size:
         t.warnings.append(TraceWarning("no_launch", f"{missing} of {len(act)} device activities "
-                                       "have no launching runtime call; they are placed by "
-                                       "time only"))
+                                       "have no launching runtime call in the file (launched "
+                                       "before it began); they belong to no step"))
     return act, launch
 
 
@@ -83,7 +83,8 @@ def _cpu_activities(t: Trace, kind: np.ndarray) -> np.ndarray:
     """CPU leaf ops (ops with no op nested inside) and CPU collective ranges."""
     ev = t.events
     names = pd.Series(t.names)
-    cand = np.flatnonzero((kind == CPU_OP) |
+    is_step = names.str.startswith("ProfilerStep#").to_numpy()
+    cand = np.flatnonzero((kind == CPU_OP) & ~is_step |
                           ((kind == ANNOTATION) &
                            names.str.startswith(CPU_COLLECTIVE_PREFIXES).to_numpy()))
     pid, tid, ts = ev["pid"].to_numpy(), ev["tid"].to_numpy(), ev["ts"].to_numpy()

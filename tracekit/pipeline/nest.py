@@ -93,7 +93,8 @@ def range_flags(names: np.ndarray, kinds: np.ndarray, seq: np.ndarray, fwd_tid: 
     """Bit flags per range event (:mod:`tracekit.nesting`), vectorised over the names."""
     s = pd.Series(names, dtype=object)
     flags = np.zeros(len(names), dtype=np.int64)
-    is_op = kinds == CPU_OP
+    # ProfilerStep# recorded as a cpu_op/Operator (torch 1.8-1.13) is a step, not an op.
+    is_op = (kinds == CPU_OP) & ~s.str.startswith("ProfilerStep#").to_numpy(bool)
     flags |= np.where(is_op, F_OP, 0)
     if use_capture_modules:
         is_mod = (kinds == ANNOTATION) & s.str.startswith(ann.MODULE_PREFIX).to_numpy(bool)

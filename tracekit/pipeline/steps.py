@@ -7,55 +7,89 @@ import pandas as pd
 
 from ..checks import TraceWarning
 from ..intervals import containing
-from ..read import ANNOTATION
+from ..read import ANNOTATION, CPU_OP
 from .state import Trace, take
 
 STEP_PREFIX = "ProfilerStep#"
+OPTIMIZER_PREFIX = "Optimizer.step#"
+_COLUMNS = ("step", "cpu_start", "cpu_end", "pid", "tid")
 
 
 def find_steps(t: Trace) -> Trace:
     """Number every activity with the step whose range holds its launch.
 
     Needs: ``acts.launch_pid``, ``launch_ts``, ``launched``.
-    Adds: ``acts.step`` (the N of ``ProfilerStep#N``; -1 outside every step; 0 everywhere when
-    the trace records no ProfilerStep) and ``acts.step_by``: ``"launch"`` (its launch is inside
-    a step of its process), ``"time"`` (placed by time against any process's steps: no launch
-    in the file, or a launching process with no steps of its own), ``"none"`` (outside every
-    step) or ``"trace"`` (no steps: the whole trace is one). ``t.step_ranges``: ``step``,
-    ``cpu_start``, ``cpu_end``, ``pid``, ``tid`` per ProfilerStep range, by start.
-    Guarantees: steps of one process do not overlap (the latest-starting range wins).
+    Adds: ``acts.step`` (-1 outside every step; 0 everywhere when the trace has no step
+    markers) and ``acts.step_by``: ``"launch"`` (its launch is inside a step of its process),
+    ``"time"`` (its launch is in the file, on a process that recorded no steps: placed by its
+    launch time inside a step's range), ``"none"`` (outside every step, or its launch is not in
+    the file) or ``"trace"`` (no markers: the whole trace is one window). ``t.step_ranges``:
+    ``step``, ``cpu_start``, ``cpu_end``, ``pid``, ``tid`` per step range, by start. Meta:
+    ``step_source`` (``ProfilerStep``, ``Optimizer.step`` or ``none``), ``has_profiler_steps``
+    and ``unlaunched_activities``.
+    Guarantees: a ``ProfilerStep#N`` range is a step whatever its category (``user_annotation``,
+    ``cpu_op``, torch 1.8-1.13 ``Operator``); with none, repeated ``Optimizer.step#`` ranges
+    bound inferred steps (a step ends where an Optimizer.step ends); an activity whose launch is
+    not in the file is never placed into a step; steps of one process do not overlap (the
+    latest-starting range wins).
     """
-    ev, a = t.events, t.acts
-    kind = ev["kind"].to_numpy()
-    pid, ts = ev["pid"].to_numpy(), ev["ts"].to_numpy()
-    end = ts + ev["dur"].to_numpy()
-    names = pd.Series(t.names)
-    idx = np.flatnonzero((kind == ANNOTATION) & names.str.startswith(STEP_PREFIX).to_numpy())
-    num = pd.to_numeric(names[idx].str[len(STEP_PREFIX):], errors="coerce")
-    num = num.fillna(-1).astype(np.int64).to_numpy()
-
+    a = t.acts
+    rng, source = step_ranges(t)
     a_pid, a_ts = a["launch_pid"].to_numpy(), a["launch_ts"].to_numpy()
-    no_launch = ~a["launched"].to_numpy()
-    step_of = containing(a_pid, a_ts, pid[idx], ts[idx], end[idx])
+    launched = a["launched"].to_numpy(bool)
+    r_pid, r_start, r_end = (rng[c].to_numpy() for c in ("pid", "cpu_start", "cpu_end"))
+    step_of = containing(a_pid, a_ts, r_pid, r_start, r_end)
     by = np.where(step_of >= 0, "launch", "none").astype(object)
-    any_pid = no_launch | ~np.isin(a_pid, pid[idx])
-    if any_pid.any() and idx.size:
-        zeros = np.zeros(int(any_pid.sum()), np.int64)
-        step_of[any_pid] = containing(zeros, a_ts[any_pid], np.zeros(idx.size, np.int64),
-                                      ts[idx], end[idx])
-        by[any_pid] = np.where(step_of[any_pid] >= 0, "time", "none")
-    outside = int((step_of < 0).sum()) if idx.size else 0
+    other = launched & ~np.isin(a_pid, r_pid)  # launched from a process with no steps
+    if other.any() and len(rng):
+        step_of[other] = containing(np.zeros(int(other.sum()), np.int64), a_ts[other],
+                                    np.zeros(len(rng), np.int64), r_start, r_end)
+        by[other] = np.where(step_of[other] >= 0, "time", "none")
+    step_of[~launched] = -1
+    by[~launched] = "none"
+    unlaunched = int((~launched).sum()) if len(rng) else 0
+    outside = int(((step_of < 0) & launched).sum()) if len(rng) else 0
     if outside:
         t.warnings.append(TraceWarning("launched_outside_steps", f"{outside} of {len(a)} "
-                                       "activities were launched outside every ProfilerStep "
+                                       "activities were launched outside every step "
                                        "and are left out"))
-    if idx.size:
-        a["step"] = take(num, step_of, -1)
+    if len(rng):
+        a["step"] = take(rng["step"].to_numpy(), step_of, -1)
         a["step_by"] = pd.Categorical(by)
     else:
         a["step"] = np.zeros(len(a), dtype=np.int64)
         a["step_by"] = pd.Categorical(np.full(len(a), "trace", object))
-    t.step_ranges = pd.DataFrame({"step": num, "cpu_start": ts[idx], "cpu_end": end[idx],
-                            "pid": pid[idx], "tid": ev["tid"].to_numpy()[idx]}).sort_values("cpu_start").reset_index(drop=True)
-    t.meta["has_profiler_steps"] = bool(idx.size)
+    t.step_ranges = rng
+    t.meta["has_profiler_steps"] = source == "ProfilerStep"
+    t.meta["step_source"] = source
+    t.meta["unlaunched_activities"] = unlaunched
     return t
+
+
+def step_ranges(t: Trace) -> tuple[pd.DataFrame, str]:
+    """The step ranges of the trace and where they come from (see :func:`find_steps`)."""
+    ev = t.events
+    kind = ev["kind"].to_numpy()
+    names = pd.Series(t.names)
+    is_range = np.isin(kind, (ANNOTATION, CPU_OP))
+    idx = np.flatnonzero(is_range & names.str.startswith(STEP_PREFIX).to_numpy())
+    ts = ev["ts"].to_numpy()
+    end = ts + ev["dur"].to_numpy()
+    pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
+    if idx.size:
+        num = pd.to_numeric(names[idx].str[len(STEP_PREFIX):], errors="coerce")
+        num = num.fillna(-1).astype(np.int64).to_numpy()
+        source = STEP_PREFIX[:-1]
+        start, stop = ts[idx], end[idx]
+    else:
+        idx = np.flatnonzero(is_range & names.str.startswith(OPTIMIZER_PREFIX).to_numpy())
+        if idx.size < 2:
+            return pd.DataFrame({c: np.zeros(0, np.int64) for c in _COLUMNS}), "none"
+        idx = idx[np.argsort(end[idx], kind="stable")]
+        stop = end[idx]
+        start = np.concatenate([[ts.min()], stop[:-1]])
+        num = np.arange(1, idx.size + 1, dtype=np.int64)
+        source = OPTIMIZER_PREFIX[:-1]
+    rng = pd.DataFrame({"step": num, "cpu_start": start, "cpu_end": stop, "pid": pid[idx],
+                        "tid": tid[idx]})
+    return rng.sort_values("cpu_start").reset_index(drop=True), source
