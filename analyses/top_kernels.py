@@ -33,7 +33,10 @@ _PRIMITIVE = {"int", "unsigned", "long", "float", "double", "char", "bool", "sho
 
 def _outline(s: str) -> tuple[str, list[str]]:
     """``s`` with each outermost ``<...>`` replaced by ``\x00i\x00`` and the texts inside."""
-    out, inner, cur, depth = [], [], [], 0
+    out: list[str] = []
+    inner: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in s:
         if ch == "<":
             depth += 1
