@@ -12,9 +12,9 @@ See docs/testing.md.
 """
 
 from . import kernels
-from .builder import Kernel, Op, TraceBuilder
+from .builder import TraceBuilder
 from .events import COMM_STREAM, COMPUTE_STREAM, COPY_STREAM, SIDE_STREAM, write_trace
-from .truth import Activity, intersect_window, measure, subtract, union
+from .truth import Activity, Kernel, Op, intersect_window, measure, subtract, union
 
 __all__ = [
     "COMM_STREAM", "COMPUTE_STREAM", "COPY_STREAM", "SIDE_STREAM", "Activity", "Kernel", "Op",

@@ -44,7 +44,7 @@ from .kernels import (
     NCCL_GENERIC,
     NCCL_KERNELS,
 )
-from .truth import Activity
+from .truth import Activity, Kernel, Op
 
 __all__ = ["Kernel", "Op", "TraceBuilder"]
 
@@ -54,33 +54,6 @@ _MEMCPY = {"HtoD": MEMCPY_HTOD, "DtoH": MEMCPY_DTOH, "DtoD": MEMCPY_DTOD}
 _COLLECTIVE_NAME = {"AllReduce": "allreduce", "AllGather": "_allgather_base",
                     "ReduceScatter": "_reduce_scatter_base", "Broadcast": "broadcast",
                     "AllToAll": "all_to_all", "SendRecv": "send", "Reduce": "reduce"}
-
-
-@dataclass
-class Op:
-    """A CPU op the builder recorded: its name, thread, start (ns), sequence number, module."""
-
-    name: str
-    tid: int
-    start: int
-    seq: int | None
-    module: str | None
-
-
-@dataclass
-class Kernel:
-    """A planted device activity and the op that launched it (``creator=`` takes either)."""
-
-    activity: Activity
-    op: Op | None
-
-    @property
-    def start(self) -> int:
-        return self.activity.start
-
-    @property
-    def end(self) -> int:
-        return self.activity.end
 
 
 @dataclass

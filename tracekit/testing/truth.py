@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from itertools import pairwise
 
-__all__ = ["Activity", "intersect_window", "measure", "shares", "subtract", "union"]
+__all__ = ["Activity", "Kernel", "Op", "intersect_window", "measure", "shares", "subtract", "union"]
 
 
 @dataclass
@@ -54,6 +54,33 @@ class Activity:
     @property
     def dur(self) -> int:
         return self.end - self.start
+
+
+@dataclass
+class Op:
+    """A CPU op the builder recorded: its name, thread, start (ns), sequence number, module."""
+
+    name: str
+    tid: int
+    start: int
+    seq: int | None
+    module: str | None
+
+
+@dataclass
+class Kernel:
+    """A planted device activity and the op that launched it (``creator=`` takes either)."""
+
+    activity: Activity
+    op: Op | None
+
+    @property
+    def start(self) -> int:
+        return self.activity.start
+
+    @property
+    def end(self) -> int:
+        return self.activity.end
 
 
 def union(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
