@@ -18,9 +18,9 @@ from tracekit.testing.kernels import GEMM_A, GEMM_NN, K_ADAM, K_MUL
 SAMPLES = ["tiny-infer", "tiny-train-1rank", "tiny-zero2-2ranks"]
 
 
-def plant(tmp_path, modules: str = "capture", name: str = GEMM_A):
+def plant(tmp_path, modules: str = "capture", name: str = GEMM_A, **kw):
     """Three steps: forward GEMM in model.layers.0.mlp.up_proj, its backward, an optimizer."""
-    b = TraceBuilder(modules=modules)
+    b = TraceBuilder(modules=modules, **kw)
     for _ in range(3):
         with b.step():
             with b.module("LlamaMLP", "model.layers.0.mlp"):
@@ -61,11 +61,12 @@ def test_forward_chain_is_recovered_exactly(tmp_path):
     assert c["backward"] is None
 
 
-def test_backward_chain_names_the_node_and_the_forward_module(tmp_path):
-    _, path = plant(tmp_path, modules="nn_module")
+@pytest.mark.parametrize("flows,link", [(True, "flow"), (False, "seq")])
+def test_backward_chain_names_the_node_and_the_forward_module(tmp_path, flows, link):
+    _, path = plant(tmp_path, modules="nn_module", flows=flows)
     (c,) = explain_json(path, "gemm_bf16_128x64")["chains"]
     assert c["phase"] == {"phase": "backward", "evidence": "autograd_thread"}
-    assert c["backward"]["node"] == "MmBackward0" and c["backward"]["link"] == "seq"
+    assert c["backward"]["node"] == "MmBackward0" and c["backward"]["link"] == link
     assert c["backward"]["forward_op"]["name"] == "aten::mm"
     assert c["backward"]["forward_op"]["seq"] == c["backward"]["seq"] is not None
     assert c["backward"]["forward_op"]["ts_ms"] < c["launch"]["ts_ms"]  # the creator ran first
