@@ -26,8 +26,10 @@ from ._registry import REGISTRY, TableSpec, column_unit, spec_of
 
 #: Report order, by module (import order is alphabetical, and another module may import one
 #: of these first). A new table module goes into the import above and here.
-_ORDER = [m.__name__ for m in (phases, modules, gemm, comm, idle, kernels, memcpy, timeline,
-                               top_kernels, layers, ranks)]
+_ORDER = [
+    m.__name__
+    for m in (phases, modules, gemm, comm, idle, kernels, memcpy, timeline, top_kernels, layers, ranks)
+]
 
 
 def _position(item: tuple[str, TableSpec]) -> int:

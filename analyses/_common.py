@@ -44,8 +44,14 @@ def phase_windows(windows: pd.DataFrame) -> pd.DataFrame:
     w = windows[windows["complete"].to_numpy()]
     whole = w[w["window"] == "step"].set_index("step")
     ph = w[w["window"] != "step"]
-    out = pd.DataFrame({"step": ph["step"].to_numpy(), "phase": ph["window"].to_numpy(),
-                        "lo": ph["start"].to_numpy(), "hi": ph["end"].to_numpy()})
+    out = pd.DataFrame(
+        {
+            "step": ph["step"].to_numpy(),
+            "phase": ph["window"].to_numpy(),
+            "lo": ph["start"].to_numpy(),
+            "hi": ph["end"].to_numpy(),
+        }
+    )
     out["wall_ms"] = (out["hi"] - out["lo"]) / NS_PER_MS
     span = (whole["end"] - whole["start"]) / NS_PER_MS
     out["window_ms"] = span.reindex(out["step"]).to_numpy()
@@ -63,11 +69,18 @@ def window_shares(intervals: pd.DataFrame) -> pd.DataFrame:
         if not keep.any():
             continue
         sub = intervals.loc[keep]
-        parts.append(pd.DataFrame({"step": sub["step"].to_numpy(), "phase": ph,
-                                   "group": sub["group"].astype(str).to_numpy(),
-                                   "module": sub["module"].astype(str).to_numpy(),
-                                   "recompute": _recompute(sub),
-                                   "share_ms": col[keep].to_numpy() / NS_PER_MS}))
+        parts.append(
+            pd.DataFrame(
+                {
+                    "step": sub["step"].to_numpy(),
+                    "phase": ph,
+                    "group": sub["group"].astype(str).to_numpy(),
+                    "module": sub["module"].astype(str).to_numpy(),
+                    "recompute": _recompute(sub),
+                    "share_ms": col[keep].to_numpy() / NS_PER_MS,
+                }
+            )
+        )
     if not parts:
         return pd.DataFrame(columns=["step", "phase", "group", "module", "recompute", "share_ms"])
     return pd.concat(parts, ignore_index=True)
@@ -89,8 +102,9 @@ def phases_present(intervals: pd.DataFrame, windows: pd.DataFrame) -> list[str]:
     """The phases a rank's tables show: the paper's three, and ``unattributed`` where some
     activity has that label or some complete step has an unattributed window."""
     w = windows[(windows["window"] == "unattributed").to_numpy() & windows["complete"].to_numpy()]
-    has = bool(((w["end"] - w["start"]) > 0).any()) or \
-        bool((intervals["phase"].astype(str) == "unattributed").any())
+    has = bool(((w["end"] - w["start"]) > 0).any()) or bool(
+        (intervals["phase"].astype(str) == "unattributed").any()
+    )
     return WINDOW_PHASES if has else PHASES
 
 

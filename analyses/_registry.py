@@ -25,9 +25,9 @@ MS, US, PCT, COUNT, BYTES, INDEX = "ms", "us", "%", "count", "bytes", "index"
 INTEGER_UNITS = {COUNT, BYTES, INDEX}
 
 #: How per-step rows become the reported row.
-MEAN = "mean"              # sum over complete steps / number of complete steps (absent = 0)
+MEAN = "mean"  # sum over complete steps / number of complete steps (absent = 0)
 STAGE_MEAN = "stage-mean"  # MEAN, but rows of an inference stage over the steps holding it
-PER_STEP = "per-step"      # only meaningful per step: no mean row (e.g. step windows)
+PER_STEP = "per-step"  # only meaningful per step: no mean row (e.g. step windows)
 
 Table = Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame]
 
@@ -89,9 +89,11 @@ REGISTRY: dict[str, TableSpec] = {}
 
 def register(name: str, *, title: str, **kw) -> Callable[[Table], Table]:
     """Decorator: declare ``func`` as table ``name`` (see :class:`TableSpec` for the fields)."""
+
     def deco(func: Table) -> Table:
         declare(TableSpec(name=name, title=title, func=func, **kw))
         return func
+
     return deco
 
 

@@ -20,18 +20,28 @@ from ._common import NS_PER_MS, percent, step_windows
 from ._registry import COUNT, MS, PCT, register
 
 
-@register("comm", title="Communication per phase and collective", paper="XV, XVI",
-          keys=("phase", "collective"),
-          values={"count": COUNT, "time_ms": MS, "exposed_ms": MS, "percent": PCT})
+@register(
+    "comm",
+    title="Communication per phase and collective",
+    paper="XV, XVI",
+    keys=("phase", "collective"),
+    values={"count": COUNT, "time_ms": MS, "exposed_ms": MS, "percent": PCT},
+)
 def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     cols = ["step", "phase", "collective", "count", "time_ms", "exposed_ms", "percent"]
     comm = intervals[intervals["group"] == "comm"]
     if comm.empty:
         return pd.DataFrame(columns=cols)
     keys = ["step", "phase", "collective"]
-    c = pd.DataFrame({"step": comm["step"].to_numpy(), "phase": comm["phase"].astype(str).to_numpy(),
-                      "collective": comm["collective"].astype(str).to_numpy(),
-                      "start": comm["start"].to_numpy(), "end": comm["end"].to_numpy()})
+    c = pd.DataFrame(
+        {
+            "step": comm["step"].to_numpy(),
+            "phase": comm["phase"].astype(str).to_numpy(),
+            "collective": comm["collective"].astype(str).to_numpy(),
+            "start": comm["start"].to_numpy(),
+            "end": comm["end"].to_numpy(),
+        }
+    )
     c["dur"] = c["end"] - c["start"]
     compute = intervals[intervals["group"] == "compute"]
     out = c.groupby(keys).agg(count=("dur", "size"), time_ns=("dur", "sum"))

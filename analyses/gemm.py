@@ -14,8 +14,13 @@ from ._common import WINDOW_PHASES, percent, phases_present, step_windows, union
 from ._registry import MS, PCT, register
 
 
-@register("gemm", title="GEMM share of compute-kernel time", paper="XIII", keys=("phase",),
-          values={"gemm_ms": MS, "compute_ms": MS, "percent": PCT})
+@register(
+    "gemm",
+    title="GEMM share of compute-kernel time",
+    paper="XIII",
+    keys=("phase",),
+    values={"gemm_ms": MS, "compute_ms": MS, "percent": PCT},
+)
 def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     key = ["step", "phase"]
     compute = intervals[intervals["group"] == "compute"]
@@ -26,7 +31,14 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     idx = pd.MultiIndex.from_product([done, phases_present(intervals, windows)], names=key)
     g = gemm.reindex(idx).fillna(0.0).to_numpy()
     t = total.reindex(idx).fillna(0.0).to_numpy()
-    out = pd.DataFrame({"step": idx.get_level_values(0), "phase": idx.get_level_values(1),
-                        "gemm_ms": g, "compute_ms": t, "percent": percent(g, t)})
+    out = pd.DataFrame(
+        {
+            "step": idx.get_level_values(0),
+            "phase": idx.get_level_values(1),
+            "gemm_ms": g,
+            "compute_ms": t,
+            "percent": percent(g, t),
+        }
+    )
     out["phase"] = pd.Categorical(out["phase"], categories=WINDOW_PHASES)
     return out

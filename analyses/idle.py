@@ -14,13 +14,24 @@ from ._common import percent, step_windows, union_ms_by
 from ._registry import MS, PCT, register
 
 
-@register("idle", title="Device idle per step", values={"window_ms": MS, "busy_ms": MS,
-          "idle_ms": MS, "percent": PCT}, chart="none")
+@register(
+    "idle",
+    title="Device idle per step",
+    values={"window_ms": MS, "busy_ms": MS, "idle_ms": MS, "percent": PCT},
+    chart="none",
+)
 def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     win = step_windows(windows)
     busy = union_ms_by(intervals, ["step"]).reindex(win["step"]).fillna(0.0).to_numpy()
     window = win["window_ms"].to_numpy()
     idle = window - busy
-    return pd.DataFrame({"step": win["step"].to_numpy(), "window_ms": window, "busy_ms": busy,
-                         "idle_ms": idle, "percent": percent(idle, window)},
-                        columns=["step", "window_ms", "busy_ms", "idle_ms", "percent"])
+    return pd.DataFrame(
+        {
+            "step": win["step"].to_numpy(),
+            "window_ms": window,
+            "busy_ms": busy,
+            "idle_ms": idle,
+            "percent": percent(idle, window),
+        },
+        columns=["step", "window_ms", "busy_ms", "idle_ms", "percent"],
+    )

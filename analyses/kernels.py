@@ -31,30 +31,43 @@ from ._common import WINDOW_PHASES, percent, share_column, step_windows
 from ._registry import COUNT, MS, PCT, STAGE_MEAN, register
 from ._stages import ORDER, has_stages
 
-GROUPS = {"compute": KERNEL_CATEGORIES, "comm": COMM_CATEGORIES,
-          "memcpy": ["Memcpy", "Memset"], "idle": ["Idle"]}
+GROUPS = {
+    "compute": KERNEL_CATEGORIES,
+    "comm": COMM_CATEGORIES,
+    "memcpy": ["Memcpy", "Memset"],
+    "idle": ["Idle"],
+}
 
 
 ROWS = [(g, c) for g, cats in GROUPS.items() for c in cats]
 
 
-@register("kernels", title="Kernel categories", paper="X", keys=("group", "category"),
-          aggregate=STAGE_MEAN, compare="time_ms",
-          values={"count": COUNT, "time_ms": MS, "kernel_ms": MS, "percent": PCT})
+@register(
+    "kernels",
+    title="Kernel categories",
+    paper="X",
+    keys=("group", "category"),
+    aggregate=STAGE_MEAN,
+    compare="time_ms",
+    values={"count": COUNT, "time_ms": MS, "kernel_ms": MS, "percent": PCT},
+)
 def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     staged = has_stages(intervals)
     keys = ["step"] + (["stage"] if staged else [])
     cols = keys + ["group", "category", "count", "time_ms", "kernel_ms", "percent"]
     done = step_windows(windows)
     iv = intervals[intervals["step"].isin(done["step"])]
-    frame = pd.DataFrame({
-        "step": iv["step"].to_numpy(),
-        "group": iv["group"].astype(str).replace({"memset": "memcpy"}).to_numpy(),
-        "category": iv["kernel_category"].astype(str).to_numpy(),
-        "share": sum(iv[share_column(p)].to_numpy() for p in WINDOW_PHASES) / 1e6,
-        "dur": (iv["end"] - iv["start"]).to_numpy() / 1e6,
-        "start": iv["start"].to_numpy(), "end": iv["end"].to_numpy(),
-    })
+    frame = pd.DataFrame(
+        {
+            "step": iv["step"].to_numpy(),
+            "group": iv["group"].astype(str).replace({"memset": "memcpy"}).to_numpy(),
+            "category": iv["kernel_category"].astype(str).to_numpy(),
+            "share": sum(iv[share_column(p)].to_numpy() for p in WINDOW_PHASES) / 1e6,
+            "dur": (iv["end"] - iv["start"]).to_numpy() / 1e6,
+            "start": iv["start"].to_numpy(),
+            "end": iv["end"].to_numpy(),
+        }
+    )
     if staged:
         frame["stage"] = iv["stage"].astype(str).replace({"": "other"}).to_numpy()
         span = frame.groupby(keys)
@@ -62,17 +75,19 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
         order = {s: i for i, s in enumerate(ORDER)}
         present = sorted(window.index, key=lambda k: (k[0], order.get(k[1], len(order))))
     else:
-        window = pd.Series(((done["end"] - done["start"]) / 1e6).to_numpy(),
-                           index=pd.Index(done["step"].to_numpy(), name="step"))
+        window = pd.Series(
+            ((done["end"] - done["start"]) / 1e6).to_numpy(),
+            index=pd.Index(done["step"].to_numpy(), name="step"),
+        )
         present = list(window.index)
     if not present:
         return pd.DataFrame(columns=cols)
     agg = frame.groupby(keys + ["group", "category"]).agg(
-        count=("share", "size"), time_ms=("share", "sum"), kernel_ms=("dur", "sum"))
+        count=("share", "size"), time_ms=("share", "sum"), kernel_ms=("dur", "sum")
+    )
     busy = agg["time_ms"].groupby(level=keys).sum()
     prefix = [k if isinstance(k, tuple) else (k,) for k in present]
-    idx = pd.MultiIndex.from_tuples([p + r for p in prefix for r in ROWS],
-                                    names=keys + ["group", "category"])
+    idx = pd.MultiIndex.from_tuples([p + r for p in prefix for r in ROWS], names=keys + ["group", "category"])
     out = agg.reindex(idx).fillna(0.0).reset_index()
     win = window.reindex(present).to_numpy().repeat(len(ROWS))
     idle = (out["group"] == "idle").to_numpy()

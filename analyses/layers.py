@@ -44,8 +44,9 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
         df["_s"] = df["stage"].astype(str).map(stages).fillna(len(stages))
         by.append("_s")
     by += ["_o", "layer"]
-    return df.sort_values(by, kind="stable").drop(columns=["_o", "_s"], errors="ignore") \
-        .reset_index(drop=True)
+    return (
+        df.sort_values(by, kind="stable").drop(columns=["_o", "_s"], errors="ignore").reset_index(drop=True)
+    )
 
 
 def layer_index(intervals: pd.DataFrame) -> pd.Series:
@@ -54,22 +55,36 @@ def layer_index(intervals: pd.DataFrame) -> pd.Series:
     inside = lay >= 0
     out = np.full(len(intervals), -1, np.int64)
     if inside.any():
-        key = pd.DataFrame({"step": intervals["step"].to_numpy()[inside],
-                            "pass": intervals["fwd_pass"].to_numpy()[inside], "layer": lay[inside]})
+        key = pd.DataFrame(
+            {
+                "step": intervals["step"].to_numpy()[inside],
+                "pass": intervals["fwd_pass"].to_numpy()[inside],
+                "layer": lay[inside],
+            }
+        )
         out[inside] = key.groupby(["step", "pass"])["layer"].rank(method="dense").to_numpy() - 1
     return pd.Series(out, index=intervals.index)
 
 
-@register("layers", title="Time per decoder layer", keys=("phase", "layer"), compare="time_ms",
-          values={"count": COUNT, "time_ms": MS, "vs_mean_pct": PCT}, finish=_finish,
-          filters=frozenset({"phase", "module"}), aggregate="stage-mean", chart="bar")
+@register(
+    "layers",
+    title="Time per decoder layer",
+    keys=("phase", "layer"),
+    compare="time_ms",
+    values={"count": COUNT, "time_ms": MS, "vs_mean_pct": PCT},
+    finish=_finish,
+    filters=frozenset({"phase", "module"}),
+    aggregate="stage-mean",
+    chart="bar",
+)
 def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     staged = has_stages(intervals)
     keys = ["step"] + (["stage"] if staged else []) + ["phase", "layer"]
     cols = keys + ["count", "time_ms", "vs_mean_pct"]
     complete = steps.loc[steps["complete"].to_numpy(), "step"].unique()
-    iv = intervals[(intervals["group"].astype(str) == "compute").to_numpy()
-                   & intervals["step"].isin(complete).to_numpy()]
+    iv = intervals[
+        (intervals["group"].astype(str) == "compute").to_numpy() & intervals["step"].isin(complete).to_numpy()
+    ]
     idx = layer_index(iv)
     iv = iv[(idx >= 0).to_numpy()]
     if iv.empty:
@@ -77,9 +92,14 @@ def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     phase = iv["phase"].astype(str).replace({"": "unattributed"}).to_numpy()
     if "recompute" in iv.columns:  # activation recomputation: its own row, as in DESIGN.md
         phase = np.where(iv["recompute"].fillna(False).to_numpy(bool), "recompute", phase)
-    frame = pd.DataFrame({"step": iv["step"].to_numpy(), "phase": phase,
-                          "layer": idx[idx >= 0].to_numpy(),
-                          "dur": (iv["end"] - iv["start"]).to_numpy() / 1e6})
+    frame = pd.DataFrame(
+        {
+            "step": iv["step"].to_numpy(),
+            "phase": phase,
+            "layer": idx[idx >= 0].to_numpy(),
+            "dur": (iv["end"] - iv["start"]).to_numpy() / 1e6,
+        }
+    )
     if staged:
         frame["stage"] = iv["stage"].astype(str).replace({"": "other"}).to_numpy()
     out = frame.groupby(keys, sort=False).agg(count=("dur", "size"), time_ms=("dur", "sum"))
@@ -91,8 +111,7 @@ def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
 def spread(layers: pd.DataFrame) -> pd.DataFrame:
     """Per phase (and step/stage/rank where present): mean/min/max over layers, the slowest."""
     groups = _groups(layers)
-    cols = groups + ["layers", "mean_ms", "min_ms", "max_ms", "slowest_layer",
-                     "slowest_over_mean_pct"]
+    cols = groups + ["layers", "mean_ms", "min_ms", "max_ms", "slowest_layer", "slowest_over_mean_pct"]
     if layers.empty:
         return pd.DataFrame(columns=cols)
     rows = []
@@ -100,14 +119,36 @@ def spread(layers: pd.DataFrame) -> pd.DataFrame:
         key = key if isinstance(key, tuple) else (key,)
         t = g["time_ms"].to_numpy(dtype=float)
         mean = float(t.mean())
-        rows.append({**dict(zip(groups, key)), "layers": len(g), "mean_ms": mean,
-                     "min_ms": float(t.min()), "max_ms": float(t.max()),
-                     "slowest_layer": int(g["layer"].iloc[int(np.argmax(t))]),
-                     "slowest_over_mean_pct": (float(t.max()) / mean - 1) * 100 if mean > 0 else 0.0})
+        rows.append(
+            {
+                **dict(zip(groups, key)),
+                "layers": len(g),
+                "mean_ms": mean,
+                "min_ms": float(t.min()),
+                "max_ms": float(t.max()),
+                "slowest_layer": int(g["layer"].iloc[int(np.argmax(t))]),
+                "slowest_over_mean_pct": (float(t.max()) / mean - 1) * 100 if mean > 0 else 0.0,
+            }
+        )
     return pd.DataFrame(rows, columns=cols)
 
 
-declare(TableSpec(name="layer_spread", title="Spread across decoder layers", func=None,
-                  source="layers", derive=spread, keys=("phase",), chart="none",
-                  values={"layers": COUNT, "mean_ms": MS, "min_ms": MS, "max_ms": MS,
-                          "slowest_layer": INDEX, "slowest_over_mean_pct": PCT}))
+declare(
+    TableSpec(
+        name="layer_spread",
+        title="Spread across decoder layers",
+        func=None,
+        source="layers",
+        derive=spread,
+        keys=("phase",),
+        chart="none",
+        values={
+            "layers": COUNT,
+            "mean_ms": MS,
+            "min_ms": MS,
+            "max_ms": MS,
+            "slowest_layer": INDEX,
+            "slowest_over_mean_pct": PCT,
+        },
+    )
+)

@@ -24,8 +24,14 @@ def direction(name: str) -> str:
     return m.group(1) if m else ("Memset" if "memset" in name.lower() else "Other")
 
 
-@register("memcpy", title="Memory copies", paper="XIV", keys=("kind",), chart="none",
-          values={"count": COUNT, "time_ms": MS, "bytes": BYTES, "percent": PCT})
+@register(
+    "memcpy",
+    title="Memory copies",
+    paper="XIV",
+    keys=("kind",),
+    chart="none",
+    values={"count": COUNT, "time_ms": MS, "bytes": BYTES, "percent": PCT},
+)
 def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     cols = ["step", "kind", "count", "time_ms", "bytes", "percent"]
     mem = intervals[intervals["group"].isin(["memcpy", "memset"])]
@@ -33,11 +39,19 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     names = mem["name"].astype(str)
     kinds = {n: direction(n) for n in names.unique()}
-    frame = pd.DataFrame({"step": mem["step"].to_numpy(), "kind": names.map(kinds).to_numpy(),
-                          "dur": (mem["end"] - mem["start"]).to_numpy(),
-                          "bytes": mem["bytes"].fillna(0).to_numpy()})
-    out = frame.groupby(["step", "kind"]).agg(count=("dur", "size"), time_ns=("dur", "sum"),
-                                              bytes=("bytes", "sum")).reset_index()
+    frame = pd.DataFrame(
+        {
+            "step": mem["step"].to_numpy(),
+            "kind": names.map(kinds).to_numpy(),
+            "dur": (mem["end"] - mem["start"]).to_numpy(),
+            "bytes": mem["bytes"].fillna(0).to_numpy(),
+        }
+    )
+    out = (
+        frame.groupby(["step", "kind"])
+        .agg(count=("dur", "size"), time_ns=("dur", "sum"), bytes=("bytes", "sum"))
+        .reset_index()
+    )
     out["time_ms"] = out["time_ns"] / NS_PER_MS
     window = step_windows(windows).set_index("step")["window_ms"]
     out["percent"] = percent(out["time_ms"], window.reindex(out["step"]).to_numpy())

@@ -32,20 +32,30 @@ from ._registry import MS, PCT, register
 ROWS = MODULE_CATEGORIES + ["Other", "Exposed communication", "Idle"]
 
 
-@register("modules", title="Module time per phase", paper="VI", keys=("phase", "module"),
-          compare="time_ms",
-          values={"time_ms": MS, "percent": PCT, "recompute_ms": MS})
+@register(
+    "modules",
+    title="Module time per phase",
+    paper="VI",
+    keys=("phase", "module"),
+    compare="time_ms",
+    values={"time_ms": MS, "percent": PCT, "recompute_ms": MS},
+)
 def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     win = phase_windows(windows)
     win = win[win["phase"].isin(phases_present(intervals, windows)).to_numpy()].reset_index(drop=True)
     shares = window_shares(intervals)
     group = shares["group"].to_numpy()
     module = shares["module"].to_numpy()
-    row = np.where(group == "compute", np.where(np.isin(module, MODULE_CATEGORIES), module, "Other"),
-                   np.where(group == "comm", "Exposed communication", "Other"))
+    row = np.where(
+        group == "compute",
+        np.where(np.isin(module, MODULE_CATEGORIES), module, "Other"),
+        np.where(group == "comm", "Exposed communication", "Other"),
+    )
     summed = shares.groupby([shares["step"], shares["phase"], row])["share_ms"].sum()
-    idx = pd.MultiIndex.from_tuples([(s, p, m) for s, p in zip(win["step"], win["phase"])
-                                     for m in ROWS], names=["step", "phase", "module"])
+    idx = pd.MultiIndex.from_tuples(
+        [(s, p, m) for s, p in zip(win["step"], win["phase"]) for m in ROWS],
+        names=["step", "phase", "module"],
+    )
     out = summed.reindex(idx).fillna(0.0).rename("time_ms").reset_index()
     wall = np.repeat(win["wall_ms"].to_numpy(), len(ROWS))
     per_window = out.groupby(["step", "phase"], sort=False)["time_ms"].transform("sum").to_numpy()

@@ -37,10 +37,23 @@ def _recomputed(iv: pd.DataFrame):
     return iv["recompute"].to_numpy(bool) if "recompute" in iv else np.zeros(len(iv), bool)
 
 
-@register("phases", title="Phases: forward / backward / optimizer", paper="V, VII",
-          keys=("phase",), chart="stacked", compare="wall_ms",
-          values={"wall_ms": MS, "percent": PCT, "compute_ms": MS, "comm_ms": MS,
-                  "exposed_comm_ms": MS, "recompute_ms": MS, "idle_ms": MS})
+@register(
+    "phases",
+    title="Phases: forward / backward / optimizer",
+    paper="V, VII",
+    keys=("phase",),
+    chart="stacked",
+    compare="wall_ms",
+    values={
+        "wall_ms": MS,
+        "percent": PCT,
+        "compute_ms": MS,
+        "comm_ms": MS,
+        "exposed_comm_ms": MS,
+        "recompute_ms": MS,
+        "idle_ms": MS,
+    },
+)
 def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     win = phase_windows(windows)
     win = win[win["phase"].isin(phases_present(intervals, windows)).to_numpy()]
@@ -58,14 +71,18 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     def col(series: pd.Series) -> pd.Series:
         return series.reindex(idx).fillna(0.0).to_numpy()
 
-    out = pd.DataFrame({
-        "step": win["step"].to_numpy(), "phase": win["phase"].to_numpy(),
-        "wall_ms": win["wall_ms"].to_numpy(),
-        "percent": percent(win["wall_ms"], win["window_ms"]),
-        "compute_ms": col(compute), "comm_ms": col(comm),
-        "exposed_comm_ms": col(exposed),
-        "recompute_ms": col(recompute),
-        "idle_ms": (win["wall_ms"].to_numpy() - col(busy)).clip(min=0.0),
-    })
+    out = pd.DataFrame(
+        {
+            "step": win["step"].to_numpy(),
+            "phase": win["phase"].to_numpy(),
+            "wall_ms": win["wall_ms"].to_numpy(),
+            "percent": percent(win["wall_ms"], win["window_ms"]),
+            "compute_ms": col(compute),
+            "comm_ms": col(comm),
+            "exposed_comm_ms": col(exposed),
+            "recompute_ms": col(recompute),
+            "idle_ms": (win["wall_ms"].to_numpy() - col(busy)).clip(min=0.0),
+        }
+    )
     out["phase"] = pd.Categorical(out["phase"], categories=WINDOW_PHASES)
     return out

@@ -3,7 +3,8 @@
 Input: each rank's ``phases`` table (mean per complete step). Two tables:
 
 * ``ranks``: one row per rank: ``forward_ms``, ``backward_ms``, ``unattributed_ms``,
-  ``optimizer_ms`` (phase wall times on that rank's device timeline), ``step_ms`` (their sum, the step's device window),
+  ``optimizer_ms`` (phase wall times on that rank's device timeline), ``step_ms`` (their sum,
+  the step's device window),
   ``compute_ms`` (compute-kernel time), ``exposed_comm_ms`` (communication nothing hides),
   ``idle_ms`` (no device activity), and ``vs_mean_pct`` / ``vs_median_pct``: how much longer
   than the mean / median step this rank's step is, in percent;
@@ -63,8 +64,11 @@ def stragglers(ranks: pd.Series, values: pd.Series) -> list[tuple[int, float]]:
     mad = 1.4826 * float(np.median(np.abs(v - med)))
     limit = med + max(3 * mad, STRAGGLER_MIN_FRACTION * abs(med))
     order = np.argsort(-v, kind="stable")
-    return [(int(ranks.iloc[i]), (v[i] / med - 1) * 100 if med else 0.0)
-            for i in order if v[i] > limit and v[i] > 0]
+    return [
+        (int(ranks.iloc[i]), (v[i] / med - 1) * 100 if med else 0.0)
+        for i in order
+        if v[i] > limit and v[i] > 0
+    ]
 
 
 def summary(ranks: pd.DataFrame) -> pd.DataFrame:
@@ -78,22 +82,40 @@ def summary(ranks: pd.DataFrame) -> pd.DataFrame:
         fast = int(ranks["rank"].iloc[int(np.argmin(v.to_numpy()))])
         mx, mn = float(v.max()), float(v.min())
         named = stragglers(ranks["rank"], v)
-        rows.append({
-            "phase": col[:-3], "ranks": len(v), "mean_ms": mean, "min_ms": mn,
-            "median_ms": float(v.median()), "max_ms": mx,
-            "fastest_rank": fast, "slowest_rank": slow,
-            "slowest_over_mean_ms": mx - mean,
-            "slowest_over_mean_pct": (mx / mean - 1.0) * 100.0 if mean else 0.0,
-            "spread_ms": mx - mn,
-            "stragglers": ", ".join(f"{r} (+{p:.1f}%)" for r, p in named[:MAX_NAMED]) +
-                          (f" and {len(named) - MAX_NAMED} more" if len(named) > MAX_NAMED else ""),
-        })
+        rows.append(
+            {
+                "phase": col[:-3],
+                "ranks": len(v),
+                "mean_ms": mean,
+                "min_ms": mn,
+                "median_ms": float(v.median()),
+                "max_ms": mx,
+                "fastest_rank": fast,
+                "slowest_rank": slow,
+                "slowest_over_mean_ms": mx - mean,
+                "slowest_over_mean_pct": (mx / mean - 1.0) * 100.0 if mean else 0.0,
+                "spread_ms": mx - mn,
+                "stragglers": ", ".join(f"{r} (+{p:.1f}%)" for r, p in named[:MAX_NAMED])
+                + (f" and {len(named) - MAX_NAMED} more" if len(named) > MAX_NAMED else ""),
+            }
+        )
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
-SUMMARY_COLUMNS = ["phase", "ranks", "mean_ms", "min_ms", "median_ms", "max_ms", "fastest_rank",
-                   "slowest_rank", "slowest_over_mean_ms", "slowest_over_mean_pct", "spread_ms",
-                   "stragglers"]
+SUMMARY_COLUMNS = [
+    "phase",
+    "ranks",
+    "mean_ms",
+    "min_ms",
+    "median_ms",
+    "max_ms",
+    "fastest_rank",
+    "slowest_rank",
+    "slowest_over_mean_ms",
+    "slowest_over_mean_pct",
+    "spread_ms",
+    "stragglers",
+]
 
 
 def tables(phases_by_rank: dict[int, pd.DataFrame]) -> dict[str, pd.DataFrame]:
@@ -101,13 +123,40 @@ def tables(phases_by_rank: dict[int, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     return {"ranks": r, "rank_summary": summary(r)}
 
 
-declare(TableSpec(name="rank_summary", title="Ranks: spread and stragglers", func=None,
-                  cross_rank=True, keys=("phase",), chart="none", aggregate="per-rank",
-                  values={"ranks": COUNT, "mean_ms": MS, "min_ms": MS, "median_ms": MS,
-                          "max_ms": MS, "fastest_rank": INDEX, "slowest_rank": INDEX,
-                          "slowest_over_mean_ms": MS, "slowest_over_mean_pct": PCT,
-                          "spread_ms": MS}))
-declare(TableSpec(name="ranks", title="Per rank", func=None,
-                  cross_rank=True, keys=("rank",), chart="stacked", aggregate="per-rank",
-                  top=16, sort_by="step_ms",
-                  values={**{c: MS for c in COLUMNS}, "vs_mean_pct": PCT, "vs_median_pct": PCT}))
+declare(
+    TableSpec(
+        name="rank_summary",
+        title="Ranks: spread and stragglers",
+        func=None,
+        cross_rank=True,
+        keys=("phase",),
+        chart="none",
+        aggregate="per-rank",
+        values={
+            "ranks": COUNT,
+            "mean_ms": MS,
+            "min_ms": MS,
+            "median_ms": MS,
+            "max_ms": MS,
+            "fastest_rank": INDEX,
+            "slowest_rank": INDEX,
+            "slowest_over_mean_ms": MS,
+            "slowest_over_mean_pct": PCT,
+            "spread_ms": MS,
+        },
+    )
+)
+declare(
+    TableSpec(
+        name="ranks",
+        title="Per rank",
+        func=None,
+        cross_rank=True,
+        keys=("rank",),
+        chart="stacked",
+        aggregate="per-rank",
+        top=16,
+        sort_by="step_ms",
+        values={**dict.fromkeys(COLUMNS, MS), "vs_mean_pct": PCT, "vs_median_pct": PCT},
+    )
+)

@@ -33,13 +33,24 @@ from ._stages import has_stages, split
 BLOCKS = ["before", "attention", "ffn", "after"]
 
 
-@register("timeline", title="Forward timeline", paper="XI", keys=("block",), chart="stacked",
-          aggregate=STAGE_MEAN,
-          values={"count": COUNT, "passes": COUNT, "time_ms": MS, "percent": PCT})
+@register(
+    "timeline",
+    title="Forward timeline",
+    paper="XI",
+    keys=("block",),
+    chart="stacked",
+    aggregate=STAGE_MEAN,
+    values={"count": COUNT, "passes": COUNT, "time_ms": MS, "percent": PCT},
+)
 def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     staged = has_stages(intervals)
-    cols = ["step"] + (["stage"] if staged else []) + ["block", "count"] + \
-        (["passes"] if staged else []) + ["time_ms", "percent"]
+    cols = (
+        ["step"]
+        + (["stage"] if staged else [])
+        + ["block", "count"]
+        + (["passes"] if staged else [])
+        + ["time_ms", "percent"]
+    )
     blocks = intervals["block"].astype(str)
     if not blocks.isin(["attention", "ffn"]).any():
         return pd.DataFrame(columns=cols)
@@ -75,8 +86,7 @@ def _rows(iv: pd.DataFrame, lo: int, hi: int, staged: bool) -> list[dict]:
     rows = []
     for blk in BLOCKS:
         tm = float(t.get(blk, 0.0))
-        r = {"block": blk,
-             "count": int(round(n_layers / passes)) if blk in ("attention", "ffn") else 1}
+        r = {"block": blk, "count": round(n_layers / passes) if blk in ("attention", "ffn") else 1}
         if staged:
             r["passes"] = passes
         rows.append({**r, "time_ms": tm, "percent": float(percent(tm, wall))})

@@ -27,8 +27,27 @@ KEEP = 50
 OTHER = "(other kernels)"
 #: Display length of a shortened kernel name.
 SHORT = 60
-_PRIMITIVE = {"int", "unsigned", "long", "float", "double", "char", "bool", "short", "void",
-              "signed", "const", "half", "true", "false", "at", "c10", "std", "detail", "native"}
+_PRIMITIVE = {
+    "int",
+    "unsigned",
+    "long",
+    "float",
+    "double",
+    "char",
+    "bool",
+    "short",
+    "void",
+    "signed",
+    "const",
+    "half",
+    "true",
+    "false",
+    "at",
+    "c10",
+    "std",
+    "detail",
+    "native",
+}
 
 
 def _outline(s: str) -> tuple[str, list[str]]:
@@ -86,7 +105,7 @@ def short_name(name: str) -> str:
         s = f"{base}<{named[0]}>" if named else base or s
     elif re.match(r"^[\w.$]+\(", s):  # a C signature: name(args)
         s = _cut_arguments(s)
-    return s if len(s) <= SHORT else s[:SHORT - 1] + "\u2026"
+    return s if len(s) <= SHORT else s[: SHORT - 1] + "\u2026"
 
 
 def _step_windows(steps: pd.DataFrame) -> pd.Series:
@@ -103,8 +122,9 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
     count = df["count"].astype(float)
     df["mean_us"] = (df["total_ms"] * 1000.0).where(count > 0, 0.0) / count.where(count > 0, 1.0)
     by = [c for c in ("rank", "step", "stage") if c in df.columns]
-    return df.sort_values(by + ["total_ms"], ascending=[True] * len(by) + [False],
-                          kind="stable").reset_index(drop=True)
+    return df.sort_values(by + ["total_ms"], ascending=[True] * len(by) + [False], kind="stable").reset_index(
+        drop=True
+    )
 
 
 def _keep_top(rows: pd.DataFrame) -> pd.DataFrame:
@@ -121,23 +141,38 @@ def _keep_top(rows: pd.DataFrame) -> pd.DataFrame:
 COLUMNS = ["step", "name", "category", "module", "phase", "count", "total_ms", "mean_us", "percent"]
 
 
-@register("top_kernels", title="Top kernels", keys=("name", "category", "module", "phase"),
-          values={"count": COUNT, "total_ms": MS, "mean_us": US, "percent": PCT},
-          finish=_finish, filters=frozenset({"phase", "module"}), top=20, sort_by="total_ms",
-          shorten={"name": short_name}, chart="bar")
+@register(
+    "top_kernels",
+    title="Top kernels",
+    keys=("name", "category", "module", "phase"),
+    values={"count": COUNT, "total_ms": MS, "mean_us": US, "percent": PCT},
+    finish=_finish,
+    filters=frozenset({"phase", "module"}),
+    top=20,
+    sort_by="total_ms",
+    shorten={"name": short_name},
+    chart="bar",
+)
 def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     window = _step_windows(steps)
     iv = intervals[intervals["step"].isin(window.index).to_numpy()]
     if iv.empty:
         return pd.DataFrame(columns=COLUMNS)
-    frame = pd.DataFrame({
-        "step": iv["step"].to_numpy(), "name": iv["name"].astype(str).to_numpy(),
-        "category": iv["kernel_category"].astype(str).to_numpy(),
-        "module": iv["module"].astype(str).replace({"": "Other"}).to_numpy(),
-        "phase": iv["phase"].astype(str).replace({"": "unattributed"}).to_numpy(),
-        "dur": (iv["end"] - iv["start"]).to_numpy() / 1e6})
-    out = frame.groupby(["step", "name", "category", "module", "phase"], sort=False).agg(
-        count=("dur", "size"), total_ms=("dur", "sum")).reset_index()
+    frame = pd.DataFrame(
+        {
+            "step": iv["step"].to_numpy(),
+            "name": iv["name"].astype(str).to_numpy(),
+            "category": iv["kernel_category"].astype(str).to_numpy(),
+            "module": iv["module"].astype(str).replace({"": "Other"}).to_numpy(),
+            "phase": iv["phase"].astype(str).replace({"": "unattributed"}).to_numpy(),
+            "dur": (iv["end"] - iv["start"]).to_numpy() / 1e6,
+        }
+    )
+    out = (
+        frame.groupby(["step", "name", "category", "module", "phase"], sort=False)
+        .agg(count=("dur", "size"), total_ms=("dur", "sum"))
+        .reset_index()
+    )
     out = _keep_top(out)
     out["count"] = out["count"].astype("int64")
     out["mean_us"] = out["total_ms"] * 1000.0 / out["count"]

@@ -1,6 +1,6 @@
 """Print docs/peers.md's table: tracekit vs HolisticTraceAnalysis on every shared GPU trace.
 
-    python benchmarks/peers_table.py ../shared/traces > /tmp/peers_table.md
+python benchmarks/peers_table.py ../shared/traces > /tmp/peers_table.md
 """
 
 from __future__ import annotations

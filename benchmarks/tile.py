@@ -39,8 +39,9 @@ def tile(src: str, out: str, copies: int | None = None, mb: float | None = None)
     meta_ev = [e for e in events if e.get("ph") == "M"]
     body = [e for e in events if e.get("ph") != "M"]
     args = [e.get("args") or {} for e in body]
-    corr_off = max(_max_int(a.get(k) for a in args for k in _CORR_KEYS),
-                   _max_int(e.get("id") for e in body)) + 1
+    corr_off = (
+        max(_max_int(a.get(k) for a in args for k in _CORR_KEYS), _max_int(e.get("id") for e in body)) + 1
+    )
     py_off = _max_int(a.get(k) for a in args for k in _PY_KEYS) + 1
     other_off = {k: _max_int(a.get(k) for a in args) + 1 for k in _OTHER_KEYS}
     steps = [int(m.group(1)) for e in body if (m := _STEP.match(str(e.get("name", ""))))]
@@ -54,7 +55,7 @@ def tile(src: str, out: str, copies: int | None = None, mb: float | None = None)
         copies = max(1, round((mb or 250) * 1e6 / per_copy))
 
     with open(out, "w") as f:
-        head = {k: v for k, v in doc.items()}
+        head = dict(doc.items())
         f.write(json.dumps(head)[:-1] + (", " if head else "") + '"traceEvents": [\n')
         first = True
         for e in meta_ev:

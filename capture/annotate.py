@@ -31,7 +31,7 @@ def phase(name: str):
 def strip_prefixes(qualified_name: str, prefixes: tuple[str, ...]) -> str:
     for prefix in prefixes:
         if qualified_name.startswith(prefix):
-            return qualified_name[len(prefix):]
+            return qualified_name[len(prefix) :]
     return qualified_name
 
 

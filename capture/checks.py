@@ -29,9 +29,14 @@ def devices() -> list[dict]:
 
     if not torch.cuda.is_available():
         return []
-    return [{"index": i, "name": torch.cuda.get_device_name(i),
-             "memory_bytes": torch.cuda.get_device_properties(i).total_memory}
-            for i in range(torch.cuda.device_count())]
+    return [
+        {
+            "index": i,
+            "name": torch.cuda.get_device_name(i),
+            "memory_bytes": torch.cuda.get_device_properties(i).total_memory,
+        }
+        for i in range(torch.cuda.device_count())
+    ]
 
 
 def ranks(nproc: int, gpus: int) -> None:
@@ -44,5 +49,7 @@ def ranks(nproc: int, gpus: int) -> None:
         return
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if nproc > cores:
-        raise CaptureError(f"--nproc-per-node {nproc} exceeds the {cores} CPU cores this process may "
-                           "use (one rank per core on CPU hosts)")
+        raise CaptureError(
+            f"--nproc-per-node {nproc} exceeds the {cores} CPU cores this process may "
+            "use (one rank per core on CPU hosts)"
+        )

@@ -35,23 +35,49 @@ def capture() -> None:
 
 
 def _common(f):
-    for option in reversed([
-        click.option("--model", default="tiny", show_default=True, metavar="NAME",
-                     help=f"Model shape: {', '.join(MODELS)} (random weights, never downloaded)."),
-        click.option("--layers", type=int, default=None, help="Decoder layers (default: the model's)."),
-        click.option("--batch-size", type=int, default=1, show_default=True, help="Sequences per rank."),
-        click.option("--attention", type=click.Choice(["eager", "sdpa", "flash"]), default="sdpa",
-                     show_default=True, help="Attention implementation (flash: FlashAttention-2, GPU)."),
-        click.option("--dtype", type=click.Choice(["bf16", "fp32"]), default=None,
-                     help="Compute dtype [default: bf16 on GPU hosts, fp32 on CPU hosts]."),
-        click.option("--warmup", type=click.IntRange(min=0), default=None,
-                     help="Unrecorded warm-up steps before the recorded ones."),
-        click.option("--no-stack", is_flag=True, help="Record no Python stacks (smaller traces)."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Seed of weights and tokens."),
-        click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
-                     help="Directory for the traces and manifest.json."),
-        click.option("--force", is_flag=True, help="Replace a previous capture in --out."),
-    ]):
+    for option in reversed(
+        [
+            click.option(
+                "--model",
+                default="tiny",
+                show_default=True,
+                metavar="NAME",
+                help=f"Model shape: {', '.join(MODELS)} (random weights, never downloaded).",
+            ),
+            click.option("--layers", type=int, default=None, help="Decoder layers (default: the model's)."),
+            click.option("--batch-size", type=int, default=1, show_default=True, help="Sequences per rank."),
+            click.option(
+                "--attention",
+                type=click.Choice(["eager", "sdpa", "flash"]),
+                default="sdpa",
+                show_default=True,
+                help="Attention implementation (flash: FlashAttention-2, GPU).",
+            ),
+            click.option(
+                "--dtype",
+                type=click.Choice(["bf16", "fp32"]),
+                default=None,
+                help="Compute dtype [default: bf16 on GPU hosts, fp32 on CPU hosts].",
+            ),
+            click.option(
+                "--warmup",
+                type=click.IntRange(min=0),
+                default=None,
+                help="Unrecorded warm-up steps before the recorded ones.",
+            ),
+            click.option("--no-stack", is_flag=True, help="Record no Python stacks (smaller traces)."),
+            click.option(
+                "--seed", type=int, default=0, show_default=True, help="Seed of weights and tokens."
+            ),
+            click.option(
+                "--out",
+                type=click.Path(file_okay=False, path_type=Path),
+                required=True,
+                help="Directory for the traces and manifest.json.",
+            ),
+            click.option("--force", is_flag=True, help="Replace a previous capture in --out."),
+        ]
+    ):
         f = option(f)
     return f
 
@@ -77,7 +103,7 @@ def _argv() -> list[str]:
     ctx = click.get_current_context()
     name = ctx.info_name
     args = sys.argv[1:]
-    tail = args[args.index(name) + 1:] if name in args else args
+    tail = args[args.index(name) + 1 :] if name in args else args
     return [*ctx.command_path.split(), *tail]
 
 
@@ -98,12 +124,36 @@ def _finish(result: dict, out: Path, started: float, echo) -> None:
 @click.option("--offload", is_flag=True, help="ZeRO-Offload: optimizer state (and ZeRO-3 params) on CPU.")
 @click.option("--recompute", is_flag=True, help="Activation recomputation (gradient checkpointing).")
 @click.option("--lora", "finetune_mode", flag_value="lora", default=None, help="LoRA fine-tuning (peft).")
-@click.option("--qlora", "finetune_mode", flag_value="qlora", help="QLoRA: 4-bit base + LoRA (GPU, bitsandbytes).")
+@click.option(
+    "--qlora", "finetune_mode", flag_value="qlora", help="QLoRA: 4-bit base + LoRA (GPU, bitsandbytes)."
+)
 @click.option("--steps", type=click.IntRange(min=1), default=1, show_default=True, help="Recorded steps.")
-@click.option("--nproc-per-node", type=int, default=1, show_default=True,
-              help="Ranks to launch (gloo on CPU, NCCL on GPU); one trace each.")
-def train(model, layers, batch_size, attention, dtype, warmup, no_stack, seed, out, force,
-          seq_len, zero, offload, recompute, finetune_mode, steps, nproc_per_node):
+@click.option(
+    "--nproc-per-node",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Ranks to launch (gloo on CPU, NCCL on GPU); one trace each.",
+)
+def train(
+    model,
+    layers,
+    batch_size,
+    attention,
+    dtype,
+    warmup,
+    no_stack,
+    seed,
+    out,
+    force,
+    seq_len,
+    zero,
+    offload,
+    recompute,
+    finetune_mode,
+    steps,
+    nproc_per_node,
+):
     """Profile DeepSpeed training steps of a Llama 2 model with random weights."""
     started = time.monotonic()
     shape = model_shape(model, layers)
@@ -126,30 +176,70 @@ def train(model, layers, batch_size, attention, dtype, warmup, no_stack, seed, o
     ds_config = deepspeed_config(batch_size=batch_size, zero=zero, offload=offload, dtype=dtype, gpu=gpu)
     out = output.prepare(out, force)
     output.write_json(out / output.DEEPSPEED_CONFIG, ds_config)  # the file the ranks pass to DeepSpeed
-    spec = {"kind": "train", "out": str(out.resolve()), "model": model, "layers": layers,
-            "seq_len": seq_len, "batch_size": batch_size, "zero": zero, "offload": offload,
-            "recompute": recompute, "attention": attention, "dtype": dtype, "finetune": finetune_mode,
-            "warmup": warmup, "steps": steps, "with_stack": not no_stack, "gpu": gpu, "seed": seed,
-            "deepspeed_config": ds_config}
+    spec = {
+        "kind": "train",
+        "out": str(out.resolve()),
+        "model": model,
+        "layers": layers,
+        "seq_len": seq_len,
+        "batch_size": batch_size,
+        "zero": zero,
+        "offload": offload,
+        "recompute": recompute,
+        "attention": attention,
+        "dtype": dtype,
+        "finetune": finetune_mode,
+        "warmup": warmup,
+        "steps": steps,
+        "with_stack": not no_stack,
+        "gpu": gpu,
+        "seed": seed,
+        "deepspeed_config": ds_config,
+    }
     options = {k: v for k, v in spec.items() if k not in ("kind", "out", "deepspeed_config")}
     options["nproc_per_node"] = nproc_per_node
     config = {"model": {"name": model, **shape.as_dict()}, "deepspeed": ds_config}
-    click.echo(f"capturing {warmup}+{steps} training step(s) of {model} "
-               f"({shape.num_hidden_layers} layers) on {nproc_per_node} rank(s), "
-               f"{'GPU' if gpu else 'CPU'}, ZeRO-{zero} -> {out}")
+    click.echo(
+        f"capturing {warmup}+{steps} training step(s) of {model} "
+        f"({shape.num_hidden_layers} layers) on {nproc_per_node} rank(s), "
+        f"{'GPU' if gpu else 'CPU'}, ZeRO-{zero} -> {out}"
+    )
     result = launch.run(spec, nproc=nproc_per_node, argv=_argv(), options=options, config=config)
     _finish(result, out, started, click.echo)
 
 
 @capture.command(cls=_Command)
 @_common
-@click.option("--engine", type=click.Choice(["hf", "lightllm"]), default="hf", show_default=True,
-              help="hf: transformers with a KV cache (anywhere); lightllm: LightLLM (GPU).")
+@click.option(
+    "--engine",
+    type=click.Choice(["hf", "lightllm"]),
+    default="hf",
+    show_default=True,
+    help="hf: transformers with a KV cache (anywhere); lightllm: LightLLM (GPU).",
+)
 @click.option("--prompt-len", type=int, default=512, show_default=True, help="Prompt tokens.")
-@click.option("--gen-len", type=int, default=64, show_default=True,
-              help="Generated tokens: 1 prefill step, then gen-len - 1 decode steps.")
-def infer(model, layers, batch_size, attention, dtype, warmup, no_stack, seed, out, force,
-          engine, prompt_len, gen_len):
+@click.option(
+    "--gen-len",
+    type=int,
+    default=64,
+    show_default=True,
+    help="Generated tokens: 1 prefill step, then gen-len - 1 decode steps.",
+)
+def infer(
+    model,
+    layers,
+    batch_size,
+    attention,
+    dtype,
+    warmup,
+    no_stack,
+    seed,
+    out,
+    force,
+    engine,
+    prompt_len,
+    gen_len,
+):
     """Profile the prefill and decode steps of LLM inference (one profiler step each)."""
     started = time.monotonic()
     shape = model_shape(model, layers)
@@ -179,14 +269,28 @@ def infer(model, layers, batch_size, attention, dtype, warmup, no_stack, seed, o
         raise CaptureError("--engine lightllm runs in bf16 here; drop --dtype fp32")
     warmup = 1 if warmup is None else warmup
     out = output.prepare(out, force)
-    spec = {"kind": "infer", "out": str(out.resolve()), "engine": engine, "model": model,
-            "layers": layers, "batch_size": batch_size, "prompt_len": prompt_len, "gen_len": gen_len,
-            "attention": attention, "dtype": dtype, "warmup": warmup, "with_stack": not no_stack,
-            "gpu": gpu, "seed": seed}
+    spec = {
+        "kind": "infer",
+        "out": str(out.resolve()),
+        "engine": engine,
+        "model": model,
+        "layers": layers,
+        "batch_size": batch_size,
+        "prompt_len": prompt_len,
+        "gen_len": gen_len,
+        "attention": attention,
+        "dtype": dtype,
+        "warmup": warmup,
+        "with_stack": not no_stack,
+        "gpu": gpu,
+        "seed": seed,
+    }
     options = {k: v for k, v in spec.items() if k not in ("kind", "out")}
     config = {"model": {"name": model, **shape.as_dict()}}
-    click.echo(f"capturing prefill + {gen_len - 1} decode step(s) of {model} "
-               f"({shape.num_hidden_layers} layers, {engine}) on {'GPU' if gpu else 'CPU'} -> {out}")
+    click.echo(
+        f"capturing prefill + {gen_len - 1} decode step(s) of {model} "
+        f"({shape.num_hidden_layers} layers, {engine}) on {'GPU' if gpu else 'CPU'} -> {out}"
+    )
     result = launch.run(spec, nproc=1, argv=_argv(), options=options, config=config)
     _finish(result, out, started, click.echo)
 

@@ -7,8 +7,9 @@ Pure data: no deepspeed import. The config is written to the output as
 from __future__ import annotations
 
 
-def deepspeed_config(*, batch_size: int, zero: int, offload: bool, dtype: str, gpu: bool,
-                     lr: float = 1e-4) -> dict:
+def deepspeed_config(
+    *, batch_size: int, zero: int, offload: bool, dtype: str, gpu: bool, lr: float = 1e-4
+) -> dict:
     """DeepSpeed config for one micro-batch of ``batch_size`` per rank per step.
 
     * ``zero`` -> ``zero_optimization.stage``.

@@ -10,5 +10,5 @@ class CaptureError(click.ClickException):
 
     exit_code = 2
 
-    def show(self, file=None) -> None:  # noqa: D102 - click's hook
+    def show(self, file=None) -> None:
         click.echo(f"tracekit: error: {self.format_message()}", err=True, file=file)

@@ -40,10 +40,15 @@ def quantize_4bit(model, dtype):
             qualified = f"{parent_name}.{child_name}" if parent_name else child_name
             if not isinstance(child, torch.nn.Linear) or qualified.endswith("lm_head"):
                 continue
-            q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
-                                  compute_dtype=dtype, quant_type="nf4", device="meta")
-            q.weight = bnb.nn.Params4bit(child.weight.data.to("cpu"), requires_grad=False,
-                                         quant_type="nf4")
+            q = bnb.nn.Linear4bit(
+                child.in_features,
+                child.out_features,
+                bias=child.bias is not None,
+                compute_dtype=dtype,
+                quant_type="nf4",
+                device="meta",
+            )
+            q.weight = bnb.nn.Params4bit(child.weight.data.to("cpu"), requires_grad=False, quant_type="nf4")
             if child.bias is not None:
                 q.bias = torch.nn.Parameter(child.bias.data, requires_grad=False)
             setattr(parent, child_name, q)
@@ -61,6 +66,11 @@ def apply(model, mode: str | None, dtype):
 
         model = quantize_4bit(model, dtype)
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
-    config = LoraConfig(r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
-                        target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=LORA_RANK,
+        lora_alpha=LORA_ALPHA,
+        lora_dropout=0.0,
+        target_modules=LORA_TARGETS,
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(model, config)

@@ -10,10 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from .annotate import annotate_modules, phase
-from .models import build_model, model_shape
 from .checks import devices
+from .models import build_model, model_shape
 from .profiling import generation_steps, profiler
-
 
 
 def run(spec: dict, report) -> None:
@@ -42,9 +41,19 @@ def run(spec: dict, report) -> None:
         return out.past_key_values, out.logits[:, -1, :].argmax(dim=-1, keepdim=True)
 
     warmup, steps = spec["warmup"], spec["gen_len"]
-    with torch.inference_mode(), profiler(Path(spec["out"]), 0, warmup=warmup, steps=steps, gpu=gpu,
-                                          with_stack=spec["with_stack"]) as prof:
+    with (
+        torch.inference_mode(),
+        profiler(
+            Path(spec["out"]), 0, warmup=warmup, steps=steps, gpu=gpu, with_stack=spec["with_stack"]
+        ) as prof,
+    ):
         # Each warm-up generation and the recorded prefill get a fresh prompt.
-        generation_steps(prof, report, warmup=warmup, steps=steps,
-                         prefill=lambda: prefill(prompt()), decode=decode, phase=phase)
-
+        generation_steps(
+            prof,
+            report,
+            warmup=warmup,
+            steps=steps,
+            prefill=lambda: prefill(prompt()),
+            decode=decode,
+            phase=phase,
+        )

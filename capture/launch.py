@@ -32,8 +32,14 @@ def free_port() -> int:
 
 def rank_environment(rank: int, world_size: int, port: int, threads: int) -> dict:
     env = dict(os.environ)
-    env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
-               LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    env.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
     # One intra-op thread per rank unless the user chose: more threads than cores per rank slows
     # CPU steps down 10-20x under load. Also quiets tokenizers-style fork warnings.
     env.setdefault("OMP_NUM_THREADS", str(threads))
@@ -45,33 +51,57 @@ def rank_environment(rank: int, world_size: int, port: int, threads: int) -> dic
     return env
 
 
-def run(spec: dict, *, nproc: int, argv: list[str] | None, options: dict, config: dict,
-        echo=print) -> dict:
+def run(spec: dict, *, nproc: int, argv: list[str] | None, options: dict, config: dict, echo=print) -> dict:
     """Run ``spec`` on ``nproc`` ranks; return the manifest (also written to the output)."""
     out = Path(spec["out"])
     spec_path = out / "logs" / "spec.json"
     write_json(spec_path, spec)
     started = now()
     threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
-    environment = {"world_size": nproc, "omp_num_threads": threads,
-                   "gpu": spec["gpu"], "backend": ("nccl" if spec["gpu"] else "gloo") if spec["kind"] == "train" else None}
+    environment = {
+        "world_size": nproc,
+        "omp_num_threads": threads,
+        "gpu": spec["gpu"],
+        "backend": ("nccl" if spec["gpu"] else "gloo") if spec["kind"] == "train" else None,
+    }
     with _InterruptFlag() as ctrl_c:  # from here on Ctrl-C is recorded, never an exception
-        write_json(out / MANIFEST, manifest(kind=spec["kind"], argv=argv, options=options,
-                                            config=config, env=environment, ranks=[],
-                                            status="running", started=started))
+        write_json(
+            out / MANIFEST,
+            manifest(
+                kind=spec["kind"],
+                argv=argv,
+                options=options,
+                config=config,
+                env=environment,
+                ranks=[],
+                status="running",
+                started=started,
+            ),
+        )
         port = free_port()
         procs = []
         for rank in range(nproc):
-            log = open(log_path(out, rank), "wb")
-            procs.append((subprocess.Popen(
-                [sys.executable, "-m", "tracekit.capture.worker", str(spec_path)],
-                env=rank_environment(rank, nproc, port, threads), stdout=log,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL), log))
+            log = open(log_path(out, rank), "wb")  # noqa: SIM115 (closed when the worker ends)
+            procs.append(
+                (
+                    subprocess.Popen(
+                        [sys.executable, "-m", "tracekit.capture.worker", str(spec_path)],
+                        env=rank_environment(rank, nproc, port, threads),
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                    ),
+                    log,
+                )
+            )
         codes, interrupted = _wait(procs, ctrl_c)
     ranks = []
     for rank in range(nproc):
-        status = read_json(status_path(out, rank)) or {"rank": rank, "state": "failed",
-                                                        "error": "the process left no status"}
+        status = read_json(status_path(out, rank)) or {
+            "rank": rank,
+            "state": "failed",
+            "error": "the process left no status",
+        }
         status["exit_code"] = codes[rank]
         if codes[rank] != 0 and status.get("state") not in ("failed", "interrupted"):
             status["state"] = "interrupted" if interrupted else "failed"
@@ -85,8 +115,17 @@ def run(spec: dict, *, nproc: int, argv: list[str] | None, options: dict, config
         done = min((r.get("completed_steps", 0) for r in ranks), default=0)
         error = f"interrupted (Ctrl-C) after {done} finished steps"
     state = "interrupted" if interrupted else ("failed" if failed else "finished")
-    result = manifest(kind=spec["kind"], argv=argv, options=options, config=config, env=environment,
-                      ranks=ranks, status=state, started=started, error=error)
+    result = manifest(
+        kind=spec["kind"],
+        argv=argv,
+        options=options,
+        config=config,
+        env=environment,
+        ranks=ranks,
+        status=state,
+        started=started,
+        error=error,
+    )
     write_json(out / MANIFEST, result)
     kept = [r["trace"] for r in ranks if r.get("trace")]
     if interrupted:
@@ -103,7 +142,7 @@ def run(spec: dict, *, nproc: int, argv: list[str] | None, options: dict, config
 def _killed(code: int | None) -> str:
     if code is None:
         return "stopped after another rank failed"
-    if code == 130 or code == -signal.SIGINT:
+    if code in (130, -signal.SIGINT):
         return "interrupted (Ctrl-C)"
     if code < 0:
         return f"killed by signal {-code}"
@@ -121,7 +160,7 @@ class _InterruptFlag:
     def _handler(self, signum, frame) -> None:
         self.seen = True
 
-    def __enter__(self) -> "_InterruptFlag":
+    def __enter__(self) -> _InterruptFlag:
         try:
             self._previous = signal.signal(signal.SIGINT, self._handler)
         except ValueError:  # not the main thread: Ctrl-C is not ours to handle

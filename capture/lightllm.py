@@ -24,14 +24,16 @@ from .models import build_model, model_shape
 from .profiling import WARMUP_DECODES, generation_steps, profiler
 
 
-
 def check() -> None:
     """One line when LightLLM (or the Triton it runs on) is missing."""
-    for package, what in (("lightllm", "LightLLM (https://github.com/ModelTC/lightllm)"),
-                          ("triton", "Triton")):
+    for package, what in (
+        ("lightllm", "LightLLM (https://github.com/ModelTC/lightllm)"),
+        ("triton", "Triton"),
+    ):
         if importlib.util.find_spec(package) is None:
-            raise CaptureError(f"--engine lightllm needs {what}, which is not installed here "
-                               "(use --engine hf)")
+            raise CaptureError(
+                f"--engine lightllm needs {what}, which is not installed here (use --engine hf)"
+            )
 
 
 def _wrap(obj, method: str, class_name: str, qualified: str) -> bool:
@@ -94,14 +96,22 @@ def annotate(model) -> None:
 
 
 def _hf_config(shape) -> dict:
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-            "hidden_size": shape.hidden_size, "intermediate_size": shape.intermediate_size,
-            "num_attention_heads": shape.num_attention_heads,
-            "num_key_value_heads": shape.num_key_value_heads,
-            "num_hidden_layers": shape.num_hidden_layers, "vocab_size": shape.vocab_size,
-            "max_position_embeddings": shape.max_position_embeddings,
-            "rms_norm_eps": shape.rms_norm_eps, "rope_theta": shape.rope_theta,
-            "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": shape.hidden_size,
+        "intermediate_size": shape.intermediate_size,
+        "num_attention_heads": shape.num_attention_heads,
+        "num_key_value_heads": shape.num_key_value_heads,
+        "num_hidden_layers": shape.num_hidden_layers,
+        "vocab_size": shape.vocab_size,
+        "max_position_embeddings": shape.max_position_embeddings,
+        "rms_norm_eps": shape.rms_norm_eps,
+        "rope_theta": shape.rope_theta,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
 
 
 def _random_weights(shape, seed: int) -> dict:
@@ -135,17 +145,39 @@ def run(spec: dict, report) -> None:
 
     max_len = prompt_len + gen_len + WARMUP_DECODES
     args = make_argument_parser().parse_args(
-        ["--model_dir", str(model_dir), "--tp", "1", "--data_type", "bf16", "--disable_cudagraph",
-         "--max_req_total_len", str(max_len)])
+        [
+            "--model_dir",
+            str(model_dir),
+            "--tp",
+            "1",
+            "--data_type",
+            "bf16",
+            "--disable_cudagraph",
+            "--max_req_total_len",
+            str(max_len),
+        ]
+    )
     set_env_start_args(args)
     kvargs = {
-        "args": args, "nccl_host": "127.0.0.1", "nccl_port": free_port(), "data_type": "bf16",
-        "rank_id": 0, "world_size": 1, "dp_size": 1, "weight_dir": str(model_dir),
-        "weight_dict": _random_weights(shape, spec["seed"]), "load_way": "HF",
-        "max_total_token_num": batch * (max_len + 8) * 2, "graph_max_len_in_batch": max_len,
-        "graph_max_batch_size": batch, "mem_fraction": 0.8, "max_req_num": 2 * batch + 8,
-        "batch_max_tokens": max(batch * prompt_len, max_len), "run_mode": "normal",
-        "max_seq_length": max_len, "disable_cudagraph": True,
+        "args": args,
+        "nccl_host": "127.0.0.1",
+        "nccl_port": free_port(),
+        "data_type": "bf16",
+        "rank_id": 0,
+        "world_size": 1,
+        "dp_size": 1,
+        "weight_dir": str(model_dir),
+        "weight_dict": _random_weights(shape, spec["seed"]),
+        "load_way": "HF",
+        "max_total_token_num": batch * (max_len + 8) * 2,
+        "graph_max_len_in_batch": max_len,
+        "graph_max_batch_size": batch,
+        "mem_fraction": 0.8,
+        "max_req_num": 2 * batch + 8,
+        "batch_max_tokens": max(batch * prompt_len, max_len),
+        "run_mode": "normal",
+        "max_seq_length": max_len,
+        "disable_cudagraph": True,
     }
     init_distributed_env(kvargs)
     dist_group_manager.create_groups(group_size=1)
@@ -159,12 +191,25 @@ def run(spec: dict, report) -> None:
 
     def prefill():
         tokens = torch.randint(0, shape.vocab_size, (batch * prompt_len,), generator=generator).cuda()
-        req = torch.tensor([model.req_manager.alloc() for _ in range(batch)], dtype=torch.int32, device="cuda")
+        req = torch.tensor(
+            [model.req_manager.alloc() for _ in range(batch)], dtype=torch.int32, device="cuda"
+        )
         seq_len = torch.full((batch,), prompt_len, dtype=torch.int32, device="cuda")
         ready = torch.zeros(batch, dtype=torch.int32, device="cuda")
         mem = model.req_manager.mem_manager.alloc(tokens.shape[0]).cuda()
-        logits = model.forward(ModelInput(batch, batch * prompt_len, prompt_len, tokens, mem, req, seq_len,
-                                          is_prefill=True, b_ready_cache_len=ready)).logits
+        logits = model.forward(
+            ModelInput(
+                batch,
+                batch * prompt_len,
+                prompt_len,
+                tokens,
+                mem,
+                req,
+                seq_len,
+                is_prefill=True,
+                b_ready_cache_len=ready,
+            )
+        ).logits
         state = {"req": req, "seq_len": seq_len, "total": batch * prompt_len, "max_len": prompt_len}
         return state, torch.argmax(logits, dim=-1, keepdim=True)
 
@@ -173,8 +218,18 @@ def run(spec: dict, report) -> None:
         state["total"] += batch
         state["max_len"] += 1
         mem = model.req_manager.mem_manager.alloc(batch).cuda()
-        logits = model.forward(ModelInput(batch, state["total"], state["max_len"], token.view(-1), mem,
-                                          state["req"], state["seq_len"], is_prefill=False)).logits
+        logits = model.forward(
+            ModelInput(
+                batch,
+                state["total"],
+                state["max_len"],
+                token.view(-1),
+                mem,
+                state["req"],
+                state["seq_len"],
+                is_prefill=False,
+            )
+        ).logits
         return state, torch.argmax(logits, dim=-1, keepdim=True)
 
     def release():
@@ -182,9 +237,21 @@ def run(spec: dict, report) -> None:
         model.mem_manager.free_all()
 
     warmup = spec["warmup"]
-    with torch.no_grad(), profiler(Path(spec["out"]), 0, warmup=warmup, steps=gen_len, gpu=True,
-                                   with_stack=spec["with_stack"]) as prof:
-        generation_steps(prof, report, warmup=warmup, steps=gen_len, prefill=prefill,
-                         decode=decode, phase=phase, after_warmup=release)
+    with (
+        torch.no_grad(),
+        profiler(
+            Path(spec["out"]), 0, warmup=warmup, steps=gen_len, gpu=True, with_stack=spec["with_stack"]
+        ) as prof,
+    ):
+        generation_steps(
+            prof,
+            report,
+            warmup=warmup,
+            steps=gen_len,
+            prefill=prefill,
+            decode=decode,
+            phase=phase,
+            after_warmup=release,
+        )
     release()
     dist.destroy_process_group()

@@ -11,8 +11,17 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-PACKAGES = ("tracekit", "torch", "deepspeed", "transformers", "peft", "bitsandbytes",
-            "flash-attn", "lightllm", "numpy")
+PACKAGES = (
+    "tracekit",
+    "torch",
+    "deepspeed",
+    "transformers",
+    "peft",
+    "bitsandbytes",
+    "flash-attn",
+    "lightllm",
+    "numpy",
+)
 
 
 def package_versions(names=PACKAGES) -> dict[str, str | None]:
@@ -60,12 +69,22 @@ def git_revision(path: Path | None = None) -> dict | None:
     """Commit and dirtiness of the git checkout tracekit runs from, else None."""
     path = Path(path or Path(__file__).resolve().parent)
     try:
-        commit = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=10)
+        commit = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
         if commit.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return {"commit": commit.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
@@ -78,8 +97,18 @@ def command_line(argv: list[str] | None = None) -> str:
     return shlex.join(argv)
 
 
-def manifest(*, kind: str, argv: list[str] | None, options: dict, config: dict, env: dict,
-             ranks: list[dict], status: str, started: str, error: str | None = None) -> dict:
+def manifest(
+    *,
+    kind: str,
+    argv: list[str] | None,
+    options: dict,
+    config: dict,
+    env: dict,
+    ranks: list[dict],
+    status: str,
+    started: str,
+    error: str | None = None,
+) -> dict:
     """The manifest of a run. ``ranks`` are the per-rank status reports."""
     devices = next((r.get("devices") for r in ranks if r.get("devices")), None)
     return {
@@ -103,4 +132,4 @@ def manifest(*, kind: str, argv: list[str] | None, options: dict, config: dict, 
 
 
 def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")

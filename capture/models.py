@@ -31,8 +31,9 @@ class ModelShape:
 def _load_models() -> dict[str, ModelShape]:
     """The shapes in configs/models.json (data, so a new shape needs no code)."""
     text = resources.files("tracekit.capture.configs").joinpath("models.json").read_text()
-    return {name: ModelShape(**fields) for name, fields in json.loads(text).items()
-            if not name.startswith("_")}
+    return {
+        name: ModelShape(**fields) for name, fields in json.loads(text).items() if not name.startswith("_")
+    }
 
 
 # tiny, llama2-7b, llama2-13b, llama2-70b (the published Llama 2 shapes).
@@ -58,8 +59,9 @@ def check_sequence_length(shape: ModelShape, tokens: int, what: str) -> None:
     if tokens < 1:
         raise CaptureError(f"{what} must be at least 1, got {tokens}")
     if tokens > shape.max_position_embeddings:
-        raise CaptureError(f"{what} of {tokens} tokens exceeds the model's "
-                           f"{shape.max_position_embeddings} positions")
+        raise CaptureError(
+            f"{what} of {tokens} tokens exceeds the model's {shape.max_position_embeddings} positions"
+        )
 
 
 def llama_config(shape: ModelShape, attention: str, dtype: str):

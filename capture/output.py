@@ -35,8 +35,11 @@ def worker_name(rank: int) -> str:
 
 def ours(path: Path) -> bool:
     """Whether ``path`` (an entry of an output directory) is something a capture writes."""
-    return (path.name in (MANIFEST, LOGS)
-            or path.name.endswith(TRACE_SUFFIX) or path.name.endswith(".pt.trace.json"))
+    return (
+        path.name in (MANIFEST, LOGS)
+        or path.name.endswith(TRACE_SUFFIX)
+        or path.name.endswith(".pt.trace.json")
+    )
 
 
 def check_out(out: Path, force: bool) -> list[Path]:
@@ -54,8 +57,10 @@ def check_out(out: Path, force: bool) -> list[Path]:
     foreign = [e.name for e in entries if not ours(e)]
     if foreign:
         # --force replaces a capture, never files a capture did not write.
-        raise CaptureError(f"{out} holds files a capture did not write ({', '.join(sorted(foreign)[:3])}); "
-                           "choose another --out")
+        raise CaptureError(
+            f"{out} holds files a capture did not write ({', '.join(sorted(foreign)[:3])}); "
+            "choose another --out"
+        )
     return entries
 
 

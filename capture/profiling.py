@@ -38,8 +38,7 @@ def profiler(out: Path, rank: int, *, warmup: int, steps: int, gpu: bool, with_s
     return tp.profile(
         activities=activities,
         schedule=step_schedule(warmup, steps),
-        on_trace_ready=tp.tensorboard_trace_handler(str(out), worker_name=worker_name(rank),
-                                                    use_gzip=True),
+        on_trace_ready=tp.tensorboard_trace_handler(str(out), worker_name=worker_name(rank), use_gzip=True),
         record_shapes=True,
         with_stack=with_stack,
     )
@@ -49,8 +48,9 @@ def profiler(out: Path, rank: int, *, warmup: int, steps: int, gpu: bool, with_s
 WARMUP_DECODES = 2
 
 
-def generation_steps(prof, report, *, warmup: int, steps: int, prefill, decode, phase,
-                     after_warmup=None) -> None:
+def generation_steps(
+    prof, report, *, warmup: int, steps: int, prefill, decode, phase, after_warmup=None
+) -> None:
     """The profiled steps of a generation: ``warmup`` short generations (one profiler step
     each), then one prefill step and ``steps - 1`` decode steps, each in its phase range.
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from . import finetune
 from .annotate import annotate_modules, phase
+from .checks import devices
 from .models import build_model, model_shape
 from .output import DEEPSPEED_CONFIG
-from .checks import devices
 from .profiling import profiler
 
 
@@ -39,8 +39,8 @@ def run(spec: dict, report) -> None:
 
     ``report(**fields)`` updates this rank's status file.
     """
-    import torch
     import deepspeed
+    import torch
 
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -59,8 +59,13 @@ def run(spec: dict, report) -> None:
     # Not under deepspeed.zero.Init: with torch 2.13 its Tensor.__new__ override fails torch's
     # signature check (TypeError at the first parameter). ZeRO-3 partitions at initialize()
     # instead, so each rank first holds the whole model once (in the compute dtype).
-    model = build_model(shape, spec["attention"], spec["dtype"], seed=spec["seed"],
-                        device=device if gpu and spec["finetune"] != "qlora" else None)
+    model = build_model(
+        shape,
+        spec["attention"],
+        spec["dtype"],
+        seed=spec["seed"],
+        device=device if gpu and spec["finetune"] != "qlora" else None,
+    )
     if spec["recompute"]:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
@@ -68,8 +73,10 @@ def run(spec: dict, report) -> None:
     annotate_modules(model, strip=finetune.PEFT_PREFIXES)
 
     engine, _, _, _ = deepspeed.initialize(
-        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
-        config=str(Path(spec["out"]) / DEEPSPEED_CONFIG))
+        model=model,
+        model_parameters=[p for p in model.parameters() if p.requires_grad],
+        config=str(Path(spec["out"]) / DEEPSPEED_CONFIG),
+    )
     engine.train()
 
     generator = torch.Generator().manual_seed(spec["seed"] + 1000 + rank)
@@ -77,8 +84,9 @@ def run(spec: dict, report) -> None:
     warmup, steps = spec["warmup"], spec["steps"]
     # Fault injection for tests and for checking crash behaviour: fail when this step starts.
     fail_at = int(os.environ.get("TRACEKIT_CAPTURE_FAIL_AT_STEP", "-1"))
-    with profiler(Path(spec["out"]), rank, warmup=warmup, steps=steps, gpu=gpu,
-                  with_stack=spec["with_stack"]) as prof:
+    with profiler(
+        Path(spec["out"]), rank, warmup=warmup, steps=steps, gpu=gpu, with_stack=spec["with_stack"]
+    ) as prof:
         for step in range(warmup + steps):
             if step == fail_at:
                 raise RuntimeError(f"failure injected at step {step} (TRACEKIT_CAPTURE_FAIL_AT_STEP)")
@@ -90,8 +98,10 @@ def run(spec: dict, report) -> None:
             with phase("optimizer"):
                 engine.step()
             prof.step()
-            report(steps_run=step + 1, completed_steps=max(0, step + 1 - warmup),
-                   loss=float(loss.detach().float().item()))
+            report(
+                steps_run=step + 1,
+                completed_steps=max(0, step + 1 - warmup),
+                loss=float(loss.detach().float().item()),
+            )
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
-

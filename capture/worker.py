@@ -17,7 +17,6 @@ from pathlib import Path
 from .errors import CaptureError
 from .output import read_json, status_path, traces, worker_name, write_json
 
-
 #: Exit status of a capture stopped by Ctrl-C (128 + SIGINT, as shells report it).
 INTERRUPTED = 130
 
@@ -38,8 +37,15 @@ def main(argv: list[str]) -> int:
     rank = int(os.environ.get("RANK", "0"))
     out = Path(spec["out"])
     path = status_path(out, rank)
-    status: dict = {"rank": rank, "pid": os.getpid(), "state": "running", "steps_run": 0,
-                    "completed_steps": 0, "trace": None, "error": None}
+    status: dict = {
+        "rank": rank,
+        "pid": os.getpid(),
+        "state": "running",
+        "steps_run": 0,
+        "completed_steps": 0,
+        "trace": None,
+        "error": None,
+    }
 
     def report(**fields) -> None:
         status.update(fields)
@@ -50,12 +56,15 @@ def main(argv: list[str]) -> int:
     try:
         if spec["kind"] == "train":
             from . import train
+
             train.run(spec, report)
         elif spec["engine"] == "lightllm":
             from . import lightllm
+
             lightllm.run(spec, report)
         else:
             from . import infer
+
             infer.run(spec, report)
         status["state"] = "finished"
     except CaptureError as err:
@@ -63,8 +72,10 @@ def main(argv: list[str]) -> int:
         print(f"tracekit: error: {err.format_message()}", file=sys.stderr)
         code = 2
     except KeyboardInterrupt:
-        status.update(state="interrupted",
-                      error=f"interrupted (Ctrl-C) after {status['completed_steps']} finished steps")
+        status.update(
+            state="interrupted",
+            error=f"interrupted (Ctrl-C) after {status['completed_steps']} finished steps",
+        )
         code = INTERRUPTED
     except BaseException as err:  # a crash: keep what was traced, say what happened
         status.update(state="failed", error=f"{type(err).__name__}: {err}".strip())

@@ -28,28 +28,68 @@ def mini_trace(steps: int = 3, kernels: int = 2, step_us: int = 100) -> dict:
     corr = 1
     for s in range(steps):
         t0 = 1000 + s * step_us
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s + 1}",
-                       "pid": 1, "tid": 1, "ts": t0, "dur": step_us - 5})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{s + 1}",
+                "pid": 1,
+                "tid": 1,
+                "ts": t0,
+                "dur": step_us - 5,
+            }
+        )
         for k in range(kernels):
             t = t0 + 5 + k * 40
-            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
-                           "ts": t, "dur": 30, "args": {"External id": corr}})
-            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
-                           "pid": 1, "tid": 1, "ts": t + 2, "dur": 5,
-                           "args": {"correlation": corr, "External id": corr}})
-            events.append({"ph": "X", "cat": "kernel", "name": f"gemm_kernel_{k}", "pid": 0,
-                           "tid": 7, "ts": t + 10, "dur": 20,
-                           "args": {"correlation": corr, "stream": 7, "device": 0}})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": "aten::mm",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t,
+                    "dur": 30,
+                    "args": {"External id": corr},
+                }
+            )
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaLaunchKernel",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t + 2,
+                    "dur": 5,
+                    "args": {"correlation": corr, "External id": corr},
+                }
+            )
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": f"gemm_kernel_{k}",
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": t + 10,
+                    "dur": 20,
+                    "args": {"correlation": corr, "stream": 7, "device": 0},
+                }
+            )
             corr += 1
-    return {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1},
-            "deviceProperties": [{"id": 0, "name": "Test GPU"}], "traceEvents": events}
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"rank": 0, "world_size": 1},
+        "deviceProperties": [{"id": 0, "name": "Test GPU"}],
+        "traceEvents": events,
+    }
 
 
 def write(path: Path, trace_or_bytes) -> Path:
     """Write a dict as JSON (gzip when the name ends in .gz), or raw bytes as they are."""
     path = Path(path)
-    data = trace_or_bytes if isinstance(trace_or_bytes, bytes) else \
-        json.dumps(trace_or_bytes).encode()
+    data = trace_or_bytes if isinstance(trace_or_bytes, bytes) else json.dumps(trace_or_bytes).encode()
     if path.name.endswith(".gz") and not isinstance(trace_or_bytes, bytes):
         data = gzip.compress(data)
     path.write_bytes(data)
@@ -69,8 +109,9 @@ def analyze(*args: str):
 
 def assert_one_line_error(result, path: Path | str, *needles: str) -> str:
     """Exit 2, exactly one stderr line naming the file, no traceback, nothing on stdout."""
-    assert result.exception is None or isinstance(result.exception, SystemExit), \
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
         f"exception escaped: {result.exception!r}"
+    )
     assert result.exit_code == 2, (result.exit_code, result.stderr, result.stdout)
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr

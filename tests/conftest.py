@@ -11,6 +11,7 @@ _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
+
 def _hypothesis_profiles() -> None:
     """``ci`` (CI=true): few examples, derandomized, so the suite stays within its time budget;
     ``dev`` (default): more; ``thorough``: a long hunt. HYPOTHESIS_PROFILE picks one."""
@@ -19,8 +20,9 @@ def _hypothesis_profiles() -> None:
     except ImportError:  # the test extra is not installed: the hypothesis tests fail to import
         return
     slow = [HealthCheck.too_slow, HealthCheck.data_too_large]
-    settings.register_profile("ci", max_examples=12, deadline=None, derandomize=True,
-                              database=None, suppress_health_check=slow)
+    settings.register_profile(
+        "ci", max_examples=12, deadline=None, derandomize=True, database=None, suppress_health_check=slow
+    )
     settings.register_profile("dev", max_examples=40, deadline=None, suppress_health_check=slow)
     settings.register_profile("thorough", max_examples=500, deadline=None, suppress_health_check=slow)
     ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -43,16 +45,21 @@ def _source_tree_check() -> None:
 
         import tracekit
     except ImportError as exc:
-        pytest.exit(f"tracekit is not importable ({exc}); from {root} run: pip install -e '.[test]'",
-                    returncode=4)
-    found = {"tracekit": Path(tracekit.__file__).resolve().parent,
-             "tracekit.analyses": Path(tracekit.analyses.__file__).resolve().parent}
+        pytest.exit(
+            f"tracekit is not importable ({exc}); from {root} run: pip install -e '.[test]'", returncode=4
+        )
+    found = {
+        "tracekit": Path(tracekit.__file__).resolve().parent,
+        "tracekit.analyses": Path(tracekit.analyses.__file__).resolve().parent,
+    }
     wrong = {m: p for m, p in found.items() if root not in p.parents}
     if wrong:
         where = ", ".join(f"{m} from {p}" for m, p in wrong.items())
-        pytest.exit(f"the tests would run against another tracekit ({where}), not the source tree "
-                    f"{root}: run `pip install -e '.[test]'` there (or set TRACEKIT_TEST_INSTALLED=1)",
-                    returncode=4)
+        pytest.exit(
+            f"the tests would run against another tracekit ({where}), not the source tree "
+            f"{root}: run `pip install -e '.[test]'` there (or set TRACEKIT_TEST_INSTALLED=1)",
+            returncode=4,
+        )
 
 
 _source_tree_check()
@@ -89,8 +96,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             continue
         missing = [m for m in modules if importlib.util.find_spec(m) is None]
         if missing:
-            pytest.skip(f"needs the {extra} extra: {', '.join(missing)} not installed "
-                        f"(pip install 'tracekit[{extra}]')")
+            pytest.skip(
+                f"needs the {extra} extra: {', '.join(missing)} not installed "
+                f"(pip install 'tracekit[{extra}]')"
+            )
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -102,6 +111,7 @@ def _shared_traces_untouched():
         if not SHARED.is_dir():
             return {}
         return {p: (p.lstat().st_size, p.lstat().st_mtime_ns) for p in SHARED.rglob("*")}
+
     before = listing()
     yield
     after = listing()

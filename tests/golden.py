@@ -22,7 +22,7 @@ GOLDEN = HERE / "golden"
 SAMPLES = HERE.parent / "sample_traces"
 sys.path.insert(0, str(HERE))
 
-from shared_traces import shared_traces  # noqa: E402
+from shared_traces import shared_traces
 
 #: Relative and absolute tolerance for a float to count as unchanged (ms).
 REL, ABS = 1e-9, 1e-9
@@ -52,8 +52,10 @@ def snapshot(src: Path) -> dict:
         else:
             shutil.copy(src, dst)
         a = tracekit.load(dst, cache=False, jobs=1)
-        tables = {name: json.loads(df.to_json(orient="records", double_precision=15))
-                  for name, df in a.tables(per_step=True).items()}
+        tables = {
+            name: json.loads(df.to_json(orient="records", double_precision=15))
+            for name, df in a.tables(per_step=True).items()
+        }
         meta = {k: v for k, v in a.meta.items() if k not in ("path", "files")}
         meta = json.loads(json.dumps(meta, default=str).replace(tmp, "<tmp>"))
     return {"meta": meta, "tables": tables}
@@ -72,8 +74,11 @@ def diff(old, new, where: str = "") -> list[str]:
             return [f"{where}: {len(old)} rows -> {len(new)} rows"]
         return [d for i, (a, b) in enumerate(zip(old, new)) for d in diff(a, b, f"{where}[{i}]")]
     if isinstance(old, float) or isinstance(new, float):
-        if isinstance(old, (int, float)) and isinstance(new, (int, float)) and \
-                math.isclose(old, new, rel_tol=REL, abs_tol=ABS):
+        if (
+            isinstance(old, (int, float))
+            and isinstance(new, (int, float))
+            and math.isclose(old, new, rel_tol=REL, abs_tol=ABS)
+        ):
             return []
     elif old == new:
         return []

@@ -29,12 +29,22 @@ def main() -> int:
         for att in a.ranks.values():
             iv = att.intervals
             iv = iv[iv["group"].astype(str).isin(["compute", "comm"])]
-            df = iv.assign(name=iv["name"].astype(str), op=iv["op"].astype(str),
-                           ms=(iv["end"] - iv["start"]) / 1e6)
+            df = iv.assign(
+                name=iv["name"].astype(str), op=iv["op"].astype(str), ms=(iv["end"] - iv["start"]) / 1e6
+            )
             for name, g in df.groupby("name"):
                 op = g["op"].value_counts().index[0]
-                out.writerow([src.name, name, op, len(g), round(g["ms"].sum(), 4),
-                              g["group"].astype(str).iloc[0], g["kernel_category"].astype(str).iloc[0]])
+                out.writerow(
+                    [
+                        src.name,
+                        name,
+                        op,
+                        len(g),
+                        round(g["ms"].sum(), 4),
+                        g["group"].astype(str).iloc[0],
+                        g["kernel_category"].astype(str).iloc[0],
+                    ]
+                )
     return 0
 
 

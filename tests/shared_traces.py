@@ -58,6 +58,12 @@ def params():
     """pytest params: one per shared trace, or one skipped param saying why there are none."""
     found = shared_traces()
     if not found:
-        return [pytest.param(None, marks=pytest.mark.skip(
-            reason=f"shared traces not found at {SHARED} (a user's clone has no ../shared)"))]
+        return [
+            pytest.param(
+                None,
+                marks=pytest.mark.skip(
+                    reason=f"shared traces not found at {SHARED} (a user's clone has no ../shared)"
+                ),
+            )
+        ]
     return [pytest.param(p, id=p.name[:60]) for p in found]

@@ -42,38 +42,96 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from tracekit.testing.events import (COMM_STREAM, COMPUTE_STREAM, COPY_STREAM, SIDE_STREAM, EventWriter,
-                                     write_trace)
-from tracekit.testing.kernels import (BMM, GEMM_A, GEMM_B, GEMM_C, GEMM_NN, GEMM_NT, GEMMS, K_ADAM, K_ADD,
-                                      K_CAT, K_COPY, K_COS, K_DIV, K_EMB_BW, K_EMB_SORT, K_FILL, K_FLASH_BWD,
-                                      K_FLASH_BWD_DOT, K_FLASH_FWD, K_INDEX, K_LOGSOFTMAX, K_LOGSOFTMAX_BW,
-                                      K_MEAN, K_MUL, K_NEG, K_NLL, K_NLL_BW, K_POW, K_RSQRT, K_SILU, K_SILU_BW,
-                                      K_SIN, K_SOFTMAX, K_SOFTMAX_BW, K_SUM, MEMCPY_DTOD, MEMCPY_HTOD, MEMSET,
-                                      NCCL_AG, NCCL_AR, NCCL_GENERIC)
+from tracekit.testing.events import (
+    COMM_STREAM,
+    COMPUTE_STREAM,
+    COPY_STREAM,
+    SIDE_STREAM,
+    EventWriter,
+    write_trace,
+)
+from tracekit.testing.kernels import (
+    BMM,
+    GEMM_A,
+    GEMM_B,
+    GEMM_C,
+    GEMM_NN,
+    GEMM_NT,
+    GEMMS,
+    K_ADAM,
+    K_ADD,
+    K_CAT,
+    K_COPY,
+    K_COS,
+    K_DIV,
+    K_EMB_BW,
+    K_EMB_SORT,
+    K_FILL,
+    K_FLASH_BWD,
+    K_FLASH_BWD_DOT,
+    K_FLASH_FWD,
+    K_INDEX,
+    K_LOGSOFTMAX,
+    K_LOGSOFTMAX_BW,
+    K_MEAN,
+    K_MUL,
+    K_NEG,
+    K_NLL,
+    K_NLL_BW,
+    K_POW,
+    K_RSQRT,
+    K_SILU,
+    K_SILU_BW,
+    K_SIN,
+    K_SOFTMAX,
+    K_SOFTMAX_BW,
+    K_SUM,
+    MEMCPY_DTOD,
+    MEMCPY_HTOD,
+    MEMSET,
+    NCCL_AG,
+    NCCL_AR,
+    NCCL_GENERIC,
+)
 from tracekit.testing.truth import Activity, intersect_window, measure, shares, subtract, union
 
 __all__ = [
+    "COMM_STREAM",
+    "COMPUTE_STREAM",
+    "COPY_STREAM",
+    "MODULE_ROWS",
+    "NCCL_GENERIC",
+    "SIDE_STREAM",
     "Activity",
     "Truth",
+    "intersect_window",
     "make_trace",
-    "write_trace",
-    "union",
     "measure",
     "shares",
     "subtract",
-    "intersect_window",
-    "MODULE_ROWS",
-    "NCCL_GENERIC",
-    "COMPUTE_STREAM",
-    "COMM_STREAM",
-    "COPY_STREAM",
-    "SIDE_STREAM",
+    "union",
+    "write_trace",
 ]
 
 NS_PER_MS = 1_000_000
 
-MODULE_ROWS = ("Embedding", "QKV", "RoPE", "Bmm0", "Softmax", "Bmm1", "Attention", "Attention other", "Output", "MLP",
-               "RMSNorm", "Linear", "Other", "Exposed communication", "Idle")
+MODULE_ROWS = (
+    "Embedding",
+    "QKV",
+    "RoPE",
+    "Bmm0",
+    "Softmax",
+    "Bmm1",
+    "Attention",
+    "Attention other",
+    "Output",
+    "MLP",
+    "RMSNorm",
+    "Linear",
+    "Other",
+    "Exposed communication",
+    "Idle",
+)
 PHASES = ("forward", "backward", "optimizer")
 BLOCKS = ("before", "attention", "ffn", "after")
 
@@ -94,6 +152,7 @@ class Truth:
 
     def frame(self, name: str, per_step: bool = False):
         import pandas as pd
+
         return pd.DataFrame(self.records(name, per_step))
 
 
@@ -120,9 +179,15 @@ def compute_truth(acts: list[Activity], steps: list[int], n_layers: int) -> tupl
         bounds["backward"] = (b0, o0 if o0 is not None else we) if b0 is not None else (fwd_end, fwd_end)
         bounds["optimizer"] = (o0, we) if o0 is not None else (we, we)
 
-        per["idle"].append(dict(step=step, window_ms=_ms(window), busy_ms=_ms(measure(allv)),
-                                idle_ms=_ms(window - measure(allv)),
-                                percent=float(Fraction(window - measure(allv)) * 100 / window)))
+        per["idle"].append(
+            dict(
+                step=step,
+                window_ms=_ms(window),
+                busy_ms=_ms(measure(allv)),
+                idle_ms=_ms(window - measure(allv)),
+                percent=float(Fraction(window - measure(allv)) * 100 / window),
+            )
+        )
         for p in PHASES:
             lo, hi = bounds[p]
             wall = hi - lo
@@ -130,22 +195,44 @@ def compute_truth(acts: list[Activity], steps: list[int], n_layers: int) -> tupl
             pcomm = measure(a.iv for a in A if a.comm and a.phase == p)
             exposed = measure(subtract(intersect_window(comm, lo, hi), comp))
             idle = wall - measure(intersect_window(allv, lo, hi))
-            per["phases"].append(dict(step=step, phase=p, wall_ms=_ms(wall),
-                                      percent=float(Fraction(wall) * 100 / window),
-                                      compute_ms=_ms(pcomp), comm_ms=_ms(pcomm),
-                                      exposed_comm_ms=_ms(exposed), idle_ms=_ms(idle)))
+            per["phases"].append(
+                dict(
+                    step=step,
+                    phase=p,
+                    wall_ms=_ms(wall),
+                    percent=float(Fraction(wall) * 100 / window),
+                    compute_ms=_ms(pcomp),
+                    comm_ms=_ms(pcomm),
+                    exposed_comm_ms=_ms(exposed),
+                    idle_ms=_ms(idle),
+                )
+            )
             gemm = measure(a.iv for a in A if a.compute and a.gemm and a.phase == p)
-            per["gemm"].append(dict(step=step, phase=p, gemm_ms=_ms(gemm), compute_ms=_ms(pcomp),
-                                    percent=float(Fraction(gemm) * 100 / pcomp) if pcomp else 0.0))
+            per["gemm"].append(
+                dict(
+                    step=step,
+                    phase=p,
+                    gemm_ms=_ms(gemm),
+                    compute_ms=_ms(pcomp),
+                    percent=float(Fraction(gemm) * 100 / pcomp) if pcomp else 0.0,
+                )
+            )
             # comm table (by label, not window)
             groups: dict[str, list[Activity]] = defaultdict(list)
             for a in A:
                 if a.comm and a.phase == p:
                     groups[a.collective].append(a)
             for coll, g in sorted(groups.items()):
-                per["comm"].append(dict(step=step, phase=p, collective=coll, count=len(g),
-                                        time_ms=_ms(sum(a.end - a.start for a in g)),
-                                        exposed_ms=_ms(measure(subtract([a.iv for a in g], comp)))))
+                per["comm"].append(
+                    dict(
+                        step=step,
+                        phase=p,
+                        collective=coll,
+                        count=len(g),
+                        time_ms=_ms(sum(a.end - a.start for a in g)),
+                        exposed_ms=_ms(measure(subtract([a.iv for a in g], comp))),
+                    )
+                )
             # modules (window based)
             if wall > 0:
                 ck = [a for a in A if a.compute]
@@ -162,8 +249,15 @@ def compute_truth(acts: list[Activity], steps: list[int], n_layers: int) -> tupl
                 assert total == wall, (step, p, total, wall)
                 for m in MODULE_ROWS:
                     if m in rows:
-                        per["modules"].append(dict(step=step, phase=p, module=m, time_ms=_ms(rows[m]),
-                                                   percent=float(rows[m] * 100 / wall)))
+                        per["modules"].append(
+                            dict(
+                                step=step,
+                                phase=p,
+                                module=m,
+                                time_ms=_ms(rows[m]),
+                                percent=float(rows[m] * 100 / wall),
+                            )
+                        )
         # timeline: forward wall window partitioned at activity starts
         lo, hi = bounds["forward"]
         fa = sorted((a for a in A if lo <= a.start < hi), key=lambda a: a.start)
@@ -173,13 +267,24 @@ def compute_truth(acts: list[Activity], steps: list[int], n_layers: int) -> tupl
             tl[a.block] += nxt - a.start
         for blk in BLOCKS:
             if blk in tl:
-                per["timeline"].append(dict(step=step, block=blk,
-                                            count=n_layers if blk in ("attention", "ffn") else 1,
-                                            time_ms=_ms(tl[blk]),
-                                            percent=float(Fraction(tl[blk]) * 100 / (hi - lo))))
+                per["timeline"].append(
+                    dict(
+                        step=step,
+                        block=blk,
+                        count=n_layers if blk in ("attention", "ffn") else 1,
+                        time_ms=_ms(tl[blk]),
+                        percent=float(Fraction(tl[blk]) * 100 / (hi - lo)),
+                    )
+                )
     mean: dict[str, list[dict]] = {}
-    keys = {"phases": ("phase",), "modules": ("phase", "module"), "gemm": ("phase",),
-            "comm": ("phase", "collective"), "idle": (), "timeline": ("block",)}
+    keys = {
+        "phases": ("phase",),
+        "modules": ("phase", "module"),
+        "gemm": ("phase",),
+        "comm": ("phase", "collective"),
+        "idle": (),
+        "timeline": ("block",),
+    }
     for name, recs in per.items():
         k = keys[name]
         grouped: dict[tuple, list[dict]] = {}
@@ -198,21 +303,26 @@ def compute_truth(acts: list[Activity], steps: list[int], n_layers: int) -> tupl
     return dict(per), mean
 
 
-
 # ---------------------------------------------------------------------------------------------
 # the builder: tracekit.testing's event writer plus the model's labels, scales and jitter
 
+
 class _Builder(EventWriter):
     def __init__(self, cfg: dict):
-        super().__init__(ts_format=cfg["ts_format"], big_ids=cfg["big_ids"],
-                         old_categories=cfg["old_categories"], rng=random.Random(cfg["seed"]),
-                         autograd_tid=48301 if cfg["backward_thread"] == "autograd" else None,
-                         unique_starts=True)
+        super().__init__(
+            ts_format=cfg["ts_format"],
+            big_ids=cfg["big_ids"],
+            old_categories=cfg["old_categories"],
+            rng=random.Random(cfg["seed"]),
+            autograd_tid=48301 if cfg["backward_thread"] == "autograd" else None,
+            unique_starts=True,
+        )
         self.cfg = cfg
         self.rng: random.Random = random.Random(cfg["seed"])
         self.acts: list[Activity] = []
-        self.lab: dict[str, Any] = dict(step=None, phase="forward", category=None, block=None,
-                                        collective=None)
+        self.lab: dict[str, Any] = dict(
+            step=None, phase="forward", category=None, block=None, collective=None
+        )
         self.seq = 4000
         self.mod_ids: dict[str, int] = {}
         self.cls_count: dict[str, int] = defaultdict(int)
@@ -236,21 +346,43 @@ class _Builder(EventWriter):
         finally:
             self.lab.update(old)
 
-    def launch(self, tid: int, name: str, dur: int, *, stream: int = COMPUTE_STREAM, gap: int = 0,
-               start: int | None = None, kind: str = "kernel", api: str | None = None,
-               comm: bool = False) -> Activity:  # type: ignore[override]
+    def launch(
+        self,
+        tid: int,
+        name: str,
+        dur: int,
+        *,
+        stream: int = COMPUTE_STREAM,
+        gap: int = 0,
+        start: int | None = None,
+        kind: str = "kernel",
+        api: str | None = None,
+        comm: bool = False,
+    ) -> Activity:  # type: ignore[override]
         x = super().launch(tid, name, dur, stream=stream, gap=gap, start=start, kind=kind, api=api)
-        a = Activity(step=self.lab["step"], start=x.start, end=x.end, kind=kind, name=name, stream=stream,
-                     correlation=x.correlation, phase=self.lab["phase"],
-                     category=None if (comm or kind != "kernel") else self.lab["category"],
-                     block=self.lab["block"], collective=self.lab["collective"] if comm else None,
-                     comm=comm, gemm=name in GEMMS, launch_ts=x.launch_ts)
+        a = Activity(
+            step=self.lab["step"],
+            start=x.start,
+            end=x.end,
+            kind=kind,
+            name=name,
+            stream=stream,
+            correlation=x.correlation,
+            phase=self.lab["phase"],
+            category=None if (comm or kind != "kernel") else self.lab["category"],
+            block=self.lab["block"],
+            collective=self.lab["collective"] if comm else None,
+            comm=comm,
+            gemm=name in GEMMS,
+            launch_ts=x.launch_ts,
+        )
         self.acts.append(a)
         return a
 
 
 # ---------------------------------------------------------------------------------------------
 # the model
+
 
 def make_trace(
     n_layers: int = 2,
@@ -287,12 +419,26 @@ def make_trace(
     assert fwd_thread_id in ("real", "tid")
     assert ts_format in ("float", "int")
     assert n_layers >= 1 and n_steps >= 1
-    cfg = dict(n_layers=n_layers, n_steps=n_steps, attention=attention, module_source=module_source,
-               backward_thread=backward_thread, fwd_thread_id=fwd_thread_id, comm=comm,
-               forward_allgather=forward_allgather, side_stream=side_stream,
-               rotary_module=rotary_module, zero_grad=zero_grad, optimizer=optimizer,
-               ts_format=ts_format, big_ids=big_ids, old_categories=old_categories, shuffle=shuffle,
-               seed=seed, first_step=first_step)
+    cfg = dict(
+        n_layers=n_layers,
+        n_steps=n_steps,
+        attention=attention,
+        module_source=module_source,
+        backward_thread=backward_thread,
+        fwd_thread_id=fwd_thread_id,
+        comm=comm,
+        forward_allgather=forward_allgather,
+        side_stream=side_stream,
+        rotary_module=rotary_module,
+        zero_grad=zero_grad,
+        optimizer=optimizer,
+        ts_format=ts_format,
+        big_ids=big_ids,
+        old_categories=old_categories,
+        shuffle=shuffle,
+        seed=seed,
+        first_step=first_step,
+    )
     b = _Builder(cfg)
     M = b.main
     nn_mod = module_source in ("nn_module", "both")
@@ -311,14 +457,21 @@ def make_trace(
             b.mod_ids[qual] = b.cls_count[cls]
             b.cls_count[cls] += 1
         inst = b.mod_ids[qual]
-        with _maybe(cap, lambda: b.rng_(M, f"tracekit.module:{cls}:{qual}", "user_annotation", pre=0.8, post=0.6)):
+        with _maybe(
+            cap, lambda: b.rng_(M, f"tracekit.module:{cls}:{qual}", "user_annotation", pre=0.8, post=0.6)
+        ):
             if nn_mod:
                 with b.pyfunc(M, f"nn.Module: {cls}_{inst}", {"Python module id": inst}):
                     with b.pyfunc(M, "torch/nn/modules/module.py(1750): _call_impl"):
-                        src = ("torch/nn/modules/linear.py(125): forward" if cls == "Linear" else
-                               "torch/nn/modules/sparse.py(190): forward" if cls == "Embedding" else
-                               "torch/nn/modules/activation.py(432): forward" if cls == "SiLU" else
-                               f"transformers/models/llama/modeling_llama.py({100 + 17 * len(cls)}): forward")
+                        src = (
+                            "torch/nn/modules/linear.py(125): forward"
+                            if cls == "Linear"
+                            else "torch/nn/modules/sparse.py(190): forward"
+                            if cls == "Embedding"
+                            else "torch/nn/modules/activation.py(432): forward"
+                            if cls == "SiLU"
+                            else f"transformers/models/llama/modeling_llama.py({100 + 17 * len(cls)}): forward"
+                        )
                         with b.pyfunc(M, src):
                             yield
             else:
@@ -329,15 +482,24 @@ def make_trace(
         """apply_rotary_pos_emb's ops inside attention: RoPE where the trace records the python
         frame that says so (nn.Module events come with stacks), else attention glue."""
         if nn_mod:
-            with b.label(category="RoPE"), b.pyfunc(
-                    M, "transformers/models/llama/modeling_llama.py(151): apply_rotary_pos_emb"):
+            with (
+                b.label(category="RoPE"),
+                b.pyfunc(M, "transformers/models/llama/modeling_llama.py(151): apply_rotary_pos_emb"),
+            ):
                 yield
         else:
             with b.label(category="Attention other"):
                 yield
 
-    def unit(op: str, kernels: list, *, inner: list[str] = (), bwd: tuple | None = None,
-             tid: int | None = None, extra_args: dict | None = None):
+    def unit(
+        op: str,
+        kernels: list,
+        *,
+        inner: list[str] = (),
+        bwd: tuple | None = None,
+        tid: int | None = None,
+        extra_args: dict | None = None,
+    ):
         """A forward op (with inner op chain) launching kernels; registers its backward node.
 
         kernels: [(name, dur_ns, kind)], bwd: (node, [(op, [(kernel, dur_ns)])]).
@@ -361,14 +523,29 @@ def make_trace(
             for cm in reversed(stack):
                 cm.__exit__(None, None, None)
         if bwd is not None:
-            b.fwd_units.append(dict(seq=seq, bwd=bwd, category=b.lab["category"], layer=cur_layer[0],
-                                    fwd_box=boxes[-1], scale=b.layer_scale))
+            b.fwd_units.append(
+                dict(
+                    seq=seq,
+                    bwd=bwd,
+                    category=b.lab["category"],
+                    layer=cur_layer[0],
+                    fwd_box=boxes[-1],
+                    scale=b.layer_scale,
+                )
+            )
 
     def linear(qual: str, us: float, gemm: str, bgemms=(GEMM_NN, GEMM_NT)):
         with module("Linear", qual):
             with _maybe(nn_mod, lambda: b.pyfunc(M, "<built-in function linear>", pre=0.3, post=0.2)):
-                unit("aten::linear", [(gemm, b.d(us), "kernel")], inner=["aten::matmul", "aten::mm"],
-                     bwd=("MmBackward0", [("aten::mm", [(bgemms[0], us)]), ("aten::mm", [(bgemms[1], us * 1.1)])]))
+                unit(
+                    "aten::linear",
+                    [(gemm, b.d(us), "kernel")],
+                    inner=["aten::matmul", "aten::mm"],
+                    bwd=(
+                        "MmBackward0",
+                        [("aten::mm", [(bgemms[0], us)]), ("aten::mm", [(bgemms[1], us * 1.1)])],
+                    ),
+                )
 
     def ew(op: str, kname: str, us: float, bwd_node: str | None = None, bwd_k: list | None = None):
         """One elementwise op and kernel; bwd_k: [(backward op, kernel, us)] (default: the same op)."""
@@ -383,10 +560,22 @@ def make_trace(
             ew("aten::pow", K_POW, us * 0.5, "PowBackward0", [("aten::pow", K_POW, us * 0.6)])
             ew("aten::mean", K_MEAN, us, "MeanBackward1", [("aten::div", K_DIV, us * 0.4)])
             ew("aten::add", K_ADD, us * 0.4)
-            ew("aten::rsqrt", K_RSQRT, us * 0.4, "RsqrtBackward0", [("aten::rsqrt_backward", K_MUL, us * 0.5)])
+            ew(
+                "aten::rsqrt",
+                K_RSQRT,
+                us * 0.4,
+                "RsqrtBackward0",
+                [("aten::rsqrt_backward", K_MUL, us * 0.5)],
+            )
             ew("aten::mul", K_MUL, us * 0.5, "MulBackward0", [("aten::mul", K_MUL, us * 0.5)])
-            unit("aten::mul", [(K_MUL, b.d(us * 0.55), "kernel")],
-                 bwd=("MulBackward0", [("aten::mul", [(K_MUL, us * 0.5)]), ("aten::sum", [(K_SUM, us * 0.9)])]))
+            unit(
+                "aten::mul",
+                [(K_MUL, b.d(us * 0.55), "kernel")],
+                bwd=(
+                    "MulBackward0",
+                    [("aten::mul", [(K_MUL, us * 0.5)]), ("aten::sum", [(K_SUM, us * 0.9)])],
+                ),
+            )
 
     def attn_block(i: int):
         p = f"model.layers.{i}.self_attn"
@@ -410,20 +599,36 @@ def make_trace(
                         ew("aten::mul", K_MUL, 6, "MulBackward0")
                         unit("aten::add", [(K_ADD, b.d(4.2), "kernel")], bwd=("AddBackward0", []))
                 with b.label(category="Bmm0"):
-                    unit("aten::matmul", [(BMM, b.d(31), "kernel")], inner=["aten::bmm"],
-                         bwd=("BmmBackward0", [("aten::bmm", [(BMM, 30)]), ("aten::bmm", [(BMM, 29)])]))
+                    unit(
+                        "aten::matmul",
+                        [(BMM, b.d(31), "kernel")],
+                        inner=["aten::bmm"],
+                        bwd=("BmmBackward0", [("aten::bmm", [(BMM, 30)]), ("aten::bmm", [(BMM, 29)])]),
+                    )
                 with b.label(category="Softmax"):
                     ew("aten::mul", K_MUL, 8, "MulBackward0")
                     unit("aten::add", [(K_ADD, b.d(8.5), "kernel")], bwd=("AddBackward0", []))
-                    unit("aten::softmax", [(K_SOFTMAX, b.d(19), "kernel")], inner=["aten::_softmax"],
-                         bwd=("SoftmaxBackward0", [("aten::_softmax_backward_data", [(K_SOFTMAX_BW, 23)])]))
+                    unit(
+                        "aten::softmax",
+                        [(K_SOFTMAX, b.d(19), "kernel")],
+                        inner=["aten::_softmax"],
+                        bwd=("SoftmaxBackward0", [("aten::_softmax_backward_data", [(K_SOFTMAX_BW, 23)])]),
+                    )
                     ew("aten::to", K_COPY, 7, "ToCopyBackward0")
                 with b.label(category="Bmm1"):
-                    unit("aten::matmul", [(BMM, b.d(28), "kernel")], inner=["aten::bmm"],
-                         bwd=("BmmBackward0", [("aten::bmm", [(BMM, 27)]), ("aten::bmm", [(BMM, 26)])]))
+                    unit(
+                        "aten::matmul",
+                        [(BMM, b.d(28), "kernel")],
+                        inner=["aten::bmm"],
+                        bwd=("BmmBackward0", [("aten::bmm", [(BMM, 27)]), ("aten::bmm", [(BMM, 26)])]),
+                    )
                 with b.label(category="Attention other"):
-                    unit("aten::contiguous", [(K_COPY, b.d(9), "kernel")], inner=["aten::clone", "aten::copy_"],
-                         bwd=("CloneBackward0", []))
+                    unit(
+                        "aten::contiguous",
+                        [(K_COPY, b.d(9), "kernel")],
+                        inner=["aten::clone", "aten::copy_"],
+                        bwd=("CloneBackward0", []),
+                    )
             else:
                 with rotary():
                     for _ in ("q", "k"):
@@ -433,14 +638,27 @@ def make_trace(
                         ew("aten::mul", K_MUL, 6, "MulBackward0")
                         unit("aten::add", [(K_ADD, b.d(4.2), "kernel")], bwd=("AddBackward0", []))
                 with b.label(category="Attention"):
-                    unit("aten::scaled_dot_product_attention", [(K_FLASH_FWD, b.d(64), "kernel")],
-                         inner=["aten::_scaled_dot_product_flash_attention", "aten::_flash_attention_forward"],
-                         bwd=("ScaledDotProductFlashAttentionBackward0",
-                              [("aten::_scaled_dot_product_flash_attention_backward",
-                                [(K_FLASH_BWD_DOT, 6), (K_FLASH_BWD, 150)])]))
+                    unit(
+                        "aten::scaled_dot_product_attention",
+                        [(K_FLASH_FWD, b.d(64), "kernel")],
+                        inner=["aten::_scaled_dot_product_flash_attention", "aten::_flash_attention_forward"],
+                        bwd=(
+                            "ScaledDotProductFlashAttentionBackward0",
+                            [
+                                (
+                                    "aten::_scaled_dot_product_flash_attention_backward",
+                                    [(K_FLASH_BWD_DOT, 6), (K_FLASH_BWD, 150)],
+                                )
+                            ],
+                        ),
+                    )
                 with b.label(category="Attention other"):
-                    unit("aten::contiguous", [(K_COPY, b.d(9), "kernel")], inner=["aten::clone", "aten::copy_"],
-                         bwd=("CloneBackward0", []))
+                    unit(
+                        "aten::contiguous",
+                        [(K_COPY, b.d(9), "kernel")],
+                        inner=["aten::clone", "aten::copy_"],
+                        bwd=("CloneBackward0", []),
+                    )
             with b.label(category="Output"):
                 linear(f"{p}.o_proj", 47, GEMM_C)
 
@@ -450,8 +668,11 @@ def make_trace(
             with b.label(category="MLP"):
                 linear(f"{p}.gate_proj", 131, GEMM_A)
                 with module("SiLU", f"{p}.act_fn"):
-                    unit("aten::silu", [(K_SILU, b.d(11), "kernel")],
-                         bwd=("SiluBackward0", [("aten::silu_backward", [(K_SILU_BW, 14)])]))
+                    unit(
+                        "aten::silu",
+                        [(K_SILU, b.d(11), "kernel")],
+                        bwd=("SiluBackward0", [("aten::silu_backward", [(K_SILU_BW, 14)])]),
+                    )
                 linear(f"{p}.up_proj", 128, GEMM_A)
                 ew("aten::mul", K_MUL, 12, "MulBackward0")
                 linear(f"{p}.down_proj", 125, GEMM_B)
@@ -471,43 +692,79 @@ def make_trace(
             if zero_grad:
                 with b.rng_(M, "Optimizer.zero_grad#FusedAdam.zero_grad", "user_annotation"):
                     unit("aten::zero_", [(K_FILL, b.d(3.1), "kernel")], inner=["aten::fill_"])
-            with _maybe(cap, lambda: b.rng_(M, "tracekit.phase:forward", "user_annotation", pre=0.5, post=0.5)):
+            with _maybe(
+                cap, lambda: b.rng_(M, "tracekit.phase:forward", "user_annotation", pre=0.5, post=0.5)
+            ):
                 # input ids to the device
                 with b.rng_(M, "aten::to"), b.rng_(M, "aten::_to_copy"), b.rng_(M, "aten::copy_"):
                     b.launch(M, MEMCPY_HTOD, b.d(4.4), kind="memcpy", gap=b.qz(1900))
                 if comm and forward_allgather:
                     # ZeRO-3 style parameter gather: starts in an idle gap, runs into the embedding
                     with b.label(collective="AllGather"):
-                        with b.rng_(M, "record_param_comms",
-                                    args={"Collective name": "_allgather_base", "dtype": "BFloat16",
-                                          "Process Group Name": "0", "Group size": 8}):
+                        with b.rng_(
+                            M,
+                            "record_param_comms",
+                            args={
+                                "Collective name": "_allgather_base",
+                                "dtype": "BFloat16",
+                                "Process Group Name": "0",
+                                "Group size": 8,
+                            },
+                        ):
                             b.runtime_only(M, "cudaEventRecord", 1.2, 135)
                             b.runtime_only(M, "cudaStreamWaitEvent", 1.1, 147)
-                            b.launch(M, NCCL_AG, b.d(38), stream=COMM_STREAM, comm=True,
-                                     start=b.stream_end[COMPUTE_STREAM] + b.qz(2100))
+                            b.launch(
+                                M,
+                                NCCL_AG,
+                                b.d(38),
+                                stream=COMM_STREAM,
+                                comm=True,
+                                start=b.stream_end[COMPUTE_STREAM] + b.qz(2100),
+                            )
                 with module("LlamaForCausalLM", ""):
                     with module("LlamaModel", "model"):
                         with b.label(category="Embedding"):
                             with module("Embedding", "model.embed_tokens"):
-                                unit("aten::embedding", [(K_INDEX, b.d(24), "kernel")], inner=["aten::index_select"],
-                                     bwd=("EmbeddingBackward0",
-                                          [("aten::embedding_dense_backward", [("memset", 2.2), (K_EMB_SORT, 6), (K_EMB_BW, 21)])]),
-                                     )
+                                unit(
+                                    "aten::embedding",
+                                    [(K_INDEX, b.d(24), "kernel")],
+                                    inner=["aten::index_select"],
+                                    bwd=(
+                                        "EmbeddingBackward0",
+                                        [
+                                            (
+                                                "aten::embedding_dense_backward",
+                                                [("memset", 2.2), (K_EMB_SORT, 6), (K_EMB_BW, 21)],
+                                            )
+                                        ],
+                                    ),
+                                )
                         # stream 7 gap 16.4 us after the embedding: memcpy on the copy stream
                         # starts under the embedding kernel and runs into the gap
                         emb_end = b.stream_end[COMPUTE_STREAM]
                         with b.rng_(M, "aten::copy_"):
-                            b.launch(M, MEMCPY_DTOD, b.d(11.5), kind="memcpy", stream=COPY_STREAM,
-                                     start=emb_end - b.qz(4300))
+                            b.launch(
+                                M,
+                                MEMCPY_DTOD,
+                                b.d(11.5),
+                                kind="memcpy",
+                                stream=COPY_STREAM,
+                                start=emb_end - b.qz(4300),
+                            )
                         if rotary_module:
                             with b.label(category="RoPE"), module("LlamaRotaryEmbedding", "model.rotary_emb"):
                                 st = SIDE_STREAM if side_stream else COMPUTE_STREAM
                                 with b.rng_(M, "aten::matmul"), b.rng_(M, "aten::bmm"):
                                     pass
                                 with b.rng_(M, "aten::cat"):
-                                    b.launch(M, K_CAT, b.d(4.5), stream=st,
-                                             start=(emb_end - b.qz(9700)) if side_stream else None,
-                                             gap=b.qz(16400))
+                                    b.launch(
+                                        M,
+                                        K_CAT,
+                                        b.d(4.5),
+                                        stream=st,
+                                        start=(emb_end - b.qz(9700)) if side_stream else None,
+                                        gap=b.qz(16400),
+                                    )
                                 with b.rng_(M, "aten::cos"):
                                     b.launch(M, K_COS, b.d(3.9), stream=st)
                                 with b.rng_(M, "aten::sin"):
@@ -515,16 +772,26 @@ def make_trace(
                         if comm and forward_allgather:
                             with b.label(collective="AllGather"):
                                 with b.rng_(M, "nccl:all_gather", "user_annotation"):
-                                    b.launch(M, NCCL_GENERIC, b.d(27), stream=COMM_STREAM, comm=True,
-                                             api="cuLaunchKernelEx",
-                                             start=max(b.stream_end[COMPUTE_STREAM], b.stream_end[SIDE_STREAM]) + b.qz(1300))
+                                    b.launch(
+                                        M,
+                                        NCCL_GENERIC,
+                                        b.d(27),
+                                        stream=COMM_STREAM,
+                                        comm=True,
+                                        api="cuLaunchKernelEx",
+                                        start=max(b.stream_end[COMPUTE_STREAM], b.stream_end[SIDE_STREAM])
+                                        + b.qz(1300),
+                                    )
                         first_gap = True
                         for i in range(n_layers):
                             cur_layer[0] = i
                             b.layer_scale = 1.0 + 0.09 * i
                             # planted idle gap between layers
-                            b.stream_end[COMPUTE_STREAM] += b.qz(layer_gap_us[i % len(layer_gap_us)] * 1000
-                                                                 * b.step_scale) if not first_gap else b.qz(16400)
+                            b.stream_end[COMPUTE_STREAM] += (
+                                b.qz(layer_gap_us[i % len(layer_gap_us)] * 1000 * b.step_scale)
+                                if not first_gap
+                                else b.qz(16400)
+                            )
                             first_gap = False
                             with b.label(block="attention"), module("LlamaDecoderLayer", f"model.layers.{i}"):
                                 with b.label(category="RMSNorm"):
@@ -537,7 +804,11 @@ def make_trace(
                                         rmsnorm(f"model.layers.{i}.post_attention_layernorm", 5.5)
                                     mlp_block(i)
                                     with b.label(category=None):
-                                        unit("aten::add", [(K_ADD, b.d(7.5), "kernel")], bwd=("AddBackward0", []))
+                                        unit(
+                                            "aten::add",
+                                            [(K_ADD, b.d(7.5), "kernel")],
+                                            bwd=("AddBackward0", []),
+                                        )
                         cur_layer[0] = None
                         b.layer_scale = 1.0
                         with b.label(block="after", category="RMSNorm"):
@@ -547,17 +818,36 @@ def make_trace(
                 # loss: outside every module
                 with b.label(block="after", category=None):
                     with b.rng_(M, "aten::cross_entropy_loss"):
-                        unit("aten::log_softmax", [(K_LOGSOFTMAX, b.d(26), "kernel")], inner=["aten::_log_softmax"],
-                             bwd=("LogSoftmaxBackward0", [("aten::_log_softmax_backward_data", [(K_LOGSOFTMAX_BW, 24)])]))
-                        unit("aten::nll_loss_nd", [(K_NLL, b.d(9), "kernel")], inner=["aten::nll_loss_forward"],
-                             bwd=("NllLossBackward0", [("aten::nll_loss_backward", [(K_NLL_BW, 8)])]))
-            fwd_cpu_end = b.t[M]
+                        unit(
+                            "aten::log_softmax",
+                            [(K_LOGSOFTMAX, b.d(26), "kernel")],
+                            inner=["aten::_log_softmax"],
+                            bwd=(
+                                "LogSoftmaxBackward0",
+                                [("aten::_log_softmax_backward_data", [(K_LOGSOFTMAX_BW, 24)])],
+                            ),
+                        )
+                        unit(
+                            "aten::nll_loss_nd",
+                            [(K_NLL, b.d(9), "kernel")],
+                            inner=["aten::nll_loss_forward"],
+                            bwd=("NllLossBackward0", [("aten::nll_loss_backward", [(K_NLL_BW, 8)])]),
+                        )
+            b.t[M]
 
             # ---------------- backward
             b.lab.update(phase="backward", block=None, category=None)
-            with _maybe(cap, lambda: b.rng_(M, "tracekit.phase:backward", "user_annotation", pre=0.5, post=0.5)):
+            with _maybe(
+                cap, lambda: b.rng_(M, "tracekit.phase:backward", "user_annotation", pre=0.5, post=0.5)
+            ):
                 with _maybe(nn_mod, lambda: b.pyfunc(M, "torch/_tensor.py(648): backward")):
-                    with _maybe(nn_mod, lambda: b.pyfunc(M, "<built-in method run_backward of torch._C._EngineBase object at 0x7f3a2c1b0e40>")):
+                    with _maybe(
+                        nn_mod,
+                        lambda: b.pyfunc(
+                            M,
+                            "<built-in method run_backward of torch._C._EngineBase object at 0x7f3a2c1b0e40>",
+                        ),
+                    ):
                         A = b.auto
                         if A != M:
                             b.t[A] = b.t[M] + b.qz(6000)
@@ -573,9 +863,14 @@ def make_trace(
                             node, ops = u["bwd"]
                             b.layer_scale = u["scale"]
                             with b.label(category=u["category"]):
-                                with b.rng_(A, f"autograd::engine::evaluate_function: {node}",
-                                            args={"Sequence number": u["seq"], **fwd_tid_args(False)}):
-                                    with b.rng_(A, node, args={"Sequence number": u["seq"], **fwd_tid_args(False)}) as nb:
+                                with b.rng_(
+                                    A,
+                                    f"autograd::engine::evaluate_function: {node}",
+                                    args={"Sequence number": u["seq"], **fwd_tid_args(False)},
+                                ):
+                                    with b.rng_(
+                                        A, node, args={"Sequence number": u["seq"], **fwd_tid_args(False)}
+                                    ) as nb:
                                         for opname, ks in ops:
                                             with b.rng_(A, opname):
                                                 for kname, us in ks:
@@ -587,11 +882,29 @@ def make_trace(
                                     b.n_flow += 1
                                     fid = b._id(b.n_flow)
                                     fb = u["fwd_box"]
-                                    b.events.append({"ph": "s", "id": fid, "pid": b.pid, "tid": M,
-                                                     "ts": b.ts(fb["start"]), "cat": "fwdbwd", "name": "fwdbwd"})
-                                    b.events.append({"ph": "f", "id": fid, "pid": b.pid, "tid": A,
-                                                     "ts": b.ts(nb["start"]), "cat": "fwdbwd", "name": "fwdbwd",
-                                                     "bp": "e"})
+                                    b.events.append(
+                                        {
+                                            "ph": "s",
+                                            "id": fid,
+                                            "pid": b.pid,
+                                            "tid": M,
+                                            "ts": b.ts(fb["start"]),
+                                            "cat": "fwdbwd",
+                                            "name": "fwdbwd",
+                                        }
+                                    )
+                                    b.events.append(
+                                        {
+                                            "ph": "f",
+                                            "id": fid,
+                                            "pid": b.pid,
+                                            "tid": A,
+                                            "ts": b.ts(nb["start"]),
+                                            "cat": "fwdbwd",
+                                            "name": "fwdbwd",
+                                            "bp": "e",
+                                        }
+                                    )
                         b.layer_scale = 1.0
                         _after_layer(b, A, prev_layer, comm, layer_seen, n_layers, last=True)
                         if A != M:
@@ -600,11 +913,12 @@ def make_trace(
             # ---------------- optimizer
             if optimizer:
                 b.lab.update(phase="optimizer", category=None, block=None)
-                with _maybe(cap, lambda: b.rng_(M, "tracekit.phase:optimizer", "user_annotation", pre=0.5, post=0.5)):
+                with _maybe(
+                    cap, lambda: b.rng_(M, "tracekit.phase:optimizer", "user_annotation", pre=0.5, post=0.5)
+                ):
                     with b.rng_(M, "Optimizer.step#FusedAdam.step", "user_annotation"):
                         with b.rng_(M, "aten::zero_"), b.rng_(M, "aten::fill_"):
-                            b.launch(M, MEMSET, b.d(1.9), kind="memset",
-                                     gap=b.qz(61300 * b.step_scale))
+                            b.launch(M, MEMSET, b.d(1.9), kind="memset", gap=b.qz(61300 * b.step_scale))
                         with b.rng_(M, "aten::_fused_adam_"):
                             b.launch(M, K_ADAM, b.d(41))
                             b.launch(M, K_ADAM, b.d(39), gap=b.qz(2200))
@@ -614,20 +928,37 @@ def make_trace(
             with b.rng_(M, "aten::item"), b.rng_(M, "aten::_local_scalar_dense"):
                 s0 = b.t[M]
                 b.t[M] = max(b.t[M] + b.qz(3000), dev_end + b.qz(2000))
-                b.emit("X", "cuda_runtime", "cudaStreamSynchronize", b.pid, M, s0, b.t[M],
-                       {"External id": b.ext_stack[M][-1], "cbid": 131, "correlation": b.corr()})
+                b.emit(
+                    "X",
+                    "cuda_runtime",
+                    "cudaStreamSynchronize",
+                    b.pid,
+                    M,
+                    s0,
+                    b.t[M],
+                    {"External id": b.ext_stack[M][-1], "cbid": 131, "correlation": b.corr()},
+                )
         # device-side projection of the step range (gpu_user_annotation), like real traces
         mine = [a for a in b.acts if a.step == step]
-        b.emit("X", "gpu_user_annotation", f"ProfilerStep#{step}", b.device, COMPUTE_STREAM,
-               min(a.start for a in mine), max(a.end for a in mine), {"External id": 0})
+        b.emit(
+            "X",
+            "gpu_user_annotation",
+            f"ProfilerStep#{step}",
+            b.device,
+            COMPUTE_STREAM,
+            min(a.start for a in mine),
+            max(a.end for a in mine),
+            {"External id": 0},
+        )
         for u in b.fwd_units:
             u.pop("fwd_box", None)
         del ps_box
 
     trace = _finish(b, cfg)
     per, mean = compute_truth(b.acts, steps, n_layers)
-    truth = Truth(steps=steps, n_layers=n_layers, activities=list(b.acts), per_step=per, mean=mean,
-                  config=cfg)
+    truth = Truth(
+        steps=steps, n_layers=n_layers, activities=list(b.acts), per_step=per, mean=mean, config=cfg
+    )
     return trace, truth
 
 
@@ -649,20 +980,39 @@ def _grad_comm(b: _Builder, A: int, layer, n_layers: int, last: bool) -> None:
         with b.label(collective="AllReduce"):
             with b.rng_(A, "record_param_comms", args={"Collective name": "allreduce", **rpc}):
                 with b.rng_(A, "nccl:all_reduce", "user_annotation"):
-                    b.launch(A, NCCL_AR, b.d(36), stream=COMM_STREAM, comm=True,
-                             start=b.stream_end[COMPUTE_STREAM] + b.qz(800))
+                    b.launch(
+                        A,
+                        NCCL_AR,
+                        b.d(36),
+                        stream=COMM_STREAM,
+                        comm=True,
+                        start=b.stream_end[COMPUTE_STREAM] + b.qz(800),
+                    )
     elif layer == 0 and not last:
         # generic kernel: collective only from record_param_comms; partly exposed
         with b.label(collective="ReduceScatter"):
             with b.rng_(A, "record_param_comms", args={"Collective name": "reduce_scatter", **rpc}):
-                b.launch(A, NCCL_GENERIC, b.d(44), stream=COMM_STREAM, comm=True, api="cuLaunchKernelEx",
-                         start=max(b.stream_end[COMPUTE_STREAM], b.stream_end[COMM_STREAM]) + b.qz(600))
+                b.launch(
+                    A,
+                    NCCL_GENERIC,
+                    b.d(44),
+                    stream=COMM_STREAM,
+                    comm=True,
+                    api="cuLaunchKernelEx",
+                    start=max(b.stream_end[COMPUTE_STREAM], b.stream_end[COMM_STREAM]) + b.qz(600),
+                )
     elif last:
         # the last gradient bucket: exposed, and runs on into the optimizer
         with b.label(collective="AllReduce"):
             with b.rng_(A, "record_param_comms", args={"Collective name": "allreduce", **rpc}):
-                b.launch(A, NCCL_AR, b.d(112), stream=COMM_STREAM, comm=True,
-                         start=max(b.stream_end[COMPUTE_STREAM], b.stream_end[COMM_STREAM]) + b.qz(3100))
+                b.launch(
+                    A,
+                    NCCL_AR,
+                    b.d(112),
+                    stream=COMM_STREAM,
+                    comm=True,
+                    start=max(b.stream_end[COMPUTE_STREAM], b.stream_end[COMM_STREAM]) + b.qz(3100),
+                )
 
 
 @contextmanager

@@ -20,8 +20,7 @@ def _plant(tmp_path, flows: bool):
     b = TraceBuilder(flows=flows)
     with b.step():
         seq = b._seq  # the number the embedding's node will carry
-        with b.w.rng_(b.w.main, "aten::to", "cpu_op",
-                      args={"Sequence number": seq, "Fwd thread id": 0}):
+        with b.w.rng_(b.w.main, "aten::to", "cpu_op", args={"Sequence number": seq, "Fwd thread id": 0}):
             b.cpu(1)
         with b.module("Embedding", "model.embed_tokens"):
             emb = b.kernel(K_INDEX, 5, op="aten::embedding")

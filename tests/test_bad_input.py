@@ -15,10 +15,9 @@ import sys
 import time
 
 import pytest
+from bad_inputs import analyze, assert_one_line_error, fingerprint, mini_trace, warnings_of, write
 
 import tracekit
-from bad_inputs import (analyze, assert_one_line_error, fingerprint, mini_trace, warnings_of,
-                        write)
 from tracekit.errors import TraceError
 
 
@@ -49,8 +48,7 @@ BROKEN = [
     ("utf16-le", "t.json", MINI.encode("utf-16-le"), ["UTF-16"]),
     ("utf16-be", "t.json", MINI.encode("utf-16-be"), ["UTF-16"]),
     ("utf32", "t.json", MINI.encode("utf-32"), ["UTF-32"]),
-    ("latin-1", "t.json", _with_event('{"name": "caf\u00e9"}').decode().encode("latin-1"),
-     ["not UTF-8"]),
+    ("latin-1", "t.json", _with_event('{"name": "caf\u00e9"}').decode().encode("latin-1"), ["not UTF-8"]),
     ("csv", "t.json", b"name,dur\ngemm,12\n", ["not valid JSON"]),
     ("html", "t.json", b"<html><body>404</body></html>", ["not valid JSON"]),
     ("no-traceEvents", "t.json", b'{"schemaVersion": 1, "events": []}', ["no `traceEvents`"]),
@@ -58,8 +56,12 @@ BROKEN = [
     ("truncated-1-byte", "t.json", MINI.encode()[:-1], ["truncated"]),
     ("trailing-garbage", "t.json", MINI.encode() + b" xyz", ["not valid JSON"]),
     ("top-array", "t.json", b"[1, 2, 3]", ["top level must be a JSON object"]),
-    ("top-events-array", "t.json", json.dumps(mini_trace()["traceEvents"]).encode(),
-     ["top level must be a JSON object"]),
+    (
+        "top-events-array",
+        "t.json",
+        json.dumps(mini_trace()["traceEvents"]).encode(),
+        ["top level must be a JSON object"],
+    ),
     ("top-string", "t.json", b'"traceEvents"', ["top level must be a JSON object"]),
     ("top-number", "t.json", b"42", ["top level must be a JSON object"]),
     ("top-null", "t.json", b"null", ["top level must be a JSON object"]),
@@ -67,39 +69,77 @@ BROKEN = [
     ("traceEvents-null", "t.json", b'{"traceEvents": null}', ["malformed", "traceEvents"]),
     ("event-number", "t.json", _with_event("5"), ["malformed", "traceEvents[0]"]),
     ("ph-int", "t.json", _with_event('{"ph": 88, "cat": "kernel"}'), ["malformed", ".ph"]),
-    ("ts-string", "t.json", _with_event('{"ph": "X", "cat": "kernel", "ts": "early"}'),
-     ["malformed", ".ts"]),
-    ("name-list", "t.json", _with_event('{"ph": "X", "cat": "kernel", "name": ["a"]}'),
-     ["malformed", ".name"]),
-    ("args-string", "t.json", _with_event('{"ph": "X", "cat": "kernel", "args": "x"}'),
-     ["malformed", ".args"]),
-    ("correlation-float-list", "t.json",
-     _with_event('{"ph": "X", "cat": "kernel", "args": {"correlation": [1.5]}}'),
-     ["malformed", "correlation"]),
-    ("NaN", "t.json", _with_event('{"ph": "X", "cat": "kernel", "ts": NaN, "dur": 1}'),
-     ["NaN or Infinity"]),
-    ("Infinity", "t.json", _with_event('{"ph": "X", "cat": "kernel", "ts": 1, "dur": Infinity}'),
-     ["NaN or Infinity"]),
-    ("-Infinity", "t.json", _with_event('{"ph": "X", "cat": "kernel", "ts": -Infinity}'),
-     ["NaN or Infinity"]),
-    ("number-out-of-range", "t.json", _with_event('{"ph": "X", "cat": "kernel", "ts": 1e999}'),
-     ["out of range"]),
-    ("deep-args", "t.json", _with_event('{"ph": "X", "args": {"x": ' + _deep(200_000).decode() + "}}"),
-     ["nested too deeply"]),
-    ("deep-skipped-key", "t.json", b'{"junk": ' + _deep(1_000_000) + b', "traceEvents": []}',
-     ["nested too deeply"]),
-    ("deep-distributedInfo", "t.json",
-     b'{"traceEvents": [], "distributedInfo": ' + b'{"a":' * 100_000 + b"1" + b"}" * 100_000 + b"}",
-     ["nested too deeply"]),
+    ("ts-string", "t.json", _with_event('{"ph": "X", "cat": "kernel", "ts": "early"}'), ["malformed", ".ts"]),
+    (
+        "name-list",
+        "t.json",
+        _with_event('{"ph": "X", "cat": "kernel", "name": ["a"]}'),
+        ["malformed", ".name"],
+    ),
+    (
+        "args-string",
+        "t.json",
+        _with_event('{"ph": "X", "cat": "kernel", "args": "x"}'),
+        ["malformed", ".args"],
+    ),
+    (
+        "correlation-float-list",
+        "t.json",
+        _with_event('{"ph": "X", "cat": "kernel", "args": {"correlation": [1.5]}}'),
+        ["malformed", "correlation"],
+    ),
+    ("NaN", "t.json", _with_event('{"ph": "X", "cat": "kernel", "ts": NaN, "dur": 1}'), ["NaN or Infinity"]),
+    (
+        "Infinity",
+        "t.json",
+        _with_event('{"ph": "X", "cat": "kernel", "ts": 1, "dur": Infinity}'),
+        ["NaN or Infinity"],
+    ),
+    (
+        "-Infinity",
+        "t.json",
+        _with_event('{"ph": "X", "cat": "kernel", "ts": -Infinity}'),
+        ["NaN or Infinity"],
+    ),
+    (
+        "number-out-of-range",
+        "t.json",
+        _with_event('{"ph": "X", "cat": "kernel", "ts": 1e999}'),
+        ["out of range"],
+    ),
+    (
+        "deep-args",
+        "t.json",
+        _with_event('{"ph": "X", "args": {"x": ' + _deep(200_000).decode() + "}}"),
+        ["nested too deeply"],
+    ),
+    (
+        "deep-skipped-key",
+        "t.json",
+        b'{"junk": ' + _deep(1_000_000) + b', "traceEvents": []}',
+        ["nested too deeply"],
+    ),
+    (
+        "deep-distributedInfo",
+        "t.json",
+        b'{"traceEvents": [], "distributedInfo": ' + b'{"a":' * 100_000 + b"1" + b"}" * 100_000 + b"}",
+        ["nested too deeply"],
+    ),
     ("deep-top", "t.json", _deep(1_000_000), ["top level must be a JSON object"]),
     ("no-events", "t.json", b'{"traceEvents": []}', ["nothing to analyse"]),
-    ("only-metadata", "t.json",
-     json.dumps({"traceEvents": [e for e in mini_trace()["traceEvents"] if e["ph"] == "M"]}).encode(),
-     ["nothing to analyse"]),
-    ("only-overflowing-times", "t.json",
-     b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 123456789012345678901234567890,'
-     b' "dur": 1, "args": {"correlation": 99999999999999999999999999}}]}',
-     ["nothing to analyse", "invalid times"]),
+    (
+        "only-metadata",
+        "t.json",
+        json.dumps({"traceEvents": [e for e in mini_trace()["traceEvents"] if e["ph"] == "M"]}).encode(),
+        ["nothing to analyse"],
+    ),
+    (
+        "only-overflowing-times",
+        "t.json",
+        b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 123456789012345678901234567890,'
+        b' "dur": 1, "args": {"correlation": 99999999999999999999999999}}]}',
+        ["nothing to analyse", "invalid times"],
+    ),
     ("gzip-corrupt", "t.json.gz", b"\x1f\x8b\x08\x00" + bytes(range(7, 200)), ["corrupt gzip"]),
     ("gzip-truncated", "t.json.gz", gzip.compress(MINI.encode())[:-40], ["truncated gzip"]),
     ("gzip-of-binary", "t.json.gz", gzip.compress(bytes(range(256)) * 4), ["binary"]),
@@ -123,12 +163,19 @@ def test_broken_trace_is_one_line_exit_2(tmp_path, name, data, needles):
 
 def test_broken_traces_never_print_a_traceback_in_a_real_process(tmp_path):
     """The CLI as a user runs it (its own interpreter): deep nesting must not crash the process."""
-    cases = {"deep.json": _with_event('{"args": {"x": ' + _deep(500_000).decode() + "}}"),
-             "nan.json": _with_event('{"ts": NaN}'), "empty.json": b""}
+    cases = {
+        "deep.json": _with_event('{"args": {"x": ' + _deep(500_000).decode() + "}}"),
+        "nan.json": _with_event('{"ts": NaN}'),
+        "empty.json": b"",
+    }
     for name, data in cases.items():
         p = write(tmp_path / name, data)
-        r = subprocess.run([sys.executable, "-m", "tracekit.cli", "analyze", str(p)],
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-m", "tracekit.cli", "analyze", str(p)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 2, (name, r.returncode, r.stderr)
         assert len(r.stderr.splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
         assert r.stdout == ""
@@ -173,6 +220,7 @@ def test_missing_distributed_info_and_profiler_steps_still_analyse(tmp_path):
 
 # ------------------------------------------------------------------------- resource bounds
 
+
 def test_gzip_bomb_is_refused_and_the_limit_can_be_raised(tmp_path):
     # 64 MiB of JSON whitespace inside a valid trace compresses to ~64 KiB.
     body = MINI.encode()
@@ -203,6 +251,7 @@ def test_huge_single_string_is_bounded_by_max_bytes(tmp_path):
     assert_one_line_error(analyze(p, "--max-bytes", str(4 << 20)), p, "larger than")
     # Under the limit it analyses, and the reader keeps no more than a few copies of it.
     import tracemalloc
+
     tracemalloc.start()
     try:
         tracekit.load(p, max_bytes=32 << 20)
@@ -217,6 +266,7 @@ def test_huge_string_in_a_skipped_field_is_not_materialised(tmp_path):
     t["traceEvents"][3]["args"]["Input Dims"] = "x" * (32 << 20)
     p = write(tmp_path / "t.json", t)
     import tracemalloc
+
     tracemalloc.start()
     try:
         tracekit.load(p)
@@ -234,25 +284,65 @@ def test_pathological_shapes_finish_quickly(tmp_path, shape):
     ev: list[dict] = []
     if shape == "many-pids":  # every op on its own process and thread
         for i in range(n):
-            ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": i, "tid": i,
-                       "ts": i, "dur": 1})
+            ev.append(
+                {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": i, "tid": i, "ts": i, "dur": 1}
+            )
     elif shape == "many-phase-pids":  # a phase range per process (was quadratic in link)
         n = 100_000
         for i in range(n):
-            ev.append({"ph": "X", "cat": "user_annotation", "name": "tracekit.phase:forward",
-                       "pid": i, "tid": 1, "ts": i, "dur": 1})
-            ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": i, "tid": 1,
-                       "ts": i, "dur": 1})
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": "tracekit.phase:forward",
+                    "pid": i,
+                    "tid": 1,
+                    "ts": i,
+                    "dur": 1,
+                }
+            )
+            ev.append(
+                {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": i, "tid": 1, "ts": i, "dur": 1}
+            )
     elif shape == "deep-stack":  # ranges nested 20 000 deep on one thread
         for i in range(n):
-            ev.append({"ph": "X", "cat": "cpu_op", "name": f"op{i % 7}", "pid": 1, "tid": 1,
-                       "ts": i, "dur": 2 * (n - i)})
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": f"op{i % 7}",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": i,
+                    "dur": 2 * (n - i),
+                }
+            )
     else:  # every kernel and launch shares one correlation id
         for i in range(n):
-            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
-                       "tid": 1, "ts": 2 * i, "dur": 1, "args": {"correlation": 1}})
-            ev.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
-                       "ts": 2 * i + 1, "dur": 1, "args": {"correlation": 1, "stream": 7}})
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaLaunchKernel",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": 2 * i,
+                    "dur": 1,
+                    "args": {"correlation": 1},
+                }
+            )
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": "k",
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": 2 * i + 1,
+                    "dur": 1,
+                    "args": {"correlation": 1, "stream": 7},
+                }
+            )
     p = write(tmp_path / "t.json", {"traceEvents": ev})
     t = time.monotonic()
     r = analyze(p, "--format", "json")
@@ -264,6 +354,7 @@ def test_pathological_shapes_finish_quickly(tmp_path, shape):
 
 
 # -------------------------------------------------------------- valid but odd: warn, analyse
+
 
 def _odd(tmp_path, trace: dict, *needles: str) -> dict:
     p = write(tmp_path / "odd.json", trace)
@@ -283,8 +374,9 @@ def _odd(tmp_path, trace: dict, *needles: str) -> dict:
 
 def test_unknown_categories_warn(tmp_path):
     t = mini_trace()
-    t["traceEvents"] += [{"ph": "X", "cat": "quantum_flux", "name": "q", "pid": 1, "tid": 1,
-                          "ts": 1010, "dur": 3}] * 3
+    t["traceEvents"] += [
+        {"ph": "X", "cat": "quantum_flux", "name": "q", "pid": 1, "tid": 1, "ts": 1010, "dur": 3}
+    ] * 3
     _odd(tmp_path, t, "unknown categories", "'quantum_flux' (3)")
 
 
@@ -297,18 +389,38 @@ def test_negative_durations_warn_and_clamp(tmp_path):
 def test_overflowing_durations_warn_and_drop(tmp_path):
     t = mini_trace()
     kernels = [e for e in t["traceEvents"] if e.get("cat") == "kernel"]
-    kernels[0]["dur"] = 2 ** 70          # past int64 in any unit
-    kernels[1]["dur"] = 10 ** 15         # ~32 years: garbage
-    kernels[2]["dur"] = 1.5e300          # a float far out of range
+    kernels[0]["dur"] = 2**70  # past int64 in any unit
+    kernels[1]["dur"] = 10**15  # ~32 years: garbage
+    kernels[2]["dur"] = 1.5e300  # a float far out of range
     _odd(tmp_path, t, "3 events with overflowing durations")
 
 
 def test_overflowing_timestamps_and_ids_warn_and_drop(tmp_path):
     t = mini_trace()
-    t["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "late", "pid": 0, "tid": 7,
-                             "ts": 2 ** 64 + 5, "dur": 1, "args": {"correlation": 2 ** 80}})
-    t["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "later", "pid": 0, "tid": 7,
-                             "ts": 9.9e250, "dur": 1, "args": {"correlation": -(2 ** 70)}})
+    t["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "late",
+            "pid": 0,
+            "tid": 7,
+            "ts": 2**64 + 5,
+            "dur": 1,
+            "args": {"correlation": 2**80},
+        }
+    )
+    t["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "later",
+            "pid": 0,
+            "tid": 7,
+            "ts": 9.9e250,
+            "dur": 1,
+            "args": {"correlation": -(2**70)},
+        }
+    )
     _odd(tmp_path, t, "2 events with no valid timestamp")
 
 
@@ -317,7 +429,7 @@ def test_ids_above_int64_still_link(tmp_path):
     for e in t["traceEvents"]:
         a = e.get("args") or {}
         if "correlation" in a:
-            a["correlation"] += 2 ** 64 - 100  # as a uint64 id, and wider still
+            a["correlation"] += 2**64 - 100  # as a uint64 id, and wider still
     doc = _odd(tmp_path, t)
     assert not any("no launching" in w["message"] for w in doc["meta"]["warnings"])
 
@@ -351,8 +463,8 @@ def test_steps_cut_by_the_profiling_window_warn(tmp_path):
 def test_float_string_and_bool_fields_in_odd_places_analyse(tmp_path):
     t = mini_trace()
     ev = t["traceEvents"]
-    ev[3]["pid"] = "1"          # string pid (older Kineto writes "Spans" and names)
-    ev[4]["tid"] = "stream 7"   # a non-numeric tid
+    ev[3]["pid"] = "1"  # string pid (older Kineto writes "Spans" and names)
+    ev[4]["tid"] = "stream 7"  # a non-numeric tid
     ev[5]["args"]["stream"] = "7"
     ev[6]["ts"] = float(ev[6]["ts"]) + 0.0005
     t["distributedInfo"] = {"rank": True, "world_size": [1, 2, 3]}
@@ -362,8 +474,13 @@ def test_float_string_and_bool_fields_in_odd_places_analyse(tmp_path):
 def test_events_in_any_order_and_unknown_phases(tmp_path):
     t = mini_trace()
     t["traceEvents"].reverse()
-    t["traceEvents"] += [{"ph": "Z", "cat": "kernel", "name": "z", "ts": 1}, {"ph": None},
-                         {}, {"cat": None, "ph": "X"}, {"ph": "i", "cat": "cpu_instant_event"}]
+    t["traceEvents"] += [
+        {"ph": "Z", "cat": "kernel", "name": "z", "ts": 1},
+        {"ph": None},
+        {},
+        {"cat": None, "ph": "X"},
+        {"ph": "i", "cat": "cpu_instant_event"},
+    ]
     _odd(tmp_path, t)
 
 
@@ -379,12 +496,15 @@ def test_one_broken_rank_in_a_directory_names_that_file(tmp_path, jobs):
     r = analyze(d, "--jobs", jobs, "--no-cache", "--format", "json")
     assert r.exit_code == 1
     assert r.stderr.splitlines() == [
-        "tracekit: warning: skipped rank1.json: truncated JSON (the file ends early)"]
+        "tracekit: warning: skipped rank1.json: truncated JSON (the file ends early)"
+    ]
     assert json.loads(r.stdout)["meta"]["skipped"] == [
-        {"file": "rank1.json", "problem": "truncated JSON (the file ends early)"}]
+        {"file": "rank1.json", "problem": "truncated JSON (the file ends early)"}
+    ]
 
 
 def test_trace_error_pickles():
     import pickle
+
     e = pickle.loads(pickle.dumps(TraceError("a/b.json", "bad\nthing")))
     assert isinstance(e, TraceError) and (e.path, e.problem) == ("a/b.json", "bad thing")

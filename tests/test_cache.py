@@ -136,8 +136,14 @@ def test_oversized_forged_cache_is_refused_from_its_footer(tmp_path, monkeypatch
     good = pq.read_table(loc)
     key = cache.file_key(trace, DEFAULT_MAX_BYTES)
     n = cache._EXPANSION * trace.stat().st_size // 8 + 1  # int64 bytes past it
-    big = pa.table({c: pa.array(range(n), type=pa.int64()) if good.schema.field(c).type == pa.int64()
-                    else pa.nulls(n, good.schema.field(c).type) for c in good.column_names})
+    big = pa.table(
+        {
+            c: pa.array(range(n), type=pa.int64())
+            if good.schema.field(c).type == pa.int64()
+            else pa.nulls(n, good.schema.field(c).type)
+            for c in good.column_names
+        }
+    )
     _forge(loc, key, big, meta=read_trace(trace).meta)
     monkeypatch.setattr(pq.ParquetFile, "read", lambda *a, **k: pytest.fail("decoded"))
     assert cache.load(trace, DEFAULT_MAX_BYTES) is None

@@ -16,16 +16,28 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-from tracekit.annotations import MODULE_PREFIX, PHASE_PREFIX
 from tracekit.capture import output
 from tracekit.capture.cli import capture
 from tracekit.capture.deepspeed_config import deepspeed_config
 from tracekit.capture.errors import CaptureError
 from tracekit.capture.models import MODELS, model_shape
 
-TINY = ["--model", "tiny", "--layers", "2", "--seq-len", "32", "--batch-size", "1",
-        "--warmup", "1", "--steps", "1"]
+from tracekit.annotations import MODULE_PREFIX, PHASE_PREFIX
+
+TINY = [
+    "--model",
+    "tiny",
+    "--layers",
+    "2",
+    "--seq-len",
+    "32",
+    "--batch-size",
+    "1",
+    "--warmup",
+    "1",
+    "--steps",
+    "1",
+]
 LAYERS = 2
 PAPER_MODULES = ("QKV", "RoPE", "MLP", "RMSNorm", "Output", "Linear")
 
@@ -37,8 +49,13 @@ def _needs_capture_stack():
 
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """``tracekit capture ...`` as a user runs it: its own process."""
-    return subprocess.run([sys.executable, "-m", "tracekit.capture.cli", *args], capture_output=True,
-                          text=True, timeout=600, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "tracekit.capture.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def events(trace: Path) -> list[dict]:
@@ -72,8 +89,9 @@ def train2(tmp_path_factory):
 def infer1(tmp_path_factory):
     _needs_capture_stack()
     out = tmp_path_factory.mktemp("infer1") / "run"
-    r = run_cli("infer", "--model", "tiny", "--layers", "2", "--prompt-len", "32", "--gen-len", "4",
-                "--out", str(out))
+    r = run_cli(
+        "infer", "--model", "tiny", "--layers", "2", "--prompt-len", "32", "--gen-len", "4", "--out", str(out)
+    )
     assert r.returncode == 0, r.stderr + r.stdout + _logs(out)
     return out
 
@@ -85,13 +103,23 @@ def _logs(out: Path) -> str:
 
 # ---------------------------------------------------------------- pure parts (no torch needed)
 
+
 def test_llama2_shapes_are_the_published_ones():
-    expected = {"llama2-7b": (4096, 11008, 32, 32, 32), "llama2-13b": (5120, 13824, 40, 40, 40),
-                "llama2-70b": (8192, 28672, 64, 8, 80)}
+    expected = {
+        "llama2-7b": (4096, 11008, 32, 32, 32),
+        "llama2-13b": (5120, 13824, 40, 40, 40),
+        "llama2-70b": (8192, 28672, 64, 8, 80),
+    }
     for name, (hidden, inter, heads, kv, layers) in expected.items():
         s = MODELS[name]
-        assert (s.hidden_size, s.intermediate_size, s.num_attention_heads, s.num_key_value_heads,
-                s.num_hidden_layers, s.vocab_size) == (hidden, inter, heads, kv, layers, 32000)
+        assert (
+            s.hidden_size,
+            s.intermediate_size,
+            s.num_attention_heads,
+            s.num_key_value_heads,
+            s.num_hidden_layers,
+            s.vocab_size,
+        ) == (hidden, inter, heads, kv, layers, 32000)
     assert model_shape("llama2-70b", layers=2).num_hidden_layers == 2
     with pytest.raises(CaptureError, match="unknown model 'gpt5'"):
         model_shape("gpt5")
@@ -138,14 +166,17 @@ def _one_line_error(result, needle: str) -> None:
     assert "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["train", "--model", "llama3-8b"], "unknown model 'llama3-8b'"),
-    (["infer", "--model", "nope"], "unknown model 'nope'"),
-    (["train", "--zero", "5"], "--zero"),
-    (["train", "--offload"], "--offload needs --zero"),
-    (["train", "--seq-len", "5000"], "exceeds the model's 1024 positions"),
-    (["infer", "--engine", "lightllm"], "LightLLM"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["train", "--model", "llama3-8b"], "unknown model 'llama3-8b'"),
+        (["infer", "--model", "nope"], "unknown model 'nope'"),
+        (["train", "--zero", "5"], "--zero"),
+        (["train", "--offload"], "--offload needs --zero"),
+        (["train", "--seq-len", "5000"], "exceeds the model's 1024 positions"),
+        (["infer", "--engine", "lightllm"], "LightLLM"),
+    ],
+)
 def test_bad_configurations_stop_with_one_line(tmp_path, args, needle):
     result = CliRunner().invoke(capture, [*args, "--out", str(tmp_path / "x")])
     _one_line_error(result, needle)
@@ -169,14 +200,17 @@ def test_host_dependent_refusals(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("checks the CPU-host refusals")
     cores = len(os.sched_getaffinity(0))
-    for args, needle in [(["train", "--nproc-per-node", str(cores + 1)], "CPU cores"),
-                         (["train", "--qlora"], "--qlora needs a CUDA GPU"),
-                         (["train", "--attention", "flash"], "--attention flash needs a CUDA GPU"),
-                         (["infer", "--attention", "flash"], "--attention flash needs a CUDA GPU")]:
+    for args, needle in [
+        (["train", "--nproc-per-node", str(cores + 1)], "CPU cores"),
+        (["train", "--qlora"], "--qlora needs a CUDA GPU"),
+        (["train", "--attention", "flash"], "--attention flash needs a CUDA GPU"),
+        (["infer", "--attention", "flash"], "--attention flash needs a CUDA GPU"),
+    ]:
         _one_line_error(CliRunner().invoke(capture, [*args, "--out", str(tmp_path / "x")]), needle)
 
 
 # ---------------------------------------------------------------- real captures
+
 
 @pytest.mark.capture
 def test_train_one_rank_layout_and_annotations(train1):
@@ -189,9 +223,13 @@ def test_train_one_rank_layout_and_annotations(train1):
     for p in ("forward", "backward", "optimizer"):
         assert ranges.count(PHASE_PREFIX + p) == 1
     for i in range(LAYERS):
-        for module in (f"LlamaDecoderLayer:model.layers.{i}", f"LlamaAttention:model.layers.{i}.self_attn",
-                       f"Linear:model.layers.{i}.self_attn.q_proj", f"LlamaMLP:model.layers.{i}.mlp",
-                       f"LlamaRMSNorm:model.layers.{i}.input_layernorm"):
+        for module in (
+            f"LlamaDecoderLayer:model.layers.{i}",
+            f"LlamaAttention:model.layers.{i}.self_attn",
+            f"Linear:model.layers.{i}.self_attn.q_proj",
+            f"LlamaMLP:model.layers.{i}.mlp",
+            f"LlamaRMSNorm:model.layers.{i}.input_layernorm",
+        ):
             assert MODULE_PREFIX + module in ranges
     assert MODULE_PREFIX + "Linear:lm_head" in ranges
     assert MODULE_PREFIX + "Embedding:model.embed_tokens" in ranges
@@ -244,8 +282,16 @@ def test_infer_steps(infer1):
 def test_crash_keeps_the_finished_steps(tmp_path):
     _needs_capture_stack()
     out = tmp_path / "run"
-    r = run_cli("train", *TINY[:-2], "--steps", "3", "--no-stack", "--out", str(out),
-                env={"TRACEKIT_CAPTURE_FAIL_AT_STEP": "3"})
+    r = run_cli(
+        "train",
+        *TINY[:-2],
+        "--steps",
+        "3",
+        "--no-stack",
+        "--out",
+        str(out),
+        env={"TRACEKIT_CAPTURE_FAIL_AT_STEP": "3"},
+    )
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tracekit: error: capture failed on rank 0"), r.stderr
@@ -259,6 +305,7 @@ def test_crash_keeps_the_finished_steps(tmp_path):
 
 
 # ---------------------------------------------------------------- the analysis of captures
+
 
 def _tables(path: Path) -> dict:
     import tracekit

@@ -50,15 +50,20 @@ def _status(out: Path, rank: int = 0) -> dict:
 
 def _analyse(out: Path):
     import tracekit
+
     return tracekit.load(out, cache=False, jobs=1)
 
 
 def test_a_step_that_raises_keeps_finished_steps_and_says_so(tmp_path):
     _needs_capture_stack()
     out = tmp_path / "run"
-    r = subprocess.run(_cmd("--warmup", "1", "--steps", "4", "--out", str(out)), capture_output=True,
-                       text=True, timeout=600,
-                       env={**os.environ, "TRACEKIT_CAPTURE_FAIL_AT_STEP": "3"})  # 1 warm-up + 2 recorded
+    r = subprocess.run(
+        _cmd("--warmup", "1", "--steps", "4", "--out", str(out)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TRACEKIT_CAPTURE_FAIL_AT_STEP": "3"},
+    )  # 1 warm-up + 2 recorded
     assert r.returncode != 0, "a failed capture must not exit 0"
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tracekit: error: "), r.stderr
@@ -76,9 +81,13 @@ def test_a_step_that_raises_keeps_finished_steps_and_says_so(tmp_path):
 
 
 def _start(out: Path, steps: int) -> subprocess.Popen:
-    return subprocess.Popen(_cmd("--warmup", "1", "--steps", str(steps), "--out", str(out)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # its own process group, like a terminal job
+    return subprocess.Popen(
+        _cmd("--warmup", "1", "--steps", str(steps), "--out", str(out)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )  # its own process group, like a terminal job
 
 
 def _wait_for_steps(p: subprocess.Popen, out: Path, n: int, timeout: float = 300) -> int:
@@ -101,7 +110,7 @@ def test_ctrl_c_keeps_finished_steps_and_a_manifest_that_says_interrupted(tmp_pa
     try:
         done = _wait_for_steps(p, out, 3)
         os.killpg(p.pid, signal.SIGINT)
-        stdout, stderr = p.communicate(timeout=180)
+        _stdout, stderr = p.communicate(timeout=180)
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)

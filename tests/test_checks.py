@@ -18,18 +18,31 @@ from tracekit.cli import main
 from tracekit.testing import TraceBuilder
 from tracekit.testing.kernels import GEMM_A, K_ADAM, K_MUL
 
-CHECK_CODES = {"compute_exceeds_wall", "modules_do_not_sum", "kernels_do_not_sum",
-               "placed_by_time", "outside_steps", "unattributed", "steps_overlap", "empty_step"}
+CHECK_CODES = {
+    "compute_exceeds_wall",
+    "modules_do_not_sum",
+    "kernels_do_not_sum",
+    "placed_by_time",
+    "outside_steps",
+    "unattributed",
+    "steps_overlap",
+    "empty_step",
+}
 
 
 def _phases(compute_ms: float, wall_ms: float = 10.0) -> pd.DataFrame:
-    return pd.DataFrame({"step": [3], "phase": ["forward"], "wall_ms": [wall_ms],
-                         "compute_ms": [compute_ms]})
+    return pd.DataFrame({"step": [3], "phase": ["forward"], "wall_ms": [wall_ms], "compute_ms": [compute_ms]})
 
 
 def _steps(*windows: tuple[int, int, int]) -> pd.DataFrame:
-    return pd.DataFrame({"step": [s for s, _, _ in windows], "start": [a for _, a, _ in windows],
-                         "end": [b for _, _, b in windows], "complete": True})
+    return pd.DataFrame(
+        {
+            "step": [s for s, _, _ in windows],
+            "start": [a for _, a, _ in windows],
+            "end": [b for _, _, b in windows],
+            "complete": True,
+        }
+    )
 
 
 def _codes(found: list[TraceWarning]) -> list[tuple[str, int | None, int | None]]:
@@ -44,8 +57,9 @@ def test_compute_exceeding_wall_fires_with_rank_and_step():
 
 
 def test_module_rows_that_do_not_sum_fire():
-    mods = pd.DataFrame({"step": [3, 3], "phase": ["forward", "forward"], "module": ["MLP", "Idle"],
-                         "time_ms": [9.0, 2.0]})
+    mods = pd.DataFrame(
+        {"step": [3, 3], "phase": ["forward", "forward"], "module": ["MLP", "Idle"], "time_ms": [9.0, 2.0]}
+    )
     found = check_rank(0, {"phases": _phases(9.0), "modules": mods}, _steps(), {})
     assert _codes(found) == [("modules_do_not_sum", 0, 3)]
     mods["time_ms"] = [9.0, 1.0]
@@ -53,15 +67,18 @@ def test_module_rows_that_do_not_sum_fire():
 
 
 def test_kernel_rows_that_do_not_sum_fire():
-    k = pd.DataFrame({"step": [3, 3], "group": ["compute", "idle"], "category": ["GEMM", "Idle"],
-                      "time_ms": [4.0, 1.0]})
+    k = pd.DataFrame(
+        {"step": [3, 3], "group": ["compute", "idle"], "category": ["GEMM", "Idle"], "time_ms": [4.0, 1.0]}
+    )
     found = check_rank(0, {"kernels": k}, _steps((3, 0, 6_000_000)), {})
     assert _codes(found) == [("kernels_do_not_sum", 0, 3)]
     assert check_rank(0, {"kernels": k}, _steps((3, 0, 5_000_000)), {}) == []
 
 
-@pytest.mark.parametrize("key,code", [("by_time", "placed_by_time"), ("outside", "outside_steps"),
-                                      ("unattributed", "unattributed")])
+@pytest.mark.parametrize(
+    "key,code",
+    [("by_time", "placed_by_time"), ("outside", "outside_steps"), ("unattributed", "unattributed")],
+)
 def test_shares_above_the_limit_fire(key, code):
     assert _codes(check_rank(1, {}, _steps(), {"coverage": {key: 0.051}})) == [(code, 1, None)]
     assert check_rank(1, {}, _steps(), {"coverage": {key: checks.SHARE_LIMIT}}) == []
@@ -70,8 +87,7 @@ def test_shares_above_the_limit_fire(key, code):
 def test_overlapping_and_empty_steps_fire():
     steps = _steps((1, 0, 1000), (2, 900, 2000), (3, 2000, 3000))
     found = check_rank(0, {}, steps, {"step_ranges": {"empty": [4], "cpu_overlaps": [[2, 3]]}})
-    assert sorted(_codes(found)) == [("empty_step", 0, 4), ("steps_overlap", 0, 2),
-                                     ("steps_overlap", 0, 3)]
+    assert sorted(_codes(found)) == [("empty_step", 0, 4), ("steps_overlap", 0, 2), ("steps_overlap", 0, 3)]
 
 
 def _clean_trace(b: TraceBuilder) -> None:
@@ -107,10 +123,13 @@ def test_an_empty_step_reaches_terminal_json_and_html(tmp_path):
 
     run = CliRunner().invoke(main, ["analyze", str(path), "--no-cache", "--format", "json"])
     doc = json.loads(run.stdout)
-    assert {"code": "empty_step", "rank": 3, "step": 2,
-            "message": "the ProfilerStep range launched no activity"} in doc["meta"]["warnings"]
-    assert "tracekit: warning: rank 3, step 2: the ProfilerStep range launched no activity" \
-        in run.stderr
+    assert {
+        "code": "empty_step",
+        "rank": 3,
+        "step": 2,
+        "message": "the ProfilerStep range launched no activity",
+    } in doc["meta"]["warnings"]
+    assert "tracekit: warning: rank 3, step 2: the ProfilerStep range launched no activity" in run.stderr
     out = tmp_path / "r.html"
     CliRunner().invoke(main, ["analyze", str(path), "--no-cache", "--format", "html", "--out", str(out)])
     assert "rank 3, step 2: the ProfilerStep range launched no activity" in out.read_text()
@@ -118,10 +137,10 @@ def test_an_empty_step_reaches_terminal_json_and_html(tmp_path):
 
 def test_legacy_string_warnings_become_records():
     w = checks.as_warning("12 duplicate correlation ids", rank=5)
-    assert (w.code, w.rank, w.step, str(w)) == ("trace", 5, None,
-                                                "rank 5: 12 duplicate correlation ids")
-    assert checks.text({"run": "B", "code": "x", "rank": 0, "step": 1, "message": "m"}) == \
-        "B: rank 0, step 1: m"
+    assert (w.code, w.rank, w.step, str(w)) == ("trace", 5, None, "rank 5: 12 duplicate correlation ids")
+    assert (
+        checks.text({"run": "B", "code": "x", "rank": 0, "step": 1, "message": "m"}) == "B: rank 0, step 1: m"
+    )
 
 
 #: Shared traces whose numbers a self-check rightly doubts today (checked in the report of
@@ -151,17 +170,33 @@ def test_shared_traces_are_quiet_where_numbers_are_right(src, tmp_path):
 
 def test_coverage_shares_are_exact_on_a_hand_built_table():
     from tracekit.coverage import line, measure
-    acts = pd.DataFrame({
-        "start": [0, 0, 0, 0], "end": [10, 20, 30, 40],  # durations 10, 20, 30, 40 (of 100)
-        "step": [1, 1, 1, -1], "launched": [True, True, False, True],
-        "module_id": [0, -1, -1, 3], "phase": ["forward", "backward", "forward", "unattributed"],
-        "step_by": ["launch", "launch", "time", "none"],
-        "phase_evidence": ["default", "autograd_thread", "default", "default"]})
+
+    acts = pd.DataFrame(
+        {
+            "start": [0, 0, 0, 0],
+            "end": [10, 20, 30, 40],  # durations 10, 20, 30, 40 (of 100)
+            "step": [1, 1, 1, -1],
+            "launched": [True, True, False, True],
+            "module_id": [0, -1, -1, 3],
+            "phase": ["forward", "backward", "forward", "unattributed"],
+            "step_by": ["launch", "launch", "time", "none"],
+            "phase_evidence": ["default", "autograd_thread", "default", "default"],
+        }
+    )
     cov = measure(acts)
-    assert cov == {"device_ms": 1e-4, "launch": 0.7, "module": 0.5, "phase_evidence": 0.2,
-                   "unattributed": 0.4, "by_time": 0.3, "outside": 0.4}
-    assert line(cov) == ("launch 70.0% · module 50.0% · phase evidence 20.0% · unattributed "
-                         "40.0% · placed by time 30.0% · outside steps 40.0%")
+    assert cov == {
+        "device_ms": 1e-4,
+        "launch": 0.7,
+        "module": 0.5,
+        "phase_evidence": 0.2,
+        "unattributed": 0.4,
+        "by_time": 0.3,
+        "outside": 0.4,
+    }
+    assert line(cov) == (
+        "launch 70.0% · module 50.0% · phase evidence 20.0% · unattributed "
+        "40.0% · placed by time 30.0% · outside steps 40.0%"
+    )
 
 
 def test_coverage_line_in_terminal_and_html(tmp_path):

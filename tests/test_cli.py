@@ -8,17 +8,16 @@ import sys
 
 import pandas as pd
 import pytest
-
 from synthetic import make_trace, write_trace
-
 from tracekit.analyses import REGISTRY
 
 TABLES = [n for n, s in REGISTRY.items() if not s.cross_rank]
 
 
 def run(*args, check=True):
-    r = subprocess.run([sys.executable, "-m", "tracekit.cli", *map(str, args)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "tracekit.cli", *map(str, args)], capture_output=True, text=True, timeout=300
+    )
     if check:
         assert r.returncode == 0, r.stderr
     return r

@@ -82,8 +82,7 @@ def test_single_step_has_no_noise(tmp_path):
 
 
 def test_cli_compare_json_contract(runs):
-    r = CliRunner().invoke(main, ["compare", str(runs["eager"][0]), str(runs["sdpa"][0]),
-                                  "--format", "json"])
+    r = CliRunner().invoke(main, ["compare", str(runs["eager"][0]), str(runs["sdpa"][0]), "--format", "json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert set(doc) == {"meta", "tables"}

@@ -15,7 +15,7 @@ def test_the_documented_example_runs(tmp_path, monkeypatch):
     tests = {}
     for code in blocks:
         namespace: dict = {"__name__": "__doc_example__"}
-        exec(compile(code, "<docs/testing.md>", "exec"), namespace)  # noqa: S102 (our own docs)
+        exec(compile(code, "<docs/testing.md>", "exec"), namespace)
         tests.update({k: v for k, v in namespace.items() if k.startswith("test_")})
     assert (tmp_path / "rank0.pt.trace.json").is_file()
     assert tests, "the hypothesis example defines no test"

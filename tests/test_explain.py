@@ -113,6 +113,7 @@ def test_bad_path_is_one_line(tmp_path):
 @pytest.mark.parametrize("name", SAMPLES)
 def test_every_sample(name, tmp_path):
     from golden import SAMPLES as SAMPLE_DIR
+
     dst = tmp_path / name
     shutil.copytree(SAMPLE_DIR / name, dst)
     doc = explain_json(dst, ".", "--limit", "3", "--rank", "0")
@@ -137,6 +138,7 @@ def test_every_shared_trace(src, tmp_path):
 
 def test_rank_of_a_directory(tmp_path):
     from golden import SAMPLES as SAMPLE_DIR
+
     dst = tmp_path / "two"
     shutil.copytree(SAMPLE_DIR / "tiny-zero2-2ranks", dst)
     assert explain_json(dst, "aten", "--rank", "1")["meta"]["rank"] == 1

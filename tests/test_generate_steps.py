@@ -61,9 +61,14 @@ def test_every_step_has_its_prefill(tmp_path: Path) -> None:
 
 def test_from_passes_resets_per_step() -> None:
     """Pass k of step 2 starts after step 1's last pass; step 2's preparation comes first."""
-    mods = pd.DataFrame({"parent": [-1, 0, -1, 2, -1, 4, -1, 6], "is_layer": [False, True] * 4,
-                         "start": [100, 110, 300, 310, 600, 610, 800, 810],
-                         "end": [200, 190, 400, 390, 700, 690, 900, 890]})
+    mods = pd.DataFrame(
+        {
+            "parent": [-1, 0, -1, 2, -1, 4, -1, 6],
+            "is_layer": [False, True] * 4,
+            "start": [100, 110, 300, 310, 600, 610, 800, 810],
+            "end": [200, 190, 400, 390, 700, 690, 900, 890],
+        }
+    )
     ts = np.array([50, 120, 320, 550, 620, 820])
     step = np.array([1, 1, 1, 2, 2, 2])
     out = from_passes(mods, ts, step, np.array(["forward"] * 6, dtype=object))

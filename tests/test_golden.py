@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from golden import GOLDEN, diff, golden_name, snapshot, sources
 
 SOURCES = sources()

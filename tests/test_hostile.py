@@ -30,8 +30,7 @@ from synthetic import make_trace, write_trace
 TIMEOUT = 60
 MEMORY = 3 << 30
 #: Raw characters that must never reach a terminal: C0/C1 controls (but \n ending lines), bidi.
-RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
-                 "\u2066-\u2069]")
+RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def _limit() -> None:
@@ -48,8 +47,9 @@ def box(tmp_path):
 
 def _env(box: Path, cache: bool = True) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRACEKIT_", "XDG_"))}
-    env.update(HOME=str(box / "home"), XDG_CACHE_HOME=str(box / "xdg"), COLUMNS="100",
-               PYTHONWARNINGS="default")
+    env.update(
+        HOME=str(box / "home"), XDG_CACHE_HOME=str(box / "xdg"), COLUMNS="100", PYTHONWARNINGS="default"
+    )
     if cache:
         env["TRACEKIT_CACHE_DIR"] = str(box / "cache")
     return env
@@ -68,15 +68,22 @@ def run(box: Path, *args, allowed: tuple = (), **kw) -> subprocess.CompletedProc
     relative to the box; the cache folder is always allowed)."""
     before = _listing(box)
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "tracekit.cli", *map(os.fsencode, args)],
-                       capture_output=True, timeout=TIMEOUT, check=False,
-                       preexec_fn=_limit,
-                       env=_env(box, **kw), cwd=box)
+    p = subprocess.run(
+        [sys.executable, "-m", "tracekit.cli", *map(os.fsencode, args)],
+        capture_output=True,
+        timeout=TIMEOUT,
+        check=False,
+        preexec_fn=_limit,
+        env=_env(box, **kw),
+        cwd=box,
+    )
     p.seconds = time.monotonic() - t0
     p.err = p.stderr.decode("utf-8", errors="strict")
-    new = {q for q in _listing(box) - before
-           if q.parts[0] != "cache" and not any(q == Path(a) or Path(a) in q.parents
-                                                for a in allowed)}
+    new = {
+        q
+        for q in _listing(box) - before
+        if q.parts[0] != "cache" and not any(q == Path(a) or Path(a) in q.parents for a in allowed)
+    }
     assert not new, f"files written outside --out: {sorted(new)}"
     assert "Traceback" not in p.err, p.err
     assert not RAW.search(p.err), repr(p.err)
@@ -88,6 +95,7 @@ def inproc(box: Path, *args, monkeypatch=None) -> subprocess.CompletedProcess:
     from click.testing import CliRunner
 
     from tracekit.cli import main
+
     before = _listing(box)
     r = CliRunner().invoke(main, [os.fspath(a) for a in args], env=_env(box))
     assert not r.exception or isinstance(r.exception, SystemExit), repr(r.exception)
@@ -116,12 +124,16 @@ def trace(box: Path, name: str = "t.json", doc: dict | None = None) -> Path:
 
 # Inputs that are refused (held since round 1) -------------------------------------------------
 
-@pytest.mark.parametrize("content, needle", [
-    (b'{"traceEvents": [{"ph": "X"', "truncated JSON"),
-    (b"\x1f\x8b\x08\x00garbage", "gzip"),
-    (b"", "empty file"),
-    (b'{"traceEvents": [{"ts": NaN}]}', "NaN"),
-])
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (b'{"traceEvents": [{"ph": "X"', "truncated JSON"),
+        (b"\x1f\x8b\x08\x00garbage", "gzip"),
+        (b"", "empty file"),
+        (b'{"traceEvents": [{"ts": NaN}]}', "NaN"),
+    ],
+)
 def test_malformed_input_is_one_line(box, content, needle):
     (box / "in" / "bad.json").write_bytes(content)
     one_line(run(box, "analyze", "in/bad.json"), 2, "in/bad.json", needle)
@@ -132,8 +144,9 @@ def test_fifo_as_trace_and_as_out_is_refused_not_blocking(box):
     one_line(run(box, "analyze", "in/pipe.json"), 2, "not a regular file")
     t = trace(box)
     os.mkfifo(box / "out.json")
-    one_line(run(box, "analyze", t, "--format", "json", "--out", "out.json"), 2,
-             "out.json", "not a regular file")
+    one_line(
+        run(box, "analyze", t, "--format", "json", "--out", "out.json"), 2, "out.json", "not a regular file"
+    )
 
 
 def test_many_events_bounded(box):
@@ -153,6 +166,7 @@ def test_html_is_inert(box):
 
 
 # Unbounded time or memory from small inputs --------------------------------------------------
+
 
 def test_long_name_renders_in_linear_time(box):
     doc = mini_trace()
@@ -187,11 +201,14 @@ def test_user_rule_cannot_hang(box):
     assert p.returncode == 0 and p.seconds < 30, (p.seconds, p.err)
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("[[rule]\ncategory = 'x'", "not valid TOML"),
-    ("[[rule]]\ncategory = 'GEMM'\nkernel = 'a(?!b)'\n", "linear time"),
-    ("[[rule]]\ncategory = 'GEMM'\nkernel = '('\n", "bad kernel rules"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("[[rule]\ncategory = 'x'", "not valid TOML"),
+        ("[[rule]]\ncategory = 'GEMM'\nkernel = 'a(?!b)'\n", "linear time"),
+        ("[[rule]]\ncategory = 'GEMM'\nkernel = '('\n", "bad kernel rules"),
+    ],
+)
 def test_bad_rules_are_one_line(box, text, needle):
     rules = box / "in" / "rules.toml"
     rules.write_text(text)
@@ -200,18 +217,19 @@ def test_bad_rules_are_one_line(box, text, needle):
 
 # Caches ----------------------------------------------------------------------------------------
 
+
 def test_forged_cache_is_a_miss_and_repaired(box, monkeypatch):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from tracekit import cache
     from tracekit.read import DEFAULT_MAX_BYTES
+
     t = trace(box)
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(box / "cache"))
     key = cache.file_key(t, DEFAULT_MAX_BYTES)
     info = json.dumps({"key": key, "meta": {}, "warnings": []}).encode()
-    pq.write_table(pa.table({"x": [1]}).replace_schema_metadata({b"tracekit": info}),
-                   cache._entry(key))
+    pq.write_table(pa.table({"x": [1]}).replace_schema_metadata({b"tracekit": info}), cache._entry(key))
     for _ in range(2):
         p = run(box, "analyze", t, "--format", "json")
         assert p.returncode == 0 and p.err == "", p.err
@@ -221,11 +239,16 @@ def test_forged_cache_is_a_miss_and_repaired(box, monkeypatch):
 def test_concurrent_runs_share_the_cache(box):
     t = trace(box)
     env = _env(box)
-    procs = [subprocess.Popen([sys.executable, "-m", "tracekit.cli", "analyze", str(t),
-                               "--format", "json"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, env=env,
-                              preexec_fn=_limit)  # noqa: PLW1509  setrlimit in the child
-             for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tracekit.cli", "analyze", str(t), "--format", "json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            preexec_fn=_limit,
+        )
+        for _ in range(3)
+    ]
     outs = [p.communicate(timeout=TIMEOUT) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
     assert len({o[0] for o in outs}) == 1
@@ -233,6 +256,7 @@ def test_concurrent_runs_share_the_cache(box):
 
 
 # Tracebacks and raw bytes ----------------------------------------------------------------------
+
 
 def test_compare_with_a_zero_duration_op(box):
     zero = mini_trace()
@@ -265,8 +289,9 @@ def test_non_utf8_rank_directory_with_cache(box):
         assert "\ufffd" in p.stdout.decode()
 
 
-@pytest.mark.parametrize("name", ["a\nb\x1b[31mred.json", "\u202egnp.json", "x\u2066y.json",
-                                  "[link=https:evil.example]click.json"])
+@pytest.mark.parametrize(
+    "name", ["a\nb\x1b[31mred.json", "\u202egnp.json", "x\u2066y.json", "[link=https:evil.example]click.json"]
+)
 def test_hostile_file_names_reach_no_terminal_raw(box, name):
     bad = box / "in" / name
     bad.write_bytes(b"{")
@@ -285,6 +310,7 @@ def test_progress_bar_does_not_render_markup_in_file_names(tmp_path, monkeypatch
     import io
 
     from tracekit import cli_io
+
     t = tmp_path / "[link=https:evil.example]x\u202e.json"
     t.write_text(json.dumps(mini_trace()))
 
@@ -296,6 +322,7 @@ def test_progress_bar_does_not_render_markup_in_file_names(tmp_path, monkeypatch
     monkeypatch.setattr(sys, "stderr", err)
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "c"))
     from tracekit import load
+
     seen = []
     cli_io.load_with_progress(lambda p, **kw: seen.append(load(p, **kw)), t)
     assert seen
@@ -308,10 +335,12 @@ def test_numpy_warnings_are_one_line(box, tmp_path, monkeypatch):
 
     import tracekit.analysis
     from tracekit.cli import main
+
     real = tracekit.analysis.analyse_file
 
     def noisy(path, options):
         import numpy as np
+
         np.float64(1e308) * np.float64(10)  # RuntimeWarning: overflow
         return real(path, options)
 
@@ -323,18 +352,22 @@ def test_numpy_warnings_are_one_line(box, tmp_path, monkeypatch):
     assert r.stderr.splitlines() == [expected]
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["analyze", "in/t.json", "--max-bytes", "-5"], "--max-bytes"),
-    (["analyze", "in/t.json", "--no-such-option"], "no-such-option"),
-    (["analyze"], "PATH"),
-    (["analyze", "in/t.json", "--format", "xml"], "--format"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["analyze", "in/t.json", "--max-bytes", "-5"], "--max-bytes"),
+        (["analyze", "in/t.json", "--no-such-option"], "no-such-option"),
+        (["analyze"], "PATH"),
+        (["analyze", "in/t.json", "--format", "xml"], "--format"),
+    ],
+)
 def test_usage_errors_are_one_line(box, args, needle):
     trace(box)
     one_line(inproc(box, *args), 2, "tracekit: error: ", needle)
 
 
 # Writes ----------------------------------------------------------------------------------------
+
 
 def test_out_never_writes_through_a_link(box):
     t = trace(box)
@@ -343,8 +376,7 @@ def test_out_never_writes_through_a_link(box):
     (box / "link.json").symlink_to(target)
     (box / "dangling.json").symlink_to(box / "created-by-link.json")
     one_line(run(box, "analyze", t, "--format", "json", "--out", "link.json"), 2, "symbolic link")
-    one_line(run(box, "analyze", t, "--format", "json", "--out", "dangling.json"), 2,
-             "symbolic link")
+    one_line(run(box, "analyze", t, "--format", "json", "--out", "dangling.json"), 2, "symbolic link")
     assert target.read_text() == "precious" and not (box / "created-by-link.json").exists()
     (box / "outdir").mkdir()
     (box / "outdir" / "phases.csv").symlink_to(target)
@@ -363,8 +395,9 @@ def test_directory_outputs_appear_whole(box):
     assert p.returncode == 0 and (box / "o-csv" / "report.html").stat().st_size > 1000
 
 
-@pytest.mark.parametrize("fmt, out", [("json", "r.json"), ("html", "r.html"), ("csv", "d"),
-                                      ("parquet", "d"), ("table", "r.txt")])
+@pytest.mark.parametrize(
+    "fmt, out", [("json", "r.json"), ("html", "r.html"), ("csv", "d"), ("parquet", "d"), ("table", "r.txt")]
+)
 def test_full_disk_leaves_nothing_behind(tmp_path, monkeypatch, fmt, out):
     """ENOSPC on the first write (as on a full tmpfs): one line, no temporaries, nothing at
     ``--out`` (or the previous file untouched)."""
@@ -374,6 +407,7 @@ def test_full_disk_leaves_nothing_behind(tmp_path, monkeypatch, fmt, out):
 
     from tracekit import safewrite
     from tracekit.cli import main
+
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "c"))
     src = tmp_path / "t.json"
     src.write_text(json.dumps(mini_trace()))
@@ -423,6 +457,7 @@ def test_interrupted_directory_write_leaves_nothing(tmp_path, monkeypatch):
 
 # Directories of ranks --------------------------------------------------------------------------
 
+
 def _ranks(box: Path, n: int = 2) -> Path:
     d = box / "in" / "run"
     d.mkdir()
@@ -466,10 +501,14 @@ def test_ctrl_c_with_jobs_is_one_line_and_exit_130(box):
         tr = make_trace(n_layers=8, n_steps=6, seed=r)[0]
         tr["distributedInfo"] = {"rank": r, "world_size": 4}
         write_trace(d / f"rank{r}.json", tr)
-    p = subprocess.Popen([sys.executable, "-m", "tracekit.cli", "analyze", str(d), "-j", "2",
-                          "--no-cache"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         env=_env(box), start_new_session=True,
-                         preexec_fn=_limit)  # noqa: PLW1509  setrlimit in the child
+    p = subprocess.Popen(
+        [sys.executable, "-m", "tracekit.cli", "analyze", str(d), "-j", "2", "--no-cache"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(box),
+        start_new_session=True,
+        preexec_fn=_limit,
+    )
     deadline = time.monotonic() + TIMEOUT
     while not _children(p.pid) and time.monotonic() < deadline and p.poll() is None:
         time.sleep(0.05)
@@ -492,12 +531,14 @@ def _children(pid: int) -> list[str]:
 
 def test_api_partial_result_and_every_warning_in_analysis_warnings(box, monkeypatch):
     import tracekit
+
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(box / "cache"))
     d = _ranks(box)
     (d / "rank2.json").write_text("{")
     a = tracekit.load(d)
     assert sorted(a.ranks) == [0, 1] and a.skipped == [
-        {"file": "rank2.json", "problem": "truncated JSON (the file ends early)"}]
+        {"file": "rank2.json", "problem": "truncated JSON (the file ends early)"}
+    ]
     assert [w.as_dict() for w in a.warnings] == a.meta["warnings"]
     assert any(w.code == "skipped_file" for w in a.warnings) and a.meta["partial"]
     with pytest.raises(tracekit.TraceError, match="rank2.json"):

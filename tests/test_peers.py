@@ -16,7 +16,7 @@ import tracekit
 
 hta = pytest.importorskip("hta", reason="HolisticTraceAnalysis not installed (pip install 'tracekit[peers]')")
 
-from tracekit.peers import hta_numbers, tracekit_like_hta  # noqa: E402
+from tracekit.peers import hta_numbers, tracekit_like_hta
 
 EXACT = [
     "hta/df_index_resolver__df_index_resolver.json.gz",

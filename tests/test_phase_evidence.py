@@ -89,10 +89,10 @@ def test_deepspeed_tail_follows_the_step_structure(tmp_path: Path) -> None:
     b = TraceBuilder()
     with b.step():
         _forward_backward(b)
-        b.kernel(K_MUL, 2, op="aten::div_", at_us=52)      # bucket averaging
-        b.comm("AllReduce", 10, at_us=55)                    # gradient reduction: 55-65
+        b.kernel(K_MUL, 2, op="aten::div_", at_us=52)  # bucket averaging
+        b.comm("AllReduce", 10, at_us=55)  # gradient reduction: 55-65
         b.kernel(K_MUL, 3, op="aten::linalg_vector_norm", at_us=70)  # grad norm: 70-73
-        b.comm("AllReduce", 2, at_us=75)                     # grad-norm all-reduce: 75-77
+        b.comm("AllReduce", 2, at_us=75)  # grad-norm all-reduce: 75-77
         with b.optimizer():
             b.kernel(K_ADAM, 5, op="aten::_fused_adam_", at_us=80)
     a, ph = _load(b, tmp_path)
@@ -116,8 +116,9 @@ def _strip(src: Path, dst: Path, prefixes: tuple[str, ...]) -> Path:
     dst.mkdir()
     for f in src.glob("rank*.pt.trace.json.gz"):
         doc = json.loads(gzip.decompress(f.read_bytes()))
-        doc["traceEvents"] = [e for e in doc["traceEvents"]
-                              if not str(e.get("name", "")).startswith(prefixes)]
+        doc["traceEvents"] = [
+            e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith(prefixes)
+        ]
         (dst / f.name).write_bytes(gzip.compress(json.dumps(doc).encode()))
     return dst
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import tracekit
 from synthetic import make_trace, write_trace
+
+import tracekit
 from tracekit import progress
 from tracekit.read import CHUNK_BYTES
 

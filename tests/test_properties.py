@@ -54,8 +54,9 @@ def assert_same_tables(got: tracekit.Analysis, expected: tracekit.Analysis) -> N
     assert got.meta["complete_steps"] == expected.meta["complete_steps"]
     want = expected.tables(per_step=True)
     for name, table in got.tables(per_step=True).items():
-        pd.testing.assert_frame_equal(_sorted(table), _sorted(want[name]), check_exact=False,
-                                      atol=TOL, rtol=0, obj=name)
+        pd.testing.assert_frame_equal(
+            _sorted(table), _sorted(want[name]), check_exact=False, atol=TOL, rtol=0, obj=name
+        )
 
 
 def _ms(ns: int) -> float:
@@ -67,8 +68,10 @@ def planted_walls(b: TraceBuilder, step: int) -> dict[str, int]:
     backward up to the first optimizer activity, optimizer to the window's end; an absent
     phase, or a backward whose first activity comes after the optimizer's, is empty."""
     lo, hi = b.window(step)
-    first = {p: min((a.start for a in b.activities if a.step == step and a.phase == p), default=hi)
-             for p in ("backward", "optimizer")}
+    first = {
+        p: min((a.start for a in b.activities if a.step == step and a.phase == p), default=hi)
+        for p in ("backward", "optimizer")
+    }
     opt = first["optimizer"]
     bwd = min(first["backward"], opt)
     return {"forward": bwd - lo, "backward": opt - bwd, "optimizer": hi - opt}
@@ -82,8 +85,9 @@ def test_every_device_nanosecond_lands_in_exactly_one_cell(plan: Plan):
     left_out = [s for s in b.steps if s not in complete]
     # only a first or last step looking cut by the profiling window is left out, and said so
     assert set(left_out) <= {b.steps[0], b.steps[-1]} and len(complete) >= 1
-    assert not left_out or any("looks cut by the profiling window" in w["message"]
-                                for w in a.meta["warnings"])
+    assert not left_out or any(
+        "looks cut by the profiling window" in w["message"] for w in a.meta["warnings"]
+    )
     t = a.tables(per_step=True)
     phases, modules, kernels, idle = t["phases"], t["modules"], t["kernels"], t["idle"]
     for step in complete:
@@ -113,6 +117,7 @@ def test_event_order_changes_nothing(plan: Plan, seed: int):
 
 def _whole_us(plan: Plan) -> Plan:
     """The plan in integer microseconds (old Kineto's ``ts``), every time rounded up."""
+
     def up(ns: int) -> int:
         return -(-ns // 1000) * 1000
 
@@ -146,13 +151,19 @@ def test_an_epoch_clock_and_64_bit_ids_change_nothing(plan: Plan, offset_us: int
 
 def _fixed_plan(phases_everywhere: bool = True) -> Plan:
     from tracekit.testing.strategies import PlannedStep, Unit
+
     unit = Unit(module=5, layer=0, dur_ns=10_000, gap_ns=0, stream=7, backward=20_000, backward_gap_ns=0)
-    step = PlannedStep(units=[unit], comm=[("backward", "AllReduce", 5_000, 0)], memcpy_ns=None,
-                       optimizer_ns=[3_000])
+    step = PlannedStep(
+        units=[unit], comm=[("backward", "AllReduce", 5_000, 0)], memcpy_ns=None, optimizer_ns=[3_000]
+    )
     if phases_everywhere:
         return Plan(steps=[step, step])
-    bare = PlannedStep(units=[Unit(module=0, layer=0, dur_ns=1_000, gap_ns=0, stream=7, backward=None,
-                                   backward_gap_ns=0)], comm=[], memcpy_ns=None, optimizer_ns=[])
+    bare = PlannedStep(
+        units=[Unit(module=0, layer=0, dur_ns=1_000, gap_ns=0, stream=7, backward=None, backward_gap_ns=0)],
+        comm=[],
+        memcpy_ns=None,
+        optimizer_ns=[],
+    )
     return Plan(steps=[bare, step])
 
 
@@ -162,10 +173,14 @@ def test_an_epoch_clock_changes_nothing_when_a_step_lacks_a_phase(plan: Plan, of
     _check_epoch(plan, offset_us)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "reader (tracekit/read.py): float ts/dur are decoded as float64, whose spacing at epoch "
-    "scale (~1.7e15 us) is 0.25 us, so the nanosecond decimals Kineto writes "
-    "(e.g. 1712195495519689.047, as in hta/ns_resolution_trace) are lost and tables move"))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "reader (tracekit/read.py): float ts/dur are decoded as float64, whose spacing at epoch "
+        "scale (~1.7e15 us) is 0.25 us, so the nanosecond decimals Kineto writes "
+        "(e.g. 1712195495519689.047, as in hta/ns_resolution_trace) are lost and tables move"
+    ),
+)
 @settings(phases=[Phase.explicit, Phase.reuse, Phase.generate])  # a known failure: no shrinking
 @example(plan=_fixed_plan())
 @given(plans(max_steps=1))
@@ -184,11 +199,17 @@ def split_windows(trace: dict, first_steps: int) -> tuple[dict, dict]:
     """The events of one process cut into two successive profiler windows: CPU events by time
     (the cut is between two ProfilerStep ranges), device events and flows with their launch."""
     events = trace["traceEvents"]
-    steps = sorted(e["ts"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#")
-                   and e.get("cat") == "user_annotation")
+    steps = sorted(
+        e["ts"]
+        for e in events
+        if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") == "user_annotation"
+    )
     cut = steps[first_steps]
-    launch_ts = {e["args"]["correlation"]: e["ts"] for e in events
-                 if e.get("cat") in RUNTIME and "correlation" in e.get("args", {})}
+    launch_ts = {
+        e["args"]["correlation"]: e["ts"]
+        for e in events
+        if e.get("cat") in RUNTIME and "correlation" in e.get("args", {})
+    }
     flow_ts = {e["id"]: e["ts"] for e in events if e.get("ph") == "s"}
     first: list[dict] = []
     second: list[dict] = []
@@ -232,8 +253,11 @@ def test_the_window_split_keeps_every_event_once(options):
     b = _fixed_plan().build(**options)
     trace = b.trace()
     one, two = split_windows(trace, 1)
-    meta = [e for e in trace["traceEvents"] if e.get("ph") == "M" or e.get("cat") == "Trace"
-            or not isinstance(e.get("ts"), (int, float))]
+    meta = [
+        e
+        for e in trace["traceEvents"]
+        if e.get("ph") == "M" or e.get("cat") == "Trace" or not isinstance(e.get("ts"), (int, float))
+    ]
     assert len(one["traceEvents"]) + len(two["traceEvents"]) == len(trace["traceEvents"]) + len(meta)
     corr = {e["args"]["correlation"] for e in one["traceEvents"] if e.get("cat") in DEVICE}
     launches = {e["args"]["correlation"] for e in one["traceEvents"] if e.get("cat") in RUNTIME}
@@ -243,5 +267,6 @@ def test_the_window_split_keeps_every_event_once(options):
     parts = [_load(doc, f"w{i}.json").tables(per_step=True) for i, doc in enumerate((one, two))]
     for name, table in whole.items():
         joined = pd.concat([p[name] for p in parts], ignore_index=True)
-        pd.testing.assert_frame_equal(_sorted(joined), _sorted(table), check_exact=False, atol=TOL,
-                                      rtol=0, obj=name)
+        pd.testing.assert_frame_equal(
+            _sorted(joined), _sorted(table), check_exact=False, atol=TOL, rtol=0, obj=name
+        )

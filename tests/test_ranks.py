@@ -40,8 +40,11 @@ def three_steps(**kwargs) -> TraceBuilder:
 def split(trace: dict, before_step: int) -> tuple[dict, dict]:
     """Cut a trace in two profiling windows at the start of ``ProfilerStep#before_step``:
     metadata in both, every other event in the window its time falls in."""
-    cut = min(e["ts"] for e in trace["traceEvents"]
-              if e.get("name") == f"ProfilerStep#{before_step}" and e.get("cat") != "gpu_user_annotation")
+    cut = min(
+        e["ts"]
+        for e in trace["traceEvents"]
+        if e.get("name") == f"ProfilerStep#{before_step}" and e.get("cat") != "gpu_user_annotation"
+    )
     meta = [e for e in trace["traceEvents"] if e.get("ph") == "M"]
     rest = [e for e in trace["traceEvents"] if e.get("ph") != "M"]
     first = [e for e in rest if e["ts"] < cut]
@@ -109,8 +112,14 @@ def test_distributed_ranks_stay_ranks(tmp_path: Path) -> None:
 
 
 def test_grouping_rules() -> None:
-    ids = [FileIdentity(1, 7, "h"), FileIdentity(None, 7, "h"), FileIdentity(None, 9, "h"),
-           FileIdentity(None, None, None), FileIdentity(1, 8, "h"), FileIdentity(None, 9, "h")]
+    ids = [
+        FileIdentity(1, 7, "h"),
+        FileIdentity(None, 7, "h"),
+        FileIdentity(None, 9, "h"),
+        FileIdentity(None, None, None),
+        FileIdentity(1, 8, "h"),
+        FileIdentity(None, 9, "h"),
+    ]
     groups, how = group_files(ids)
     assert groups == {0: [2, 5], 1: [0, 1, 4], 2: [3]}
     assert "6 files -> 3 ranks" in how and "no CPU process id" in how
@@ -130,9 +139,13 @@ def test_real_rank_files_stay_two_ranks(tmp_path: Path) -> None:
 def test_capture_manifest_gives_ranks(tmp_path: Path) -> None:
     """No distributedInfo, one process id: the capture manifest still says they are 2 ranks."""
     import json
+
     for r in (0, 1):
         write_trace(tmp_path / f"rank{r}.pt.trace.json", three_steps().trace(distributed=False))
-    (tmp_path / "manifest.json").write_text(json.dumps(
-        {"tracekit_capture": 1, "ranks": [{"rank": r, "trace": f"rank{r}.pt.trace.json"} for r in (0, 1)]}))
+    (tmp_path / "manifest.json").write_text(
+        json.dumps(
+            {"tracekit_capture": 1, "ranks": [{"rank": r, "trace": f"rank{r}.pt.trace.json"} for r in (0, 1)]}
+        )
+    )
     an = tracekit.load(tmp_path, cache=False, jobs=1)
     assert sorted(an.ranks) == [0, 1]

@@ -60,8 +60,9 @@ def test_analyses_write_nothing_beside_read_only_traces(read_only_copy, tmp_path
     root = read_only_copy
     shared_before = _listing(SHARED) if SHARED.is_dir() else {}
     before = _listing(root)
-    inputs = sorted(p for p in root.glob("*/*")
-                    if p.name.endswith((".json", ".json.gz")) or p.parent.name == "samples")
+    inputs = sorted(
+        p for p in root.glob("*/*") if p.name.endswith((".json", ".json.gz")) or p.parent.name == "samples"
+    )
     for p in inputs:  # the API (filling the cache)
         assert tracekit.load(p).tables()
     for i, p in enumerate(inputs[::4] + [p for p in inputs if p.is_dir()]):  # the CLI (warm)

@@ -48,8 +48,9 @@ def _times(values):
     if all(isinstance(v, int) for v in values if v is not None):
         return [(v if k else 0) * 1000 for v, k in zip(values, ok)], ok
     base = int(min(v for v, k in zip(values, ok) if k))
-    return [int(np.rint(float(v - base) * 1000.0)) + base * 1000 if k else base * 1000
-            for v, k in zip(values, ok)], ok
+    return [
+        int(np.rint(float(v - base) * 1000.0)) + base * 1000 if k else base * 1000 for v, k in zip(values, ok)
+    ], ok
 
 
 def reference_frame(path) -> pd.DataFrame:
@@ -82,17 +83,28 @@ def reference_frame(path) -> pd.DataFrame:
             continue
         a = e.get("args") or {}
         b = a.get("bytes")
-        out.append({
-            "kind": kind, "name": e.get("name") or "", "pid": _int(e.get("pid")),
-            "tid": _int(e.get("tid")), "ts": t, "dur": d, "flow_id": _int(e.get("id")),
-            "flow_ph": ph if (ph := e.get("ph")) in ("s", "f", "t") else "",
-            "corr": _int(a.get("correlation")), "ext_id": _int(a.get("External id")),
-            "seq": _int(a.get("Sequence number")), "fwd_tid": _int(a.get("Fwd thread id")),
-            "stream": _int(a.get("stream")), "device": _int(a.get("device")),
-            "py_id": _int(a.get("Python id")), "py_parent": _int(a.get("Python parent id")),
-            "collective": a.get("Collective name") or "",
-            "bytes": float(b) if isinstance(b, (int, float)) and not isinstance(b, bool) else math.nan,
-        })
+        out.append(
+            {
+                "kind": kind,
+                "name": e.get("name") or "",
+                "pid": _int(e.get("pid")),
+                "tid": _int(e.get("tid")),
+                "ts": t,
+                "dur": d,
+                "flow_id": _int(e.get("id")),
+                "flow_ph": ph if (ph := e.get("ph")) in ("s", "f", "t") else "",
+                "corr": _int(a.get("correlation")),
+                "ext_id": _int(a.get("External id")),
+                "seq": _int(a.get("Sequence number")),
+                "fwd_tid": _int(a.get("Fwd thread id")),
+                "stream": _int(a.get("stream")),
+                "device": _int(a.get("device")),
+                "py_id": _int(a.get("Python id")),
+                "py_parent": _int(a.get("Python parent id")),
+                "collective": a.get("Collective name") or "",
+                "bytes": float(b) if isinstance(b, (int, float)) and not isinstance(b, bool) else math.nan,
+            }
+        )
     return pd.DataFrame(out, columns=list(R._COLUMNS))
 
 
@@ -125,8 +137,19 @@ def test_chunked_decode_equals_whole_decode(path, monkeypatch):
 
 def test_chunked_decode_is_used_and_survives_brackets_in_strings(tmp_path, monkeypatch):
     """Names with '}, {' and ']' inside strings, and a log list after the array."""
-    evs = [{"ph": "X", "cat": "cpu_op", "name": f"op}}, {{x]{i}", "pid": 1, "tid": 1,
-            "ts": i * 10.5, "dur": 3, "args": {"Sequence number": i}} for i in range(3000)]
+    evs = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"op}}, {{x]{i}",
+            "pid": 1,
+            "tid": 1,
+            "ts": i * 10.5,
+            "dur": 3,
+            "args": {"Sequence number": i},
+        }
+        for i in range(3000)
+    ]
     doc = {"schemaVersion": 1, "traceEvents": evs, "logs": ["a] }", "b]"], "x": {"y": [1]}}
     p = tmp_path / "t.json"
     p.write_text(json.dumps(doc, indent=1))

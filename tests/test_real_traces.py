@@ -13,9 +13,9 @@ import subprocess
 import sys
 
 import pytest
+from shared_traces import params
 
 import tracekit
-from shared_traces import params
 
 TOL = 1e-6
 
@@ -28,6 +28,7 @@ def analyses():
         if path not in cache:
             cache[path] = tracekit.load(path)
         return cache[path]
+
     return get
 
 
@@ -45,7 +46,8 @@ def test_all_tables_and_invariants(path, analyses):
         assert (ph["exposed_comm_ms"] <= ph["wall_ms"] + TOL).all()
         assert (ph["idle_ms"] <= ph["wall_ms"] + TOL).all()
         assert ph["idle_ms"].sum() == pytest.approx(
-            float(idle.loc[idle["step"] == step, "idle_ms"].iloc[0]), abs=1e-3)
+            float(idle.loc[idle["step"] == step, "idle_ms"].iloc[0]), abs=1e-3
+        )
     for (step, phase), m in per_step["modules"].groupby(["step", "phase"], observed=True):
         wall = float(phases[(phases.step == step) & (phases.phase == phase)]["wall_ms"].iloc[0])
         assert m["time_ms"].sum() == pytest.approx(wall, abs=1e-3)
@@ -66,21 +68,27 @@ def test_all_tables_and_invariants(path, analyses):
     iv = a.intervals
     for col in ("step", "phase", "group", "kernel_category", "window"):
         assert iv[col].notna().all(), col
-    assert not iv.duplicated(["rank", "start", "end", "name", "stream"]).any() or \
-        iv.duplicated(["rank", "start", "end", "name", "stream"]).sum() < 0.01 * len(iv)
+    assert not iv.duplicated(["rank", "start", "end", "name", "stream"]).any() or iv.duplicated(
+        ["rank", "start", "end", "name", "stream"]
+    ).sum() < 0.01 * len(iv)
     # Means are means of the per-step tables.
     mean = a.tables()
     for name in ("phases", "idle"):
         num = per_step[name].select_dtypes("number").drop(columns=["step"], errors="ignore")
         steps = per_step[name]["step"].nunique()
         assert mean[name].select_dtypes("number").sum().sum() == pytest.approx(
-            num.sum().sum() / max(steps, 1), rel=1e-9, abs=1e-9)
+            num.sum().sum() / max(steps, 1), rel=1e-9, abs=1e-9
+        )
 
 
 @pytest.mark.parametrize("path", params())
 def test_cli_json_contract(path):
-    r = subprocess.run([sys.executable, "-m", "tracekit.cli", "analyze", str(path), "--format", "json"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "tracekit.cli", "analyze", str(path), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert set(doc) == {"meta", "tables"}

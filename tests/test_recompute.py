@@ -28,8 +28,10 @@ def test_reentrant_checkpoint_is_recompute(tmp_path: Path, modules: str) -> None
         with b.module("LlamaRMSNorm", "model.norm"):
             mul = b.kernel(K_MUL, 2, op="aten::mul", at_us=22)
         with b.backward():
-            with b.backward_node(mm, node="CheckpointFunctionBackward"), \
-                    b.module("LlamaMLP", "model.layers.0.mlp"):
+            with (
+                b.backward_node(mm, node="CheckpointFunctionBackward"),
+                b.module("LlamaMLP", "model.layers.0.mlp"),
+            ):
                 b.kernel(GEMM_A, 10, op="aten::mm", at_us=30)
             b.kernel(GEMM_NN, 20, op="aten::mm", creator=mm, at_us=42)
             b.kernel(K_MUL, 2, op="aten::mul", creator=mul, at_us=64)

@@ -22,12 +22,16 @@ from tracekit.cli import main
 from tracekit.render.html import render_report, script_json, write_report
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (apt-get install -y "
-                                    "chromium); the browser rendering test needs it")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no chromium here (apt-get install -y chromium); the browser rendering test needs it",
+)
 EVIL = '</script><img src=x onerror="window.__pwned=1"><a href="javascript:alert(1)">k</a>'
 # Chromium's own service traffic (component updates, account checks) that flags cannot stop.
-BROWSER_HOSTS = re.compile(r"^https?://([a-z0-9-]+\.)*(google\.com|googleapis\.com|gvt1\.com|"
-                           r"gstatic\.com|googleusercontent\.com)(:\d+)?/")
+BROWSER_HOSTS = re.compile(
+    r"^https?://([a-z0-9-]+\.)*(google\.com|googleapis\.com|gvt1\.com|"
+    r"gstatic\.com|googleusercontent\.com)(:\d+)?/"
+)
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +41,9 @@ def report(tmp_path_factory):
     d = tmp_path_factory.mktemp("report")
     trace, _ = make_trace(n_steps=2, n_layers=2)
     path = write_trace(d / "run.json", trace)
-    r = CliRunner().invoke(main, ["analyze", str(path), "--per-step", "--format", "html",
-                                  "--out", str(d / "cli.html")])
+    r = CliRunner().invoke(
+        main, ["analyze", str(path), "--per-step", "--format", "html", "--out", str(d / "cli.html")]
+    )
     assert r.exit_code == 0, r.output
     assert (d / "cli.html").stat().st_size > 3_000_000
     a = tracekit.load(path)
@@ -73,6 +78,7 @@ def test_report_is_self_contained_and_escaped(report):
 
 def html_escaped(s: str) -> str:
     import html
+
     return html.escape(s)
 
 
@@ -82,6 +88,7 @@ def test_compare_report(tmp_path):
         trace, _ = make_trace(attention=att, n_steps=2, n_layers=1)
         paths.append(str(write_trace(tmp_path / f"{att}.json", trace)))
     from tracekit.compare import compare, compare_meta
+
     a, b = tracekit.load(paths[0]), tracekit.load(paths[1])
     text = render_report(compare_meta(a, b), compare(a, b))
     assert "Attention time, A vs B (Table VIII)" in text and "tracekit comparison" in text
@@ -90,17 +97,29 @@ def test_compare_report(tmp_path):
 def _chromium(*args: str, tmp: Path, timeout: int = 90) -> subprocess.CompletedProcess:
     profile = tmp / "profile"
     profile.mkdir(exist_ok=True)
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-           "--no-first-run", "--disable-background-networking", "--disable-component-update",
-           "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
-           "--virtual-time-budget=8000", *args]
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={profile}",
+        "--virtual-time-budget=8000",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
 def _page_requests(netlog: Path) -> list[str]:
     urls = re.findall(r'"url":"([^"]+)"', netlog.read_text(errors="replace"))
-    return sorted({u for u in urls if u.startswith(("http:", "https:", "ws:", "wss:"))
-                   and not BROWSER_HOSTS.match(u)})
+    return sorted(
+        {u for u in urls if u.startswith(("http:", "https:", "ws:", "wss:")) and not BROWSER_HOSTS.match(u)}
+    )
 
 
 @needs_chromium
@@ -119,12 +138,16 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     png = tmp_path / "shot.png"
     _chromium("--hide-scrollbars", "--window-size=1400,1800", f"--screenshot={png}", url, tmp=tmp_path)
     from PIL import Image
+
     img = Image.open(png).convert("RGB")
     assert img.size == (1400, 1800)
     colours = img.resize((350, 450)).getcolors(maxcolors=1 << 16) or []
     # Bars in the palette's colours cover a visible part of the page (charts, not a blank page).
-    blue = sum(c for c, rgb in colours if abs(rgb[0] - 0x4c) < 12 and abs(rgb[1] - 0x78) < 12
-               and abs(rgb[2] - 0xa8) < 12)
+    blue = sum(
+        c
+        for c, rgb in colours
+        if abs(rgb[0] - 0x4C) < 12 and abs(rgb[1] - 0x78) < 12 and abs(rgb[2] - 0xA8) < 12
+    )
     assert blue > 0.01 * 350 * 450
 
 
@@ -148,9 +171,9 @@ def test_write_report_returns_path(tmp_path):
 # --- --paper ------------------------------------------------------------------------------------
 
 
-
 def test_paper_values_match_the_paper_text():
     from tracekit.paper import paper_values
+
     v = paper_values()
     assert "2311.03687" in v["citation"] and "Zhang" in v["citation"]
     if not PAPER_MD.exists():
@@ -158,11 +181,19 @@ def test_paper_values_match_the_paper_text():
     text = PAPER_MD.read_text()
     tabs = v["tables"]
     ph = {r["phase"]: r for r in tabs["phases"]["rows"]}
-    assert f"Overall (ms)\t{ph['forward']['wall_ms']}\t{ph['backward']['wall_ms']}\t{ph['optimizer']['wall_ms']}" in text
+    assert (
+        f"Overall (ms)\t{ph['forward']['wall_ms']}\t{ph['backward']['wall_ms']}\t{ph['optimizer']['wall_ms']}"
+        in text
+    )
     rc = {r["phase"]: r for r in tabs["phases_recomputation"]["rows"]}
-    assert f"Compute kernel (ms)\t{rc['forward']['compute_ms']}\t{rc['backward']['compute_ms']}\t{rc['optimizer']['compute_ms']}" in text
+    assert (
+        f"Compute kernel (ms)\t{rc['forward']['compute_ms']}\t{rc['backward']['compute_ms']}\t{rc['optimizer']['compute_ms']}"
+        in text
+    )
     att = {r["phase"]: r for r in tabs["attention"]["rows"]}
-    assert f"Improvement(%)\t{att['forward']['improvement_pct']}\t{att['backward']['improvement_pct']}" in text
+    assert (
+        f"Improvement(%)\t{att['forward']['improvement_pct']}\t{att['backward']['improvement_pct']}" in text
+    )
     for r in tabs["modules"]["rows"]:
         assert f"\t{r['time_ms']}\t" in text or f"\t{r['time_ms']:.2f}\t" in text, r
     tl = {r["block"]: r for r in tabs["timeline"]["rows"]}
@@ -184,14 +215,20 @@ def test_paper_flag_adds_columns_and_citation(tmp_path):
     ph = {x["phase"]: x for x in doc["tables"]["phases"]}
     assert ph["forward"]["paper_wall_ms"] == 75.0 and ph["backward"]["paper_percent"] == 47.5
     # The user's own numbers are unchanged.
-    assert [x["wall_ms"] for x in doc["tables"]["phases"]] == [x["wall_ms"] for x in plain["tables"]["phases"]]
+    assert [x["wall_ms"] for x in doc["tables"]["phases"]] == [
+        x["wall_ms"] for x in plain["tables"]["phases"]
+    ]
     mods = {(x["phase"], x["module"]): x for x in doc["tables"]["modules"]}
     assert mods[("forward", "MLP")]["paper_time_ms"] == 29.06
     assert mods[("forward", "Idle")]["paper_time_ms"] is None  # the paper has no such row
     assert doc["tables"]["memcpy"] == plain["tables"]["memcpy"]  # no paper counterpart
     html_out = tmp_path / "p.html"
-    r = CliRunner().invoke(main, ["analyze", str(path), "--format", "html", "--paper", "--out", str(html_out)])
-    assert r.exit_code == 0 and "paper_wall_ms" in html_out.read_text() and "2311.03687" in html_out.read_text()
+    r = CliRunner().invoke(
+        main, ["analyze", str(path), "--format", "html", "--paper", "--out", str(html_out)]
+    )
+    assert (
+        r.exit_code == 0 and "paper_wall_ms" in html_out.read_text() and "2311.03687" in html_out.read_text()
+    )
 
 
 def test_compare_paper_table_viii(tmp_path):
@@ -214,8 +251,7 @@ def test_multi_rank_report_renders_without_console_errors(tmp_path):
     out = tmp_path / "z2.html"
     r = CliRunner().invoke(main, ["analyze", str(d), "--format", "html", "--out", str(out)])
     assert r.exit_code == 0, r.output
-    run = _chromium("--enable-logging=stderr", "--v=0", "--dump-dom", out.resolve().as_uri(),
-                    tmp=tmp_path)
+    run = _chromium("--enable-logging=stderr", "--v=0", "--dump-dom", out.resolve().as_uri(), tmp=tmp_path)
     n = int(re.search(r'data-charts="(\d+)"', run.stdout).group(1))
     assert n >= 6 and re.search(r'data-charts-rendered="(\d+)"', run.stdout).group(1) == str(n)
     assert "Step time per rank" in run.stdout

@@ -44,7 +44,9 @@ def test_sample_still_analyses(name):
         assert float(modules.loc[modules["module"] == "MLP", "time_ms"].sum()) > 0
     else:
         timeline = tables["timeline"]
-        layers = json.loads((ROOT / name / "manifest.json").read_text())["config"]["model"]["num_hidden_layers"]
+        layers = json.loads((ROOT / name / "manifest.json").read_text())["config"]["model"][
+            "num_hidden_layers"
+        ]
         blocks = dict(zip(timeline["block"], timeline["count"]))
         assert blocks.get("attention") == layers and blocks.get("ffn") == layers, timeline
     if ranks == 2:

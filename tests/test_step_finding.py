@@ -49,11 +49,16 @@ def test_an_activity_launched_before_the_file_belongs_to_no_step(tmp_path):
         b.kernel(GEMM_A, 10, op="aten::mm", gap_us=5)
     doc = b.trace()
     corr = early.activity.correlation
-    doc["traceEvents"] = [e for e in doc["traceEvents"] if not (
-        e.get("cat") in ("cuda_runtime", "cuda_driver", "ac2g") and
-        e.get("args", {}).get("correlation") == corr)]
+    doc["traceEvents"] = [
+        e
+        for e in doc["traceEvents"]
+        if not (
+            e.get("cat") in ("cuda_runtime", "cuda_driver", "ac2g")
+            and e.get("args", {}).get("correlation") == corr
+        )
+    ]
     a = _load(tmp_path, doc)
-    gemm = [x for x in b.activities if x.name == GEMM_A][0]
+    gemm = next(x for x in b.activities if x.name == GEMM_A)
     assert _windows(a) == {1: pytest.approx((gemm.end - gemm.start) / MS)}
     assert any("1 device activities launched before" in n for n in a.meta["notices"])
     assert a.meta["coverage"][0]["outside"] == pytest.approx(30 / 40)
@@ -75,8 +80,9 @@ def test_profiler_step_of_any_category_is_a_step(tmp_path, category):
 def test_steps_are_inferred_from_optimizer_step_ranges(tmp_path):
     b = _train()
     doc = b.trace()
-    doc["traceEvents"] = [e for e in doc["traceEvents"]
-                          if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    doc["traceEvents"] = [
+        e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
     a = _load(tmp_path, doc)
     want = {s: (b.window(s)[1] - b.window(s)[0]) / MS for s in b.steps}
     assert _windows(a) == pytest.approx(want)
@@ -91,8 +97,9 @@ def test_no_markers_is_one_window(tmp_path):
     with b.step():
         b.kernel(GEMM_A, 10, op="aten::mm")
     doc = b.trace()
-    doc["traceEvents"] = [e for e in doc["traceEvents"]
-                          if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    doc["traceEvents"] = [
+        e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
     a = _load(tmp_path, doc)
     assert list(_windows(a)) == [0]
     assert any("treated as one step" in n for n in a.meta["notices"])

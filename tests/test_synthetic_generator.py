@@ -15,9 +15,7 @@ import re
 from collections import Counter, defaultdict
 
 import pytest
-
-from synthetic import (MODULE_ROWS, NCCL_GENERIC, make_trace, measure, shares, subtract, union,
-                       write_trace)
+from synthetic import MODULE_ROWS, NCCL_GENERIC, make_trace, measure, shares, subtract, union, write_trace
 
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime", "Driver"}
@@ -38,12 +36,11 @@ CONFIGS = [
 
 
 def ns(x) -> int:
-    return int(round(x * 1000))
+    return round(x * 1000)
 
 
 def xs(trace, cats=None):
-    return [e for e in trace["traceEvents"]
-            if e.get("ph") == "X" and (cats is None or e.get("cat") in cats)]
+    return [e for e in trace["traceEvents"] if e.get("ph") == "X" and (cats is None or e.get("cat") in cats)]
 
 
 def ids(cfg):
@@ -134,8 +131,11 @@ def test_backward_nodes_link_to_exactly_one_forward_sequence(built):
         a = e.get("args", {})
         if "Sequence number" in a and "Backward" not in e["name"]:
             fwd_seqs[a["Sequence number"]].add(e["name"])
-    nodes = [e for e in ops if e["name"].startswith("autograd::engine::evaluate_function: ")
-             and "AccumulateGrad" not in e["name"]]
+    nodes = [
+        e
+        for e in ops
+        if e["name"].startswith("autograd::engine::evaluate_function: ") and "AccumulateGrad" not in e["name"]
+    ]
     assert nodes
     main = next(e["tid"] for e in ops if e["name"].startswith("ProfilerStep#"))
     for n in nodes:
@@ -151,8 +151,9 @@ def test_backward_nodes_link_to_exactly_one_forward_sequence(built):
 
 def test_truth_activities_are_exactly_the_device_events(built):
     trace, truth = built
-    dev = sorted((ns(e["ts"]), ns(e["ts"] + e["dur"]), e["name"], e["args"]["stream"])
-                 for e in xs(trace, DEVICE_CATS))
+    dev = sorted(
+        (ns(e["ts"]), ns(e["ts"] + e["dur"]), e["name"], e["args"]["stream"]) for e in xs(trace, DEVICE_CATS)
+    )
     planted = sorted((a.start, a.end, a.name, a.stream) for a in truth.activities)
     assert dev == planted
     # durations are exact in the file
@@ -188,8 +189,9 @@ def _labels_from_trace(trace):
         assert len(step) == 1
         if any(o["name"].startswith("Optimizer.step#") for o in encl):
             phase = "optimizer"
-        elif ("autograd" in thread_names[r["tid"]]
-              or any(o["name"].startswith("autograd::engine::evaluate_function") for o in same)):
+        elif "autograd" in thread_names[r["tid"]] or any(
+            o["name"].startswith("autograd::engine::evaluate_function") for o in same
+        ):
             phase = "backward"
         else:
             phase = "forward"
@@ -208,8 +210,13 @@ def _labels_from_trace(trace):
 def test_planted_labels_match_the_trace_structure(built):
     trace, truth = built
     got = _labels_from_trace(trace)
-    names = {"all_gather": "AllGather", "_allgather_base": "AllGather", "allreduce": "AllReduce",
-             "all_reduce": "AllReduce", "reduce_scatter": "ReduceScatter"}
+    names = {
+        "all_gather": "AllGather",
+        "_allgather_base": "AllGather",
+        "allreduce": "AllReduce",
+        "all_reduce": "AllReduce",
+        "reduce_scatter": "ReduceScatter",
+    }
     for a in truth.activities:
         step, phase, coll = got[a.correlation]
         assert (step, phase) == (a.step, a.phase), a
@@ -220,7 +227,9 @@ def test_planted_labels_match_the_trace_structure(built):
 
 def _sweep_busy(intervals):
     """Measure of a union by a +1/-1 event sweep (a different algorithm from synthetic.union)."""
-    pts = sorted([(s, 1) for s, e in intervals] + [(e, -1) for s, e in intervals], key=lambda p: (p[0], -p[1]))
+    pts = sorted(
+        [(s, 1) for s, e in intervals] + [(e, -1) for s, e in intervals], key=lambda p: (p[0], -p[1])
+    )
     depth, last, total = 0, None, 0
     for x, d in pts:
         if depth > 0:
@@ -235,11 +244,14 @@ def test_truth_idle_and_phases_by_an_independent_sweep(built):
     dev = xs(trace, DEVICE_CATS)
     labels = _labels_from_trace(trace)
     for step in truth.steps:
-        mine = [(ns(e["ts"]), ns(e["ts"] + e["dur"]), e) for e in dev
-                if labels[e["args"]["correlation"]][0] == step]
+        mine = [
+            (ns(e["ts"]), ns(e["ts"] + e["dur"]), e)
+            for e in dev
+            if labels[e["args"]["correlation"]][0] == step
+        ]
         lo, hi = min(m[0] for m in mine), max(m[1] for m in mine)
         busy = _sweep_busy([(s, e) for s, e, _ in mine])
-        rec = [r for r in truth.per_step["idle"] if r["step"] == step][0]
+        rec = next(r for r in truth.per_step["idle"] if r["step"] == step)
         assert rec["window_ms"] == pytest.approx((hi - lo) / 1e6, abs=1e-9)
         assert rec["busy_ms"] == pytest.approx(busy / 1e6, abs=1e-9)
         assert rec["idle_ms"] == pytest.approx((hi - lo - busy) / 1e6, abs=1e-9)
@@ -248,11 +260,19 @@ def test_truth_idle_and_phases_by_an_independent_sweep(built):
         assert sum(r["wall_ms"] for r in ph.values()) == pytest.approx((hi - lo) / 1e6, abs=1e-9)
         first_bwd = min(s for s, e, ev in mine if labels[ev["args"]["correlation"]][1] == "backward")
         assert ph["forward"]["wall_ms"] == pytest.approx((first_bwd - lo) / 1e6, abs=1e-9)
-        comp = [(s, e) for s, e, ev in mine
-                if ev["cat"] in ("kernel", "Kernel") and not ev["name"].startswith("nccl")]
+        comp = [
+            (s, e)
+            for s, e, ev in mine
+            if ev["cat"] in ("kernel", "Kernel") and not ev["name"].startswith("nccl")
+        ]
         for p in ("forward", "backward", "optimizer"):
-            lab = [(s, e) for s, e, ev in mine if labels[ev["args"]["correlation"]][1] == p
-                   and ev["cat"] in ("kernel", "Kernel") and not ev["name"].startswith("nccl")]
+            lab = [
+                (s, e)
+                for s, e, ev in mine
+                if labels[ev["args"]["correlation"]][1] == p
+                and ev["cat"] in ("kernel", "Kernel")
+                and not ev["name"].startswith("nccl")
+            ]
             assert ph[p]["compute_ms"] == pytest.approx(_sweep_busy(lab) / 1e6, abs=1e-9)
         assert _sweep_busy(comp) > 0
 
@@ -284,7 +304,7 @@ def test_no_tied_starts_in_the_forward_window(built):
 
 def test_planted_variety():
     """The default trace plants what the truth tests are meant to catch."""
-    trace, truth = make_trace(n_layers=2, n_steps=2)
+    _trace, truth = make_trace(n_layers=2, n_steps=2)
     acts = truth.activities
     for step in truth.steps:
         A = [a for a in acts if a.step == step]
@@ -297,7 +317,7 @@ def test_planted_variety():
         partial = [a for a in copies if 0 < measure(subtract([a.iv], comp)) < a.end - a.start]
         assert partial, "a memcpy partly under compute"
         assert {a.kind for a in A} == {"kernel", "memcpy", "memset"}
-        rec = [r for r in truth.per_step["idle"] if r["step"] == step][0]
+        rec = next(r for r in truth.per_step["idle"] if r["step"] == step)
         assert rec["idle_ms"] > 0
         # concurrent compute: shares differ from clipped durations somewhere
         ck = [a.iv for a in A if a.compute]
@@ -315,25 +335,36 @@ def test_planted_variety():
     p6 = [r["wall_ms"] for r in truth.per_step["phases"] if r["step"] == 6]
     assert all(a != b for a, b in zip(p5, p6))
     # layers differ
-    mlp = sorted((a.end - a.start) for a in acts if a.step == 5 and a.phase == "forward" and a.category == "MLP" and a.gemm)
+    mlp = sorted(
+        (a.end - a.start)
+        for a in acts
+        if a.step == 5 and a.phase == "forward" and a.category == "MLP" and a.gemm
+    )
     assert len(set(mlp)) == len(mlp)
 
 
 def test_nn_module_names_follow_pytorch_counters():
     trace, _ = make_trace(n_layers=2, n_steps=2)
-    mods = sorted((e for e in xs(trace, {"python_function"}) if e["name"].startswith("nn.Module: ")),
-                  key=lambda e: e["ts"])
+    mods = sorted(
+        (e for e in xs(trace, {"python_function"}) if e["name"].startswith("nn.Module: ")),
+        key=lambda e: e["ts"],
+    )
     step0 = mods[: len(mods) // 2]
-    names = [e["name"][len("nn.Module: "):] for e in step0]
-    assert names[:5] == ["LlamaForCausalLM_0", "LlamaModel_0", "Embedding_0", "LlamaRotaryEmbedding_0",
-                         "LlamaDecoderLayer_0"]
+    names = [e["name"][len("nn.Module: ") :] for e in step0]
+    assert names[:5] == [
+        "LlamaForCausalLM_0",
+        "LlamaModel_0",
+        "Embedding_0",
+        "LlamaRotaryEmbedding_0",
+        "LlamaDecoderLayer_0",
+    ]
     lin = [n for n in names if n.startswith("Linear_")]
     assert lin == [f"Linear_{i}" for i in range(15)]  # 7 per layer, then lm_head
     norms = [n for n in names if n.startswith("LlamaRMSNorm_")]
     assert norms == [f"LlamaRMSNorm_{i}" for i in range(5)]
     assert [e["args"]["Python module id"] for e in step0 if e["name"] == "nn.Module: Linear_7"] == [7]
     # the second step repeats the same instance names
-    assert [e["name"] for e in mods[len(mods) // 2:]] == [e["name"] for e in step0]
+    assert [e["name"] for e in mods[len(mods) // 2 :]] == [e["name"] for e in step0]
     # parent ids point at an existing frame that encloses the module event
     frames = {e["args"]["Python id"]: e for e in xs(trace, {"python_function"})}
     for e in mods:
@@ -379,7 +410,10 @@ def test_ts_formats(tmp_path):
 def test_shuffle_keeps_events_and_truth():
     a, ta = make_trace(seed=11)
     b, tb = make_trace(seed=11, shuffle=True)
-    key = lambda e: json.dumps(e, sort_keys=True)
+
+    def key(e):
+        return json.dumps(e, sort_keys=True)
+
     assert sorted(map(key, a["traceEvents"])) == sorted(map(key, b["traceEvents"]))
     assert [key(e) for e in a["traceEvents"]] != [key(e) for e in b["traceEvents"]]
     assert ta.per_step == tb.per_step

@@ -71,10 +71,17 @@ def test_planted_times_come_back_exactly(tmp_path, variant, suffix):
     assert phases["backward"]["exposed_comm_ms"] == pytest.approx(3 * US, abs=EXACT)
     m = a.table("modules")
     got = {(r["phase"], r["module"]): r["time_ms"] for r in m.to_dict("records") if r["time_ms"]}
-    assert got == pytest.approx({
-        ("forward", "MLP"): 12 * US, ("forward", "Idle"): 18 * US,
-        ("backward", "MLP"): 23 * US, ("backward", "Exposed communication"): 3 * US,
-        ("backward", "Idle"): 4 * US, ("optimizer", "Other"): 5 * US}, abs=EXACT)
+    assert got == pytest.approx(
+        {
+            ("forward", "MLP"): 12 * US,
+            ("forward", "Idle"): 18 * US,
+            ("backward", "MLP"): 23 * US,
+            ("backward", "Exposed communication"): 3 * US,
+            ("backward", "Idle"): 4 * US,
+            ("optimizer", "Other"): 5 * US,
+        },
+        abs=EXACT,
+    )
     idle = a.table("idle").iloc[0]
     assert (idle["window_ms"], idle["idle_ms"]) == pytest.approx((65 * US, 22 * US), abs=EXACT)
     comm = a.table("comm").iloc[0]
@@ -85,8 +92,13 @@ def test_activities_hold_the_planted_truth():
     b = plant()
     gemm, mul, bmul, bgemm, ar, adam = b.activities
     assert [(x.start - b.origin, x.end - b.origin) for x in b.activities] == [
-        (10_000, 20_000), (25_000, 27_000), (40_000, 43_000), (45_000, 65_000), (60_000, 68_000),
-        (70_000, 75_000)]
+        (10_000, 20_000),
+        (25_000, 27_000),
+        (40_000, 43_000),
+        (45_000, 65_000),
+        (60_000, 68_000),
+        (70_000, 75_000),
+    ]
     assert [x.phase for x in b.activities] == ["forward"] * 2 + ["backward"] * 3 + ["optimizer"]
     assert (gemm.module, mul.module) == ("model.layers.0.mlp.up_proj", "model.layers.0.mlp")
     assert (bgemm.module, bmul.module) == (gemm.module, mul.module)  # through the creator
@@ -99,16 +111,44 @@ def test_fields_are_the_ones_kineto_writes():
     """Top-level keys per event category, and the args real PyTorch traces carry (from
     ../shared/traces: tracelens b200 eager trace and the HTA backward-thread trace)."""
     real_args = {
-        "cpu_op": {"External id", "Record function id", "Sequence number", "Fwd thread id",
-                   "Collective name", "dtype", "Process Group Name", "Group size", "Ev Idx"},
+        "cpu_op": {
+            "External id",
+            "Record function id",
+            "Sequence number",
+            "Fwd thread id",
+            "Collective name",
+            "dtype",
+            "Process Group Name",
+            "Group size",
+            "Ev Idx",
+        },
         "user_annotation": {"External id", "Record function id", "Ev Idx"},
         "python_function": {"Python id", "Python parent id", "Python module id", "Ev Idx"},
         "cuda_runtime": {"External id", "cbid", "correlation"},
-        "kernel": {"External id", "queued", "device", "context", "stream", "correlation",
-                   "registers per thread", "shared memory", "blocks per SM", "warps per SM", "grid",
-                   "block", "est. achieved occupancy %"},
-        "gpu_memcpy": {"External id", "device", "context", "stream", "correlation", "bytes",
-                       "memory bandwidth (GB/s)"},
+        "kernel": {
+            "External id",
+            "queued",
+            "device",
+            "context",
+            "stream",
+            "correlation",
+            "registers per thread",
+            "shared memory",
+            "blocks per SM",
+            "warps per SM",
+            "grid",
+            "block",
+            "est. achieved occupancy %",
+        },
+        "gpu_memcpy": {
+            "External id",
+            "device",
+            "context",
+            "stream",
+            "correlation",
+            "bytes",
+            "memory bandwidth (GB/s)",
+        },
         "gpu_user_annotation": {"External id"},
     }
     b = plant()
@@ -131,8 +171,11 @@ def test_fields_are_the_ones_kineto_writes():
 def test_backward_nodes_carry_the_forward_sequence_number():
     b = plant(flows=False)
     ev = b.trace()["traceEvents"]
-    fwd = {e["args"]["Sequence number"] for e in ev
-           if e.get("cat") == "cpu_op" and e["name"] == "aten::mm" and "Sequence number" in e["args"]}
+    fwd = {
+        e["args"]["Sequence number"]
+        for e in ev
+        if e.get("cat") == "cpu_op" and e["name"] == "aten::mm" and "Sequence number" in e["args"]
+    }
     node = [e for e in ev if e.get("name") == "MmBackward0"]
     assert len(node) == 1 and node[0]["args"]["Sequence number"] in fwd
     assert node[0]["args"]["Fwd thread id"] == 1
@@ -165,7 +208,8 @@ def test_steps_number_up_and_files_are_gzip(tmp_path):
 
 
 def test_importing_it_pulls_neither_torch_nor_hypothesis():
-    code = ("import sys, tracekit.testing; "
-            "print(sorted(m for m in ('torch', 'hypothesis') if m in sys.modules))")
+    code = (
+        "import sys, tracekit.testing; print(sorted(m for m in ('torch', 'hypothesis') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

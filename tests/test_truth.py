@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from synthetic import make_trace, write_trace
 
 import tracekit
-from synthetic import make_trace, write_trace
 
 ABS = 1e-6  # ms: one nanosecond
 PCT = 1e-6  # percent points
@@ -66,8 +66,9 @@ def _key(row, cols):
     return tuple(row[c] for c in cols)
 
 
-def assert_table(actual: pd.DataFrame, expected: list[dict], name: str, per_step: bool,
-                 columns: list[str] | None = None) -> None:
+def assert_table(
+    actual: pd.DataFrame, expected: list[dict], name: str, per_step: bool, columns: list[str] | None = None
+) -> None:
     """Every expected row is present with equal values; extra actual rows are all-zero."""
     cols = (("step",) if per_step else ()) + KEYS[name]
     assert isinstance(actual, pd.DataFrame), name
@@ -91,7 +92,7 @@ def assert_table(actual: pd.DataFrame, expected: list[dict], name: str, per_step
             continue
         for c in value_cols:
             tol = PCT if c == "percent" else ABS
-            if not (got[c] == pytest.approx(exp[c], abs=tol)):
+            if got[c] != pytest.approx(exp[c], abs=tol):
                 problems.append(f"{name}{list(k)}.{c}: expected {exp[c]!r}, got {got[c]!r}")
     for k, got in rows.items():
         for c in value_cols:
@@ -120,6 +121,7 @@ def actual_table(a, name, per_step, phases=None):
 # ---------------------------------------------------------------------------------------------
 # per-step tables: the primary checks
 
+
 @pytest.mark.parametrize("cfg", list(CONFIGS))
 def test_idle_per_step(cfg, tmp_path_factory):
     a, truth, _ = analysed(cfg, tmp_path_factory)
@@ -144,7 +146,10 @@ def test_comm_per_step(cfg, tmp_path_factory):
     got = actual_table(a, "comm", True)
     if not CONFIGS[cfg].get("comm", True):
         assert "comm" not in truth.per_step
-        assert got.empty or (got.select_dtypes("number").drop(columns=["step"], errors="ignore").abs() < ABS).all().all()
+        assert (
+            got.empty
+            or (got.select_dtypes("number").drop(columns=["step"], errors="ignore").abs() < ABS).all().all()
+        )
         return
     assert_table(got, truth.per_step["comm"], "comm", True)
 
@@ -153,8 +158,9 @@ def test_comm_per_step(cfg, tmp_path_factory):
 def test_modules_forward_backward_per_step(cfg, tmp_path_factory):
     a, truth, _ = analysed(cfg, tmp_path_factory)
     fb = ("forward", "backward")
-    assert_table(actual_table(a, "modules", True, fb), per_step_expected(truth, "modules", fb),
-                 "modules", True)
+    assert_table(
+        actual_table(a, "modules", True, fb), per_step_expected(truth, "modules", fb), "modules", True
+    )
 
 
 @pytest.mark.parametrize("cfg", ["default", "big_ids_shuffled"])
@@ -169,15 +175,21 @@ def test_modules_optimizer_column_per_step(cfg, tmp_path_factory):
 @pytest.mark.parametrize("cfg", list(CONFIGS))
 def test_timeline_per_step(cfg, tmp_path_factory):
     a, truth, _ = analysed(cfg, tmp_path_factory)
-    assert_table(actual_table(a, "timeline", True), truth.per_step["timeline"], "timeline", True,
-                 columns=["count", "time_ms"])
+    assert_table(
+        actual_table(a, "timeline", True),
+        truth.per_step["timeline"],
+        "timeline",
+        True,
+        columns=["count", "time_ms"],
+    )
 
 
 @pytest.mark.parametrize("cfg", ["default", "three_layers_three_steps"])
 def test_timeline_percent_of_forward_wall(cfg, tmp_path_factory):
     a, truth, _ = analysed(cfg, tmp_path_factory)
-    assert_table(actual_table(a, "timeline", True), truth.per_step["timeline"], "timeline", True,
-                 columns=["percent"])
+    assert_table(
+        actual_table(a, "timeline", True), truth.per_step["timeline"], "timeline", True, columns=["percent"]
+    )
 
 
 @pytest.mark.parametrize("cfg", ["default", "sdpa", "three_layers_three_steps"])
@@ -198,6 +210,7 @@ def test_columns_reconcile(cfg, tmp_path_factory):
 
 # ---------------------------------------------------------------------------------------------
 # mean over steps
+
 
 @pytest.mark.parametrize("cfg", ["default", "three_layers_three_steps", "big_ids_shuffled"])
 @pytest.mark.parametrize("name", ["idle", "phases", "gemm", "comm", "modules", "timeline"])
@@ -226,6 +239,7 @@ def test_step_column_is_profiler_step_number(tmp_path_factory):
 # ---------------------------------------------------------------------------------------------
 # plain json, and the CLI end to end
 
+
 def test_plain_json_equals_gzip(tmp_path_factory):
     a_gz, truth, _ = analysed("default", tmp_path_factory, ".json.gz")
     a_js, _, _ = analysed("default", tmp_path_factory, ".json")
@@ -242,8 +256,9 @@ def _cli(path):
     # install's), else the module
     exe = Path(sys.executable).with_name("tracekit")
     cmd = [str(exe)] if exe.is_file() else [sys.executable, "-m", "tracekit.cli"]
-    return subprocess.run(cmd + ["analyze", str(path), "--format", "json"], capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        cmd + ["analyze", str(path), "--format", "json"], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_cli_json_end_to_end(tmp_path):
@@ -255,30 +270,43 @@ def test_cli_json_end_to_end(tmp_path):
     assert set(out) >= {"meta", "tables"}
     for name in ("idle", "phases", "gemm", "comm"):
         exp = truth.mean[name]
-        assert_table(pd.DataFrame(out["tables"][name]), exp, name, False,
-                     columns=[c for c in exp[0] if c not in KEYS[name] and c != "percent"])
+        assert_table(
+            pd.DataFrame(out["tables"][name]),
+            exp,
+            name,
+            False,
+            columns=[c for c in exp[0] if c not in KEYS[name] and c != "percent"],
+        )
     fb = [r for r in truth.mean["modules"] if r["phase"] in ("forward", "backward")]
     got = pd.DataFrame(out["tables"]["modules"])
-    assert_table(got[got["phase"].isin(["forward", "backward"])], fb, "modules", False,
-                 columns=["time_ms"])
+    assert_table(got[got["phase"].isin(["forward", "backward"])], fb, "modules", False, columns=["time_ms"])
 
 
 # ---------------------------------------------------------------------------------------------
 # random combinations of the knobs
 
+
 def _random_config(seed: int) -> dict:
     import random
+
     r = random.Random(seed)
     return dict(
-        n_layers=r.randint(1, 4), n_steps=r.randint(1, 3), seed=seed,
+        n_layers=r.randint(1, 4),
+        n_steps=r.randint(1, 3),
+        seed=seed,
         attention=r.choice(["eager", "sdpa"]),
         module_source=r.choice(["nn_module", "capture", "both"]),
         backward_thread=r.choice(["autograd", "main"]),
         fwd_thread_id=r.choice(["real", "tid"]),
-        comm=r.random() < 0.8, forward_allgather=r.random() < 0.7,
-        side_stream=r.random() < 0.5, rotary_module=r.random() < 0.7, zero_grad=r.random() < 0.5,
-        ts_format=r.choice(["float", "int"]), big_ids=r.random() < 0.5,
-        old_categories=r.random() < 0.2, shuffle=r.random() < 0.5,
+        comm=r.random() < 0.8,
+        forward_allgather=r.random() < 0.7,
+        side_stream=r.random() < 0.5,
+        rotary_module=r.random() < 0.7,
+        zero_grad=r.random() < 0.5,
+        ts_format=r.choice(["float", "int"]),
+        big_ids=r.random() < 0.5,
+        old_categories=r.random() < 0.2,
+        shuffle=r.random() < 0.5,
         first_step=r.randint(0, 30),
     )
 
@@ -292,6 +320,9 @@ def test_random_configurations(seed, tmp_path):
     for name in ("idle", "phases", "gemm", "comm", "modules", "timeline"):
         if name not in truth.per_step:
             continue
-        assert_table(tables[name][tables[name]["phase"] != "optimizer"] if name == "modules" else tables[name],
-                     [r for r in truth.per_step[name] if name != "modules" or r["phase"] != "optimizer"],
-                     name, True)
+        assert_table(
+            tables[name][tables[name]["phase"] != "optimizer"] if name == "modules" else tables[name],
+            [r for r in truth.per_step[name] if name != "modules" or r["phase"] != "optimizer"],
+            name,
+            True,
+        )

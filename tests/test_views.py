@@ -46,6 +46,7 @@ def _terminal(meta, tables, width=80, **kw) -> str:
 
 # --- the registry -------------------------------------------------------------------------------
 
+
 def test_every_table_is_declared_with_units_for_its_columns(run):
     a, _ = run
     assert set(TABLES) <= set(REGISTRY)
@@ -59,11 +60,11 @@ def test_every_table_is_declared_with_units_for_its_columns(run):
 def test_counts_are_integers_in_json_and_terminal(run):
     a, _ = run
     doc = json.loads(formats.to_json(a.meta, a.tables()))
-    counts = [r["count"] for t in ("kernels", "comm", "top_kernels", "layers")
-              for r in doc["tables"][t]]
+    counts = [r["count"] for t in ("kernels", "comm", "top_kernels", "layers") for r in doc["tables"][t]]
     assert counts and all(type(c) is int for c in counts)
     assert '"count": ' in formats.to_json(a.meta, a.tables()) and not re.search(
-        r'"count": \d+\.0', formats.to_json(a.meta, a.tables()))
+        r'"count": \d+\.0', formats.to_json(a.meta, a.tables())
+    )
     out = _terminal(a.meta, {"kernels": a.table("kernels")}, width=120)
     assert not re.search(r"\d,\d{3}\.000", out)
 
@@ -71,13 +72,20 @@ def test_counts_are_integers_in_json_and_terminal(run):
 def test_a_new_table_is_one_registration(run, monkeypatch):
     """Registering a table adds it to tables(), to every format and to the CLI's choices."""
     from tracekit.analyses import _registry
+
     a, _ = run
 
     def per_step_streams(intervals, steps):
         g = intervals.groupby(["step", "stream"]).size().rename("count").reset_index()
         return g.assign(stream=g["stream"].astype(str))
-    spec = _registry.TableSpec(name="streams", title="Activities per stream", func=per_step_streams,
-                               keys=("stream",), values={"count": _registry.COUNT})
+
+    spec = _registry.TableSpec(
+        name="streams",
+        title="Activities per stream",
+        func=per_step_streams,
+        keys=("stream",),
+        values={"count": _registry.COUNT},
+    )
     monkeypatch.setitem(REGISTRY, "streams", spec)
     monkeypatch.setitem(TABLES, "streams", per_step_streams)
     b = a.filtered(Filters())
@@ -89,21 +97,40 @@ def test_a_new_table_is_one_registration(run, monkeypatch):
 
 # --- top kernels --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, short", [
-    (("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
-     "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)"),
-     "vectorized_elementwise_kernel<CUDAFunctor_add>"),
-    (("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*, "
-     "unsigned long)"), "multimem_all_reduce_kernel<BFloat16>"),
-    (("std::enable_if<(((8)>(0)))&&vllm::_typeConvert<c10::BFloat16>::exists, void>::type "
-     "vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, long)"),
-     "fused_add_rms_norm_kernel<BFloat16>"),
-    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
-     "ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
-    ("Memcpy DtoD (Device -> Device)", "Memcpy DtoD (Device -> Device)"),
-    ("nvjet_tst_64x64_64x16_2x1_2cta_v_bz_bias_TNT", "nvjet_tst_64x64_64x16_2x1_2cta_v_bz_bias_TNT"),
-    ("aten::mm", "mm"),
-])
+
+@pytest.mark.parametrize(
+    "name, short",
+    [
+        (
+            (
+                "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+                "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)"
+            ),
+            "vectorized_elementwise_kernel<CUDAFunctor_add>",
+        ),
+        (
+            (
+                "void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*, "
+                "unsigned long)"
+            ),
+            "multimem_all_reduce_kernel<BFloat16>",
+        ),
+        (
+            (
+                "std::enable_if<(((8)>(0)))&&vllm::_typeConvert<c10::BFloat16>::exists, void>::type "
+                "vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, long)"
+            ),
+            "fused_add_rms_norm_kernel<BFloat16>",
+        ),
+        (
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+        ),
+        ("Memcpy DtoD (Device -> Device)", "Memcpy DtoD (Device -> Device)"),
+        ("nvjet_tst_64x64_64x16_2x1_2cta_v_bz_bias_TNT", "nvjet_tst_64x64_64x16_2x1_2cta_v_bz_bias_TNT"),
+        ("aten::mm", "mm"),
+    ],
+)
 def test_short_kernel_names(name, short):
     assert short_name(name) == short
 
@@ -125,14 +152,27 @@ def test_top_kernels_reconcile_and_keep_full_names(run):
 
 # --- layers -------------------------------------------------------------------------------------
 
-def _layer_intervals(times: dict[tuple[str, int], float], passes: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+
+def _layer_intervals(
+    times: dict[tuple[str, int], float], passes: int = 1
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Compute kernels: one per (phase, layer), of ``ms`` each, in every forward pass; layer
     instances are numbered as the pipeline does (an id per call, in call order)."""
     rows, t = [], 0
     for p in range(passes):
         for (phase, layer), ms in times.items():
-            rows.append({"step": 1, "fwd_pass": p, "layer": 100 * p + 7 * layer + 3, "phase": phase,
-                         "group": "compute", "stage": "", "start": t, "end": t + int(ms * 1e6)})
+            rows.append(
+                {
+                    "step": 1,
+                    "fwd_pass": p,
+                    "layer": 100 * p + 7 * layer + 3,
+                    "phase": phase,
+                    "group": "compute",
+                    "stage": "",
+                    "start": t,
+                    "end": t + int(ms * 1e6),
+                }
+            )
             t += int(ms * 1e6) + 10
     iv = pd.DataFrame(rows)
     iv = pd.concat([iv, iv.iloc[:1].assign(layer=-1, start=t, end=t + 5)], ignore_index=True)
@@ -168,8 +208,10 @@ def test_layers_of_a_real_run(run):
 
 # --- filters ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, steps", [("3-7", (3, 4, 5, 6, 7)), ("2,4,9", (2, 4, 9)),
-                                         ("1-2, 8", (1, 2, 8)), ("5", (5,))])
+
+@pytest.mark.parametrize(
+    "text, steps", [("3-7", (3, 4, 5, 6, 7)), ("2,4,9", (2, 4, 9)), ("1-2, 8", (1, 2, 8)), ("5", (5,))]
+)
 def test_parse_steps(text, steps):
     assert parse_steps(text) == steps
 
@@ -187,8 +229,9 @@ def test_step_filter_selects_steps_and_says_so(run):
     assert set(f.table("phases", per_step=True)["step"]) == {first}
     one = a.table("phases", per_step=True)
     one = one[one["step"] == first].drop(columns="step").reset_index(drop=True)
-    pd.testing.assert_frame_equal(f.table("phases").reset_index(drop=True), one,
-                                  check_dtype=False, check_categorical=False)
+    pd.testing.assert_frame_equal(
+        f.table("phases").reset_index(drop=True), one, check_dtype=False, check_categorical=False
+    )
     assert f.meta["filters"]["steps"] == [first]
     assert "filters" not in a.meta
 
@@ -211,9 +254,23 @@ def test_phase_and_module_filters(run):
 def test_cli_filters_and_table_choice(run, tmp_path):
     a, truth = run
     path = a.path
-    r = CliRunner().invoke(main, ["analyze", path, "--format", "json", "--table", "top_kernels",
-                                  "--table", "phases", "--steps", f"{truth.steps[0]}-{truth.steps[1]}",
-                                  "--phase", "forward"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "analyze",
+            path,
+            "--format",
+            "json",
+            "--table",
+            "top_kernels",
+            "--table",
+            "phases",
+            "--steps",
+            f"{truth.steps[0]}-{truth.steps[1]}",
+            "--phase",
+            "forward",
+        ],
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert list(doc["tables"]) == ["phases", "top_kernels"]
@@ -226,6 +283,7 @@ def test_cli_filters_and_table_choice(run, tmp_path):
 
 # --- terminal -----------------------------------------------------------------------------------
 
+
 def test_terminal_fits_80_columns_and_never_cuts_numbers(run):
     a, _ = run
     tables = a.tables()
@@ -235,7 +293,7 @@ def test_terminal_fits_80_columns_and_never_cuts_numbers(run):
     assert rows and all(line.endswith(("┓", "┃", "│", "┘")) for line in rows)  # no table cut
     for name in ("phases", "idle", "gemm"):  # every number of these tables is printed whole
         for v in tables[name].select_dtypes("number").to_numpy().ravel():
-            assert (f"{v:,.3f}" in out or f"{v:,.1f}" in out), (name, v)
+            assert f"{v:,.3f}" in out or f"{v:,.1f}" in out, (name, v)
     assert "wall (ms)" in out.replace("\n", " ") or "wall" in out
     assert "…" not in "".join(line for line in out.splitlines() if line.startswith("┃"))
 
@@ -245,8 +303,18 @@ def test_terminal_per_step_header_and_wide(run):
     r = CliRunner().invoke(main, ["analyze", a.path, "--per-step", "--table", "phases"])
     assert r.exit_code == 0 and "per step" in r.output and "mean per" not in r.output
     long = "void at::native::very_long_kernel_name<" + "x" * 80 + ">(int)"
-    df = pd.DataFrame({"name": [long], "category": ["GEMM"], "module": ["MLP"], "phase": ["forward"],
-                       "count": [3], "total_ms": [1.5], "mean_us": [500.0], "percent": [10.0]})
+    df = pd.DataFrame(
+        {
+            "name": [long],
+            "category": ["GEMM"],
+            "module": ["MLP"],
+            "phase": ["forward"],
+            "count": [3],
+            "total_ms": [1.5],
+            "mean_us": [500.0],
+            "percent": [10.0],
+        }
+    )
     narrow = _terminal({"path": "t"}, {"top_kernels": df}, width=80)
     wide = _terminal({"path": "t"}, {"top_kernels": df}, width=80, wide=True)
     assert "very_long_ke" in narrow and "void" not in narrow and long not in narrow
@@ -267,17 +335,24 @@ def test_inference_hides_all_zero_phase_rows(tmp_path):
 
 # --- many ranks ---------------------------------------------------------------------------------
 
+
 def test_rank_summary_names_stragglers_at_512_ranks():
     rng = np.random.default_rng(0)
     by_rank = {}
     for r in range(512):
-        wall = {"forward": 10 + rng.normal(0, 0.05), "backward": 20 + rng.normal(0, 0.05),
-                "optimizer": 2.0}
+        wall = {"forward": 10 + rng.normal(0, 0.05), "backward": 20 + rng.normal(0, 0.05), "optimizer": 2.0}
         if r in (77, 301):
             wall["backward"] += 5.0 if r == 77 else 3.0
-        by_rank[r] = pd.DataFrame({"phase": list(wall), "wall_ms": list(wall.values()),
-                                   "compute_ms": 1.0, "comm_ms": 0.5, "exposed_comm_ms": 0.2,
-                                   "idle_ms": 0.1})
+        by_rank[r] = pd.DataFrame(
+            {
+                "phase": list(wall),
+                "wall_ms": list(wall.values()),
+                "compute_ms": 1.0,
+                "comm_ms": 0.5,
+                "exposed_comm_ms": 0.2,
+                "idle_ms": 0.1,
+            }
+        )
     t = ranks_table.tables(by_rank)
     step = t["rank_summary"].set_index("phase").loc["step"]
     assert step["slowest_rank"] == 77 and step["stragglers"].startswith("77 (+")
@@ -322,6 +397,7 @@ def test_many_ranks_summary_and_html(rank_dir, tmp_path):
 
 # --- HTML and Markdown --------------------------------------------------------------------------
 
+
 def test_html_of_a_two_rank_run(tmp_path):
     d = tmp_path / "z2"
     shutil.copytree(SAMPLES / "tiny-zero2-2ranks", d)
@@ -334,8 +410,14 @@ def test_html_of_a_two_rank_run(tmp_path):
 
 def test_compare_chart_shows_the_largest_differences(run):
     _a, _ = run
-    df = pd.DataFrame({"phase": ["forward"] * 42, "module": [f"m{i}" for i in range(42)],
-                       "a_ms": 1.0, "b_ms": [1.0 + i for i in range(42)]})
+    df = pd.DataFrame(
+        {
+            "phase": ["forward"] * 42,
+            "module": [f"m{i}" for i in range(42)],
+            "a_ms": 1.0,
+            "b_ms": [1.0 + i for i in range(42)],
+        }
+    )
     df["delta_ms"] = df["b_ms"] - df["a_ms"]
     figs = dict(figures({"modules_delta": df}))
     bars = figs["modules_delta"]["data"][0]

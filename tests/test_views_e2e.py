@@ -32,8 +32,10 @@ def _views(a) -> list[tuple[str, object, list[str], bool]]:
     first = next((s[0] for s in a.meta["complete_steps"].values() if s), None)
     views = [("all", a, [], False), ("per-step", a, [], True)]
     views += [("steps", a.filtered(Filters(steps=(first,))), [], False)] if first is not None else []
-    views += [("phase", a.filtered(Filters(phase="backward")), [], False),
-              ("module", a.filtered(Filters(module="attention")), ["top_kernels", "layers"], False)]
+    views += [
+        ("phase", a.filtered(Filters(phase="backward")), [], False),
+        ("module", a.filtered(Filters(module="attention")), ["top_kernels", "layers"], False),
+    ]
     return views
 
 

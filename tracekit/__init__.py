@@ -9,4 +9,4 @@ from .analysis import Analysis, load
 from .errors import TraceError
 
 __version__ = "0.1.0"
-__all__ = ["Analysis", "TraceError", "load", "__version__"]
+__all__ = ["Analysis", "TraceError", "__version__", "load"]

@@ -63,6 +63,7 @@ def _read(path: str | os.PathLike, options: Options):
     if not options.cache:
         return read_trace(path, options.max_bytes)
     from . import cache
+
     raw = cache.load(path, options.max_bytes)
     if raw is None:
         try:  # the identity of the bytes about to be read; checked again before storing
@@ -83,8 +84,9 @@ def _mean_over_steps(df: pd.DataFrame, n_steps: int, keys: list[str] | None = No
         return df.drop(columns=["step"], errors="ignore")
     if keys is None:
         keys = [c for c in df.columns if c != "step" and not pd.api.types.is_numeric_dtype(df[c])]
-    keys = (["stage"] if "stage" in df.columns and "stage" not in keys else []) + \
-        [k for k in keys if k in df.columns]
+    keys = (["stage"] if "stage" in df.columns and "stage" not in keys else []) + [
+        k for k in keys if k in df.columns
+    ]
     values = [c for c in df.columns if c not in keys and c != "step"]
     if not keys:
         return df[values].sum().div(n_steps).to_frame().T
@@ -142,28 +144,35 @@ class Analysis:
     @property
     def intervals(self) -> pd.DataFrame:
         """The labelled interval table (all ranks, with a ``rank`` column)."""
-        return pd.concat([a.intervals.assign(rank=r) for r, a in self.ranks.items()],
-                         ignore_index=True)
+        return pd.concat([a.intervals.assign(rank=r) for r, a in self.ranks.items()], ignore_index=True)
 
     @property
     def meta(self) -> dict:
         first = next(iter(self.ranks.values()))
         notices = []
         if self.mode == "cpu":
-            notices.append("CPU-only trace: no device activity, so every table is over CPU "
-                           "leaf-op time and 'idle' means CPU time outside leaf ops")
+            notices.append(
+                "CPU-only trace: no device activity, so every table is over CPU "
+                "leaf-op time and 'idle' means CPU time outside leaf ops"
+            )
         if first.meta.get("step_source") == "Optimizer.step":
-            notices.append("no ProfilerStep ranges: steps are inferred from the Optimizer.step "
-                           "ranges (each step ends where one ends)")
+            notices.append(
+                "no ProfilerStep ranges: steps are inferred from the Optimizer.step "
+                "ranges (each step ends where one ends)"
+            )
         elif not first.meta.get("has_profiler_steps", True):
             notices.append("no ProfilerStep ranges: the whole trace is treated as one step")
         unlaunched = sum(a.meta.get("unlaunched_activities", 0) for a in self.ranks.values())
         if unlaunched:
-            notices.append(f"{unlaunched} device activities launched before the recorded CPU "
-                           "window belong to no step and are left out")
+            notices.append(
+                f"{unlaunched} device activities launched before the recorded CPU "
+                "window belong to no step and are left out"
+            )
         if self.skipped:
-            notices.append(f"partial result: {len(self.skipped)} file(s) of the directory "
-                           "skipped (listed in the warnings)")
+            notices.append(
+                f"partial result: {len(self.skipped)} file(s) of the directory "
+                "skipped (listed in the warnings)"
+            )
         return {
             "path": self.path,
             "mode": self.mode,
@@ -171,8 +180,9 @@ class Analysis:
             "aggregation": "mean per complete step",
             "ranks": sorted(self.ranks),
             "files": {r: a.path for r, a in self.ranks.items()},
-            "window_files": {r: a.meta["window_files"] for r, a in self.ranks.items()
-                             if "window_files" in a.meta},
+            "window_files": {
+                r: a.meta["window_files"] for r, a in self.ranks.items() if "window_files" in a.meta
+            },
             "rank_grouping": self.grouping,
             "steps": {r: a.meta.get("steps", []) for r, a in self.ranks.items()},
             "complete_steps": {r: a.meta.get("complete_steps", []) for r, a in self.ranks.items()},
@@ -180,8 +190,7 @@ class Analysis:
             "module_source": first.meta.get("module_source"),
             "kernel_other_share": {r: a.meta.get("kernel_other_share") for r, a in self.ranks.items()},
             "notices": notices,
-            "coverage": {r: a.meta["coverage"] for r, a in self.ranks.items()
-                         if a.meta.get("coverage")},
+            "coverage": {r: a.meta["coverage"] for r, a in self.ranks.items() if a.meta.get("coverage")},
             **({"filters": self._filter_meta()} if self.filters.active else {}),
             "warnings": [w.as_dict() for w in self.warnings],
             "partial": bool(self.skipped),
@@ -198,17 +207,22 @@ class Analysis:
     def names(self) -> list[str]:
         """The tables this analysis has: every registered one that applies (cross-rank tables
         on several ranks only) and honours the filters."""
-        return [n for n, s in REGISTRY.items() if (self.multi_rank or not s.cross_rank)
-                and self.filters.supports(REGISTRY.get(s.source or n, s))]
+        return [
+            n
+            for n, s in REGISTRY.items()
+            if (self.multi_rank or not s.cross_rank) and self.filters.supports(REGISTRY.get(s.source or n, s))
+        ]
 
     def _filter_meta(self) -> dict:
-        left_out = [n for n, s in REGISTRY.items() if (self.multi_rank or not s.cross_rank)
-                    and n not in self.names()]
+        left_out = [
+            n for n, s in REGISTRY.items() if (self.multi_rank or not s.cross_rank) and n not in self.names()
+        ]
         out = {**self.filters.describe(), "tables_left_out": left_out}
         if self.filters.steps is not None:
-            out["complete_steps_kept"] = {r: [s for s in a.meta.get("complete_steps", [])
-                                              if s in self.filters.steps]
-                                          for r, a in self.ranks.items()}
+            out["complete_steps_kept"] = {
+                r: [s for s in a.meta.get("complete_steps", []) if s in self.filters.steps]
+                for r, a in self.ranks.items()
+            }
         return out
 
     def _n_steps(self, att: Attributed) -> int:
@@ -250,9 +264,13 @@ class Analysis:
         """``ranks`` (step, phase, compute, exposed communication, idle per rank) and
         ``rank_summary`` (mean/min/median/max over ranks, slowest rank, stragglers)."""
         from tracekit.analyses import ranks as ranks_table
-        per_rank = {rank: _mean_over_steps(self.filters.rows(self._per_step("phases", rank)),
-                                           self._n_steps(att), ["phase"])
-                    for rank, att in self.ranks.items()}
+
+        per_rank = {
+            rank: _mean_over_steps(
+                self.filters.rows(self._per_step("phases", rank)), self._n_steps(att), ["phase"]
+            )
+            for rank, att in self.ranks.items()
+        }
         out = ranks_table.tables(per_rank)
         return {k: _whole_numbers(REGISTRY.get(k), v) for k, v in out.items()}
 
@@ -267,10 +285,18 @@ class Analysis:
         return self._computed[key].copy()
 
 
-def load(path: str | os.PathLike, rank: int | None = None, *, taxonomy: str | None = None,
-         kernel_rules: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
-         cache: bool = True, jobs: int | None = None, scheduler=None,
-         strict: bool = False) -> Analysis:
+def load(
+    path: str | os.PathLike,
+    rank: int | None = None,
+    *,
+    taxonomy: str | None = None,
+    kernel_rules: str | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    cache: bool = True,
+    jobs: int | None = None,
+    scheduler=None,
+    strict: bool = False,
+) -> Analysis:
     """Analyse a trace file, or a directory of per-rank trace files (``rank`` picks one).
 
     ``cache``: use and fill the Parquet cache of parsed columns (:mod:`tracekit.cache`).
@@ -280,8 +306,7 @@ def load(path: str | os.PathLike, rank: int | None = None, *, taxonomy: str | No
     :attr:`Analysis.skipped`) unless ``strict``, or unless no file can be analysed: then the
     first file's :class:`TraceError` is raised.
     """
-    options = Options(taxonomy=taxonomy, kernel_rules=kernel_rules, max_bytes=max_bytes,
-                      cache=cache)
+    options = Options(taxonomy=taxonomy, kernel_rules=kernel_rules, max_bytes=max_bytes, cache=cache)
     p = Path(path)
     if not p.exists():
         raise TraceError(p, "no such file or directory")
@@ -289,8 +314,15 @@ def load(path: str | os.PathLike, rank: int | None = None, *, taxonomy: str | No
     if skipped and strict:
         raise TraceError(skipped[0][0], skipped[0][1])
     from .parallel import default_jobs, map_ranks
-    done = map_ranks(analyse_file, files, options, keep_errors=p.is_dir(),
-                     jobs=default_jobs(len(files)) if jobs is None else jobs, scheduler=scheduler)
+
+    done = map_ranks(
+        analyse_file,
+        files,
+        options,
+        keep_errors=p.is_dir(),
+        jobs=default_jobs(len(files)) if jobs is None else jobs,
+        scheduler=scheduler,
+    )
     failed = [(f, e) for f, e in zip(files, done) if isinstance(e, TraceError)]
     if failed and (strict or len(failed) == len(done)):
         raise failed[0][1]
@@ -302,9 +334,13 @@ def load(path: str | os.PathLike, rank: int | None = None, *, taxonomy: str | No
         if rank not in ranks:
             raise TraceError(p, f"no rank {rank}; ranks here: {', '.join(map(str, sorted(ranks)))}")
         ranks = {rank: ranks[rank]}
-    return Analysis(path=os.fspath(p), ranks=dict(sorted(ranks.items())), grouping=grouping,
-                    warnings=_directory_warnings(done, skipped),
-                    skipped=[{"file": f.name, "problem": why} for f, why in skipped])
+    return Analysis(
+        path=os.fspath(p),
+        ranks=dict(sorted(ranks.items())),
+        grouping=grouping,
+        warnings=_directory_warnings(done, skipped),
+        skipped=[{"file": f.name, "problem": why} for f, why in skipped],
+    )
 
 
 def _group(p: Path, files: list[Path], done: list[Attributed]) -> tuple[dict[int, Attributed], str]:
@@ -314,8 +350,13 @@ def _group(p: Path, files: list[Path], done: list[Attributed]) -> tuple[dict[int
     ids = []
     for f, att in zip(files, done):
         r = att.meta.get("rank")
-        ids.append(FileIdentity(rank=from_manifest.get(f.name) if r is None else r,
-                                pid=att.meta.get("pid"), host=att.meta.get("host")))
+        ids.append(
+            FileIdentity(
+                rank=from_manifest.get(f.name) if r is None else r,
+                pid=att.meta.get("pid"),
+                host=att.meta.get("host"),
+            )
+        )
     groups, how = group_files(ids)
     ranks = {}
     for r, idx in groups.items():
@@ -328,9 +369,12 @@ def _directory_warnings(done: list[Attributed], skipped: list[tuple[Path, str]])
     """One warning per skipped file, and one when the files' own metadata says they are copies
     (every file "rank 0 of world size 1"): copies or successive windows of one rank."""
     out = [TraceWarning("skipped_file", f"skipped {f.name}: {why}") for f, why in skipped]
-    if len(done) > 1 and all(a.meta.get("rank") == 0 and a.meta.get("world_size") == 1
-                             for a in done):
-        out.append(TraceWarning(
-            "not_ranks", f"all {len(done)} files say they are rank 0 of world size 1: copies of "
-                         f"one trace or successive windows of one rank, not {len(done)} ranks"))
+    if len(done) > 1 and all(a.meta.get("rank") == 0 and a.meta.get("world_size") == 1 for a in done):
+        out.append(
+            TraceWarning(
+                "not_ranks",
+                f"all {len(done)} files say they are rank 0 of world size 1: copies of "
+                f"one trace or successive windows of one rank, not {len(done)} ranks",
+            )
+        )
     return out

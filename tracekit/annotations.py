@@ -40,7 +40,7 @@ def parse_module_range(name: str) -> tuple[str, str] | None:
     """``(class_name, qualified_name)`` of a module range name, else None."""
     if not name.startswith(MODULE_PREFIX):
         return None
-    cls, _, qual = name[len(MODULE_PREFIX):].partition(":")
+    cls, _, qual = name[len(MODULE_PREFIX) :].partition(":")
     return cls, qual
 
 
@@ -48,5 +48,5 @@ def parse_phase_range(name: str) -> str | None:
     """The phase a phase range name marks, else None."""
     if not name.startswith(PHASE_PREFIX):
         return None
-    phase = name[len(PHASE_PREFIX):]
+    phase = name[len(PHASE_PREFIX) :]
     return phase if phase in PHASES else None

@@ -64,6 +64,7 @@ def max_cache_bytes() -> int:
 
 def _version() -> str:
     from . import __version__
+
     return __version__
 
 
@@ -78,8 +79,9 @@ def file_key(path: str | os.PathLike, max_bytes: int) -> str:
         if st.st_size > _EDGE:
             f.seek(max(_EDGE, st.st_size - _EDGE))
             h.update(f.read(_EDGE))
-    return json.dumps([FORMAT, _version(), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
-                       h.hexdigest(), int(max_bytes)])
+    return json.dumps(
+        [FORMAT, _version(), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, h.hexdigest(), int(max_bytes)]
+    )
 
 
 def _entry(key: str) -> Path:
@@ -121,7 +123,7 @@ def load(path: str | os.PathLike, max_bytes: int) -> RawTrace | None:
         key = file_key(path, max_bytes)
         loc = _entry(key)
         raw = _load_entry(loc, key, os.stat(path).st_size) if loc.is_file() else None
-    except Exception:  # noqa: BLE001  unreadable, forged or foreign: a miss, never an error
+    except Exception:
         return None
     if raw is None:
         return None
@@ -137,18 +139,18 @@ def store(raw: RawTrace, path: str | os.PathLike, max_bytes: int, key: str) -> P
     """Save ``raw``, read from ``path`` when its identity was ``key``; the entry written, or
     None (the file changed while it was read, or the cache directory is not writable)."""
     from .safewrite import atomic_file
+
     try:
         if file_key(path, max_bytes) != key:
             return None  # replaced or modified while read: never cache old events under it
-        info = json.dumps({"key": key, "meta": raw.meta, "warnings": raw.warnings},
-                          default=str).encode()
+        info = json.dumps({"key": key, "meta": raw.meta, "warnings": raw.warnings}, default=str).encode()
         table = pa.Table.from_pandas(raw.events, preserve_index=False)
         table = table.replace_schema_metadata({_META_KEY: info})
         loc = _entry(key)
         loc.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with atomic_file(loc) as f:
             pq.write_table(table, f, compression="zstd")
-    except Exception:  # noqa: BLE001  it is only a cache
+    except Exception:
         return None
     evict(max_cache_bytes(), keep=loc)
     return loc
@@ -194,16 +196,19 @@ def info() -> dict:
             sizes.append(p.stat().st_size)
         except OSError:
             pass
-    return {"directory": os.fspath(cache_dir()), "entries": len(sizes), "bytes": sum(sizes),
-            "max_bytes": max_cache_bytes()}
+    return {
+        "directory": os.fspath(cache_dir()),
+        "entries": len(sizes),
+        "bytes": sum(sizes),
+        "max_bytes": max_cache_bytes(),
+    }
 
 
 def clear() -> int:
     """Remove every entry (and leftover temporaries); the number of files removed."""
     n = 0
     try:
-        names = [p for p in cache_dir().iterdir()
-                 if _ENTRY.fullmatch(p.name) or _TEMP.fullmatch(p.name)]
+        names = [p for p in cache_dir().iterdir() if _ENTRY.fullmatch(p.name) or _TEMP.fullmatch(p.name)]
     except OSError:
         return 0
     for p in names:

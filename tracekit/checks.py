@@ -67,14 +67,15 @@ def text(w: TraceWarning | dict | str) -> str:
 def as_warning(w: TraceWarning | dict | str, rank: int | None = None) -> TraceWarning:
     """A :class:`TraceWarning` from what a step reported; ``rank`` fills in a missing rank."""
     if isinstance(w, dict):
-        w = TraceWarning(**{k: w.get(k) for k in ("code", "message", "rank", "step")})
+        w = TraceWarning(str(w.get("code", "trace")), str(w.get("message", "")), w.get("rank"), w.get("step"))
     elif not isinstance(w, TraceWarning):
         w = TraceWarning("trace", str(w))
     return replace(w, rank=rank) if w.rank is None and rank is not None else w
 
 
-def check_rank(rank: int | None, tables: dict[str, pd.DataFrame], steps: pd.DataFrame,
-               meta: dict) -> list[TraceWarning]:
+def check_rank(
+    rank: int | None, tables: dict[str, pd.DataFrame], steps: pd.DataFrame, meta: dict
+) -> list[TraceWarning]:
     """Every self-check of one rank.
 
     ``tables``: the rank's per-step ``phases``, ``modules`` and ``kernels`` tables;
@@ -101,10 +102,16 @@ def _compute_vs_wall(rank, phases: pd.DataFrame) -> list[TraceWarning]:
     if phases.empty or "compute_ms" not in phases:
         return []
     bad = phases[phases["compute_ms"] > phases["wall_ms"] * (1 + COMPUTE_TOLERANCE) + SUM_SLACK_MS]
-    return [TraceWarning("compute_exceeds_wall", f"{r.phase} compute {_ms(r.compute_ms)} exceeds "
-                         f"its wall time {_ms(r.wall_ms)}: kernels are in the wrong phase",
-                         rank, int(r.step))
-            for r in bad.itertuples(index=False)]
+    return [
+        TraceWarning(
+            "compute_exceeds_wall",
+            f"{r.phase} compute {_ms(r.compute_ms)} exceeds "
+            f"its wall time {_ms(r.wall_ms)}: kernels are in the wrong phase",
+            rank,
+            int(r.step),
+        )
+        for r in bad.itertuples(index=False)
+    ]
 
 
 def _off(total: np.ndarray, whole: np.ndarray) -> np.ndarray:
@@ -118,9 +125,15 @@ def _modules_sum(rank, modules: pd.DataFrame, phases: pd.DataFrame) -> list[Trac
     wall = phases.set_index(["step", "phase"])["wall_ms"]
     both = pd.concat([total.rename("total"), wall.rename("wall")], axis=1, join="inner")
     bad = both[_off(both["total"].to_numpy(), both["wall"].to_numpy())]
-    return [TraceWarning("modules_do_not_sum", f"{phase} module rows add up to "
-                         f"{_ms(row.total)}, not its wall time {_ms(row.wall)}", rank, int(step))
-            for (step, phase), row in bad.iterrows()]
+    return [
+        TraceWarning(
+            "modules_do_not_sum",
+            f"{phase} module rows add up to {_ms(row.total)}, not its wall time {_ms(row.wall)}",
+            rank,
+            int(step),
+        )
+        for (step, phase), row in bad.iterrows()
+    ]
 
 
 def _kernels_sum(rank, kernels: pd.DataFrame, steps: pd.DataFrame) -> list[TraceWarning]:
@@ -131,14 +144,23 @@ def _kernels_sum(rank, kernels: pd.DataFrame, steps: pd.DataFrame) -> list[Trace
     window = ((st["end"] - st["start"]) / 1e6).reindex(total.index)
     ok = window.notna().to_numpy()
     bad = _off(total.to_numpy(), window.fillna(0).to_numpy()) & ok
-    return [TraceWarning("kernels_do_not_sum", f"kernel rows add up to {_ms(t)}, not the step "
-                         f"window {_ms(w)}", rank, int(s))
-            for s, t, w in zip(total.index[bad], total.to_numpy()[bad], window.to_numpy()[bad])]
+    return [
+        TraceWarning(
+            "kernels_do_not_sum",
+            f"kernel rows add up to {_ms(t)}, not the step window {_ms(w)}",
+            rank,
+            int(s),
+        )
+        for s, t, w in zip(total.index[bad], total.to_numpy()[bad], window.to_numpy()[bad])
+    ]
 
 
 _SHARE_CHECKS = [
-    ("by_time", "placed_by_time", ("of device time was placed into a step by time alone "
-                                   "(its launch is not in the file)")),
+    (
+        "by_time",
+        "placed_by_time",
+        ("of device time was placed into a step by time alone (its launch is not in the file)"),
+    ),
     ("outside", "outside_steps", "of device time lies outside every step and is left out"),
     ("unattributed", "unattributed", "of device time has no phase evidence"),
 ]
@@ -154,8 +176,12 @@ def _shares(rank, cov: dict) -> list[TraceWarning]:
 
 
 def _overlaps(rank, steps: pd.DataFrame, ranges: dict) -> list[TraceWarning]:
-    out = [TraceWarning("steps_overlap", f"ProfilerStep ranges of steps {a} and {b} overlap on "
-                        "the CPU", rank, int(b)) for a, b in ranges.get("cpu_overlaps", [])]
+    out = [
+        TraceWarning(
+            "steps_overlap", f"ProfilerStep ranges of steps {a} and {b} overlap on the CPU", rank, int(b)
+        )
+        for a, b in ranges.get("cpu_overlaps", [])
+    ]
     if steps.empty:
         return out
     st = steps.sort_values("start")
@@ -166,11 +192,19 @@ def _overlaps(rank, steps: pd.DataFrame, ranges: dict) -> list[TraceWarning]:
         shorter = min(e[i] - s[i], e[i - 1] - s[i - 1])
         if over > OVERLAP_TOLERANCE * max(shorter, 0) and over > 0:
             j = int(np.argmax(e[:i]))
-            out.append(TraceWarning("steps_overlap", f"the device windows of steps {n[j]} and "
-                                    f"{n[i]} overlap by {_ms(over / 1e6)}", rank, int(n[i])))
+            out.append(
+                TraceWarning(
+                    "steps_overlap",
+                    f"the device windows of steps {n[j]} and {n[i]} overlap by {_ms(over / 1e6)}",
+                    rank,
+                    int(n[i]),
+                )
+            )
     return out
 
 
 def _empty_steps(rank, ranges: dict) -> list[TraceWarning]:
-    return [TraceWarning("empty_step", "the ProfilerStep range launched no activity", rank, int(s))
-            for s in ranges.get("empty", [])]
+    return [
+        TraceWarning("empty_step", "the ProfilerStep range launched no activity", rank, int(s))
+        for s in ranges.get("empty", [])
+    ]

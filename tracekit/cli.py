@@ -38,17 +38,34 @@ def main() -> None:
 
 def reading_options(command):
     """The options of every command that reads traces: which rank, which rules, what limit."""
-    for option in reversed([
-        click.option("--rank", type=int, help="Only this rank of a directory of per-rank traces."),
-        click.option("--taxonomy", type=click.Path(exists=True, dir_okay=False),
-                     help="TOML file of module rules tried before the built-in ones."),
-        click.option("--kernel-rules", type=click.Path(exists=True, dir_okay=False),
-                     help="TOML file of kernel rules tried before the built-in ones."),
-        click.option("--max-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_BYTES,
-                     show_default=True, help="Refuse traces that decompress to more than this."),
-        click.option("--strict", is_flag=True, help="In a directory, any file that cannot be "
-                     "analysed is an error (exit 2) instead of being skipped (exit 1)."),
-    ]):
+    for option in reversed(
+        [
+            click.option("--rank", type=int, help="Only this rank of a directory of per-rank traces."),
+            click.option(
+                "--taxonomy",
+                type=click.Path(exists=True, dir_okay=False),
+                help="TOML file of module rules tried before the built-in ones.",
+            ),
+            click.option(
+                "--kernel-rules",
+                type=click.Path(exists=True, dir_okay=False),
+                help="TOML file of kernel rules tried before the built-in ones.",
+            ),
+            click.option(
+                "--max-bytes",
+                type=click.IntRange(min=1),
+                default=DEFAULT_MAX_BYTES,
+                show_default=True,
+                help="Refuse traces that decompress to more than this.",
+            ),
+            click.option(
+                "--strict",
+                is_flag=True,
+                help="In a directory, any file that cannot be "
+                "analysed is an error (exit 2) instead of being skipped (exit 1).",
+            ),
+        ]
+    ):
         command = option(command)
     return command
 
@@ -56,34 +73,92 @@ def reading_options(command):
 @main.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
-@click.option("--out", type=click.Path(path_type=Path), help="Write here instead of stdout "
-              "(a directory for csv/parquet: one file per table; for html DIR/report.html).")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Write here instead of stdout "
+    "(a directory for csv/parquet: one file per table; for html DIR/report.html).",
+)
 @click.option("--per-step", is_flag=True, help="One row per step (a `step` column) instead of the mean.")
-@click.option("--table", "only", multiple=True, metavar="NAME",
-              type=click.Choice(list(REGISTRY), case_sensitive=False),
-              help="Only this table (repeatable): " + ", ".join(REGISTRY) + ".")
-@click.option("--steps", "steps_filter", metavar="LIST",
-              help="Only these steps: ranges and lists, e.g. 3-7 or 2,4,9.")
-@click.option("--phase", "phase_filter", type=click.Choice(PHASES, case_sensitive=False),
-              help="Only this phase (tables that can tell phases apart).")
-@click.option("--module", "module_filter", metavar="WORD", help="Only module categories "
-              "matching WORD, case-insensitive (attention = Bmm0, Softmax, Bmm1, Attention).")
-@click.option("--top", type=click.IntRange(min=1), default=None,
-              help="Rows of long tables (top kernels, ranks) shown in the terminal.")
+@click.option(
+    "--table",
+    "only",
+    multiple=True,
+    metavar="NAME",
+    type=click.Choice(list(REGISTRY), case_sensitive=False),
+    help="Only this table (repeatable): " + ", ".join(REGISTRY) + ".",
+)
+@click.option(
+    "--steps", "steps_filter", metavar="LIST", help="Only these steps: ranges and lists, e.g. 3-7 or 2,4,9."
+)
+@click.option(
+    "--phase",
+    "phase_filter",
+    type=click.Choice(PHASES, case_sensitive=False),
+    help="Only this phase (tables that can tell phases apart).",
+)
+@click.option(
+    "--module",
+    "module_filter",
+    metavar="WORD",
+    help="Only module categories "
+    "matching WORD, case-insensitive (attention = Bmm0, Softmax, Bmm1, Attention).",
+)
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Rows of long tables (top kernels, ranks) shown in the terminal.",
+)
 @click.option("--wide", is_flag=True, help="Terminal: full names, no wrapping (wider than the window).")
 @reading_options
-@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache of "
-              "parsed columns (in ~/.cache/tracekit; see `tracekit cache info`).")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
-              help="Ranks analysed in parallel (local process pool). [default: one per core]")
-@click.option("--scheduler", metavar="ADDRESS", help="Run the per-rank work on an existing "
-              "Dask cluster (e.g. tcp://host:8786; needs tracekit[dask]).")
-@click.option("--paper", is_flag=True, help="Add the paper's published values (Llama 2-7B on "
-              "A800, Zhang et al.) beside yours as paper_* columns, where a table matches.")
+@click.option(
+    "--no-cache",
+    is_flag=True,
+    help="Neither read nor write the Parquet cache of "
+    "parsed columns (in ~/.cache/tracekit; see `tracekit cache info`).",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Ranks analysed in parallel (local process pool). [default: one per core]",
+)
+@click.option(
+    "--scheduler",
+    metavar="ADDRESS",
+    help="Run the per-rank work on an existing Dask cluster (e.g. tcp://host:8786; needs tracekit[dask]).",
+)
+@click.option(
+    "--paper",
+    is_flag=True,
+    help="Add the paper's published values (Llama 2-7B on "
+    "A800, Zhang et al.) beside yours as paper_* columns, where a table matches.",
+)
 @click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
-def analyze(path, fmt, out, per_step, only, steps_filter, phase_filter, module_filter, top, wide,
-            rank, taxonomy, kernel_rules, max_bytes, strict, no_cache, jobs, scheduler, paper,
-            debug):
+def analyze(
+    path,
+    fmt,
+    out,
+    per_step,
+    only,
+    steps_filter,
+    phase_filter,
+    module_filter,
+    top,
+    wide,
+    rank,
+    taxonomy,
+    kernel_rules,
+    max_bytes,
+    strict,
+    no_cache,
+    jobs,
+    scheduler,
+    paper,
+    debug,
+):
     """Print the paper's tables for a trace file or a directory of per-rank traces.
 
     Exit status: 0; 1 when files of a directory were skipped (a partial result); 2 on error.
@@ -92,16 +167,26 @@ def analyze(path, fmt, out, per_step, only, steps_filter, phase_filter, module_f
     from .filters import Filters, parse_steps
 
     try:
-        filters = Filters(steps=parse_steps(steps_filter) if steps_filter else None,
-                          phase=phase_filter.lower() if phase_filter else None,
-                          module=module_filter or None)
+        filters = Filters(
+            steps=parse_steps(steps_filter) if steps_filter else None,
+            phase=phase_filter.lower() if phase_filter else None,
+            module=module_filter or None,
+        )
     except ValueError as e:
         raise click.BadParameter(str(e).removeprefix("--steps "), param_hint="--steps") from None
     with reported(path, debug):
-        analysis = load_with_progress(load, path, rank=rank, taxonomy=taxonomy,
-                                      kernel_rules=kernel_rules, max_bytes=max_bytes,
-                                      cache=not no_cache, jobs=jobs, scheduler=scheduler,
-                                      strict=strict)
+        analysis = load_with_progress(
+            load,
+            path,
+            rank=rank,
+            taxonomy=taxonomy,
+            kernel_rules=kernel_rules,
+            max_bytes=max_bytes,
+            cache=not no_cache,
+            jobs=jobs,
+            scheduler=scheduler,
+            strict=strict,
+        )
         analysis = analysis.filtered(filters) if filters.active else analysis
         tables = _selected(analysis, [n.lower() for n in only], per_step)
         meta = analysis.meta
@@ -121,8 +206,11 @@ def _selected(analysis, only: list[str], per_step: bool) -> dict:
     have = analysis.names()
     missing = [n for n in only if n not in have]
     if missing:
-        why = "needs a directory of several ranks" if all(REGISTRY[n].cross_rank for n in missing) \
+        why = (
+            "needs a directory of several ranks"
+            if all(REGISTRY[n].cross_rank for n in missing)
             else "does not apply to this run or its filters"
+        )
         raise click.BadParameter(f"{', '.join(missing)}: {why}", param_hint="--table")
     return {n: analysis.table(n, per_step) for n in have if n in only}
 
@@ -131,32 +219,46 @@ def _selected(analysis, only: list[str], per_step: bool) -> dict:
 @click.argument("path", type=click.Path(path_type=Path))
 @click.argument("pattern")
 @click.option("--step", type=int, help="Only activities of this step.")
-@click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True,
-              help="Show at most this many chains (largest total time first).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-              show_default=True)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Show at most this many chains (largest total time first).",
+)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @reading_options
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
 @click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
-def explain(path, pattern, step, limit, fmt, rank, taxonomy, kernel_rules, max_bytes, strict,
-            no_cache, debug):
+def explain(
+    path, pattern, step, limit, fmt, rank, taxonomy, kernel_rules, max_bytes, strict, no_cache, debug
+):
     """Why is this number what it is: the chain behind the labels of the activities whose
     name matches PATTERN (case-insensitive substring or regex). docs/explain.md."""
     from .analysis import Options
     from .explain import run
 
     with reported(path, debug):
-        doc = run(path, pattern, step=step, rank=rank, limit=limit,
-                  options=Options(taxonomy=taxonomy, kernel_rules=kernel_rules,
-                                  max_bytes=max_bytes, cache=not no_cache))
+        doc = run(
+            path,
+            pattern,
+            step=step,
+            rank=rank,
+            limit=limit,
+            options=Options(
+                taxonomy=taxonomy, kernel_rules=kernel_rules, max_bytes=max_bytes, cache=not no_cache
+            ),
+        )
         if fmt == "json":
             import json
+
             click.echo(json.dumps(doc, indent=2))
         else:
             import shutil
 
             from .render.explain import fit, lines
             from .safetext import clean
+
             width = shutil.get_terminal_size((100, 24)).columns
             click.echo("\n".join(fit(clean(ln), width) for ln in lines(doc)))
 
@@ -170,8 +272,11 @@ COMPARE_FORMATS = ["table", "json", "csv", "md", "html"]
 @click.option("--format", "fmt", type=click.Choice(COMPARE_FORMATS), default="table", show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), help="Write here instead of stdout.")
 @reading_options
-@click.option("--paper", is_flag=True, help="Add the paper's Table VIII (naive vs FlashAttention) "
-              "beside the attention table.")
+@click.option(
+    "--paper",
+    is_flag=True,
+    help="Add the paper's Table VIII (naive vs FlashAttention) beside the attention table.",
+)
 @click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
 def compare(a, b, fmt, out, rank, taxonomy, kernel_rules, max_bytes, strict, paper, debug):
     """Compare two runs A and B (e.g. eager vs SDPA attention, ZeRO-2 vs ZeRO-3).
@@ -186,9 +291,17 @@ def compare(a, b, fmt, out, rank, taxonomy, kernel_rules, max_bytes, strict, pap
     runs = []
     for path in (a, b):
         with reported(path, debug):
-            runs.append(load_with_progress(load, path, rank=rank, taxonomy=taxonomy,
-                                           kernel_rules=kernel_rules, max_bytes=max_bytes,
-                                           strict=strict))
+            runs.append(
+                load_with_progress(
+                    load,
+                    path,
+                    rank=rank,
+                    taxonomy=taxonomy,
+                    kernel_rules=kernel_rules,
+                    max_bytes=max_bytes,
+                    strict=strict,
+                )
+            )
     with reported(f"{a} vs {b}", debug):
         tables = compare_runs(*runs)
         meta = compare_meta(*runs)
@@ -210,9 +323,12 @@ def cache_info() -> None:
     """Where the cache is, how many entries and bytes it holds, and its bound."""
     from . import cache
     from .safetext import bounded
+
     i = cache.info()
-    click.echo(f"{bounded(i['directory'])}: {i['entries']} entries, {i['bytes']:,} bytes "
-               f"(bound {i['max_bytes']:,} bytes)")
+    click.echo(
+        f"{bounded(i['directory'])}: {i['entries']} entries, {i['bytes']:,} bytes "
+        f"(bound {i['max_bytes']:,} bytes)"
+    )
 
 
 @cache_group.command(name="clear")
@@ -220,12 +336,21 @@ def cache_clear() -> None:
     """Remove every cached trace."""
     from . import cache
     from .safetext import bounded
+
     n = cache.clear()
     click.echo(f"removed {n} file{'s' if n != 1 else ''} from {bounded(cache.cache_dir())}")
 
 
-def _write(fmt: str, meta: dict, tables: dict, out: Path | None, terminal: str, *,
-           wide: bool = False, top: int | None = None) -> None:
+def _write(
+    fmt: str,
+    meta: dict,
+    tables: dict,
+    out: Path | None,
+    terminal: str,
+    *,
+    wide: bool = False,
+    top: int | None = None,
+) -> None:
     """Warnings to stderr, then the tables in ``fmt`` to ``out`` (or stdout).
 
     The output boundary: every name is cleaned here, once (:mod:`tracekit.safetext`; JSON keeps
@@ -256,6 +381,7 @@ def _write(fmt: str, meta: dict, tables: dict, out: Path | None, terminal: str, 
         formats.write_parquet(tables, out)
     elif fmt == "html":
         from .render.html import write_report
+
         if not out:
             fail("--format html needs --out FILE.html (or --out DIR for DIR/report.html)")
         write_report(meta, tables, html_target(out))
@@ -264,6 +390,7 @@ def _write(fmt: str, meta: dict, tables: dict, out: Path | None, terminal: str, 
 def _add_paper(tables: dict, meta: dict) -> tuple[dict, dict]:
     """Tables with the paper's values joined beside them, meta with the citation."""
     from .paper import citation_meta, with_paper
+
     return with_paper(tables), {**meta, "paper": citation_meta()}
 
 
@@ -271,11 +398,13 @@ def _add_capture() -> None:
     try:
         from tracekit.capture.cli import capture
     except ImportError:  # capture layer not installed: `tracekit capture` explains itself
+
         @main.command(context_settings={"ignore_unknown_options": True})
         @click.argument("args", nargs=-1, type=click.UNPROCESSED)
         def capture(args):
             """Capture traces (needs: pip install 'tracekit[capture]')."""
             fail("capture needs the capture extra: pip install 'tracekit[capture]'")
+
         return
     main.add_command(capture)
 

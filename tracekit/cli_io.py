@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -63,8 +64,9 @@ class TracekitGroup(click.Group):
         except Exception as e:
             if ctx.meta.get("tracekit.debug"):
                 raise
-            fail(f"unexpected failure ({e.__class__.__name__}: {str(e)[:200]}); "
-                 "rerun with --debug for details")
+            fail(
+                f"unexpected failure ({e.__class__.__name__}: {str(e)[:200]}); rerun with --debug for details"
+            )
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -76,7 +78,7 @@ def _line(kind: str, message: str) -> None:
     click.echo(f"tracekit: {kind}: {bounded(message, 2000)}", err=True)
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     _line("error", message)
     sys.exit(2)
 
@@ -104,8 +106,10 @@ def reported(path, debug: bool) -> Iterator[None]:
     except Exception as e:  # a trace we did not foresee: one line, never a traceback
         if debug:
             raise
-        fail(f"{path}: could not analyse ({e.__class__.__name__}: "
-             f"{str(e)[:200]}); rerun with --debug for details")
+        fail(
+            f"{path}: could not analyse ({e.__class__.__name__}: "
+            f"{str(e)[:200]}); rerun with --debug for details"
+        )
 
 
 def is_dir_out(out: Path) -> bool:
@@ -120,6 +124,7 @@ def emit(text: str, out: Path | None) -> None:
     """``text`` to ``out`` (whole or not at all), or to stdout."""
     if out:
         from .safewrite import write_text
+
         write_text(out, text)
     else:
         click.echo(text)
@@ -145,12 +150,14 @@ def html_target(out: Path) -> Path:
 def write_table(render: Callable, meta: dict, tables: dict, out: Path | None, **kw) -> None:
     """Rich tables, highlighting off (rich's highlighter is quadratic on long names)."""
     from rich.console import Console
+
     if not out:
         render(meta, tables, Console(highlight=False), **kw)
         return
     from io import StringIO
 
     from .safewrite import write_text
+
     buf = StringIO()
     render(meta, tables, Console(file=buf, width=140, highlight=False), **kw)
     write_text(out, buf.getvalue())
@@ -181,12 +188,18 @@ def load_with_progress(load: Callable, path, **kw):
     except (TraceError, OSError):
         return load(path, **kw)  # let load say what is wrong
     label = escape(bounded(p.name, 80))  # a file name is not rich markup
-    with Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
-                  TimeElapsedColumn(), console=Console(stderr=True, highlight=False),
-                  transient=True) as prog:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True, highlight=False),
+        transient=True,
+    ) as prog:
         n = len(files)
-        task = prog.add_task(f"analysing {label} ({total / 2**20:,.1f} MiB, "
-                             f"{n} file{'s' if n != 1 else ''})", total=n)
+        task = prog.add_task(
+            f"analysing {label} ({total / 2**20:,.1f} MiB, {n} file{'s' if n != 1 else ''})", total=n
+        )
         done = [0]
 
         def on_progress(event: str, value: float) -> None:

@@ -35,21 +35,25 @@ from tracekit.analyses._registry import STAGE_MEAN
 ATTENTION_PARTS = ["Bmm0", "Softmax", "Bmm1", "Attention"]
 
 
-
 def deltas() -> dict[str, tuple[str, list[str], str]]:
     """``<table>_delta`` -> (table, key columns, value column), for every registered table
     that declares a ``compare`` column (keys of a stage-aware table start with ``stage``)."""
-    return {f"{n}_delta": (n, (["stage"] if s.aggregate == STAGE_MEAN else []) + list(s.keys),
-                           s.compare)
-            for n, s in REGISTRY.items() if s.compare and s.func is not None}
+    return {
+        f"{n}_delta": (n, (["stage"] if s.aggregate == STAGE_MEAN else []) + list(s.keys), s.compare)
+        for n, s in REGISTRY.items()
+        if s.compare and s.func is not None
+    }
 
 
 def step_values(per_step: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
     """Wide frame: one row per key, one column per step (ranks averaged per step)."""
     keys = [k for k in keys if k in per_step.columns]
     if per_step.empty:
-        return pd.DataFrame(index=pd.MultiIndex.from_tuples([], names=keys) if len(keys) > 1
-                            else pd.Index([], name=keys[0] if keys else None))
+        return pd.DataFrame(
+            index=pd.MultiIndex.from_tuples([], names=keys)
+            if len(keys) > 1
+            else pd.Index([], name=keys[0] if keys else None)
+        )
     df = per_step.copy()
     for k in keys:
         df[k] = df[k].astype(str)
@@ -87,17 +91,28 @@ def attention_table(a_modules: pd.DataFrame, b_modules: pd.DataFrame) -> pd.Data
     for per in (a_modules, b_modules):
         att = per[per["module"].astype(str).isin(ATTENTION_PARTS)] if len(per) else per
         if len(att):
-            att = att.groupby([c for c in ("step", "rank", "phase") if c in att.columns],
-                              observed=True)["time_ms"].sum().reset_index()
+            att = (
+                att.groupby([c for c in ("step", "rank", "phase") if c in att.columns], observed=True)[
+                    "time_ms"
+                ]
+                .sum()
+                .reset_index()
+            )
         wides.append(step_values(att, ["phase"], "time_ms") if len(att) else pd.DataFrame())
     sa, sb = (_stats(w) if len(w) else pd.DataFrame(columns=["ms", "std"]) for w in wides)
     for ph in ("forward", "backward"):
         a_ms = float(sa["ms"].get(ph, 0.0)) if len(sa) else 0.0
         b_ms = float(sb["ms"].get(ph, 0.0)) if len(sb) else 0.0
-        rows.append({"phase": ph, "a_ms": a_ms, "b_ms": b_ms,
-                     "improvement_pct": (a_ms - b_ms) / a_ms * 100.0 if a_ms > 0 else np.nan,
-                     "a_std": sa["std"].get(ph, np.nan) if len(sa) else np.nan,
-                     "b_std": sb["std"].get(ph, np.nan) if len(sb) else np.nan})
+        rows.append(
+            {
+                "phase": ph,
+                "a_ms": a_ms,
+                "b_ms": b_ms,
+                "improvement_pct": (a_ms - b_ms) / a_ms * 100.0 if a_ms > 0 else np.nan,
+                "a_std": sa["std"].get(ph, np.nan) if len(sa) else np.nan,
+                "b_std": sb["std"].get(ph, np.nan) if len(sb) else np.nan,
+            }
+        )
     return pd.DataFrame(rows, columns=["phase", "a_ms", "b_ms", "improvement_pct", "a_std", "b_std"])
 
 
@@ -114,8 +129,7 @@ def _in_source_order(d: pd.DataFrame, keys: list[str], *sources: pd.DataFrame) -
 
 def compare(a, b) -> dict[str, pd.DataFrame]:
     """The comparison tables of two analyses (see the module docstring)."""
-    out = {"attention": attention_table(a.table("modules", per_step=True),
-                                        b.table("modules", per_step=True))}
+    out = {"attention": attention_table(a.table("modules", per_step=True), b.table("modules", per_step=True))}
     for name, (src, keys, value) in deltas().items():
         pa, pb = a.table(src, per_step=True), b.table(src, per_step=True)
         ks = [k for k in keys if k in pa.columns or k in pb.columns]
@@ -130,7 +144,12 @@ def compare(a, b) -> dict[str, pd.DataFrame]:
 
 def compare_meta(a, b) -> dict:
     """``meta`` of a comparison: both runs' meta under ``a`` and ``b``."""
-    return {"kind": "compare", "time_unit": "ms", "aggregation": "mean per complete step",
-            "a": a.meta, "b": b.meta,
-            "warnings": [{"run": "A", **w} for w in a.meta["warnings"]] +
-                        [{"run": "B", **w} for w in b.meta["warnings"]]}
+    return {
+        "kind": "compare",
+        "time_unit": "ms",
+        "aggregation": "mean per complete step",
+        "a": a.meta,
+        "b": b.meta,
+        "warnings": [{"run": "A", **w} for w in a.meta["warnings"]]
+        + [{"run": "B", **w} for w in b.meta["warnings"]],
+    }

@@ -40,11 +40,15 @@ def measure(acts: pd.DataFrame) -> dict:
         by_time, outside = by == "time", by == "none"
     else:
         by_time, outside = (step >= 0) & ~acts["launched"].to_numpy(bool), step < 0
-    out = {"device_ms": round(total / 1e6, 6),
-           "launch": share(acts["launched"].to_numpy(bool)),
-           "module": share(acts["module_id"].to_numpy() >= 0),
-           "phase_evidence": None, "unattributed": None,
-           "by_time": share(by_time), "outside": share(outside)}
+    out = {
+        "device_ms": round(total / 1e6, 6),
+        "launch": share(acts["launched"].to_numpy(bool)),
+        "module": share(acts["module_id"].to_numpy() >= 0),
+        "phase_evidence": None,
+        "unattributed": None,
+        "by_time": share(by_time),
+        "outside": share(outside),
+    }
     phase = acts["phase"].astype(str).to_numpy()
     out["unattributed"] = share(phase == "unattributed")
     if "phase_evidence" in acts:
@@ -74,11 +78,19 @@ def step_ranges(acts: pd.DataFrame, ranges: pd.DataFrame) -> dict:
 
 def line(coverage: dict) -> str:
     """One compact line: ``launch 99.8% · module 87.1% · ...`` (absent links left out)."""
-    parts = [("launch", "launch"), ("module", "module"), ("phase_evidence", "phase evidence"),
-             ("unattributed", "unattributed"), ("by_time", "placed by time"),
-             ("outside", "outside steps")]
-    shown = [f"{label} {coverage[k]:.1%}" for k, label in parts
-             if coverage.get(k) is not None and not (k == "unattributed" and not coverage[k])]
+    parts = [
+        ("launch", "launch"),
+        ("module", "module"),
+        ("phase_evidence", "phase evidence"),
+        ("unattributed", "unattributed"),
+        ("by_time", "placed by time"),
+        ("outside", "outside steps"),
+    ]
+    shown = [
+        f"{label} {coverage[k]:.1%}"
+        for k, label in parts
+        if coverage.get(k) is not None and not (k == "unattributed" and not coverage[k])
+    ]
     return " · ".join(shown)
 
 
@@ -90,10 +102,15 @@ def lines(meta: dict) -> list[str]:
         return []
     unit = "CPU op time" if meta.get("mode") == "cpu" else "device time"
     if len(cov) <= 4:
-        return [f"coverage{f' rank {r}' if len(cov) > 1 else ''} (share of {unit}): {line(c)}"
-                for r, c in cov.items()]
+        return [
+            f"coverage{f' rank {r}' if len(cov) > 1 else ''} (share of {unit}): {line(c)}"
+            for r, c in cov.items()
+        ]
     keys = ["launch", "module", "phase_evidence"]
-    worst = {k: min(c[k] for c in cov.values() if c.get(k) is not None) for k in keys
-             if any(c.get(k) is not None for c in cov.values())}
+    worst = {
+        k: min(c[k] for c in cov.values() if c.get(k) is not None)
+        for k in keys
+        if any(c.get(k) is not None for c in cov.values())
+    }
     worst.update({k: max(c[k] or 0 for c in cov.values()) for k in ("by_time", "outside")})
     return [f"coverage, worst of {len(cov)} ranks (share of {unit}): {line(worst)}"]

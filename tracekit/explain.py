@@ -25,8 +25,21 @@ from .errors import TraceError
 from .read import ANNOTATION, CPU_OP, RawTrace, trace_files
 
 #: The labels that make two activities' chains the same (with the activity's name).
-GROUP_KEY = ["name", "group", "kernel_category", "rule", "module", "module_rule", "phase",
-             "phase_evidence", "step_by", "bwd_link", "runtime", "op", "top_op"]
+GROUP_KEY = [
+    "name",
+    "group",
+    "kernel_category",
+    "rule",
+    "module",
+    "module_rule",
+    "phase",
+    "phase_evidence",
+    "step_by",
+    "bwd_link",
+    "runtime",
+    "op",
+    "top_op",
+]
 
 
 @dataclass
@@ -70,9 +83,14 @@ def rank_file(path: str | os.PathLike, rank: int | None, read) -> RawTrace:
     files = trace_files(p) if p.is_dir() else [p]
     raws = [read(f) for f in files]
     from_manifest = manifest_ranks(p) if p.is_dir() else {}
-    ids = [FileIdentity(rank=from_manifest.get(f.name) if r.meta.get("rank") is None
-                        else r.meta["rank"], pid=process_of(r.events),
-                        host=host_of(f, r.meta.get("host_name"))) for f, r in zip(files, raws)]
+    ids = [
+        FileIdentity(
+            rank=from_manifest.get(f.name) if r.meta.get("rank") is None else r.meta["rank"],
+            pid=process_of(r.events),
+            host=host_of(f, r.meta.get("host_name")),
+        )
+        for f, r in zip(files, raws)
+    ]
     groups, _ = group_files(ids)
     if rank is None:
         rank = min(groups)
@@ -83,8 +101,15 @@ def rank_file(path: str | os.PathLike, rank: int | None, read) -> RawTrace:
     return raw
 
 
-def run(path: str | os.PathLike, pattern: str, *, step: int | None = None,
-        rank: int | None = None, limit: int = 10, options=None) -> dict:
+def run(
+    path: str | os.PathLike,
+    pattern: str,
+    *,
+    step: int | None = None,
+    rank: int | None = None,
+    limit: int = 10,
+    options=None,
+) -> dict:
     """Read the trace (one rank of a directory) and explain ``pattern`` (see :func:`explain`)."""
     from .analysis import Options, _read
     from .taxonomy import kernel_rules, module_taxonomy
@@ -99,9 +124,16 @@ def collect(raw: RawTrace, taxonomy, rules) -> Evidence:
     """Run the linking and labelling steps on ``raw`` and keep every activity's evidence."""
     acts, modules, steps, mode = _pipeline_evidence(raw, taxonomy, rules)
     complete = set(steps.loc[steps["complete"], "step"].tolist()) if len(steps) else set()
-    return Evidence(path=raw.path, rank=raw.meta.get("rank"), mode=mode, acts=acts,
-                    events=raw.events, modules=modules, complete=complete,
-                    rank_files=int(raw.meta.get("rank_files", 1)))
+    return Evidence(
+        path=raw.path,
+        rank=raw.meta.get("rank"),
+        mode=mode,
+        acts=acts,
+        events=raw.events,
+        modules=modules,
+        complete=complete,
+        rank_files=int(raw.meta.get("rank_files", 1)),
+    )
 
 
 def explain(ev: Evidence, pattern: str, step: int | None = None, limit: int = 10) -> dict:
@@ -117,19 +149,30 @@ def explain(ev: Evidence, pattern: str, step: int | None = None, limit: int = 10
     if len(sub):
         key = sub[GROUP_KEY].astype(str)
         dur = (sub["end"] - sub["start"]).to_numpy()
-        groups = pd.DataFrame({"g": key.agg("\x1f".join, axis=1).to_numpy(), "dur": dur,
-                               "row": np.arange(len(sub))})
-        agg = groups.groupby("g", sort=False).agg(count=("dur", "size"), total=("dur", "sum"),
-                                                  first=("row", "min"))
+        groups = pd.DataFrame(
+            {"g": key.agg("\x1f".join, axis=1).to_numpy(), "dur": dur, "row": np.arange(len(sub))}
+        )
+        agg = groups.groupby("g", sort=False).agg(
+            count=("dur", "size"), total=("dur", "sum"), first=("row", "min")
+        )
         agg = agg.sort_values(["total", "count"], ascending=False)
         rows = groups.groupby("g", sort=False)["row"].apply(list)
         for g, r in agg.head(max(limit, 0)).iterrows():
             members = sub.iloc[rows[g]]
             chains.append(_chain(ev, sub.iloc[int(r["first"])], members, origin))
-    meta = {"path": ev.path, "rank": ev.rank, "mode": ev.mode, "pattern": pattern, "step": step,
-            "matched": len(sub), "groups": int(sub[GROUP_KEY].drop_duplicates().shape[0])
-            if len(sub) else 0, "shown": len(chains), "time_origin_ns": origin,
-            "complete_steps": sorted(int(s) for s in ev.complete), "rank_files": ev.rank_files}
+    meta = {
+        "path": ev.path,
+        "rank": ev.rank,
+        "mode": ev.mode,
+        "pattern": pattern,
+        "step": step,
+        "matched": len(sub),
+        "groups": int(sub[GROUP_KEY].drop_duplicates().shape[0]) if len(sub) else 0,
+        "shown": len(chains),
+        "time_origin_ns": origin,
+        "complete_steps": sorted(int(s) for s in ev.complete),
+        "rank_files": ev.rank_files,
+    }
     return {"meta": meta, "chains": chains}
 
 
@@ -144,25 +187,35 @@ def _chain(ev: Evidence, row: pd.Series, members: pd.DataFrame, origin: int) -> 
         "steps": steps,
         "in_tables": [s for s in steps if s in ev.complete],
         "module_instances": len(mod_paths),
-        "activity": {"kind": _kind(ev.mode, row), "stream": int(row["stream"]),
-                     "start_ns": int(row["start"]), "dur_ns": int(row["end"] - row["start"]),
-                     "start_ms": (int(row["start"]) - origin) / 1e6},
+        "activity": {
+            "kind": _kind(ev.mode, row),
+            "stream": int(row["stream"]),
+            "start_ns": int(row["start"]),
+            "dur_ns": int(row["end"] - row["start"]),
+            "start_ms": (int(row["start"]) - origin) / 1e6,
+        },
         "launch": _launch(ev, row, origin),
         "op_stack": _op_stack(ev, row, origin),
         "module": _module(ev, row),
         "backward": _backward(ev, row, origin),
         "phase": {"phase": str(row["phase"]), "evidence": str(row["phase_evidence"])},
-        "step": {"step": int(row["step"]), "by": str(row["step_by"]),
-                 "complete": int(row["step"]) in ev.complete},
-        "kernel_category": {"group": str(row["group"]), "category": str(row["kernel_category"]),
-                            "rule": str(row["rule"])},
-        "module_category": {"category": str(row["module"]) or None,
-                            "rule": str(row["module_rule"]) or None},
+        "step": {
+            "step": int(row["step"]),
+            "by": str(row["step_by"]),
+            "complete": int(row["step"]) in ev.complete,
+        },
+        "kernel_category": {
+            "group": str(row["group"]),
+            "category": str(row["kernel_category"]),
+            "rule": str(row["rule"]),
+        },
+        "module_category": {"category": str(row["module"]) or None, "rule": str(row["module_rule"]) or None},
     }
 
 
 def _kind(mode: str, row: pd.Series) -> str:
     from .read import KIND_NAMES
+
     k = int(row["kind"])
     return KIND_NAMES[k] if 0 <= k < len(KIND_NAMES) else str(k)
 
@@ -172,11 +225,14 @@ def _launch(ev: Evidence, row: pd.Series, origin: int) -> dict | None:
         return None
     le = int(row["launch_ev"])
     e = ev.events
-    return {"correlation": int(row["corr"]) if int(row["corr"]) >= 0 else None,
-            "runtime": str(row["runtime"]) or None,
-            "ts_ms": (int(row["launch_ts"]) - origin) / 1e6,
-            "dur_ms": float(e["dur"].iat[le]) / 1e6 if le >= 0 else None,
-            "pid": int(row["launch_pid"]), "tid": int(row["launch_tid"])}
+    return {
+        "correlation": int(row["corr"]) if int(row["corr"]) >= 0 else None,
+        "runtime": str(row["runtime"]) or None,
+        "ts_ms": (int(row["launch_ts"]) - origin) / 1e6,
+        "dur_ms": float(e["dur"].iat[le]) / 1e6 if le >= 0 else None,
+        "pid": int(row["launch_pid"]),
+        "tid": int(row["launch_tid"]),
+    }
 
 
 def _op_stack(ev: Evidence, row: pd.Series, origin: int) -> list[dict]:
@@ -185,24 +241,35 @@ def _op_stack(ev: Evidence, row: pd.Series, origin: int) -> list[dict]:
         return []
     e = ev.events
     t = int(row["launch_ts"])
-    m = (np.isin(e["kind"].to_numpy(), (CPU_OP, ANNOTATION)) &
-         (e["pid"].to_numpy() == row["launch_pid"]) & (e["tid"].to_numpy() == row["launch_tid"]))
+    m = (
+        np.isin(e["kind"].to_numpy(), (CPU_OP, ANNOTATION))
+        & (e["pid"].to_numpy() == row["launch_pid"])
+        & (e["tid"].to_numpy() == row["launch_tid"])
+    )
     ts, end = e["ts"].to_numpy(), e["ts"].to_numpy() + e["dur"].to_numpy()
     m &= (ts <= t) & (t < end) | ((ts <= t) & (t <= end) & (e["dur"].to_numpy() > 0))
     idx = np.flatnonzero(m)
     idx = idx[np.lexsort((-end[idx], ts[idx]))]
     kinds = e["kind"].to_numpy()
     seq = e["seq"].to_numpy()
-    return [{"name": str(e["name"].iat[i]), "kind": "op" if kinds[i] == CPU_OP else "range",
-             "ts_ms": (int(ts[i]) - origin) / 1e6, "dur_ms": float(e["dur"].iat[i]) / 1e6,
-             "seq": int(seq[i]) if seq[i] >= 0 else None} for i in idx]
+    return [
+        {
+            "name": str(e["name"].iat[i]),
+            "kind": "op" if kinds[i] == CPU_OP else "range",
+            "ts_ms": (int(ts[i]) - origin) / 1e6,
+            "dur_ms": float(e["dur"].iat[i]) / 1e6,
+            "seq": int(seq[i]) if seq[i] >= 0 else None,
+        }
+        for i in idx
+    ]
 
 
 def _module_path(mods: pd.DataFrame, mid: int) -> tuple[str, list[str]]:
     """(dotted path or instance chain, class chain) of module row ``mid`` ('' when none)."""
     if mid < 0 or mods.empty:
         return "", []
-    chain, i = [], mid
+    chain: list[int] = []
+    i = mid
     parent = mods["parent"].to_numpy()
     while i >= 0 and len(chain) < 256:
         chain.append(i)
@@ -227,11 +294,22 @@ def _backward(ev: Evidence, row: pd.Series, origin: int) -> dict | None:
         return None
     f = int(row["fwd_op_id"])
     e = ev.events
-    fwd = None if f < 0 else {"name": str(e["name"].iat[f]), "tid": int(e["tid"].iat[f]),
-                              "ts_ms": (int(e["ts"].iat[f]) - origin) / 1e6,
-                              "seq": int(e["seq"].iat[f]) if e["seq"].iat[f] >= 0 else None}
-    return {"node": str(row["node"]), "seq": int(row["node_seq"]) if row["node_seq"] >= 0
-            else None, "link": str(row["bwd_link"]), "forward_op": fwd}
+    fwd = (
+        None
+        if f < 0
+        else {
+            "name": str(e["name"].iat[f]),
+            "tid": int(e["tid"].iat[f]),
+            "ts_ms": (int(e["ts"].iat[f]) - origin) / 1e6,
+            "seq": int(e["seq"].iat[f]) if e["seq"].iat[f] >= 0 else None,
+        }
+    )
+    return {
+        "node": str(row["node"]),
+        "seq": int(row["node_seq"]) if row["node_seq"] >= 0 else None,
+        "link": str(row["bwd_link"]),
+        "forward_op": fwd,
+    }
 
 
 def _pipeline_evidence(raw: RawTrace, taxonomy, rules):

@@ -41,8 +41,9 @@ class Filters:
 
     def supports(self, spec) -> bool:
         """Whether a table with this spec can honour every active phase/module filter."""
-        return all(f in spec.filters or f in spec.keys
-                   for f in ("phase", "module") if getattr(self, f) is not None)
+        return all(
+            f in spec.filters or f in spec.keys for f in ("phase", "module") if getattr(self, f) is not None
+        )
 
     def intervals(self, iv: pd.DataFrame, spec) -> pd.DataFrame:
         """The intervals a table with ``spec`` is computed from."""

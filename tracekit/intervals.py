@@ -44,8 +44,12 @@ def measure_by(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
     seen before it in the group; those additions sum to the union's measure (int64 throughout).
     """
     if frame.empty:
-        return pd.Series(dtype=np.int64, index=pd.MultiIndex.from_arrays(
-            [[]] * len(keys), names=keys) if len(keys) > 1 else pd.Index([], name=keys[0]))
+        return pd.Series(
+            dtype=np.int64,
+            index=pd.MultiIndex.from_arrays([[]] * len(keys), names=keys)
+            if len(keys) > 1
+            else pd.Index([], name=keys[0]),
+        )
     f = frame[keys + ["start", "end"]].sort_values(keys + ["start"], kind="stable")
     groups = [f[k] for k in keys]
     first = ~f.duplicated(keys, keep="first").to_numpy()
@@ -55,13 +59,11 @@ def measure_by(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
     prev[1:] = end[:-1]
     prev[first] = np.iinfo(np.int64).min
     reach = pd.Series(prev, index=f.index).groupby(groups, observed=True, sort=False).cummax()
-    added = np.clip(end - np.maximum(f["start"].to_numpy(np.int64), reach.to_numpy(np.int64)),
-                    0, None)
+    added = np.clip(end - np.maximum(f["start"].to_numpy(np.int64), reach.to_numpy(np.int64)), 0, None)
     return pd.Series(added, index=f.index).groupby(groups, observed=True).sum()
 
 
-def minus_measure_by(a: pd.DataFrame, b: pd.DataFrame, keys: list[str],
-                     on: list[str]) -> pd.Series:
+def minus_measure_by(a: pd.DataFrame, b: pd.DataFrame, keys: list[str], on: list[str]) -> pd.Series:
     """Per group of ``keys`` of ``a``: measure (ns) of the union of the group's intervals minus
     the union of the intervals of ``b`` that share the group's ``on`` columns (``on`` is a
     subset of ``keys``). "Exposed communication" is this, with ``a`` the communication and
@@ -91,8 +93,9 @@ def minus_measure(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndar
     return int((a[1] - a[0]).sum()) - intersection_measure(a, b)
 
 
-def containing(pid: np.ndarray, t: np.ndarray, r_pid: np.ndarray, r_start: np.ndarray,
-               r_end: np.ndarray) -> np.ndarray:
+def containing(
+    pid: np.ndarray, t: np.ndarray, r_pid: np.ndarray, r_start: np.ndarray, r_end: np.ndarray
+) -> np.ndarray:
     """Index of the range ``[r_start, r_end)`` of the same ``pid`` holding each time ``t``; -1
     when none. Ranges of one pid should not overlap; where they do, the latest-starting wins.
     """

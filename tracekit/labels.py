@@ -43,11 +43,19 @@ def assign_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: Kern
     module, mrule = module_categories(linked, taxonomy, kcat)
     compute = group == "compute"
     block, layer = blocks(linked)
-    return pd.DataFrame({
-        "group": group, "kernel_category": kcat, "rule": krule, "collective": coll,
-        "module": np.where(compute, module, ""), "module_rule": np.where(compute, mrule, ""),
-        "block": block, "layer": layer,
-    }, index=a.index)
+    return pd.DataFrame(
+        {
+            "group": group,
+            "kernel_category": kcat,
+            "rule": krule,
+            "collective": coll,
+            "module": np.where(compute, module, ""),
+            "module_rule": np.where(compute, mrule, ""),
+            "block": block,
+            "layer": layer,
+        },
+        index=a.index,
+    )
 
 
 def other_share(iv: pd.DataFrame) -> float:
@@ -78,17 +86,18 @@ def groups(linked: LinkedTrace, rules: KernelRules) -> np.ndarray:
     kind = a["kind"].to_numpy()
     if linked.mode == "gpu":
         is_comm = _matches(a["name"], rules.comm_kernel)
-        group = np.where(kind == MEMCPY, "memcpy", np.where(kind == MEMSET, "memset",
-                         np.where(is_comm, "comm", "compute")))
+        group = np.where(
+            kind == MEMCPY, "memcpy", np.where(kind == MEMSET, "memset", np.where(is_comm, "comm", "compute"))
+        )
     else:
-        is_comm = _matches(a["name"], rules.comm_op) | \
-            (a["comm_text"].astype(str).to_numpy() != "")
+        is_comm = _matches(a["name"], rules.comm_op) | (a["comm_text"].astype(str).to_numpy() != "")
         group = np.where(is_comm, "comm", "compute")
     return group.astype(object)
 
 
-def _kernel_label(rules: KernelRules, name: str, op: str, leaf: str, comm: str,
-                  group: str) -> tuple[str, str, str]:
+def _kernel_label(
+    rules: KernelRules, name: str, op: str, leaf: str, comm: str, group: str
+) -> tuple[str, str, str]:
     """(kernel_category, rule, collective) of one distinct activity."""
     if group == "comm":
         c, src = rules.collective_of(name, comm, leaf)
@@ -99,19 +108,26 @@ def _kernel_label(rules: KernelRules, name: str, op: str, leaf: str, comm: str,
     return cat, rule, ""
 
 
-def kernel_categories(a: pd.DataFrame, group: np.ndarray,
-                      rules: KernelRules) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def kernel_categories(
+    a: pd.DataFrame, group: np.ndarray, rules: KernelRules
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(kernel_category, rule, collective) per activity; rules applied once per distinct case."""
-    pairs = pd.DataFrame({"name": a["name"].astype(str), "op": a["top_op"].astype(str),
-                          "leaf": a["op"].astype(str), "comm": a["comm_text"].astype(str),
-                          "group": group})
+    pairs = pd.DataFrame(
+        {
+            "name": a["name"].astype(str),
+            "op": a["top_op"].astype(str),
+            "leaf": a["op"].astype(str),
+            "comm": a["comm_text"].astype(str),
+            "group": group,
+        }
+    )
     uniq = pairs.drop_duplicates()
     labels = [_kernel_label(rules, *row) for row in uniq.itertuples(index=False)]
-    uniq = uniq.assign(kernel_category=[x[0] for x in labels], rule=[x[1] for x in labels],
-                       collective=[x[2] for x in labels])
+    uniq = uniq.assign(
+        kernel_category=[x[0] for x in labels], rule=[x[1] for x in labels], collective=[x[2] for x in labels]
+    )
     merged = pairs.merge(uniq, on=list(pairs.columns), how="left")
-    return tuple(merged[c].to_numpy(dtype=object)  # type: ignore[return-value]
-                 for c in ("kernel_category", "rule", "collective"))
+    return tuple(merged[c].to_numpy(dtype=object) for c in ("kernel_category", "rule", "collective"))
 
 
 def label_modules(mods: pd.DataFrame, taxonomy: ModuleTaxonomy) -> None:
@@ -147,8 +163,9 @@ def label_modules(mods: pd.DataFrame, taxonomy: ModuleTaxonomy) -> None:
     mods["att_root"] = att_root
 
 
-def module_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy,
-                      kcat: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def module_categories(
+    linked: LinkedTrace, taxonomy: ModuleTaxonomy, kcat: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Paper module category (Table VI row) and the rule behind it, per activity.
 
     RoPE needs rotary evidence: a rotary module (by the module rules), an op under a rotary
@@ -181,12 +198,14 @@ def module_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy,
 def _in_compiled_region(a: pd.DataFrame, taxonomy: ModuleTaxonomy) -> np.ndarray:
     """Activities launched inside a torch.compile region (its outermost or launching op is
     ``Torch-Compiled Region``, ``CompiledFunction[Backward]``, ...)."""
-    return _matches(a["top_op"], taxonomy.compiled, full=True) | \
-        _matches(a["op"], taxonomy.compiled, full=True)
+    return _matches(a["top_op"], taxonomy.compiled, full=True) | _matches(
+        a["op"], taxonomy.compiled, full=True
+    )
 
 
-def _attention_parts(a: pd.DataFrame, mods: pd.DataFrame, att: np.ndarray,
-                     taxonomy: ModuleTaxonomy, rotary: np.ndarray) -> np.ndarray:
+def _attention_parts(
+    a: pd.DataFrame, mods: pd.DataFrame, att: np.ndarray, taxonomy: ModuleTaxonomy, rotary: np.ndarray
+) -> np.ndarray:
     """Category of activities inside an attention module: the first matmul is Bmm0, the ops
     between the two matmuls Softmax, the second Bmm1; a fused attention op is Attention; rotary
     work (``rotary``, or a rotary op) is RoPE; everything else (q/k/v views and transposes,
@@ -197,11 +216,15 @@ def _attention_parts(a: pd.DataFrame, mods: pd.DataFrame, att: np.ndarray,
     top_ts = a["top_op_ts"].to_numpy()[att]
     origin = top_ts[top_ts >= 0].min() if (top_ts >= 0).any() else 0
     root = mods["att_root"].to_numpy()[mid[att]]
-    sub = pd.DataFrame({"mid": np.where(root >= 0, root, mid[att]),
-                        "top": a["top_op"].astype(str).to_numpy()[att],
-                        "op": a["op"].astype(str).to_numpy()[att],
-                        "top_ts": np.where(top_ts >= 0, top_ts - origin, -1),
-                        "top_id": a["top_op_id"].to_numpy()[att]})
+    sub = pd.DataFrame(
+        {
+            "mid": np.where(root >= 0, root, mid[att]),
+            "top": a["top_op"].astype(str).to_numpy()[att],
+            "op": a["op"].astype(str).to_numpy()[att],
+            "top_ts": np.where(top_ts >= 0, top_ts - origin, -1),
+            "top_id": a["top_op_id"].to_numpy()[att],
+        }
+    )
     fused = sub["top"].str.fullmatch(taxonomy.fused_attention).to_numpy()
     is_bmm = sub["top"].str.fullmatch(taxonomy.bmm).to_numpy() & ~fused
     bm = sub[is_bmm].drop_duplicates("top_id").sort_values("top_ts")
@@ -282,8 +305,11 @@ def _layer_split_times(mods: pd.DataFrame, origin: int) -> pd.Series:
     split = start[ffn_like & after_att].groupby(par[ffn_like & after_att]).min()
     no_att = ~par.isin(att.index).to_numpy()
     norms = ch[no_att & (cat == "RMSNorm")].sort_values("start")
-    second_norm = (norms.groupby("parent")["start"].nth(1).groupby(norms["parent"]).min() - origin
-                   if len(norms) else pd.Series(dtype="float64"))
+    second_norm = (
+        norms.groupby("parent")["start"].nth(1).groupby(norms["parent"]).min() - origin
+        if len(norms)
+        else pd.Series(dtype="float64")
+    )
     first_mlp = start[no_att & (cat == "MLP")].groupby(par[no_att & (cat == "MLP")]).min()
     fallback = second_norm.combine_first(first_mlp)
     out = split.astype("float64").combine_first(fallback.astype("float64"))

@@ -54,5 +54,8 @@ def with_paper(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
 
 def citation_meta() -> dict:
     v = paper_values()
-    return {"citation": v["citation"], "setting": v["setting"],
-            "tables": {k: f"Table {t['paper_table']}: {t['caption']}" for k, t in v["tables"].items()}}
+    return {
+        "citation": v["citation"],
+        "setting": v["setting"],
+        "tables": {k: f"Table {t['paper_table']}: {t['caption']}" for k, t in v["tables"].items()},
+    }

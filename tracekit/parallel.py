@@ -53,8 +53,9 @@ def _ignore_sigint() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def map_ranks(fn: Callable, files: Sequence[Any], *args, jobs: int = 1,
-              scheduler: Any = None, keep_errors: bool = False) -> list:
+def map_ranks(
+    fn: Callable, files: Sequence[Any], *args, jobs: int = 1, scheduler: Any = None, keep_errors: bool = False
+) -> list:
     """``[fn(f, *args) for f in files]``, in order, run as asked."""
     files = list(files)
     attempt = _Attempt(fn, args, keep_errors)

@@ -54,8 +54,11 @@ def hta_numbers(trace: str | Path) -> dict:
         tb = ta.get_temporal_breakdown(visualize=False).iloc[0]
         ov = ta.get_comm_comp_overlap(visualize=False)
         overlap = float(ov["comp_comm_overlap_pctg"].iloc[0]) if len(ov) else np.nan
-        return {"idle_us": float(tb["idle_time(us)"]), "compute_us": float(tb["compute_time(us)"]),
-                "non_compute_us": float(tb["non_compute_time(us)"]),
-                "comm_comp_overlap_pct": overlap}
+        return {
+            "idle_us": float(tb["idle_time(us)"]),
+            "compute_us": float(tb["compute_time(us)"]),
+            "non_compute_us": float(tb["non_compute_time(us)"]),
+            "comm_comp_overlap_pct": overlap,
+        }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

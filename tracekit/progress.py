@@ -8,9 +8,9 @@ other processes report only ``done``. Costs nothing when nobody listens.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Callable, Iterator
 
 Listener = Callable[[str, float], None]
 _listener: ContextVar[Listener | None] = ContextVar("tracekit_progress", default=None)

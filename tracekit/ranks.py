@@ -25,6 +25,7 @@ every number before it (and the shift is reported), so each step stays one step.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -60,7 +61,7 @@ def process_of(events: pd.DataFrame) -> int | None:
     return int(cpu.value_counts().idxmax())
 
 
-def host_of(path: str | Path, header_host: str | None) -> str | None:
+def host_of(path: str | os.PathLike, header_host: str | None) -> str | None:
     """The host a file came from: the trace header's ``host_name``, else the trace handler's
     file name (``host_pid.time.pt.trace.json``)."""
     if header_host:
@@ -81,8 +82,12 @@ def manifest_ranks(directory: Path) -> dict[str, int]:
     out: dict[str, int] = {}
     rows = doc.get("ranks") if isinstance(doc, dict) else None
     for r in rows if isinstance(rows, list) else []:
-        if isinstance(r, dict) and isinstance(r.get("trace"), str) and \
-                isinstance(r.get("rank"), int) and not isinstance(r.get("rank"), bool):
+        if (
+            isinstance(r, dict)
+            and isinstance(r.get("trace"), str)
+            and isinstance(r.get("rank"), int)
+            and not isinstance(r.get("rank"), bool)
+        ):
             out[Path(r["trace"]).name] = r["rank"]
     return out
 
@@ -112,17 +117,20 @@ def group_files(ids: list[FileIdentity]) -> tuple[dict[int, list[int]], str]:
     return {r: sorted(v) for r, v in sorted(groups.items())}, _how(ids, groups, unranked, by_process)
 
 
-def _how(ids: list[FileIdentity], groups: dict[int, list[int]], unranked: list[int],
-         by_process: int) -> str:
+def _how(ids: list[FileIdentity], groups: dict[int, list[int]], unranked: list[int], by_process: int) -> str:
     n, k = len(ids), len(groups)
     if not unranked:
         how = "ranks from distributedInfo (or the capture manifest)"
     elif len(unranked) == n:
-        how = ("no distributedInfo: files grouped by process (host and pid); "
-               "rank numbers follow file order and are not distributed ranks")
+        how = (
+            "no distributedInfo: files grouped by process (host and pid); "
+            "rank numbers follow file order and are not distributed ranks"
+        )
     else:
-        how = (f"{n - len(unranked)} files ranked by distributedInfo (or the capture manifest), "
-               f"{len(unranked)} without: grouped by process (host and pid)")
+        how = (
+            f"{n - len(unranked)} files ranked by distributedInfo (or the capture manifest), "
+            f"{len(unranked)} without: grouped by process (host and pid)"
+        )
     if any(f.pid is None for f in ids if f.rank is None):
         how += "; files with no CPU process id are a rank each"
     if k < n:
@@ -142,34 +150,43 @@ def merge_windows(parts: list[Any]) -> Any:
         shift = 0
         if taken and taken.intersection(nums.tolist()):
             shift = max(taken) + 1 - int(nums.min())
-            shifted.append(f"{Path(p.path).name}: steps {nums.min()}-{nums.max()} "
-                           f"renumbered {nums.min() + shift}-{nums.max() + shift}")
+            shifted.append(
+                f"{Path(p.path).name}: steps {nums.min()}-{nums.max()} "
+                f"renumbered {nums.min() + shift}-{nums.max() + shift}"
+            )
         taken.update((nums + shift).tolist())
         intervals.append(p.intervals.assign(step=p.intervals["step"] + shift))
         steps.append(p.steps.assign(step=p.steps["step"] + shift))
         windows.append(p.windows.assign(step=p.windows["step"] + shift))
         warnings += p.warnings
     if shifted:
-        warnings.append(TraceWarning("steps_renumbered", "step numbers repeat across files of "
-                                     "one rank; " + "; ".join(shifted)))
+        warnings.append(
+            TraceWarning(
+                "steps_renumbered", "step numbers repeat across files of one rank; " + "; ".join(shifted)
+            )
+        )
     first = parts[0]
     meta = dict(first.meta)
-    meta["steps"] = [s + _shift_of(p, steps[i]) for i, p in enumerate(parts)
-                     for s in p.meta.get("steps", [])]
-    meta["complete_steps"] = [s + _shift_of(p, steps[i]) for i, p in enumerate(parts)
-                              for s in p.meta.get("complete_steps", [])]
+    meta["steps"] = [s + _shift_of(p, steps[i]) for i, p in enumerate(parts) for s in p.meta.get("steps", [])]
+    meta["complete_steps"] = [
+        s + _shift_of(p, steps[i]) for i, p in enumerate(parts) for s in p.meta.get("complete_steps", [])
+    ]
     meta["has_profiler_steps"] = all(p.meta.get("has_profiler_steps", True) for p in parts)
     shifts = [_shift_of(p, steps[i]) for i, p in enumerate(parts)]
     if any("coverage" in p.meta for p in parts):
         meta["coverage"] = _merge_coverage([p.meta.get("coverage") or {} for p in parts])
     if any("step_ranges" in p.meta for p in parts):
-        meta["step_ranges"] = _merge_step_ranges([p.meta.get("step_ranges") or {} for p in parts],
-                                                 shifts)
+        meta["step_ranges"] = _merge_step_ranges([p.meta.get("step_ranges") or {} for p in parts], shifts)
     meta["window_files"] = [p.path for p in parts]
-    return replace(first, mode="gpu" if any(p.mode == "gpu" for p in parts) else first.mode,
-                   intervals=pd.concat(intervals, ignore_index=True),
-                   steps=pd.concat(steps, ignore_index=True),
-                   windows=pd.concat(windows, ignore_index=True), meta=meta, warnings=warnings)
+    return replace(
+        first,
+        mode="gpu" if any(p.mode == "gpu" for p in parts) else first.mode,
+        intervals=pd.concat(intervals, ignore_index=True),
+        steps=pd.concat(steps, ignore_index=True),
+        windows=pd.concat(windows, ignore_index=True),
+        meta=meta,
+        warnings=warnings,
+    )
 
 
 def _merge_coverage(covs: list[dict]) -> dict:

@@ -20,7 +20,7 @@ import stat
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -33,45 +33,45 @@ from .errors import TraceError
 #: Default bound on decompressed size; ``--max-bytes`` raises it.
 DEFAULT_MAX_BYTES = 8 * 1024**3
 
-Number = Union[int, float]
-Ident = Union[int, str]
+Number = int | float
+Ident = int | str
 
 
 class Args(msgspec.Struct, gc=False):
     """The ``args`` keys tracekit reads; all others are skipped by the decoder."""
 
-    correlation: Union[Ident, None] = None
-    external_id: Union[Ident, None] = msgspec.field(default=None, name="External id")
-    seq: Union[Ident, None] = msgspec.field(default=None, name="Sequence number")
-    fwd_tid: Union[Ident, None] = msgspec.field(default=None, name="Fwd thread id")
-    stream: Union[Ident, None] = None
-    device: Union[Ident, None] = None
-    py_id: Union[Ident, None] = msgspec.field(default=None, name="Python id")
-    py_parent: Union[Ident, None] = msgspec.field(default=None, name="Python parent id")
-    collective: Union[str, None] = msgspec.field(default=None, name="Collective name")
-    bytes: Union[Number, str, None] = None
-    name: Union[str, None] = None  # metadata events: process / thread names
+    correlation: Ident | None = None
+    external_id: Ident | None = msgspec.field(default=None, name="External id")
+    seq: Ident | None = msgspec.field(default=None, name="Sequence number")
+    fwd_tid: Ident | None = msgspec.field(default=None, name="Fwd thread id")
+    stream: Ident | None = None
+    device: Ident | None = None
+    py_id: Ident | None = msgspec.field(default=None, name="Python id")
+    py_parent: Ident | None = msgspec.field(default=None, name="Python parent id")
+    collective: str | None = msgspec.field(default=None, name="Collective name")
+    bytes: Number | str | None = None
+    name: str | None = None  # metadata events: process / thread names
 
 
 class Event(msgspec.Struct, gc=False):
-    ph: Union[str, None] = None
-    cat: Union[str, None] = None
-    name: Union[str, None] = None
-    pid: Union[Ident, None] = None
-    tid: Union[Ident, None] = None
-    ts: Union[Number, None] = None
-    dur: Union[Number, None] = None
-    id: Union[Ident, None] = None
-    args: Union[Args, None] = None
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = None
+    pid: Ident | None = None
+    tid: Ident | None = None
+    ts: Number | None = None
+    dur: Number | None = None
+    id: Ident | None = None
+    args: Args | None = None
 
 
 class TraceDoc(msgspec.Struct, gc=False):
     traceEvents: list[Event]
-    distributedInfo: Union[dict[str, Any], None] = None
-    deviceProperties: Union[list[Any], None] = None
-    schemaVersion: Union[Ident, None] = None
-    baseTimeNanoseconds: Union[int, None] = None
-    host_name: Union[str, None] = None
+    distributedInfo: dict[str, Any] | None = None
+    deviceProperties: list[Any] | None = None
+    schemaVersion: Ident | None = None
+    baseTimeNanoseconds: int | None = None
+    host_name: str | None = None
 
 
 _DECODER = msgspec.json.Decoder(TraceDoc)
@@ -79,25 +79,51 @@ _DECODER = msgspec.json.Decoder(TraceDoc)
 
 # Normalised event kinds. Values are small ints in the ``kind`` column.
 KERNEL, MEMCPY, MEMSET, RUNTIME, CPU_OP, ANNOTATION, PYTHON, FLOW_LAUNCH, FLOW_FWDBWD = range(9)
-KIND_NAMES = ["kernel", "memcpy", "memset", "runtime", "cpu_op", "annotation", "python",
-              "flow_launch", "flow_fwdbwd"]
+KIND_NAMES = [
+    "kernel",
+    "memcpy",
+    "memset",
+    "runtime",
+    "cpu_op",
+    "annotation",
+    "python",
+    "flow_launch",
+    "flow_fwdbwd",
+]
 
 _CATEGORY_KIND = {
     "kernel": KERNEL,
-    "gpu_memcpy": MEMCPY, "memcpy": MEMCPY,
-    "gpu_memset": MEMSET, "memset": MEMSET,
-    "cuda_runtime": RUNTIME, "runtime": RUNTIME, "cuda_driver": RUNTIME,
-    "hip_runtime": RUNTIME, "mtia_runtime": RUNTIME, "privateuse1_runtime": RUNTIME,
-    "cpu_op": CPU_OP, "operator": CPU_OP,
+    "gpu_memcpy": MEMCPY,
+    "memcpy": MEMCPY,
+    "gpu_memset": MEMSET,
+    "memset": MEMSET,
+    "cuda_runtime": RUNTIME,
+    "runtime": RUNTIME,
+    "cuda_driver": RUNTIME,
+    "hip_runtime": RUNTIME,
+    "mtia_runtime": RUNTIME,
+    "privateuse1_runtime": RUNTIME,
+    "cpu_op": CPU_OP,
+    "operator": CPU_OP,
     "user_annotation": ANNOTATION,
     "python_function": PYTHON,
-    "ac2g": FLOW_LAUNCH, "async_cpu_to_gpu": FLOW_LAUNCH, "async_gpu": FLOW_LAUNCH,
+    "ac2g": FLOW_LAUNCH,
+    "async_cpu_to_gpu": FLOW_LAUNCH,
+    "async_gpu": FLOW_LAUNCH,
     "fwdbwd": FLOW_FWDBWD,
 }
 #: Categories that exist in real traces and that tracekit deliberately does not use.
 _KNOWN_UNUSED = {
-    "trace", "gpu_user_annotation", "cuda_sync", "cpu_instant_event", "overhead",
-    "python_function_other", "mtia_ccp_events", "cuda_profiler_range", "kineto", "",
+    "trace",
+    "gpu_user_annotation",
+    "cuda_sync",
+    "cpu_instant_event",
+    "overhead",
+    "python_function_other",
+    "mtia_ccp_events",
+    "cuda_profiler_range",
+    "kineto",
+    "",
 }
 
 #: python_function events kept: module frames and the rotary helper; the rest are dropped.
@@ -181,8 +207,10 @@ def _gunzip_bounded(f: io.BufferedReader, max_bytes: int, p: Path) -> bytearray:
                 out += piece
                 if len(out) > max_bytes:
                     raise TraceError(
-                        p, f"decompresses to more than the {max_bytes:,}-byte limit "
-                           "(a gzip bomb? raise the limit with --max-bytes)")
+                        p,
+                        f"decompresses to more than the {max_bytes:,}-byte limit "
+                        "(a gzip bomb? raise the limit with --max-bytes)",
+                    )
                 chunk = d.unused_data if d.eof else d.unconsumed_tail
                 if not chunk and (d.eof or len(piece) < cap):
                     break  # input used up and no output pending
@@ -206,11 +234,12 @@ def decode(data: bytes, path: str | os.PathLike) -> TraceDoc:
     try:
         return _DECODER.decode(data)
     except UnicodeDecodeError as e:  # msgspec passes the codec's error through
-        raise TraceError(path, f"not UTF-8 text: a JSON string holds the invalid byte "
-                               f"0x{e.object[e.start]:02x}") from None
+        raise TraceError(
+            path, f"not UTF-8 text: a JSON string holds the invalid byte 0x{e.object[e.start]:02x}"
+        ) from None
     except msgspec.ValidationError as e:
         msg = str(e)
-        if "Expected `object`, got" in msg and "$" not in msg.split("-")[-1]:
+        if "Expected `object`, got" in msg and "$" not in msg.rsplit("-", maxsplit=1)[-1]:
             raise TraceError(path, f"not a trace: the top level must be a JSON object ({msg})") from None
         if "missing required field `traceEvents`" in msg:
             raise TraceError(path, "not a trace: no `traceEvents` list") from None
@@ -220,9 +249,11 @@ def decode(data: bytes, path: str | os.PathLike) -> TraceDoc:
         if "truncated" in msg.lower():
             raise TraceError(path, "truncated JSON (the file ends early)") from None
         at = re.search(r"\(byte (\d+)\)", msg)
-        if at and re.match(rb"-?(NaN|Infinity|nan|inf)", data[int(at.group(1)):int(at.group(1)) + 9]):
-            raise TraceError(path, f"NaN or Infinity at byte {at.group(1)}: not valid JSON "
-                                   "(a trace written with allow_nan?)") from None
+        if at and re.match(rb"-?(NaN|Infinity|nan|inf)", data[int(at.group(1)) : int(at.group(1)) + 9]):
+            raise TraceError(
+                path,
+                f"NaN or Infinity at byte {at.group(1)}: not valid JSON (a trace written with allow_nan?)",
+            ) from None
         raise TraceError(path, f"not valid JSON ({msg})") from None
     except RecursionError:
         raise TraceError(path, "JSON nested too deeply") from None
@@ -240,8 +271,9 @@ def _check_text(data: bytes, path: str | os.PathLike) -> None:
     # BOM-less UTF-16: JSON is ASCII punctuation, so every other byte is NUL.
     even, odd = head[0::2], head[1::2]
     if len(head) >= 4 and (even.count(0) >= 0.9 * len(even) or odd.count(0) >= 0.9 * len(odd)):
-        raise TraceError(path, "UTF-16 text without a byte order mark; traces are UTF-8 JSON "
-                               "(convert with iconv)")
+        raise TraceError(
+            path, "UTF-16 text without a byte order mark; traces are UTF-8 JSON (convert with iconv)"
+        )
     raise TraceError(path, "binary file (NUL bytes), not a JSON trace")
 
 
@@ -256,8 +288,9 @@ def _int_column(values: list, none: int = -1) -> np.ndarray:
     types = set(map(type, values))
     if types <= _INT_OR_NONE:  # the common case, vectorised; big ids fall through to the loop
         try:
-            return np.array([none if v is None else v for v in values] if type(None) in types
-                            else values, dtype=np.int64)
+            return np.array(
+                [none if v is None else v for v in values] if type(None) in types else values, dtype=np.int64
+            )
         except OverflowError:
             pass
     out = np.full(len(values), none, dtype=np.int64)
@@ -368,8 +401,7 @@ class _FrameBuilder:
                     continue
             if kind == PYTHON:
                 name = ev.name or ""
-                if not (name.startswith(_PYTHON_KEEP_PREFIX) or "rotary" in name
-                        or name.startswith(_PYTHON_KEEP_ENGINE)):
+                if not (name.startswith((_PYTHON_KEEP_PREFIX, _PYTHON_KEEP_ENGINE)) or "rotary" in name):
                     continue  # ("apply_rotary_pos_emb" contains "rotary": _PYTHON_KEEP_SUBSTR)
             elif kind <= CPU_OP or kind == ANNOTATION:
                 if ph != "X":
@@ -384,33 +416,37 @@ class _FrameBuilder:
         args = [e.args or no_args for e in keep_ev]
         self.ts_raw += [e.ts for e in keep_ev]
         self.dur_raw += [0 if e.dur is None else e.dur for e in keep_ev]
-        self.parts.append({
-            "kind": np.array(kinds, dtype=np.int8),
-            "name": pd.Categorical([e.name or "" for e in keep_ev]),
-            "pid": _int_column([e.pid for e in keep_ev]),
-            "tid": _int_column([e.tid for e in keep_ev]),
-            "flow_id": _int_column([e.id for e in keep_ev]),
-            "flow_ph": pd.Categorical([e.ph if e.ph in ("s", "f", "t") else "" for e in keep_ev]),
-            "corr": _fast_int_column([a.correlation for a in args]),
-            "ext_id": _fast_int_column([a.external_id for a in args]),
-            "seq": _fast_int_column([a.seq for a in args]),
-            "fwd_tid": _fast_int_column([a.fwd_tid for a in args]),
-            "stream": _fast_int_column([a.stream for a in args]),
-            "device": _fast_int_column([a.device for a in args]),
-            "py_id": _int_column([a.py_id for a in args]),
-            "py_parent": _int_column([a.py_parent for a in args]),
-            "collective": pd.Categorical([a.collective or "" for a in args]),
-            "bytes": np.array([b if isinstance(b := a.bytes, (int, float)) else np.nan
-                               for a in args], dtype=np.float64),
-        })
+        self.parts.append(
+            {
+                "kind": np.array(kinds, dtype=np.int8),
+                "name": pd.Categorical([e.name or "" for e in keep_ev]),
+                "pid": _int_column([e.pid for e in keep_ev]),
+                "tid": _int_column([e.tid for e in keep_ev]),
+                "flow_id": _int_column([e.id for e in keep_ev]),
+                "flow_ph": pd.Categorical([e.ph if e.ph in ("s", "f", "t") else "" for e in keep_ev]),
+                "corr": _fast_int_column([a.correlation for a in args]),
+                "ext_id": _fast_int_column([a.external_id for a in args]),
+                "seq": _fast_int_column([a.seq for a in args]),
+                "fwd_tid": _fast_int_column([a.fwd_tid for a in args]),
+                "stream": _fast_int_column([a.stream for a in args]),
+                "device": _fast_int_column([a.device for a in args]),
+                "py_id": _int_column([a.py_id for a in args]),
+                "py_parent": _int_column([a.py_parent for a in args]),
+                "collective": pd.Categorical([a.collective or "" for a in args]),
+                "bytes": np.array(
+                    [b if isinstance(b := a.bytes, (int, float)) else np.nan for a in args], dtype=np.float64
+                ),
+            }
+        )
 
     def _column(self, name: str):
         parts = [p[name] for p in self.parts]
         if not parts:
             if name in ("name", "flow_ph", "collective"):
                 return pd.Categorical([])
-            return np.zeros(0, dtype=np.float64 if name == "bytes" else
-                            np.int8 if name == "kind" else np.int64)
+            return np.zeros(
+                0, dtype=np.float64 if name == "bytes" else np.int8 if name == "kind" else np.int64
+            )
         if isinstance(parts[0], pd.Categorical):
             if len(parts) == 1:
                 return parts[0]
@@ -446,17 +482,40 @@ class _FrameBuilder:
             frame = frame[~drop].reset_index(drop=True)
         if not np.isin(frame["kind"].to_numpy(), (KERNEL, MEMCPY, MEMSET, CPU_OP)).any():
             dropped = f" ({int(drop.sum()):,} dropped for invalid times)" if drop.any() else ""
-            raise TraceError(path, f"nothing to analyse: none of its {self.n_events:,} events is "
-                                   f"a kernel, memcpy, memset or CPU op with a valid time{dropped}")
-        meta = {"thread_names": {f"{k[0]}:{k[1]}": v for k, v in self.thread_names.items()},
-                "process_names": {str(k): v for k, v in self.process_names.items()}}
+            raise TraceError(
+                path,
+                f"nothing to analyse: none of its {self.n_events:,} events is "
+                f"a kernel, memcpy, memset or CPU op with a valid time{dropped}",
+            )
+        meta = {
+            "thread_names": {f"{k[0]}:{k[1]}": v for k, v in self.thread_names.items()},
+            "process_names": {str(k): v for k, v in self.process_names.items()},
+        }
         return frame, warnings, meta
 
 
 _NO_ARGS = Args()
 #: The event columns, in order.
-_COLUMNS = ("kind", "name", "pid", "tid", "ts", "dur", "flow_id", "flow_ph", "corr", "ext_id",
-            "seq", "fwd_tid", "stream", "device", "py_id", "py_parent", "collective", "bytes")
+_COLUMNS = (
+    "kind",
+    "name",
+    "pid",
+    "tid",
+    "ts",
+    "dur",
+    "flow_id",
+    "flow_ph",
+    "corr",
+    "ext_id",
+    "seq",
+    "fwd_tid",
+    "stream",
+    "device",
+    "py_id",
+    "py_parent",
+    "collective",
+    "bytes",
+)
 
 
 #: Events decoded per chunk by the chunked reader.
@@ -465,7 +524,7 @@ CHUNK_EVENTS = 100_000
 CHUNK_BYTES = 32 << 20
 _EVENTS_DECODER = msgspec.json.Decoder(list[Event])
 _TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_EVENT_GAP = re.compile(rb'\}\s*,\s*\{')
+_EVENT_GAP = re.compile(rb"\}\s*,\s*\{")
 
 
 _BLANK = b" \t\r\n"
@@ -529,7 +588,7 @@ def _decode_chunked(data: bytes | bytearray, builder: _FrameBuilder) -> TraceDoc
         if tries > 64:
             return None
         try:
-            head_doc = _DECODER.decode(data[:start] + b"[]" + data[end + 1:])
+            head_doc = _DECODER.decode(data[:start] + b"[]" + data[end + 1 :])
             break
         except (msgspec.DecodeError, RecursionError):
             continue
@@ -559,8 +618,9 @@ def _decode_chunked(data: bytes | bytearray, builder: _FrameBuilder) -> TraceDoc
                     cut = g.start() + 1
             builder.add(events)
             del events
-            progress.fraction(progress.READ + (progress.DECODED - progress.READ) *
-                              (cut - start) / max(end - start, 1))
+            progress.fraction(
+                progress.READ + (progress.DECODED - progress.READ) * (cut - start) / max(end - start, 1)
+            )
             if cut == end:
                 break
             pos = data.index(b",", cut) + 1
@@ -594,22 +654,25 @@ def read_trace(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> R
     doc = _decode_chunked(data, builder)
     if doc is None:  # small, unusual or broken: one whole decode, with its error messages
         builder = _FrameBuilder()
-        doc = decode(data, path)
+        doc = decode(bytes(data), path)
         del data
         builder.add(doc.traceEvents)
         doc.traceEvents = []
     else:
         del data
     frame, warnings, meta = builder.finish(path)
-    meta.update({
-        "rank": rank_of(doc, path),
-        "world_size": _int_or_none((doc.distributedInfo or {}).get("world_size"))
-        if isinstance(doc.distributedInfo, dict) else None,
-        "devices": device_names(doc),
-        "schema_version": doc.schemaVersion,
-        "events_in_file": builder.n_events,
-        "host_name": doc.host_name,
-    })
+    meta.update(
+        {
+            "rank": rank_of(doc, path),
+            "world_size": _int_or_none((doc.distributedInfo or {}).get("world_size"))
+            if isinstance(doc.distributedInfo, dict)
+            else None,
+            "devices": device_names(doc),
+            "schema_version": doc.schemaVersion,
+            "events_in_file": builder.n_events,
+            "host_name": doc.host_name,
+        }
+    )
     return RawTrace(path=os.fspath(path), events=frame, meta=meta, warnings=warnings)
 
 
@@ -632,8 +695,7 @@ def trace_listing(directory: str | os.PathLike) -> tuple[list[Path], list[tuple[
             mode = p.lstat().st_mode
         except OSError:
             continue  # removed while listed
-        if not (is_trace or stat.S_ISLNK(mode)) and not stat.S_ISREG(mode) \
-                and not stat.S_ISDIR(mode):
+        if not (is_trace or stat.S_ISLNK(mode)) and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
             skipped.append((p, "not a regular file (a pipe, socket or device?)"))
             continue
         if not is_trace:

@@ -21,8 +21,9 @@ from typing import Any
 
 import pandas as pd
 
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
-                     "\u2066-\u2069\ud800-\udfff]")
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 #: Longest name shown in a terminal table or message (the rest is replaced by an ellipsis).
 TERMINAL_NAME_CHARS = 300
 
@@ -38,7 +39,7 @@ def bounded(text: Any, limit: int = TERMINAL_NAME_CHARS) -> str:
     """:func:`clean`, and at most ``limit`` characters (an ellipsis marks a cut)."""
     s = str(text)
     if len(s) > limit:
-        s = s[:limit - 1] + "\u2026"
+        s = s[: limit - 1] + "\u2026"
     return clean(s)
 
 

@@ -63,8 +63,14 @@ def stage_of_range(name: str) -> tuple[str, int]:
     return (m.group(1).lower(), 0) if m else ("", -1)
 
 
-def from_ranges(range_names: np.ndarray, r_pid: np.ndarray, r_start: np.ndarray,
-                r_end: np.ndarray, a_pid: np.ndarray, a_ts: np.ndarray) -> np.ndarray:
+def from_ranges(
+    range_names: np.ndarray,
+    r_pid: np.ndarray,
+    r_start: np.ndarray,
+    r_end: np.ndarray,
+    a_pid: np.ndarray,
+    a_ts: np.ndarray,
+) -> np.ndarray:
     """Stage per activity (by its launch time and process) from serving step ranges."""
     memo = {n: stage_of_range(str(n)) for n in pd.unique(range_names)}
     stage = np.array([memo[n][0] for n in range_names], dtype=object)
@@ -111,8 +117,9 @@ def pass_index(modules: pd.DataFrame, launch_ts: np.ndarray) -> np.ndarray:
     return np.searchsorted(starts, launch_ts, side="right") - 1
 
 
-def from_passes(modules: pd.DataFrame, a_ts: np.ndarray, a_step: np.ndarray,
-                a_phase: np.ndarray) -> np.ndarray:
+def from_passes(
+    modules: pd.DataFrame, a_ts: np.ndarray, a_step: np.ndarray, a_phase: np.ndarray
+) -> np.ndarray:
     """HF ``generate``: first model pass of a step is prefill, later passes decode.
 
     ``modules`` is the module table of :mod:`tracekit.pipeline.modules` (``parent``, ``is_layer``,

@@ -18,16 +18,50 @@ from .errors import TraceError
 
 #: Table VI rows in the paper's order (Attention stands for fused attention kernels; Attention
 #: other is the attention block's glue: q/k/v views and transposes, KV-cache writes, ...).
-MODULE_CATEGORIES = ["Embedding", "QKV", "RoPE", "Bmm0", "Softmax", "Bmm1", "Attention",
-                     "Attention other", "Output", "MLP", "MoE routing", "RMSNorm", "Linear",
-                     "Compiled region"]
+MODULE_CATEGORIES = [
+    "Embedding",
+    "QKV",
+    "RoPE",
+    "Bmm0",
+    "Softmax",
+    "Bmm1",
+    "Attention",
+    "Attention other",
+    "Output",
+    "MLP",
+    "MoE routing",
+    "RMSNorm",
+    "Linear",
+    "Compiled region",
+]
 #: Table X compute categories: the paper's first, in its order, then the ones that keep Other
 #: small on any model (convolution, normalization other than RMSNorm, ...), Other last.
-KERNEL_CATEGORIES = ["Element-wise", "RoPE", "Triton", "GEMM", "RMSNorm", "Attention",
-                     "Convolution", "Normalization", "Reduction", "Data movement", "Quantization",
-                     "MoE routing", "Embedding", "Other"]
+KERNEL_CATEGORIES = [
+    "Element-wise",
+    "RoPE",
+    "Triton",
+    "GEMM",
+    "RMSNorm",
+    "Attention",
+    "Convolution",
+    "Normalization",
+    "Reduction",
+    "Data movement",
+    "Quantization",
+    "MoE routing",
+    "Embedding",
+    "Other",
+]
 #: Communication categories: the paper's AllReduce / AllGather, all-to-all (expert parallelism).
 COMM_CATEGORIES = ["AllReduce", "AllGather", "AllToAll", "Other"]
+
+
+def _rx_required(pattern: str, flags: int = 0) -> re.Pattern:
+    """:func:`_rx` for a pattern the rules file must give (never None)."""
+    rx = _rx(pattern, flags)
+    if rx is None:
+        raise TypeError("a required pattern is missing")
+    return rx
 
 
 def _rx(pattern: str | None, flags: int = 0) -> re.Pattern | None:
@@ -78,8 +112,10 @@ def _linear(pattern: str, flags: int):
         return re2.compile(pattern, options)
     except re2.error as e:
         msg = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
-        raise re.error(f"pattern {pattern[:80]!r} cannot run in linear time or is invalid "
-                       f"({msg}; lookaround and backreferences are not supported)") from None
+        raise re.error(
+            f"pattern {pattern[:80]!r} cannot run in linear time or is invalid "
+            f"({msg}; lookaround and backreferences are not supported)"
+        ) from None
 
 
 @dataclass
@@ -120,8 +156,7 @@ class ModuleTaxonomy:
         hit = self.match(cls, name, parent, position, siblings)
         return None if hit is None else hit[0]
 
-    def match(self, cls: str, name: str, parent: str, position: int,
-              siblings: int) -> tuple[str, str] | None:
+    def match(self, cls: str, name: str, parent: str, position: int, siblings: int) -> tuple[str, str] | None:
         """(category, rule id) of one module by the first matching rule, or None."""
         for rule in self.rules:
             cat = rule.match(cls, name, parent, position, siblings)
@@ -227,10 +262,13 @@ def _module_rule(d: dict, source: str, rule_id: str) -> ModuleRule:
         raise TraceError(source, "every [[rule]] needs a category")
     try:
         return ModuleRule(
-            category=d["category"], cls=_rx(d.get("class")), name=_rx(d.get("name")),
+            category=d["category"],
+            cls=_rx(d.get("class")),
+            name=_rx(d.get("name")),
             parent=_rx(d.get("parent")),
             by_position={int(k): list(v) for k, v in d.get("by_position", {}).items()},
-            rule_id=rule_id)
+            rule_id=rule_id,
+        )
     except (re.error, ValueError, TypeError) as e:
         raise TraceError(source, f"bad rule {d!r}: {e}") from None
 
@@ -239,21 +277,24 @@ def _module_rule(d: dict, source: str, rule_id: str) -> ModuleRule:
 def module_taxonomy(path: str | None = None) -> ModuleTaxonomy:
     """The built-in module taxonomy, with the rules of ``path`` (a TOML file) tried first."""
     base, user = _load_toml(Path(path) if path else None, "modules.toml")
-    rules = [_module_rule(r, path or "modules.toml", f"{_source(path)}#{r.get('category')}:{i}")
-             for i, r in enumerate(user.get("rule", []), 1)]
-    rules += [_module_rule(r, "modules.toml", f"modules.toml#{r.get('category')}:{i}")
-              for i, r in enumerate(base["rule"], 1)]
+    rules = [
+        _module_rule(r, path or "modules.toml", f"{_source(path)}#{r.get('category')}:{i}")
+        for i, r in enumerate(user.get("rule", []), 1)
+    ]
+    rules += [
+        _module_rule(r, "modules.toml", f"modules.toml#{r.get('category')}:{i}")
+        for i, r in enumerate(base["rule"], 1)
+    ]
     structure = {**base["structure"], **user.get("structure", {})}
     attention = {**base["attention"], **user.get("attention", {})}
     try:
         return ModuleTaxonomy(
             rules=rules,
-            decoder_layer=_rx(structure["decoder_layer"]),
-            fused_attention=_rx(attention["fused"]),
-            bmm=_rx(attention["bmm"]),
-            rope=_rx(attention["rope"], re.IGNORECASE),
-            compiled=_rx(structure["compiled"]) if "compiled" in structure
-            else re.compile(r"(?!)"),
+            decoder_layer=_rx_required(structure["decoder_layer"]),
+            fused_attention=_rx_required(attention["fused"]),
+            bmm=_rx_required(attention["bmm"]),
+            rope=_rx_required(attention["rope"], re.IGNORECASE),
+            compiled=_rx_required(structure["compiled"]) if "compiled" in structure else re.compile(r"(?!)"),
         )
     except (re.error, TypeError) as e:
         raise TraceError(path or "modules.toml", f"bad module rules: {e}") from None
@@ -267,14 +308,22 @@ def kernel_rules(path: str | None = None) -> KernelRules:
     try:
         tagged = [(r, f"{_source(path)}#{r['category']}:{i}") for i, r in enumerate(user.get("rule", []), 1)]
         tagged += [(r, f"kernels.toml#{r['category']}:{i}") for i, r in enumerate(base["rule"], 1)]
-        rules = [KernelRule(r["category"], _rx(r.get("kernel"), flags), _rx(r.get("op"), flags), rid,
-                            _rx(r.get("head"), flags)) for r, rid in tagged]
+        rules = [
+            KernelRule(
+                r["category"],
+                _rx(r.get("kernel"), flags),
+                _rx(r.get("op"), flags),
+                rid,
+                _rx(r.get("head"), flags),
+            )
+            for r, rid in tagged
+        ]
         comm = {**base["comm"], **user.get("comm", {})}
         return KernelRules(
             rules=rules,
-            comm_kernel=_rx(comm["kernel"], flags),
-            comm_op=_rx(comm["op"], flags),
-            collectives=[(n, _rx(p, flags)) for n, p in comm["collectives"]],
+            comm_kernel=_rx_required(comm["kernel"], flags),
+            comm_op=_rx_required(comm["op"], flags),
+            collectives=[(n, _rx_required(p, flags)) for n, p in comm["collectives"]],
         )
     except (KeyError, re.error, TypeError, ValueError) as e:
         raise TraceError(path or "kernels.toml", f"bad kernel rules: {e}") from None

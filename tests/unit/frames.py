@@ -10,9 +10,26 @@ from tracekit.read import ANNOTATION, CPU_OP, FLOW_FWDBWD, KERNEL, PYTHON, RUNTI
 
 __all__ = ["ANNOTATION", "CPU_OP", "FLOW_FWDBWD", "KERNEL", "PYTHON", "RUNTIME", "ev", "trace"]
 
-_DEFAULTS = {"kind": KERNEL, "name": "", "pid": 1, "tid": 1, "ts": 0, "dur": 0, "flow_id": -1,
-             "flow_ph": "", "corr": -1, "ext_id": -1, "seq": -1, "fwd_tid": -1, "stream": -1,
-             "device": -1, "py_id": -1, "py_parent": -1, "collective": "", "bytes": np.nan}
+_DEFAULTS = {
+    "kind": KERNEL,
+    "name": "",
+    "pid": 1,
+    "tid": 1,
+    "ts": 0,
+    "dur": 0,
+    "flow_id": -1,
+    "flow_ph": "",
+    "corr": -1,
+    "ext_id": -1,
+    "seq": -1,
+    "fwd_tid": -1,
+    "stream": -1,
+    "device": -1,
+    "py_id": -1,
+    "py_parent": -1,
+    "collective": "",
+    "bytes": np.nan,
+}
 
 
 def ev(kind: int, name: str, ts: int, dur: int, **kw) -> dict:

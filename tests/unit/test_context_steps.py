@@ -31,8 +31,10 @@ def _train(flows: bool = False):
         ev(KERNEL, "adam", 720, 30, pid=0, tid=7, corr=3, stream=7),
     ]
     if flows:  # fwdbwd flow from aten::linear (not the seq match) to the backward node
-        rows += [ev(FLOW_FWDBWD, "fwdbwd", 20, 0, tid=FWD, flow_id=9, flow_ph="s"),
-                 ev(FLOW_FWDBWD, "fwdbwd", 410, 0, tid=BWD, flow_id=9, flow_ph="f")]
+        rows += [
+            ev(FLOW_FWDBWD, "fwdbwd", 20, 0, tid=FWD, flow_id=9, flow_ph="s"),
+            ev(FLOW_FWDBWD, "fwdbwd", 410, 0, tid=BWD, flow_id=9, flow_ph="f"),
+        ]
     return nest_cpu_ops(find_steps(join_launches(trace(*rows))))
 
 
@@ -65,11 +67,14 @@ def test_link_backward_by_sequence_number():
 
 def test_assign_phases_records_the_evidence():
     t = assign_phases(link_backward(_train()))
-    got = {str(n): (str(p), str(e)) for n, p, e in
-           zip(t.acts["name"], t.acts["phase"], t.acts["phase_evidence"])}
-    assert got == {"gemm_fwd": ("forward", "default"),
-                   "gemm_bwd": ("backward", "autograd_thread"),
-                   "adam": ("optimizer", "optimizer_range")}
+    got = {
+        str(n): (str(p), str(e)) for n, p, e in zip(t.acts["name"], t.acts["phase"], t.acts["phase_evidence"])
+    }
+    assert got == {
+        "gemm_fwd": ("forward", "default"),
+        "gemm_bwd": ("backward", "autograd_thread"),
+        "adam": ("optimizer", "optimizer_range"),
+    }
 
 
 def test_link_backward_prefers_the_fwdbwd_flow():

@@ -30,12 +30,19 @@ def test_join_launches_joins_by_correlation_id_only():
     assert str(a.loc["gemm", "runtime"]) == "cudaLaunchKernel" and a.loc["gemm", "corr"] == 7
     assert not a.loc["orphan", "launched"] and a.loc["orphan", "launch_pid"] == -1
     assert a.loc["orphan", "launch_ts"] == 230  # no launch: its own start
-    assert any("2 of 4 device activities have no launching runtime call in the file" in w.message for w in t.warnings)
+    assert any(
+        "2 of 4 device activities have no launching runtime call in the file" in w.message for w in t.warnings
+    )
 
 
 def test_join_launches_cpu_mode_uses_leaf_ops():
-    t = join_launches(trace(ev(CPU_OP, "aten::linear", 0, 100), ev(CPU_OP, "aten::mm", 10, 50),
-                            ev(CPU_OP, "aten::relu", 120, 10)))
+    t = join_launches(
+        trace(
+            ev(CPU_OP, "aten::linear", 0, 100),
+            ev(CPU_OP, "aten::mm", 10, 50),
+            ev(CPU_OP, "aten::relu", 120, 10),
+        )
+    )
     assert t.mode == "cpu"
     assert sorted(t.acts["name"].astype(str)) == ["aten::mm", "aten::relu"]
     assert (t.acts["launch_ev"] == t.acts["ev"]).all()
@@ -55,8 +62,9 @@ def test_find_steps_numbers_activities_by_their_launch():
 
 
 def test_find_steps_without_markers_is_one_window():
-    t = find_steps(join_launches(trace(ev(RUNTIME, "cudaLaunchKernel", 0, 5, corr=1),
-                                       ev(KERNEL, "k", 10, 5, corr=1))))
+    t = find_steps(
+        join_launches(trace(ev(RUNTIME, "cudaLaunchKernel", 0, 5, corr=1), ev(KERNEL, "k", 10, 5, corr=1)))
+    )
     assert t.acts["step"].tolist() == [0] and t.acts["step_by"].astype(str).tolist() == ["trace"]
     assert not t.meta["has_profiler_steps"]
     assert np.asarray(t.step_ranges["step"]).size == 0

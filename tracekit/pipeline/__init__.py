@@ -32,12 +32,50 @@ __all__ = ["Attributed", "Trace", "analyse", "link", "run"]
 #: The columns of the labelled interval table, in order: what tables group by, and the chain
 #: of evidence behind each label (launch -> op stack -> module -> phase -> step).
 INTERVAL_COLUMNS = [
-    "step", "start", "end", "name", "kind", "stream", "bytes", "group", "kernel_category",
-    "rule", "collective", "module", "module_rule", "block", "layer", "fwd_pass", "is_gemm", "phase", "stage",
-    "window", "share_forward", "share_backward", "share_unattributed", "share_optimizer",
-    "corr", "runtime", "launched", "launch_ts", "step_by", "op", "op_id", "top_op",
-    "top_op_id", "module_id", "module_instance", "comm_text", "phase_evidence", "recompute",
-    "backward_node", "node", "node_seq", "bwd_link", "fwd_op", "fwd_op_id",
+    "step",
+    "start",
+    "end",
+    "name",
+    "kind",
+    "stream",
+    "bytes",
+    "group",
+    "kernel_category",
+    "rule",
+    "collective",
+    "module",
+    "module_rule",
+    "block",
+    "layer",
+    "fwd_pass",
+    "is_gemm",
+    "phase",
+    "stage",
+    "window",
+    "share_forward",
+    "share_backward",
+    "share_unattributed",
+    "share_optimizer",
+    "corr",
+    "runtime",
+    "launched",
+    "launch_ts",
+    "step_by",
+    "op",
+    "op_id",
+    "top_op",
+    "top_op_id",
+    "module_id",
+    "module_instance",
+    "comm_text",
+    "phase_evidence",
+    "recompute",
+    "backward_node",
+    "node",
+    "node_seq",
+    "bwd_link",
+    "fwd_op",
+    "fwd_op_id",
 ]
 
 
@@ -96,5 +134,13 @@ def result(t: Trace) -> Attributed:
     meta["kernel_other_share"] = labels.other_share(iv)
     meta["coverage"] = coverage.measure(t.acts)
     meta["step_ranges"] = coverage.step_ranges(t.acts, t.step_ranges)
-    return Attributed(path=t.path, mode=t.mode, intervals=iv, steps=t.steps, windows=t.windows,
-                      modules=t.modules, meta=meta, warnings=t.warnings)
+    return Attributed(
+        path=t.path,
+        mode=t.mode,
+        intervals=iv,
+        steps=t.steps,
+        windows=t.windows,
+        modules=t.modules,
+        meta=meta,
+        warnings=t.warnings,
+    )

@@ -51,9 +51,14 @@ def link_backward(t: Trace) -> Trace:
     accumulate = a["node"].astype(str).str.contains("AccumulateGrad", regex=False).to_numpy()
     unlinked = int((use & (f_op < 0) & ~accumulate).sum())
     if unlinked and ((r["flags"].to_numpy() & F_MODULE) != 0).any():
-        t.warnings.append(TraceWarning("backward_unlinked", f"{unlinked} backward activities "
-                                       "could not be linked to a forward op (no sequence "
-                                       "number or fwdbwd flow); their module is Other"))
+        t.warnings.append(
+            TraceWarning(
+                "backward_unlinked",
+                f"{unlinked} backward activities "
+                "could not be linked to a forward op (no sequence "
+                "number or fwdbwd flow); their module is Other",
+            )
+        )
     return t
 
 
@@ -63,17 +68,23 @@ def creator_by_seq(r: pd.DataFrame, seq: np.ndarray, before: np.ndarray) -> np.n
     most forward ops (-1 none). Earlier ops with the same number (an input ``aten::to``, the
     composite op around the creator) are not the creator."""
     flags = r["flags"].to_numpy()
-    fwd = np.flatnonzero(((flags & F_OP) != 0) & (r["seq"].to_numpy() >= 0) &
-                         (r["fwd_tid"].to_numpy() <= 0) & ((flags & F_BWD) == 0))
+    fwd = np.flatnonzero(
+        ((flags & F_OP) != 0)
+        & (r["seq"].to_numpy() >= 0)
+        & (r["fwd_tid"].to_numpy() <= 0)
+        & ((flags & F_BWD) == 0)
+    )
     out = np.full(len(seq), -1, np.int64)
     if fwd.size == 0 or len(seq) == 0:
         return out
     tid = r["tid"].to_numpy()[fwd]
     fwd = fwd[tid == pd.Series(tid).value_counts().idxmax()]
-    ops = pd.DataFrame({"seq": r["seq"].to_numpy()[fwd], "t": r["start"].to_numpy()[fwd],
-                        "row": fwd}).sort_values(["t", "row"], kind="stable")
-    q = pd.DataFrame({"seq": np.asarray(seq, np.int64), "t": np.asarray(before, np.int64),
-                      "i": np.arange(len(seq))}).sort_values("t", kind="stable")
+    ops = pd.DataFrame(
+        {"seq": r["seq"].to_numpy()[fwd], "t": r["start"].to_numpy()[fwd], "row": fwd}
+    ).sort_values(["t", "row"], kind="stable")
+    q = pd.DataFrame(
+        {"seq": np.asarray(seq, np.int64), "t": np.asarray(before, np.int64), "i": np.arange(len(seq))}
+    ).sort_values("t", kind="stable")
     m = pd.merge_asof(q, ops, on="t", by="seq", direction="backward", allow_exact_matches=False)
     out[m["i"].to_numpy()] = m["row"].fillna(-1).astype(np.int64).to_numpy()
     return out
@@ -87,16 +98,20 @@ def _fwdbwd_pairs(t: Trace) -> pd.Series:
     ops = np.flatnonzero((r["flags"].to_numpy() & F_OP) != 0)
     if fl.size == 0 or ops.size == 0:
         return pd.Series(dtype=np.int64)
-    key = pd.Series(ops, index=pd.MultiIndex.from_arrays(
-        [r["pid"].to_numpy()[ops], r["tid"].to_numpy()[ops], r["start"].to_numpy()[ops]]))
+    key = pd.Series(
+        ops,
+        index=pd.MultiIndex.from_arrays(
+            [r["pid"].to_numpy()[ops], r["tid"].to_numpy()[ops], r["start"].to_numpy()[ops]]
+        ),
+    )
     key = key[~key.index.duplicated(keep="first")]
     pid, tid, ts = (ev[c].to_numpy()[fl] for c in ("pid", "tid", "ts"))
     where = key.reindex(pd.MultiIndex.from_arrays([pid, tid, ts])).to_numpy(dtype="float64")
-    df = pd.DataFrame({"id": ev["flow_id"].to_numpy()[fl], "ph": as_str(ev["flow_ph"])[fl],
-                       "op": where}).dropna()
+    df = pd.DataFrame(
+        {"id": ev["flow_id"].to_numpy()[fl], "ph": as_str(ev["flow_ph"])[fl], "op": where}
+    ).dropna()
     s = df[df.ph == "s"].drop_duplicates("id").set_index("id")["op"]
     f = df[df.ph == "f"].drop_duplicates("id").set_index("id")["op"]
     pairs = pd.concat([f.rename("bwd"), s.rename("fwd")], axis=1, join="inner")
-    out = pd.Series(pairs["fwd"].astype(np.int64).to_numpy(),
-                    index=pairs["bwd"].astype(np.int64).to_numpy())
+    out = pd.Series(pairs["fwd"].astype(np.int64).to_numpy(), index=pairs["bwd"].astype(np.int64).to_numpy())
     return out[~out.index.duplicated(keep="first")]

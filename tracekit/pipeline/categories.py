@@ -33,8 +33,7 @@ def assign_categories(t: Trace, taxonomy: ModuleTaxonomy, rules: KernelRules) ->
     for c in lab.columns:
         a[c] = lab[c].to_numpy()
     a["fwd_pass"] = pass_index(t.modules, a["launch_ts"].to_numpy())
-    a["is_gemm"] = (lab["group"].to_numpy() == "compute") & \
-        (lab["kernel_category"].to_numpy() == "GEMM")
+    a["is_gemm"] = (lab["group"].to_numpy() == "compute") & (lab["kernel_category"].to_numpy() == "GEMM")
     return t
 
 

@@ -17,7 +17,8 @@ adds the evidence that is not a range around the launch:
   Between the end of autograd and the optimizer it is, by the step's structure:
 
   - gradient reduction (the tail up to its last collective before any gradient-norm op:
-    the collectives and the bucket copies/averaging around them): DDP's final bucket, DeepSpeed ``engine.backward``'s
+    the collectives and the bucket copies/averaging around them): DDP's final bucket,
+    DeepSpeed ``engine.backward``'s
     ``allreduce_gradients`` / reduce-scatter epilogue -> **backward**;
   - gradient norm and clipping (from the first norm op on, before the optimizer starts):
     DeepSpeed ``engine.step``'s grad-norm all-reduce before ``Optimizer.step#``,
@@ -49,7 +50,8 @@ ZERO_GRAD_PREFIX = "Optimizer.zero_grad#"
 OPTIMIZER_OPS = re.compile(
     r"(?:^|::)(?:_fused_(?:adam|adamw|sgd|adagrad)_?|_foreach_(?:addcdiv|addcmul|lerp)_"
     r"|multi_tensor_(?:adam|lamb|sgd)\w*)$|^(?:FusedAdam|DeepSpeedCPUAdam|cpu_adam)\b",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 #: Ops that compute a gradient norm (clipping, DeepSpeed's global grad norm).
 NORM_OPS = re.compile(r"(?:^|::)(?:linalg_vector_norm|norm|_foreach_norm|frobenius_norm)$")
 #: A collective that gathers (ZeRO rebuilds updated parameters with all-gather).
@@ -86,8 +88,16 @@ def optimizer_ops(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
         return
     a = t.acts
     ts = ev["ts"].to_numpy()[idx]
-    inside = containing(a["launch_pid"].to_numpy(), a["launch_ts"].to_numpy(),
-                        ev["pid"].to_numpy()[idx], ts, ts + ev["dur"].to_numpy()[idx]) >= 0
+    inside = (
+        containing(
+            a["launch_pid"].to_numpy(),
+            a["launch_ts"].to_numpy(),
+            ev["pid"].to_numpy()[idx],
+            ts,
+            ts + ev["dur"].to_numpy()[idx],
+        )
+        >= 0
+    )
     after = a["launch_ts"].to_numpy() > _per_step(a, phase == "backward", "min")
     hit = (evidence == NO_EVIDENCE) & inside & after
     phase[hit], evidence[hit] = "optimizer", "zero_grad"
@@ -103,8 +113,9 @@ def _per_step(a: pd.DataFrame, mask: np.ndarray, how: str, missing: int = _NEVER
     step = a["step"].to_numpy()
     ts = pd.Series(a["launch_ts"].to_numpy(np.int64)[mask]).groupby(step[mask]).agg(how)
     pos = ts.index.get_indexer(step)
-    return np.where(pos >= 0, ts.to_numpy(np.int64)[np.maximum(pos, 0)] if len(ts) else missing,
-                    missing).astype(np.int64)
+    return np.where(
+        pos >= 0, ts.to_numpy(np.int64)[np.maximum(pos, 0)] if len(ts) else missing, missing
+    ).astype(np.int64)
 
 
 def step_tail(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
@@ -115,8 +126,12 @@ def step_tail(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
     lts = a["launch_ts"].to_numpy(np.int64)
     last_bwd = _per_step(a, phase == "backward", "max")  # no backward: no tail
     # Only launches the file records: a device activity placed by time has no launch to order.
-    tail = (evidence == NO_EVIDENCE) & (a["step"].to_numpy() >= 0) & (lts > last_bwd) & \
-        a["launched"].to_numpy(bool)
+    tail = (
+        (evidence == NO_EVIDENCE)
+        & (a["step"].to_numpy() >= 0)
+        & (lts > last_bwd)
+        & a["launched"].to_numpy(bool)
+    )
     if not tail.any():
         return
     tail &= evidence == NO_EVIDENCE
@@ -154,8 +169,13 @@ def _engine_frames(t: Trace, free: np.ndarray, phase: np.ndarray, evidence: np.n
         return
     a = t.acts
     ts = ev["ts"].to_numpy()[idx]
-    of = containing(a["launch_pid"].to_numpy(), a["launch_ts"].to_numpy(),
-                    ev["pid"].to_numpy()[idx], ts, ts + ev["dur"].to_numpy()[idx])
+    of = containing(
+        a["launch_pid"].to_numpy(),
+        a["launch_ts"].to_numpy(),
+        ev["pid"].to_numpy()[idx],
+        ts,
+        ts + ev["dur"].to_numpy()[idx],
+    )
     frame = take(which[idx], of, "")
     for name, ph in (("backward", "backward"), ("step", "optimizer")):
         hit = free & (frame == name)

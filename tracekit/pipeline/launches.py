@@ -40,23 +40,26 @@ def join_launches(t: Trace) -> Trace:
     pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
     no_launch = launch < 0
     safe = np.maximum(launch, 0)
-    t.acts = pd.DataFrame({
-        "ev": act,
-        "start": ts[act].astype(np.int64),
-        "end": end[act].astype(np.int64),
-        "name": pd.Categorical(t.names[act]),
-        "kind": kind[act],
-        "stream": ev["stream"].to_numpy()[act] if t.mode == "gpu" else tid[act],
-        "bytes": ev["bytes"].to_numpy()[act],
-        "corr": ev["corr"].to_numpy()[act] if t.mode == "gpu" else np.full(len(act), -1, np.int64),
-        "launch_ev": launch,
-        "runtime": pd.Categorical(take(t.names, launch, "") if t.mode == "gpu"
-                                  else np.full(len(act), "", object)),
-        "launched": ~no_launch,
-        "launch_pid": np.where(no_launch, -1, pid[safe]),
-        "launch_tid": np.where(no_launch, -1, tid[safe]),
-        "launch_ts": np.where(no_launch, ts[act], ts[safe]),
-    })
+    t.acts = pd.DataFrame(
+        {
+            "ev": act,
+            "start": ts[act].astype(np.int64),
+            "end": end[act].astype(np.int64),
+            "name": pd.Categorical(t.names[act]),
+            "kind": kind[act],
+            "stream": ev["stream"].to_numpy()[act] if t.mode == "gpu" else tid[act],
+            "bytes": ev["bytes"].to_numpy()[act],
+            "corr": ev["corr"].to_numpy()[act] if t.mode == "gpu" else np.full(len(act), -1, np.int64),
+            "launch_ev": launch,
+            "runtime": pd.Categorical(
+                take(t.names, launch, "") if t.mode == "gpu" else np.full(len(act), "", object)
+            ),
+            "launched": ~no_launch,
+            "launch_pid": np.where(no_launch, -1, pid[safe]),
+            "launch_tid": np.where(no_launch, -1, tid[safe]),
+            "launch_ts": np.where(no_launch, ts[act], ts[safe]),
+        }
+    )
     return t
 
 
@@ -66,16 +69,26 @@ def _gpu_launches(t: Trace, kind: np.ndarray, act: np.ndarray) -> tuple[np.ndarr
     rt_corr = pd.Series(rt, index=corr[rt])
     dup = rt_corr.index.duplicated(keep="first")
     if dup.any():
-        t.warnings.append(TraceWarning("duplicate_correlation", f"{int(dup.sum())} duplicate "
-                                       "correlation ids among runtime calls; the first call of "
-                                       "each id is used"))
+        t.warnings.append(
+            TraceWarning(
+                "duplicate_correlation",
+                f"{int(dup.sum())} duplicate "
+                "correlation ids among runtime calls; the first call of "
+                "each id is used",
+            )
+        )
         rt_corr = rt_corr[~dup]
     launch = lookup(rt_corr, corr[act])
     missing = int((launch < 0).sum())
     if missing and rt.size:
-        t.warnings.append(TraceWarning("no_launch", f"{missing} of {len(act)} device activities "
-                                       "have no launching runtime call in the file (launched "
-                                       "before it began); they belong to no step"))
+        t.warnings.append(
+            TraceWarning(
+                "no_launch",
+                f"{missing} of {len(act)} device activities "
+                "have no launching runtime call in the file (launched "
+                "before it began); they belong to no step",
+            )
+        )
     return act, launch
 
 
@@ -84,9 +97,10 @@ def _cpu_activities(t: Trace, kind: np.ndarray) -> np.ndarray:
     ev = t.events
     names = pd.Series(t.names)
     is_step = names.str.startswith("ProfilerStep#").to_numpy()
-    cand = np.flatnonzero((kind == CPU_OP) & ~is_step |
-                          ((kind == ANNOTATION) &
-                           names.str.startswith(CPU_COLLECTIVE_PREFIXES).to_numpy()))
+    cand = np.flatnonzero(
+        (kind == CPU_OP) & ~is_step
+        | ((kind == ANNOTATION) & names.str.startswith(CPU_COLLECTIVE_PREFIXES).to_numpy())
+    )
     pid, tid, ts = ev["pid"].to_numpy(), ev["tid"].to_numpy(), ev["ts"].to_numpy()
     end = ts + ev["dur"].to_numpy()
     return cand[leaves(pid[cand], tid[cand], ts[cand], end[cand])]

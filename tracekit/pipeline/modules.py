@@ -35,29 +35,29 @@ def assign_modules(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
     top = np.where(bwd, f_top, a["top_r"].to_numpy())
     rope = np.where(bwd, take(r["bits"].to_numpy(), f_op, 0), a["ctx_bits"].to_numpy()) & F_ROPE
     top_ev = take(r["ev"].to_numpy(), top, -1)
-    mod_row = lookup(pd.Series(np.arange(len(t.modules)), index=t.modules["local"].to_numpy()),
-                     mod)
+    mod_row = lookup(pd.Series(np.arange(len(t.modules)), index=t.modules["local"].to_numpy()), mod)
     a["module_id"] = np.where(mod >= 0, mod_row, -1)
-    a["module_instance"] = pd.Categorical(take(t.modules["instance"].to_numpy(dtype=object),
-                                               a["module_id"].to_numpy(), ""))
+    a["module_instance"] = pd.Categorical(
+        take(t.modules["instance"].to_numpy(dtype=object), a["module_id"].to_numpy(), "")
+    )
     a["top_op"] = pd.Categorical(take(t.names, top_ev, ""))
     a["top_op_ts"] = take(t.events["ts"].to_numpy(), top_ev, -1)
     a["top_op_id"] = top_ev
     a["rope_frame"] = rope != 0
-    t.meta["module_source"] = "capture annotations" if t.capture_modules else \
-        ("nn.Module events" if len(t.modules) else "none")
+    t.meta["module_source"] = (
+        "capture annotations" if t.capture_modules else ("nn.Module events" if len(t.modules) else "none")
+    )
     return t
 
 
 def _split_module_name(name: str) -> tuple[str, str]:
     """``nn.Module: LlamaMLP_3`` -> (``LlamaMLP``, ``LlamaMLP_3``)."""
-    inst = name[len(MODULE_PREFIX):]
+    inst = name[len(MODULE_PREFIX) :]
     cls, sep, num = inst.rpartition("_")
     return (cls, inst) if sep and num.isdigit() else (inst, inst)
 
 
-_EMPTY = {"parent": np.int64, "position": np.int64, "siblings": np.int64, "layer": np.int64,
-          "is_layer": bool}
+_EMPTY = {"parent": np.int64, "position": np.int64, "siblings": np.int64, "layer": np.int64, "is_layer": bool}
 
 
 def module_table(t: Trace, taxonomy: ModuleTaxonomy) -> pd.DataFrame:
@@ -74,11 +74,18 @@ def module_table(t: Trace, taxonomy: ModuleTaxonomy) -> pd.DataFrame:
         split = [_split_module_name(x) for x in raw]
         cls, inst = [c for c, _ in split], [i for _, i in split]
         qual = [""] * len(split)
-    df = pd.DataFrame({
-        "local": local, "cls": cls, "instance": inst, "qualname": qual,
-        "start": r["start"].to_numpy()[local], "end": r["end"].to_numpy()[local],
-        "tid": r["tid"].to_numpy()[local], "parent_local": r["mod_r"].to_numpy()[local],
-    })
+    df = pd.DataFrame(
+        {
+            "local": local,
+            "cls": cls,
+            "instance": inst,
+            "qualname": qual,
+            "start": r["start"].to_numpy()[local],
+            "end": r["end"].to_numpy()[local],
+            "tid": r["tid"].to_numpy()[local],
+            "parent_local": r["mod_r"].to_numpy()[local],
+        }
+    )
     if df.empty:
         for col, dtype in _EMPTY.items():
             df[col] = pd.Series(dtype=dtype)

@@ -36,8 +36,7 @@ def nest_cpu_ops(t: Trace) -> Trace:
     """
     ev, a = t.events, t.acts
     kind = ev["kind"].to_numpy()
-    t.capture_modules = bool(pd.Series(t.names[kind == ANNOTATION]).str
-                             .startswith(ann.MODULE_PREFIX).any())
+    t.capture_modules = bool(pd.Series(t.names[kind == ANNOTATION]).str.startswith(ann.MODULE_PREFIX).any())
     t.ranges = _ranges(t, kind)
     r = t.ranges
     n_r = len(r)
@@ -46,12 +45,14 @@ def nest_cpu_ops(t: Trace) -> Trace:
     if t.mode == "cpu":  # a point strictly inside the leaf op itself
         anc = anc + np.minimum(1, ev["dur"].to_numpy()[a["ev"].to_numpy()])
     n_a = len(anc)
-    ctx = sweep(np.concatenate([r["pid"].to_numpy(), a["launch_pid"].to_numpy()[ok]]),
-                np.concatenate([r["tid"].to_numpy(), a["launch_tid"].to_numpy()[ok]]),
-                np.concatenate([r["start"].to_numpy(), anc]),
-                np.concatenate([r["end"].to_numpy(), anc]),
-                np.concatenate([np.ones(n_r, bool), np.zeros(n_a, bool)]),
-                np.concatenate([r["flags"].to_numpy(), np.zeros(n_a, np.int64)]))
+    ctx = sweep(
+        np.concatenate([r["pid"].to_numpy(), a["launch_pid"].to_numpy()[ok]]),
+        np.concatenate([r["tid"].to_numpy(), a["launch_tid"].to_numpy()[ok]]),
+        np.concatenate([r["start"].to_numpy(), anc]),
+        np.concatenate([r["end"].to_numpy(), anc]),
+        np.concatenate([np.ones(n_r, bool), np.zeros(n_a, bool)]),
+        np.concatenate([r["flags"].to_numpy(), np.zeros(n_a, np.int64)]),
+    )
     for col, x in zip(CONTEXT + ("bits",), ctx):
         r[col] = x[:n_r]
         full = np.full(len(a), 0 if col == "bits" else -1, np.int64)
@@ -59,8 +60,11 @@ def nest_cpu_ops(t: Trace) -> Trace:
         a["ctx_bits" if col == "bits" else col] = full
     if t.mode == "cpu":  # a leaf op is its own launching op
         own = np.searchsorted(r["ev"].to_numpy(), a["ev"].to_numpy())
-        own = np.where((own < n_r) & (take(r["ev"].to_numpy(), np.minimum(own, n_r - 1), -1)
-                                      == a["ev"].to_numpy()), own, -1)
+        own = np.where(
+            (own < n_r) & (take(r["ev"].to_numpy(), np.minimum(own, n_r - 1), -1) == a["ev"].to_numpy()),
+            own,
+            -1,
+        )
         a["op_r"] = np.where(own >= 0, own, a["op_r"])
         a["top_r"] = np.where(a["top_r"] < 0, own, a["top_r"])
     r_ev = r["ev"].to_numpy()
@@ -77,19 +81,35 @@ def _ranges(t: Trace, kind: np.ndarray) -> pd.DataFrame:
     ev = t.events
     rng = np.flatnonzero(np.isin(kind, (CPU_OP, ANNOTATION, PYTHON)))
     seq, fwd_tid = ev["seq"].to_numpy()[rng], ev["fwd_tid"].to_numpy()[rng]
-    flags = range_flags(t.names[rng], kind[rng], seq, fwd_tid,
-                        as_str(ev["collective"])[rng], t.capture_modules)
+    flags = range_flags(
+        t.names[rng], kind[rng], seq, fwd_tid, as_str(ev["collective"])[rng], t.capture_modules
+    )
     keep = flags != 0
     rng = rng[keep]
     ts = ev["ts"].to_numpy()[rng]
-    return pd.DataFrame({"ev": rng, "name": t.names[rng], "pid": ev["pid"].to_numpy()[rng],
-                         "tid": ev["tid"].to_numpy()[rng], "start": ts,
-                         "end": ts + ev["dur"].to_numpy()[rng], "seq": seq[keep],
-                         "fwd_tid": fwd_tid[keep], "flags": flags[keep]})
+    return pd.DataFrame(
+        {
+            "ev": rng,
+            "name": t.names[rng],
+            "pid": ev["pid"].to_numpy()[rng],
+            "tid": ev["tid"].to_numpy()[rng],
+            "start": ts,
+            "end": ts + ev["dur"].to_numpy()[rng],
+            "seq": seq[keep],
+            "fwd_tid": fwd_tid[keep],
+            "flags": flags[keep],
+        }
+    )
 
 
-def range_flags(names: np.ndarray, kinds: np.ndarray, seq: np.ndarray, fwd_tid: np.ndarray,
-                collective: np.ndarray, use_capture_modules: bool) -> np.ndarray:
+def range_flags(
+    names: np.ndarray,
+    kinds: np.ndarray,
+    seq: np.ndarray,
+    fwd_tid: np.ndarray,
+    collective: np.ndarray,
+    use_capture_modules: bool,
+) -> np.ndarray:
     """Bit flags per range event (:mod:`tracekit.nesting`), vectorised over the names."""
     s = pd.Series(names, dtype=object)
     flags = np.zeros(len(names), dtype=np.int64)

@@ -43,10 +43,12 @@ def assign_phases(t: Trace) -> Trace:
     bits = a["ctx_bits"].to_numpy()
     evidence = np.full(n, "default", dtype=object)
     phase = np.full(n, "forward", dtype=object)
-    rules = [((bits & F_EVAL) != 0, "backward", "evaluate_function"),
-             (a["bwd_r"].to_numpy() >= 0, "backward", "backward_node"),
-             (_on_autograd_thread(t), "backward", "autograd_thread"),
-             ((bits & F_OPT) != 0, "optimizer", "optimizer_range")]
+    rules = [
+        ((bits & F_EVAL) != 0, "backward", "evaluate_function"),
+        (a["bwd_r"].to_numpy() >= 0, "backward", "backward_node"),
+        (_on_autograd_thread(t), "backward", "autograd_thread"),
+        ((bits & F_OPT) != 0, "optimizer", "optimizer_range"),
+    ]
     for mask, ph, why in rules:
         phase[mask], evidence[mask] = ph, why
     optimizer_ops(t, phase, evidence)
@@ -71,12 +73,18 @@ def _annotated_phase(t: Trace) -> np.ndarray:
     """Phase named by the ``tracekit.phase:`` range around each launch (by time), "" none."""
     ev, a = t.events, t.acts
     kind = ev["kind"].to_numpy()
-    idx = np.flatnonzero((kind == ANNOTATION) &
-                         pd.Series(t.names).str.startswith(ann.PHASE_PREFIX).to_numpy())
+    idx = np.flatnonzero(
+        (kind == ANNOTATION) & pd.Series(t.names).str.startswith(ann.PHASE_PREFIX).to_numpy()
+    )
     names = np.array([ann.parse_phase_range(x) or "" for x in t.names[idx]], dtype=object)
     ts = ev["ts"].to_numpy()[idx]
-    of = containing(a["launch_pid"].to_numpy(), a["launch_ts"].to_numpy(),
-                    ev["pid"].to_numpy()[idx], ts, ts + ev["dur"].to_numpy()[idx])
+    of = containing(
+        a["launch_pid"].to_numpy(),
+        a["launch_ts"].to_numpy(),
+        ev["pid"].to_numpy()[idx],
+        ts,
+        ts + ev["dur"].to_numpy()[idx],
+    )
     return take(names, of, "")
 
 
@@ -91,8 +99,9 @@ def _on_autograd_thread(t: Trace) -> np.ndarray:
     threads = bw - main
     if not threads:
         return np.zeros(len(a), bool)
-    return pd.MultiIndex.from_arrays([a["launch_pid"].to_numpy(), a["launch_tid"].to_numpy()]) \
-        .isin(list(threads))
+    return pd.MultiIndex.from_arrays([a["launch_pid"].to_numpy(), a["launch_tid"].to_numpy()]).isin(
+        list(threads)
+    )
 
 
 def assign_stages(t: Trace) -> Trace:
@@ -109,14 +118,23 @@ def assign_stages(t: Trace) -> Trace:
     if not (stage != "").any():
         kind = ev["kind"].to_numpy()
         names = pd.Series(t.names)
-        srv = (kind == ANNOTATION) & ~names.str.startswith("ProfilerStep#").to_numpy() & \
-            ~names.str.startswith(ann.PHASE_PREFIX).to_numpy()
+        srv = (
+            (kind == ANNOTATION)
+            & ~names.str.startswith("ProfilerStep#").to_numpy()
+            & ~names.str.startswith(ann.PHASE_PREFIX).to_numpy()
+        )
         ts = ev["ts"].to_numpy()[srv]
-        stage = _stages.from_ranges(t.names[srv], ev["pid"].to_numpy()[srv], ts,
-                                    ts + ev["dur"].to_numpy()[srv],
-                                    a["launch_pid"].to_numpy(), a["launch_ts"].to_numpy())
+        stage = _stages.from_ranges(
+            t.names[srv],
+            ev["pid"].to_numpy()[srv],
+            ts,
+            ts + ev["dur"].to_numpy()[srv],
+            a["launch_pid"].to_numpy(),
+            a["launch_ts"].to_numpy(),
+        )
         if not (stage != "").any():
-            stage = _stages.from_passes(t.modules, a["launch_ts"].to_numpy(),
-                                        a["step"].to_numpy(), a["phase"].astype(str).to_numpy())
+            stage = _stages.from_passes(
+                t.modules, a["launch_ts"].to_numpy(), a["step"].to_numpy(), a["phase"].astype(str).to_numpy()
+            )
     a["stage"] = pd.Categorical(stage)
     return t

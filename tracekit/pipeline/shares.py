@@ -23,7 +23,8 @@ def add_shares(t: Trace) -> Trace:
     Needs: ``acts.step``, ``start``, ``end``, ``group``; ``t.steps`` (``start``,
     ``t_backward``, ``t_unattributed``, ``t_optimizer``, ``end`` per step).
     Adds: ``acts.window`` (the phase window the activity starts in; "" outside every step) and
-    ``acts.share_forward``, ``share_backward``, ``share_unattributed``, ``share_optimizer`` (ns, float): its share inside
+    ``acts.share_forward``, ``share_backward``, ``share_unattributed``, ``share_optimizer``
+    (ns, float): its share inside
     each phase window of its step. At each instant the highest-priority group active there
     (compute, then communication, then copies) owns the instant, split equally among its
     active activities.

@@ -55,8 +55,9 @@ def take(arr: np.ndarray, idx: np.ndarray, default):
     """``arr[idx]`` where ``idx >= 0``, else ``default`` (also when ``arr`` is empty)."""
     idx = np.asarray(idx)
     a = np.asarray(arr)
-    dtype = object if isinstance(default, str) or a.dtype == object else \
-        np.result_type(a.dtype, type(default))
+    dtype = (
+        object if isinstance(default, str) or a.dtype == object else np.result_type(a.dtype, type(default))
+    )
     out = np.full(idx.shape, default, dtype=dtype)
     ok = idx >= 0
     if ok.any():

@@ -42,17 +42,21 @@ def find_steps(t: Trace) -> Trace:
     by = np.where(step_of >= 0, "launch", "none").astype(object)
     other = launched & ~np.isin(a_pid, r_pid)  # launched from a process with no steps
     if other.any() and len(rng):
-        step_of[other] = containing(np.zeros(int(other.sum()), np.int64), a_ts[other],
-                                    np.zeros(len(rng), np.int64), r_start, r_end)
+        step_of[other] = containing(
+            np.zeros(int(other.sum()), np.int64), a_ts[other], np.zeros(len(rng), np.int64), r_start, r_end
+        )
         by[other] = np.where(step_of[other] >= 0, "time", "none")
     step_of[~launched] = -1
     by[~launched] = "none"
     unlaunched = int((~launched).sum()) if len(rng) else 0
     outside = int(((step_of < 0) & launched).sum()) if len(rng) else 0
     if outside:
-        t.warnings.append(TraceWarning("launched_outside_steps", f"{outside} of {len(a)} "
-                                       "activities were launched outside every step "
-                                       "and are left out"))
+        t.warnings.append(
+            TraceWarning(
+                "launched_outside_steps",
+                f"{outside} of {len(a)} activities were launched outside every step and are left out",
+            )
+        )
     if len(rng):
         a["step"] = take(rng["step"].to_numpy(), step_of, -1)
         a["step_by"] = pd.Categorical(by)
@@ -77,7 +81,7 @@ def step_ranges(t: Trace) -> tuple[pd.DataFrame, str]:
     end = ts + ev["dur"].to_numpy()
     pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
     if idx.size:
-        num = pd.to_numeric(names[idx].str[len(STEP_PREFIX):], errors="coerce")
+        num = pd.to_numeric(names[idx].str[len(STEP_PREFIX) :], errors="coerce")
         num = num.fillna(-1).astype(np.int64).to_numpy()
         source = STEP_PREFIX[:-1]
         start, stop = ts[idx], end[idx]
@@ -90,6 +94,5 @@ def step_ranges(t: Trace) -> tuple[pd.DataFrame, str]:
         start = np.concatenate([[ts.min()], stop[:-1]])
         num = np.arange(1, idx.size + 1, dtype=np.int64)
         source = OPTIMIZER_PREFIX[:-1]
-    rng = pd.DataFrame({"step": num, "cpu_start": start, "cpu_end": stop, "pid": pid[idx],
-                        "tid": tid[idx]})
+    rng = pd.DataFrame({"step": num, "cpu_start": start, "cpu_end": stop, "pid": pid[idx], "tid": tid[idx]})
     return rng.sort_values("cpu_start").reset_index(drop=True), source

@@ -26,7 +26,8 @@ def find_windows(t: Trace) -> Trace:
     (first start to last end of its activities), ``activities``, ``t_backward``,
     ``t_optimizer`` (first backward / optimizer activity start; an absent phase collapses onto
     the next boundary), ``t_unattributed`` (first start of an activity with no phase evidence,
-    inside [t_backward, t_optimizer]; t_optimizer when there is none), ``complete``, ``cpu_start``, ``cpu_end`` (its ProfilerStep range, -1
+    inside [t_backward, t_optimizer]; t_optimizer when there is none), ``complete``,
+    ``cpu_start``, ``cpu_end`` (its ProfilerStep range, -1
     none); ``t.windows``: one row per (step, window) with window in ``step``, ``forward``,
     ``backward``, ``unattributed``, ``optimizer``: ``start``, ``end``, ``complete``.
     Guarantees: a step's phase windows tile its step window in order; times stay int64
@@ -36,8 +37,7 @@ def find_windows(t: Trace) -> Trace:
     a = t.acts
     iv = a[a["step"].to_numpy() >= 0]
     g = iv.groupby("step")
-    steps = pd.DataFrame({"start": g["start"].min(), "end": g["end"].max(),
-                          "activities": g.size()})
+    steps = pd.DataFrame({"start": g["start"].min(), "end": g["end"].max(), "activities": g.size()})
     end = steps["end"].to_numpy(np.int64)
     firsts = {}
     for ph in ("backward", "optimizer"):
@@ -56,15 +56,17 @@ def find_windows(t: Trace) -> Trace:
     cpu = t.step_ranges.drop_duplicates("step").set_index("step") if len(t.step_ranges) else None
     for col in ("cpu_start", "cpu_end"):
         v = cpu[col].reindex(steps["step"]) if cpu is not None else None
-        steps[col] = v.fillna(-1).astype(np.int64).to_numpy() if v is not None else \
-            np.full(len(steps), -1, np.int64)
+        steps[col] = (
+            v.fillna(-1).astype(np.int64).to_numpy() if v is not None else np.full(len(steps), -1, np.int64)
+        )
     t.steps = steps
     t.windows = windows_of(steps)
     return t
 
 
-def _t_unattributed(iv: pd.DataFrame, steps: pd.DataFrame, t_bwd: np.ndarray,
-                    t_opt: np.ndarray) -> np.ndarray:
+def _t_unattributed(
+    iv: pd.DataFrame, steps: pd.DataFrame, t_bwd: np.ndarray, t_opt: np.ndarray
+) -> np.ndarray:
     """Where the unattributed window starts: the first start of an activity with no phase
     evidence, clipped into [t_backward, t_optimizer]; t_optimizer (empty) when there is none."""
     sub = iv[(iv["phase"] == "unattributed").to_numpy()]
@@ -84,9 +86,15 @@ def _complete(steps: pd.DataFrame, warnings: list) -> np.ndarray:
         cut = np.zeros(len(steps), bool)
         cut[[0, -1]] = dur[[0, -1]] < CUT_FRACTION * med
         complete &= ~cut
-        warnings += [TraceWarning("step_cut", "the step looks cut by the profiling window "
-                                  "(under 10% of the median step); left out of the means",
-                                  step=int(s)) for s in steps.loc[cut, "step"]]
+        warnings += [
+            TraceWarning(
+                "step_cut",
+                "the step looks cut by the profiling window "
+                "(under 10% of the median step); left out of the means",
+                step=int(s),
+            )
+            for s in steps.loc[cut, "step"]
+        ]
     return complete
 
 
@@ -94,15 +102,29 @@ def windows_of(steps: pd.DataFrame) -> pd.DataFrame:
     """The long windows table of a steps table (``start``, ``t_backward``, ``t_optimizer``,
     ``end``, ``complete`` per step): rows ``step`` then each phase, per step."""
     bounds = [steps[c] for c in BOUNDS]
-    parts = [pd.DataFrame({"step": steps["step"].to_numpy(), "window": "step",
-                           "start": steps["start"].to_numpy(np.int64),
-                           "end": steps["end"].to_numpy(np.int64),
-                           "complete": steps["complete"].to_numpy(bool)})]
-    parts += [pd.DataFrame({"step": steps["step"].to_numpy(), "window": ph,
-                            "start": bounds[k].to_numpy(np.int64),
-                            "end": bounds[k + 1].to_numpy(np.int64),
-                            "complete": steps["complete"].to_numpy(bool)})
-              for k, ph in enumerate(PHASES)]
+    parts = [
+        pd.DataFrame(
+            {
+                "step": steps["step"].to_numpy(),
+                "window": "step",
+                "start": steps["start"].to_numpy(np.int64),
+                "end": steps["end"].to_numpy(np.int64),
+                "complete": steps["complete"].to_numpy(bool),
+            }
+        )
+    ]
+    parts += [
+        pd.DataFrame(
+            {
+                "step": steps["step"].to_numpy(),
+                "window": ph,
+                "start": bounds[k].to_numpy(np.int64),
+                "end": bounds[k + 1].to_numpy(np.int64),
+                "complete": steps["complete"].to_numpy(bool),
+            }
+        )
+        for k, ph in enumerate(PHASES)
+    ]
     out = pd.concat(parts, ignore_index=True)
     out["order"] = out["window"].map({w: i for i, w in enumerate(WINDOWS)})
     out = out.sort_values(["step", "order"], kind="stable").drop(columns="order")

@@ -90,8 +90,10 @@ class Shown:
         out = []
         if self.top is not None and self.total_rows > len(self.frame):
             sort_by = spec_of_sort(self)
-            out.append(f"top {len(self.frame)} of {self.total_rows} rows{sort_by}; "
-                       "--top N for more, JSON/CSV have all")
+            out.append(
+                f"top {len(self.frame)} of {self.total_rows} rows{sort_by}; "
+                "--top N for more, JSON/CSV have all"
+            )
         if self.zero_rows:
             out.append(f"{self.zero_rows} all-zero row{'s' if self.zero_rows != 1 else ''} hidden")
         return out

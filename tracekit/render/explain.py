@@ -33,9 +33,13 @@ def lines(doc: dict) -> list[str]:
     """The whole output as lines (not yet cut to width)."""
     m = doc["meta"]
     where = f" in step {m['step']}" if m.get("step") is not None else ""
-    out = [(f"{m['pattern']!r} in {Path(m['path']).name} (rank {m['rank']}{where}): "
-            f"{m['matched']} matches, {m['groups']} chains, {m['shown']} shown"),
-           "times: ms after the trace's first event; chains by total time, largest first"]
+    out = [
+        (
+            f"{m['pattern']!r} in {Path(m['path']).name} (rank {m['rank']}{where}): "
+            f"{m['matched']} matches, {m['groups']} chains, {m['shown']} shown"
+        ),
+        "times: ms after the trace's first event; chains by total time, largest first",
+    ]
     if m.get("rank_files", 1) > 1:
         out.append(f"this rank has {m['rank_files']} files (successive windows): the first is shown")
     if not m["matched"]:
@@ -43,43 +47,63 @@ def lines(doc: dict) -> list[str]:
     for i, c in enumerate(doc["chains"], 1):
         out += [""] + chain_lines(i, c)
     if m["shown"] < m["groups"]:
-        out += ["", (f"{m['groups'] - m['shown']} more chain(s): raise --limit, or narrow the "
-                "pattern or --step")]
+        out += [
+            "",
+            (f"{m['groups'] - m['shown']} more chain(s): raise --limit, or narrow the pattern or --step"),
+        ]
     return out
 
 
 def chain_lines(i: int, c: dict) -> list[str]:
     a = c["activity"]
     steps = ", ".join(map(str, c["steps"][:12])) + (" ..." if len(c["steps"]) > 12 else "")
-    out = [f"[{i}] {c['name']}",
-           (f"    {c['count']} x, {_ms(c['total_ms'])} ms in all; steps {steps}; "
-           f"{c['module_instances']} module instance(s). First of them:"),
-           _row(a["kind"], f"{'thread' if a['kind'] == 'cpu_op' else 'stream'} {a['stream']}, start {_ms(a['start_ms'])}, "
-                f"{_ms(a['dur_ns'] / 1e6)} ms")]
+    out = [
+        f"[{i}] {c['name']}",
+        (
+            f"    {c['count']} x, {_ms(c['total_ms'])} ms in all; steps {steps}; "
+            f"{c['module_instances']} module instance(s). First of them:"
+        ),
+        _row(
+            a["kind"],
+            f"{'thread' if a['kind'] == 'cpu_op' else 'stream'} {a['stream']}, start {_ms(a['start_ms'])}, "
+            f"{_ms(a['dur_ns'] / 1e6)} ms",
+        ),
+    ]
     ln = c["launch"]
-    out.append(_row("launch", "none in the file (launched before the recorded CPU window)"
-                    if ln is None else
-                    f"{ln['runtime'] or 'the op itself'}"
-                    f"{'' if ln['correlation'] is None else ', correlation ' + str(ln['correlation'])}"
-                    f", at {_ms(ln['ts_ms'])} on thread {ln['tid']}"))
+    out.append(
+        _row(
+            "launch",
+            "none in the file (launched before the recorded CPU window)"
+            if ln is None
+            else f"{ln['runtime'] or 'the op itself'}"
+            f"{'' if ln['correlation'] is None else ', correlation ' + str(ln['correlation'])}"
+            f", at {_ms(ln['ts_ms'])} on thread {ln['tid']}",
+        )
+    )
     for k, op in enumerate(c["op_stack"]):
         seq = f" seq {op['seq']}" if op["seq"] is not None else ""
-        out.append(_row("op stack" if k == 0 else "", f"{'> ' if k else ''}{op['name']} "
-                        f"({op['kind']}, {_ms(op['ts_ms'])} +{_ms(op['dur_ms'])}{seq})"))
+        out.append(
+            _row(
+                "op stack" if k == 0 else "",
+                f"{'> ' if k else ''}{op['name']} "
+                f"({op['kind']}, {_ms(op['ts_ms'])} +{_ms(op['dur_ms'])}{seq})",
+            )
+        )
     mod = c["module"]
-    out.append(_row("module", "none (no module range around the launch)" if mod is None
-                    else mod["path"]))
+    out.append(_row("module", "none (no module range around the launch)" if mod is None else mod["path"]))
     b = c["backward"]
     if b is not None:
         f = b["forward_op"]
-        fwd = "no forward op found" if f is None else \
-            f"forward op {f['name']} at {_ms(f['ts_ms'])} on thread {f['tid']}"
+        fwd = (
+            "no forward op found"
+            if f is None
+            else f"forward op {f['name']} at {_ms(f['ts_ms'])} on thread {f['tid']}"
+        )
         seq = f" (seq {b['seq']})" if b["seq"] is not None else ""
         out.append(_row("backward", f"node {b['node'] or '?'}{seq} -> {fwd}; link: {b['link']}"))
     out.append(_row("phase", f"{c['phase']['phase']} (evidence: {c['phase']['evidence']})"))
     s = c["step"]
-    out.append(_row("step", f"{s['step']} (by {s['by']})" if s["step"] >= 0 else
-                    "outside every step"))
+    out.append(_row("step", f"{s['step']} (by {s['by']})" if s["step"] >= 0 else "outside every step"))
     k, mc = c["kernel_category"], c["module_category"]
     out.append(_row("category", f"{k['group']} / {k['category']} (rule {k['rule']})"))
     if mc["category"]:

@@ -45,7 +45,7 @@ def to_json(meta: dict, tables: dict[str, pd.DataFrame]) -> str:
 #: Line breaks become spaces: the CSV writer does not even quote a cell for a bare "\r", so a
 #: reader would start a new row there whose first cell could be a formula; with no breaks at all
 #: every row is one line for any reader (names from traces never need one).
-_BREAKS = str.maketrans({c: " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
+_BREAKS = str.maketrans(dict.fromkeys("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029", " "))
 
 
 def safe_csv_cell(v):
@@ -81,8 +81,9 @@ def to_markdown(title: str, df: pd.DataFrame) -> str:
         return "\n".join(lines + ["(no rows)", ""])
     cols = list(df.columns)
     lines.append("| " + " | ".join(md_escape(c) for c in cols) + " |")
-    lines.append("|" + "|".join("---:" if pd.api.types.is_numeric_dtype(df[c]) else "---"
-                                for c in cols) + "|")
+    lines.append(
+        "|" + "|".join("---:" if pd.api.types.is_numeric_dtype(df[c]) else "---" for c in cols) + "|"
+    )
     for row in df.itertuples(index=False, name=None):
         cells = []
         for v in row:
@@ -98,17 +99,22 @@ def _meta_lines(meta: dict) -> list[str]:
     """The meta as a short Markdown list."""
     steps = meta.get("complete_steps") or {}
     counts = {len(v) for v in steps.values()}
-    per_rank = (f"{counts.pop()} per rank" if len(counts) == 1 and len(steps) > 1 else
-                "; ".join(f"rank {r}: {len(v)}" for r, v in steps.items()))
-    lines = [f"- **trace**: {md_escape(meta.get('path', ''))}",
-             f"- **mode**: {md_escape(meta.get('mode', ''))}" +
-             (f"; **devices**: {md_escape(', '.join(map(str, meta['devices'])))}"
-              if meta.get("devices") else ""),
-             f"- **times**: ms, {md_escape(meta.get('aggregation', ''))}",
-             f"- **ranks**: {len(steps)}; **steps analysed**: {md_escape(per_rank)}"]
+    per_rank = (
+        f"{counts.pop()} per rank"
+        if len(counts) == 1 and len(steps) > 1
+        else "; ".join(f"rank {r}: {len(v)}" for r, v in steps.items())
+    )
+    lines = [
+        f"- **trace**: {md_escape(meta.get('path', ''))}",
+        f"- **mode**: {md_escape(meta.get('mode', ''))}"
+        + (
+            f"; **devices**: {md_escape(', '.join(map(str, meta['devices'])))}" if meta.get("devices") else ""
+        ),
+        f"- **times**: ms, {md_escape(meta.get('aggregation', ''))}",
+        f"- **ranks**: {len(steps)}; **steps analysed**: {md_escape(per_rank)}",
+    ]
     if meta.get("filters"):
-        f = {k: v for k, v in meta["filters"].items()
-             if k not in ("tables_left_out", "complete_steps_kept")}
+        f = {k: v for k, v in meta["filters"].items() if k not in ("tables_left_out", "complete_steps_kept")}
         lines.append("- **filters**: " + md_escape(", ".join(f"{k} {v}" for k, v in f.items())))
     lines += [f"- **note**: {md_escape(n)}" for n in meta.get("notices", [])]
     lines += [f"- **warning**: {md_escape(w)}" for w in meta.get("warnings", [])]
@@ -139,8 +145,9 @@ def markdown_report(meta: dict, tables: dict[str, pd.DataFrame], top: int | None
         for k in ("a", "b"):
             head += [f"**{k.upper()}**", ""] + _meta_lines(meta[k]) + [""]
     else:
-        head = [f"# tracekit: {md_escape(Path(str(meta.get('path', ''))).name)}", ""] + \
-            _meta_lines(meta) + [""]
+        head = (
+            [f"# tracekit: {md_escape(Path(str(meta.get('path', ''))).name)}", ""] + _meta_lines(meta) + [""]
+        )
     return "\n".join(head) + "\n" + "\n".join(markdown_table(k, v, top) for k, v in tables.items())
 
 

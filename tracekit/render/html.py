@@ -19,6 +19,7 @@ import html
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -28,17 +29,33 @@ from ..checks import text
 from ..coverage import lines as coverage_lines
 from .common import cell, header, numeric, shown_rows, title
 
-PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2",
-           "#ff9da6", "#9d755d", "#bab0ac"]
-CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-       "img-src data:; font-src data:")
+PALETTE = [
+    "#4c78a8",
+    "#f58518",
+    "#54a24b",
+    "#e45756",
+    "#72b7b2",
+    "#eeca3b",
+    "#b279a2",
+    "#ff9da6",
+    "#9d755d",
+    "#bab0ac",
+]
+CSP = (
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; font-src data:"
+)
 
 
 def script_json(obj) -> str:
     """JSON that is safe inside a ``<script>`` element."""
     s = json.dumps(obj, allow_nan=False, default=str)
-    return (s.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    return (
+        s.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 def label(v) -> str:
@@ -51,19 +68,25 @@ def _num(v) -> float:
     return 0.0 if math.isnan(f) or math.isinf(f) else round(f, 6)
 
 
-def _bar(traces: list[dict], heading: str, *, stack: bool = False, horizontal: bool = False,
-         ytitle: str = "ms") -> dict:
-    layout = {"title": {"text": label(heading)}, "barmode": "stack" if stack else "group",
-              "margin": {"l": 60, "r": 20, "t": 50, "b": 80}, "height": 380,
-              "legend": {"orientation": "h"},
-              "xaxis": {"automargin": True}, "yaxis": {"automargin": True}}
+def _bar(
+    traces: list[dict], heading: str, *, stack: bool = False, horizontal: bool = False, ytitle: str = "ms"
+) -> dict:
+    layout: dict[str, Any] = {
+        "title": {"text": label(heading)},
+        "barmode": "stack" if stack else "group",
+        "margin": {"l": 60, "r": 20, "t": 50, "b": 80},
+        "height": 380,
+        "legend": {"orientation": "h"},
+        "xaxis": {"automargin": True},
+        "yaxis": {"automargin": True},
+    }
     layout["xaxis" if horizontal else "yaxis"]["title"] = {"text": ytitle}
     return {"data": traces, "layout": layout}
 
 
 def _trace(name, x, y, i: int, horizontal: bool = False) -> dict:
     xs, ys = [label(v) for v in x], [_num(v) for v in y]
-    t = {"type": "bar", "name": label(name), "marker": {"color": PALETTE[i % len(PALETTE)]}}
+    t: dict[str, Any] = {"type": "bar", "name": label(name), "marker": {"color": PALETTE[i % len(PALETTE)]}}
     t.update({"y": xs, "x": ys, "orientation": "h"} if horizontal else {"x": xs, "y": ys})
     return t
 
@@ -95,16 +118,19 @@ def _phase_charts(df: pd.DataFrame) -> list[tuple[str, dict]]:
     figs = []
     _, xs = _steps_axis(df)
     df = df.assign(_x=xs)
-    traces = [_trace(ph, g["_x"], g["wall_ms"], i)
-              for i, (ph, g) in enumerate(df.groupby(df["phase"].astype(str), sort=False))
-              if g["wall_ms"].abs().sum() > 0]
+    traces = [
+        _trace(ph, g["_x"], g["wall_ms"], i)
+        for i, (ph, g) in enumerate(df.groupby(df["phase"].astype(str), sort=False))
+        if g["wall_ms"].abs().sum() > 0
+    ]
     figs.append(("phases", _bar(traces, "Phases per step (wall time)", stack=True)))
     cols = [c for c in ("exposed_comm_ms", "idle_ms") if c in df]
     g = df.groupby(df["phase"].astype(str), sort=False)[cols + ["wall_ms"]].mean()
     g = g[g["wall_ms"] > 0]
     if cols and len(g):
-        traces = [_trace(c.replace("_ms", "").replace("_", " "), g.index, g[c], i + 3)
-                  for i, c in enumerate(cols)]
+        traces = [
+            _trace(c.replace("_ms", "").replace("_", " "), g.index, g[c], i + 3) for i, c in enumerate(cols)
+        ]
         figs.append(("exposed", _bar(traces, "Exposed communication and idle per phase")))
     return figs
 
@@ -127,8 +153,10 @@ def _kernel_chart(df: pd.DataFrame) -> list[tuple[str, dict]]:
     stage = df["stage"].astype(str) if "stage" in df else pd.Series("all", index=df.index)
     cat = df["group"].astype(str) + ": " + df["category"].astype(str)
     g = df.assign(_s=stage, _c=cat).groupby(["_s", "_c"], sort=False)["time_ms"].mean()
-    traces = [_trace(s, g.loc[s].index, g.loc[s].values, i)
-              for i, s in enumerate(dict.fromkeys(g.index.get_level_values(0)))]
+    traces = [
+        _trace(s, g.loc[s].index, g.loc[s].values, i)
+        for i, s in enumerate(dict.fromkeys(g.index.get_level_values(0)))
+    ]
     return [("kernels", _bar(traces, title("kernels")))]
 
 
@@ -144,20 +172,31 @@ def _timeline_chart(df: pd.DataFrame) -> list[tuple[str, dict]]:
 
 def _top_kernel_chart(df: pd.DataFrame) -> list[tuple[str, dict]]:
     from tracekit.analyses.top_kernels import OTHER, short_name
+
     df = df[df["name"].astype(str) != OTHER]
     g = df.groupby(df["name"].astype(str), sort=False)["total_ms"].mean()
     g = g[g > 0].sort_values(ascending=False).head(MAX_BARS)[::-1]
     if g.empty:
         return []
     names = [short_name(n) for n in g.index]
-    return [("top_kernels", _bar([_trace("total", names, g.values, 0, horizontal=True)],
-                                 f"Top {len(g)} kernels by time", horizontal=True))]
+    return [
+        (
+            "top_kernels",
+            _bar(
+                [_trace("total", names, g.values, 0, horizontal=True)],
+                f"Top {len(g)} kernels by time",
+                horizontal=True,
+            ),
+        )
+    ]
 
 
 def _layer_chart(df: pd.DataFrame) -> list[tuple[str, dict]]:
     g = df.groupby([df["phase"].astype(str), "layer"], sort=False)["time_ms"].mean()
-    traces = [_trace(ph, [f"layer {x}" for x in g.loc[ph].index], g.loc[ph].values, i)
-              for i, ph in enumerate(dict.fromkeys(g.index.get_level_values(0)))]
+    traces = [
+        _trace(ph, [f"layer {x}" for x in g.loc[ph].index], g.loc[ph].values, i)
+        for i, ph in enumerate(dict.fromkeys(g.index.get_level_values(0)))
+    ]
     return [("layers", _bar(traces, title("layers")))] if traces else []
 
 
@@ -165,10 +204,12 @@ def _rank_chart(df: pd.DataFrame) -> list[tuple[str, dict]]:
     """Phase walls per rank: every rank up to MAX_RANK_BARS, else the slowest ones."""
     shown = df.sort_values("step_ms", ascending=False).head(MAX_RANK_BARS).sort_values("rank")
     xs = [f"rank {r}" for r in shown["rank"]]
-    traces = [_trace(c[:-3], xs, shown[c], i) for i, c in
-              enumerate(("forward_ms", "backward_ms", "optimizer_ms")) if shown[c].abs().sum() > 0]
-    what = (f"the {len(shown)} slowest of {len(df)} ranks" if len(df) > len(shown)
-            else f"{len(df)} ranks")
+    traces = [
+        _trace(c[:-3], xs, shown[c], i)
+        for i, c in enumerate(("forward_ms", "backward_ms", "optimizer_ms"))
+        if shown[c].abs().sum() > 0
+    ]
+    what = f"the {len(shown)} slowest of {len(df)} ranks" if len(df) > len(shown) else f"{len(df)} ranks"
     return [("ranks", _bar(traces, f"Step time per rank ({what})", stack=True))] if traces else []
 
 
@@ -181,12 +222,26 @@ def _delta_chart(name: str, df: pd.DataFrame) -> list[tuple[str, dict]]:
     if d.empty:
         return []
     what = f" (largest {len(d)} of {len(df)})" if len(df) > len(d) else ""
-    return [(name, _bar([_trace("B - A", d["_x"], d["delta_ms"], 3, horizontal=True)],
-                        title(name) + what, horizontal=True))]
+    return [
+        (
+            name,
+            _bar(
+                [_trace("B - A", d["_x"], d["delta_ms"], 3, horizontal=True)],
+                title(name) + what,
+                horizontal=True,
+            ),
+        )
+    ]
 
 
-CHARTS = {"phases": _phase_charts, "modules": _module_chart, "kernels": _kernel_chart,
-          "timeline": _timeline_chart, "top_kernels": _top_kernel_chart, "layers": _layer_chart}
+CHARTS = {
+    "phases": _phase_charts,
+    "modules": _module_chart,
+    "kernels": _kernel_chart,
+    "timeline": _timeline_chart,
+    "top_kernels": _top_kernel_chart,
+    "layers": _layer_chart,
+}
 
 
 def figures(tables: dict[str, pd.DataFrame]) -> list[tuple[str, dict]]:
@@ -204,19 +259,24 @@ def figures(tables: dict[str, pd.DataFrame]) -> list[tuple[str, dict]]:
         elif name.endswith("_delta") and "delta_ms" in df:
             figs += _delta_chart(name, df)
         elif name == "attention" and {"a_ms", "b_ms"} <= set(df.columns):
-            traces = [_trace(r, df["phase"], df[c], i)
-                      for i, (r, c) in enumerate((("A", "a_ms"), ("B", "b_ms")))]
+            traces = [
+                _trace(r, df["phase"], df[c], i) for i, (r, c) in enumerate((("A", "a_ms"), ("B", "b_ms")))
+            ]
             figs.append(("attention", _bar(traces, title("attention"))))
     return figs
 
 
 def table_html(name: str, df: pd.DataFrame) -> str:
     """One table: units in headers (the column's name as its tooltip), no all-zero rows."""
-    shown = shown_rows(name, df, top=None if name not in ("top_kernels", "ranks") else 50,
-                       wide=True) if "a_ms" not in df else None
+    shown = (
+        shown_rows(name, df, top=None if name not in ("top_kernels", "ranks") else 50, wide=True)
+        if "a_ms" not in df
+        else None
+    )
     rows_df = shown.frame if shown is not None else df[(df["a_ms"] != 0) | (df["b_ms"] != 0)]
-    head = "".join(f'<th title="{html.escape(str(c))}">{html.escape(header(name, str(c)))}</th>'
-                   for c in df.columns)
+    head = "".join(
+        f'<th title="{html.escape(str(c))}">{html.escape(header(name, str(c)))}</th>' for c in df.columns
+    )
     rows = []
     for row in rows_df.itertuples(index=False, name=None):
         cells = []
@@ -226,8 +286,10 @@ def table_html(name: str, df: pd.DataFrame) -> str:
         rows.append("<tr>" + "".join(cells) + "</tr>")
     body = "".join(rows) or f'<tr><td colspan="{max(len(df.columns), 1)}">(no rows)</td></tr>'
     notes = "".join(f'<p class="note">{html.escape(n)}</p>' for n in (shown.notes() if shown else []))
-    return (f'<section class="table" id="t-{html.escape(name)}"><h3>{html.escape(title(name))}</h3>'
-            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}</section>")
+    return (
+        f'<section class="table" id="t-{html.escape(name)}"><h3>{html.escape(title(name))}</h3>'
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}</section>"
+    )
 
 
 def _meta_html(meta: dict) -> str:
@@ -236,24 +298,27 @@ def _meta_html(meta: dict) -> str:
     for tag, m in runs:
         steps = "; ".join(f"rank {r}: {len(s)}" for r, s in (m.get("complete_steps") or {}).items())
         devices = ", ".join(map(str, m.get("devices", [])))
-        items.append(f"<li><b>{html.escape(tag)}</b> {html.escape(str(m.get('path', '')))} "
-                     f"&middot; {html.escape(str(m.get('mode', '')))}"
-                     + (f" &middot; devices: {html.escape(devices)}" if devices else "")
-                     + f" &middot; steps analysed: {html.escape(steps)}</li>")
+        items.append(
+            f"<li><b>{html.escape(tag)}</b> {html.escape(str(m.get('path', '')))} "
+            f"&middot; {html.escape(str(m.get('mode', '')))}"
+            + (f" &middot; devices: {html.escape(devices)}" if devices else "")
+            + f" &middot; steps analysed: {html.escape(steps)}</li>"
+        )
         if m.get("filters"):
-            f = {k: v for k, v in m["filters"].items()
-                 if k not in ("tables_left_out", "complete_steps_kept")}
+            f = {k: v for k, v in m["filters"].items() if k not in ("tables_left_out", "complete_steps_kept")}
             items.append(f'<li class="note">filters: {html.escape(str(f))}</li>')
         for n in m.get("notices", []):
             items.append(f'<li class="note">note: {html.escape(str(n))}</li>')
         for c in coverage_lines(m):
             items.append(f'<li class="note">{html.escape(c)}</li>')
     if meta.get("paper"):
-        items.append(f'<li class="note">paper_* columns: {html.escape(meta["paper"]["setting"])} '
-                     f'From: {html.escape(meta["paper"]["citation"])}</li>')
+        items.append(
+            f'<li class="note">paper_* columns: {html.escape(meta["paper"]["setting"])} '
+            f"From: {html.escape(meta['paper']['citation'])}</li>"
+        )
     for w in meta.get("warnings", []):
         items.append(f'<li class="warn">warning: {html.escape(text(w))}</li>')
-    return "<ul class=\"meta\">" + "".join(items) + "</ul>"
+    return '<ul class="meta">' + "".join(items) + "</ul>"
 
 
 STYLE = """
@@ -274,6 +339,7 @@ def render_report(meta: dict, tables: dict[str, pd.DataFrame]) -> str:
 
     figs = figures(tables)
     title = "tracekit comparison" if "a" in meta and "b" in meta else "tracekit report"
+    aggregation = str(meta.get("aggregation", "mean per complete step"))
     charts = "".join(f'<div class="chart" id="c-{i}"></div>' for i, _ in enumerate(figs))
     calls = script_json([{"id": f"c-{i}", "name": n, "fig": f} for i, (n, f) in enumerate(figs)])
     tables_html = "".join(table_html(k, v) for k, v in tables.items() if isinstance(v, pd.DataFrame))
@@ -284,7 +350,7 @@ def render_report(meta: dict, tables: dict[str, pd.DataFrame]) -> str:
 <title>{html.escape(title)}</title><style>{STYLE}</style>
 <script>{js}</script></head>
 <body><h1>{html.escape(title)}</h1>{_meta_html(meta)}
-<p style="font-size:12px;color:#666">Times in ms, {html.escape(str(meta.get('aggregation', 'mean per complete step')))}.
+<p style="font-size:12px;color:#666">Times in ms, {html.escape(aggregation)}.
 Definitions: docs/metrics.md.</p>
 <div class="charts">{charts}</div>
 {tables_html}
@@ -306,4 +372,5 @@ Definitions: docs/metrics.md.</p>
 def write_report(meta: dict, tables: dict[str, pd.DataFrame], out: str | Path) -> Path:
     """Write the report to ``out`` and return its path."""
     from ..safewrite import write_text
+
     return write_text(out, render_report(meta, tables))

@@ -82,8 +82,9 @@ def _longest(name: str, rows: pd.DataFrame, c: str) -> int:
     return min(max([len(cell(name, c, v)) for v in rows[c]] + [1]), NAME_MAX)
 
 
-def _fit(name: str, df: pd.DataFrame, rows: pd.DataFrame, cols: list[str],
-         widths: dict[str, int], room: int) -> dict[str, int]:
+def _fit(
+    name: str, df: pd.DataFrame, rows: pd.DataFrame, cols: list[str], widths: dict[str, int], room: int
+) -> dict[str, int]:
     """Exact column widths within ``room``: numbers their values' width (headers wrap), names
     their minimum plus what is left, given to each up to its longest value, in order."""
     sized = {c: widths[c] for c in cols}
@@ -107,8 +108,15 @@ def _keys(name: str, df: pd.DataFrame) -> list[str]:
     return [c for c in df.columns if not numeric(df, c)]
 
 
-def rich_tables(name: str, df: pd.DataFrame, *, width: int, top: int | None = None,
-                wide: bool = False, skip_zero: bool = True) -> list[Table]:
+def rich_tables(
+    name: str,
+    df: pd.DataFrame,
+    *,
+    width: int,
+    top: int | None = None,
+    wide: bool = False,
+    skip_zero: bool = True,
+) -> list[Table]:
     """One table as rich Tables that fit ``width`` (value columns split over several tables,
     each repeating the key columns, when one would not fit); [] when nothing is left to show."""
     shown = shown_rows(name, df, top=top, wide=wide)
@@ -123,20 +131,28 @@ def rich_tables(name: str, df: pd.DataFrame, *, width: int, top: int | None = No
     out = []
     for i, group in enumerate(groups):
         part = f" ({i + 1}/{len(groups)})" if len(groups) > 1 else ""
-        t = Table(title=safe(title(name)) + part, title_justify="left",
-                  caption=notes if i == len(groups) - 1 else None, caption_justify="left")
+        t = Table(
+            title=safe(title(name)) + part,
+            title_justify="left",
+            caption=notes if i == len(groups) - 1 else None,
+            caption_justify="left",
+        )
         cols = [c for c in df.columns if c in keys or c in group]
         # When the columns at their natural width (header on one line) do not fit, numbers get
         # exactly their values' width and headers wrap: rich's own shrinking can overshoot.
-        natural = sum(max(widths[c], len(header(name, c)), _longest(name, rows, c)) + 3
-                      for c in cols) + 1
+        natural = sum(max(widths[c], len(header(name, c)), _longest(name, rows, c)) + 3 for c in cols) + 1
         sized = _fit(name, df, rows, cols, widths, width) if not wide and natural > width else {}
         for c in cols:
             right = numeric(df, c)
-            t.add_column(safe(header(name, c)), justify="right" if right else "left",
-                         no_wrap=wide, overflow="fold", min_width=widths[c],
-                         width=sized.get(c),
-                         max_width=None if right or wide else max(widths[c], NAME_MAX))
+            t.add_column(
+                safe(header(name, c)),
+                justify="right" if right else "left",
+                no_wrap=wide,
+                overflow="fold",
+                min_width=widths[c],
+                width=sized.get(c),
+                max_width=None if right or wide else max(widths[c], NAME_MAX),
+            )
         for row in rows[cols].itertuples(index=False, name=None):
             t.add_row(*(safe(cell(name, c, v)) for c, v in zip(cols, row)))
         out.append(t)
@@ -148,13 +164,15 @@ def _head(meta: dict, console: Console) -> None:
     if meta.get("devices"):
         line += "  devices: " + safe(", ".join(map(str, meta["devices"])))
     console.print(line)
-    console.print("times: ms, " + safe(meta.get("aggregation", "")) + "; steps analysed: " +
-                  safe(_steps_line(meta.get("complete_steps", {}))))
+    console.print(
+        "times: ms, "
+        + safe(meta.get("aggregation", ""))
+        + "; steps analysed: "
+        + safe(_steps_line(meta.get("complete_steps", {})))
+    )
     if meta.get("filters"):
-        f = {k: v for k, v in meta["filters"].items()
-             if k not in ("tables_left_out", "complete_steps_kept")}
-        line = "filters: " + ", ".join(f"{k} {_steps_text(v) if k == 'steps' else v}"
-                                       for k, v in f.items())
+        f = {k: v for k, v in meta["filters"].items() if k not in ("tables_left_out", "complete_steps_kept")}
+        line = "filters: " + ", ".join(f"{k} {_steps_text(v) if k == 'steps' else v}" for k, v in f.items())
         kept = meta["filters"].get("complete_steps_kept")
         if kept is not None:
             line += "; complete steps kept: " + _steps_line(kept)
@@ -179,20 +197,37 @@ def _steps_text(steps: list[int]) -> str:
     return ",".join(map(str, steps)) if len(steps) < 8 else f"{steps[0]}..{steps[-1]} ({len(steps)})"
 
 
-def render(meta: dict, tables: dict[str, pd.DataFrame], console: Console | None = None, *,
-           wide: bool = False, top: int | None = None) -> None:
+def render(
+    meta: dict,
+    tables: dict[str, pd.DataFrame],
+    console: Console | None = None,
+    *,
+    wide: bool = False,
+    top: int | None = None,
+) -> None:
     console = console or Console(highlight=False)
     if wide:
-        console = Console(file=console.file, width=max(console.width, 400), highlight=False,
-                          force_terminal=console.is_terminal, no_color=console.no_color)
+        console = Console(
+            file=console.file,
+            width=max(console.width, 400),
+            highlight=False,
+            force_terminal=console.is_terminal,
+            no_color=console.no_color,
+        )
     _head(meta, console)
     for name, df in tables.items():
         for t in rich_tables(name, df, width=console.width, top=top, wide=wide) if len(df) else []:
             console.print(t)
 
 
-def render_compare(meta: dict, tables: dict[str, pd.DataFrame], console: Console | None = None, *,
-                   wide: bool = False, top: int | None = None) -> None:
+def render_compare(
+    meta: dict,
+    tables: dict[str, pd.DataFrame],
+    console: Console | None = None,
+    *,
+    wide: bool = False,
+    top: int | None = None,
+) -> None:
     """A vs B tables (``tracekit compare``); rows where both runs are 0 are left out."""
     console = console or Console(highlight=False)
     for k in ("a", "b"):
@@ -207,12 +242,15 @@ def render_compare(meta: dict, tables: dict[str, pd.DataFrame], console: Console
         if df.empty:
             continue
         shown = df[(df["a_ms"] != 0) | (df["b_ms"] != 0)] if {"a_ms", "b_ms"} <= set(df) else df
-        for t in rich_tables(name, shown.reset_index(drop=True), width=console.width, top=top,
-                             wide=wide, skip_zero=False):
+        for t in rich_tables(
+            name, shown.reset_index(drop=True), width=console.width, top=top, wide=wide, skip_zero=False
+        ):
             console.print(t)
 
 
 def _paper_note(meta: dict, console: Console) -> None:
     if meta.get("paper"):
-        console.print(f"[cyan]paper_* columns:[/cyan] {safe(meta['paper']['setting'])} "
-                      f"From: {safe(meta['paper']['citation'])}")
+        console.print(
+            f"[cyan]paper_* columns:[/cyan] {safe(meta['paper']['setting'])} "
+            f"From: {safe(meta['paper']['citation'])}"
+        )

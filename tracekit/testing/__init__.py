@@ -17,6 +17,18 @@ from .events import COMM_STREAM, COMPUTE_STREAM, COPY_STREAM, SIDE_STREAM, write
 from .truth import Activity, Kernel, Op, intersect_window, measure, subtract, union
 
 __all__ = [
-    "COMM_STREAM", "COMPUTE_STREAM", "COPY_STREAM", "SIDE_STREAM", "Activity", "Kernel", "Op",
-    "TraceBuilder", "intersect_window", "kernels", "measure", "subtract", "union", "write_trace",
+    "COMM_STREAM",
+    "COMPUTE_STREAM",
+    "COPY_STREAM",
+    "SIDE_STREAM",
+    "Activity",
+    "Kernel",
+    "Op",
+    "TraceBuilder",
+    "intersect_window",
+    "kernels",
+    "measure",
+    "subtract",
+    "union",
+    "write_trace",
 ]

@@ -51,9 +51,15 @@ __all__ = ["Kernel", "Op", "TraceBuilder"]
 MODULE_EVENTS = ("nn_module", "capture", "both", "none")
 _MEMCPY = {"HtoD": MEMCPY_HTOD, "DtoH": MEMCPY_DTOH, "DtoD": MEMCPY_DTOD}
 # record_param_comms "Collective name" as torch.distributed writes it
-_COLLECTIVE_NAME = {"AllReduce": "allreduce", "AllGather": "_allgather_base",
-                    "ReduceScatter": "_reduce_scatter_base", "Broadcast": "broadcast",
-                    "AllToAll": "all_to_all", "SendRecv": "send", "Reduce": "reduce"}
+_COLLECTIVE_NAME = {
+    "AllReduce": "allreduce",
+    "AllGather": "_allgather_base",
+    "ReduceScatter": "_reduce_scatter_base",
+    "Broadcast": "broadcast",
+    "AllToAll": "all_to_all",
+    "SendRecv": "send",
+    "Reduce": "reduce",
+}
 
 
 @dataclass
@@ -69,7 +75,7 @@ class _State:
 
 def _node_name(op_name: str) -> str:
     """The autograd node a forward op creates: ``aten::mm`` -> ``MmBackward0``."""
-    base = op_name.split("::")[-1].strip("_")
+    base = op_name.rsplit("::", maxsplit=1)[-1].strip("_")
     return "".join(p.capitalize() for p in base.split("_") if p) + "Backward0"
 
 
@@ -85,17 +91,36 @@ class TraceBuilder:
     0-9 ns of CPU jitter (device times stay exact). Times are microseconds (floats carry ns).
     """
 
-    def __init__(self, *, rank: int = 0, world_size: int = 1, modules: str = "nn_module",
-                 autograd_thread: bool = True, flows: bool = True, ts_format: str = "float",
-                 big_ids: bool = False, old_categories: bool = False, first_step: int = 1,
-                 start_ns: int = EPOCH_NS, pid: int = 48213, device: int = 0,
-                 jitter_seed: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        modules: str = "nn_module",
+        autograd_thread: bool = True,
+        flows: bool = True,
+        ts_format: str = "float",
+        big_ids: bool = False,
+        old_categories: bool = False,
+        first_step: int = 1,
+        start_ns: int = EPOCH_NS,
+        pid: int = 48213,
+        device: int = 0,
+        jitter_seed: int | None = None,
+    ) -> None:
         if modules not in MODULE_EVENTS:
             raise ValueError(f"modules must be one of {MODULE_EVENTS}, not {modules!r}")
         rng = random.Random(jitter_seed) if jitter_seed is not None else None
-        self.w = EventWriter(ts_format=ts_format, big_ids=big_ids, old_categories=old_categories,
-                             rng=rng, pid=pid, autograd_tid=pid + 88 if autograd_thread else None,
-                             device=device, start_ns=start_ns)
+        self.w = EventWriter(
+            ts_format=ts_format,
+            big_ids=big_ids,
+            old_categories=old_categories,
+            rng=rng,
+            pid=pid,
+            autograd_tid=pid + 88 if autograd_thread else None,
+            device=device,
+            start_ns=start_ns,
+        )
         self.rank, self.world_size = rank, world_size
         self.nn_module = modules in ("nn_module", "both")
         self.capture = modules in ("capture", "both")
@@ -144,8 +169,16 @@ class TraceBuilder:
         self._s.step, self._s.phase = old
         mine = self.activities[first:]
         if mine:  # the device-side projection of the step range, like real traces
-            self.w.emit("X", "gpu_user_annotation", f"ProfilerStep#{n}", self.w.device, COMPUTE_STREAM,
-                        min(a.start for a in mine), max(a.end for a in mine), {"External id": 0})
+            self.w.emit(
+                "X",
+                "gpu_user_annotation",
+                f"ProfilerStep#{n}",
+                self.w.device,
+                COMPUTE_STREAM,
+                min(a.start for a in mine),
+                max(a.end for a in mine),
+                {"External id": 0},
+            )
 
     @contextmanager
     def module(self, cls: str, qualified: str) -> Iterator[str]:
@@ -157,11 +190,13 @@ class TraceBuilder:
         tid = self._s.tid
         with ExitStack() as stack:
             if self.capture:
-                stack.enter_context(self.w.rng_(tid, module_range(cls, qualified), "user_annotation",
-                                                pre=0.8, post=0.6))
+                stack.enter_context(
+                    self.w.rng_(tid, module_range(cls, qualified), "user_annotation", pre=0.8, post=0.6)
+                )
             if self.nn_module:
-                stack.enter_context(self.w.pyfunc(tid, f"nn.Module: {cls}_{inst}",
-                                                  {"Python module id": inst}))
+                stack.enter_context(
+                    self.w.pyfunc(tid, f"nn.Module: {cls}_{inst}", {"Python module id": inst})
+                )
                 stack.enter_context(self.w.pyfunc(tid, "torch/nn/modules/module.py(1750): _call_impl"))
             self._s.modules.append(qualified)
             try:
@@ -175,8 +210,9 @@ class TraceBuilder:
         self._s.phase = phase
         with ExitStack() as stack:
             if self.capture:
-                stack.enter_context(self.w.rng_(self.w.main, phase_range(phase), "user_annotation",
-                                                pre=0.5, post=0.5))
+                stack.enter_context(
+                    self.w.rng_(self.w.main, phase_range(phase), "user_annotation", pre=0.5, post=0.5)
+                )
             if annotation:
                 stack.enter_context(self.w.rng_(self.w.main, annotation, "user_annotation"))
             try:
@@ -268,8 +304,13 @@ class TraceBuilder:
                     self._s.ops.pop()
             if self.flows:
                 self.w.n_flow += 1
-                self.w.flow("fwdbwd", "fwdbwd", self.w._id(self.w.n_flow),
-                            (self.w.pid, fwd.tid, fwd.start), (self.w.pid, tid, box["start"]))
+                self.w.flow(
+                    "fwdbwd",
+                    "fwdbwd",
+                    self.w._id(self.w.n_flow),
+                    (self.w.pid, fwd.tid, fwd.start),
+                    (self.w.pid, tid, box["start"]),
+                )
 
     @contextmanager
     def gradient_hook(self, node: str = "torch::autograd::AccumulateGrad") -> Iterator[None]:
@@ -288,28 +329,70 @@ class TraceBuilder:
         return None
 
     # device activity -------------------------------------------------------------------------
-    def _launch(self, name: str, dur_us: float, *, kind: str, stream: int, gap_us: float,
-                at_us: float | None, api: str | None, comm: bool, collective: str | None) -> Activity:
+    def _launch(
+        self,
+        name: str,
+        dur_us: float,
+        *,
+        kind: str,
+        stream: int,
+        gap_us: float,
+        at_us: float | None,
+        api: str | None,
+        comm: bool,
+        collective: str | None,
+    ) -> Activity:
         want = None if at_us is None else self.at(at_us)
-        x = self.w.launch(self._s.tid, name, self.ns(dur_us), stream=stream, gap=self.ns(gap_us),
-                          start=want, kind=kind, api=api)
+        x = self.w.launch(
+            self._s.tid,
+            name,
+            self.ns(dur_us),
+            stream=stream,
+            gap=self.ns(gap_us),
+            start=want,
+            kind=kind,
+            api=api,
+        )
         if want is not None and x.start != want:
-            raise ValueError(f"{name[:40]}: planted start {at_us} us is before its launch or the end "
-                             f"of stream {stream}'s previous activity; it would start at "
-                             f"{(x.start - self.origin) / 1000} us")
+            raise ValueError(
+                f"{name[:40]}: planted start {at_us} us is before its launch or the end "
+                f"of stream {stream}'s previous activity; it would start at "
+                f"{(x.start - self.origin) / 1000} us"
+            )
         lab = self._s.labels
-        act = Activity(step=self._s.step, start=x.start, end=x.end, kind=kind, name=name, stream=stream,
-                       correlation=x.correlation, phase=self._s.phase,
-                       category=lab["category"] if kind == "kernel" and not comm else None,
-                       block=lab["block"], collective=collective, comm=comm, gemm=name in GEMMS,
-                       launch_ts=x.launch_ts, module=self._module(),
-                       op=self._s.ops[-1].name if self._s.ops else None)
+        act = Activity(
+            step=self._s.step,
+            start=x.start,
+            end=x.end,
+            kind=kind,
+            name=name,
+            stream=stream,
+            correlation=x.correlation,
+            phase=self._s.phase,
+            category=lab["category"] if kind == "kernel" and not comm else None,
+            block=lab["block"],
+            collective=collective,
+            comm=comm,
+            gemm=name in GEMMS,
+            launch_ts=x.launch_ts,
+            module=self._module(),
+            op=self._s.ops[-1].name if self._s.ops else None,
+        )
         self.activities.append(act)
         return act
 
-    def kernel(self, name: str, dur_us: float, *, op: str | None = None, creator: Op | Kernel | None = None,
-               stream: int = COMPUTE_STREAM, gap_us: float = 0, at_us: float | None = None,
-               api: str | None = None) -> Kernel:
+    def kernel(
+        self,
+        name: str,
+        dur_us: float,
+        *,
+        op: str | None = None,
+        creator: Op | Kernel | None = None,
+        stream: int = COMPUTE_STREAM,
+        gap_us: float = 0,
+        at_us: float | None = None,
+        api: str | None = None,
+    ) -> Kernel:
         """A kernel launched by ``op`` (a new CPU op of that name; else the current op).
 
         It starts ``gap_us`` after ``stream``'s last activity (and after its launch), or exactly
@@ -320,38 +403,94 @@ class TraceBuilder:
             if creator is not None:
                 stack.enter_context(self.backward_node(creator))
             launching = stack.enter_context(self.op(op)) if op is not None else None
-            act = self._launch(name, dur_us, kind="kernel", stream=stream, gap_us=gap_us, at_us=at_us,
-                               api=api, comm=False, collective=None)
+            act = self._launch(
+                name,
+                dur_us,
+                kind="kernel",
+                stream=stream,
+                gap_us=gap_us,
+                at_us=at_us,
+                api=api,
+                comm=False,
+                collective=None,
+            )
         return Kernel(act, launching or (self._s.ops[-1] if self._s.ops else None))
 
-    def comm(self, collective: str, dur_us: float, *, kernel: str | None = None,
-             stream: int = COMM_STREAM, gap_us: float = 0, at_us: float | None = None) -> Kernel:
+    def comm(
+        self,
+        collective: str,
+        dur_us: float,
+        *,
+        kernel: str | None = None,
+        stream: int = COMM_STREAM,
+        gap_us: float = 0,
+        at_us: float | None = None,
+    ) -> Kernel:
         """A collective: ``record_param_comms`` (with its ``Collective name``), an ``nccl:*``
         annotation and the NCCL kernel (``NCCL_GENERIC`` where the name does not say it)."""
         kname = kernel or NCCL_KERNELS.get(collective, NCCL_GENERIC)
-        args = {"Collective name": _COLLECTIVE_NAME.get(collective, collective.lower()),
-                "dtype": "BFloat16", "Process Group Name": "0", "Group size": self.world_size}
+        args = {
+            "Collective name": _COLLECTIVE_NAME.get(collective, collective.lower()),
+            "dtype": "BFloat16",
+            "Process Group Name": "0",
+            "Group size": self.world_size,
+        }
         with self.op("record_param_comms", args=args) as rpc:
             tag = _COLLECTIVE_NAME.get(collective, collective.lower()).strip("_")
             with self.w.rng_(self._s.tid, f"nccl:{tag}", "user_annotation"):
-                act = self._launch(kname, dur_us, kind="kernel", stream=stream, gap_us=gap_us,
-                                   at_us=at_us, api=None, comm=True, collective=collective)
+                act = self._launch(
+                    kname,
+                    dur_us,
+                    kind="kernel",
+                    stream=stream,
+                    gap_us=gap_us,
+                    at_us=at_us,
+                    api=None,
+                    comm=True,
+                    collective=collective,
+                )
         return Kernel(act, rpc)
 
-    def memcpy(self, dur_us: float, direction: str = "HtoD", *, stream: int = COPY_STREAM,
-               gap_us: float = 0, at_us: float | None = None) -> Kernel:
+    def memcpy(
+        self,
+        dur_us: float,
+        direction: str = "HtoD",
+        *,
+        stream: int = COPY_STREAM,
+        gap_us: float = 0,
+        at_us: float | None = None,
+    ) -> Kernel:
         """A ``Memcpy HtoD/DtoH/DtoD`` from an ``aten::copy_`` op."""
         with self.op("aten::copy_") as o:
-            act = self._launch(_MEMCPY[direction], dur_us, kind="memcpy", stream=stream, gap_us=gap_us,
-                               at_us=at_us, api=None, comm=False, collective=None)
+            act = self._launch(
+                _MEMCPY[direction],
+                dur_us,
+                kind="memcpy",
+                stream=stream,
+                gap_us=gap_us,
+                at_us=at_us,
+                api=None,
+                comm=False,
+                collective=None,
+            )
         return Kernel(act, o)
 
-    def memset(self, dur_us: float, *, stream: int = COMPUTE_STREAM, gap_us: float = 0,
-               at_us: float | None = None) -> Kernel:
+    def memset(
+        self, dur_us: float, *, stream: int = COMPUTE_STREAM, gap_us: float = 0, at_us: float | None = None
+    ) -> Kernel:
         """A ``Memset (Device)`` from an ``aten::zero_`` op."""
         with self.op("aten::zero_") as o:
-            act = self._launch(MEMSET, dur_us, kind="memset", stream=stream, gap_us=gap_us,
-                               at_us=at_us, api=None, comm=False, collective=None)
+            act = self._launch(
+                MEMSET,
+                dur_us,
+                kind="memset",
+                stream=stream,
+                gap_us=gap_us,
+                at_us=at_us,
+                api=None,
+                comm=False,
+                collective=None,
+            )
         return Kernel(act, o)
 
     def synchronize(self) -> None:
@@ -373,8 +512,9 @@ class TraceBuilder:
         """The Chrome-trace dict (``shuffle_seed``: events in a random order, as files may be)."""
         if not self.w.events:
             raise ValueError("nothing recorded yet")
-        return self.w.document(rank=self.rank, world_size=self.world_size, shuffle_seed=shuffle_seed,
-                               distributed=distributed)
+        return self.w.document(
+            rank=self.rank, world_size=self.world_size, shuffle_seed=shuffle_seed, distributed=distributed
+        )
 
     def write(self, path: str | Path, **kwargs: Any) -> Path:
         """Write the trace as ``.json`` or ``.json.gz`` (by suffix); returns the path."""

@@ -26,8 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-__all__ = ["COMM_STREAM", "COMPUTE_STREAM", "COPY_STREAM", "SIDE_STREAM", "EventWriter", "Launched",
-           "Micros", "dumps", "write_trace"]
+__all__ = [
+    "COMM_STREAM",
+    "COMPUTE_STREAM",
+    "COPY_STREAM",
+    "SIDE_STREAM",
+    "EventWriter",
+    "Launched",
+    "Micros",
+    "dumps",
+    "write_trace",
+]
 
 COMPUTE_STREAM = 7
 COMM_STREAM = 20
@@ -37,19 +46,44 @@ SIDE_STREAM = 22
 # the epoch-based clock of a real trace (ns): 2023-11-14, as Kineto's clock writes it
 EPOCH_NS = 1_700_000_000_123_456
 
-_OLD_CATS = {"cpu_op": "Operator", "cuda_runtime": "Runtime", "cuda_driver": "Driver",
-             "kernel": "Kernel", "gpu_memcpy": "Memcpy", "gpu_memset": "Memset"}
-_CBID = {"cudaLaunchKernel": 211, "cudaMemcpyAsync": 41, "cudaMemsetAsync": 51,
-         "cuLaunchKernelEx": 652, "cudaLaunchKernelExC": 430, "cudaEventRecord": 135,
-         "cudaStreamWaitEvent": 147, "cudaStreamSynchronize": 131, "hipLaunchKernel": 0}
+_OLD_CATS = {
+    "cpu_op": "Operator",
+    "cuda_runtime": "Runtime",
+    "cuda_driver": "Driver",
+    "kernel": "Kernel",
+    "gpu_memcpy": "Memcpy",
+    "gpu_memset": "Memset",
+}
+_CBID = {
+    "cudaLaunchKernel": 211,
+    "cudaMemcpyAsync": 41,
+    "cudaMemsetAsync": 51,
+    "cuLaunchKernelEx": 652,
+    "cudaLaunchKernelExC": 430,
+    "cudaEventRecord": 135,
+    "cudaStreamWaitEvent": 147,
+    "cudaStreamSynchronize": 131,
+    "hipLaunchKernel": 0,
+}
 _DEFAULT_API = {"kernel": "cudaLaunchKernel", "memcpy": "cudaMemcpyAsync", "memset": "cudaMemsetAsync"}
 _DEVICE_CAT = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}
 
-H100 = {"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85020819456, "computeMajor": 9,
-        "computeMinor": 0, "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048,
-        "regsPerBlock": 65536, "warpSize": 32, "sharedMemPerBlock": 49152, "numSms": 132,
-        "regsPerMultiprocessor": 65536, "sharedMemPerBlockOptin": 232448,
-        "sharedMemPerMultiprocessor": 233472}
+H100 = {
+    "id": 0,
+    "name": "NVIDIA H100 80GB HBM3",
+    "totalGlobalMem": 85020819456,
+    "computeMajor": 9,
+    "computeMinor": 0,
+    "maxThreadsPerBlock": 1024,
+    "maxThreadsPerMultiprocessor": 2048,
+    "regsPerBlock": 65536,
+    "warpSize": 32,
+    "sharedMemPerBlock": 49152,
+    "numSms": 132,
+    "regsPerMultiprocessor": 65536,
+    "sharedMemPerBlockOptin": 232448,
+    "sharedMemPerMultiprocessor": 233472,
+}
 
 
 class Micros(float):
@@ -88,10 +122,19 @@ class EventWriter:
     that another activity already has by one quantum (some truths need an order of starts).
     """
 
-    def __init__(self, *, ts_format: str = "float", big_ids: bool = False,
-                 old_categories: bool = False, rng: random.Random | None = None,
-                 pid: int = 48213, autograd_tid: int | None = 48301, device: int = 0,
-                 start_ns: int = EPOCH_NS, unique_starts: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        ts_format: str = "float",
+        big_ids: bool = False,
+        old_categories: bool = False,
+        rng: random.Random | None = None,
+        pid: int = 48213,
+        autograd_tid: int | None = 48301,
+        device: int = 0,
+        start_ns: int = EPOCH_NS,
+        unique_starts: bool = False,
+    ) -> None:
         if ts_format not in ("float", "int"):
             raise ValueError(f"ts_format must be 'float' or 'int', not {ts_format!r}")
         self.ts_format = ts_format
@@ -160,10 +203,25 @@ class EventWriter:
         return Micros(ns)
 
     # events ----------------------------------------------------------------------------------
-    def emit(self, ph: str, cat: str, name: str, pid: int | str, tid: int | str, start: int,
-             end: int | None = None, args: dict | None = None) -> dict:
-        ev: dict[str, Any] = {"ph": ph, "cat": self.cat(cat), "name": name, "pid": pid, "tid": tid,
-                              "ts": self.ts(start)}
+    def emit(
+        self,
+        ph: str,
+        cat: str,
+        name: str,
+        pid: int | str,
+        tid: int | str,
+        start: int,
+        end: int | None = None,
+        args: dict | None = None,
+    ) -> dict:
+        ev: dict[str, Any] = {
+            "ph": ph,
+            "cat": self.cat(cat),
+            "name": name,
+            "pid": pid,
+            "tid": tid,
+            "ts": self.ts(start),
+        }
         if end is not None:
             ev["dur"] = self.ts(end - start)
         if args is not None:
@@ -171,17 +229,45 @@ class EventWriter:
         self.events.append(ev)
         return ev
 
-    def flow(self, cat: str, name: str, fid: int, src: tuple[int, int, int],
-             dst: tuple[int, int, int]) -> None:
+    def flow(
+        self, cat: str, name: str, fid: int, src: tuple[int, int, int], dst: tuple[int, int, int]
+    ) -> None:
         """A flow from ``src`` to ``dst``, each ``(pid, tid, ns)``."""
-        self.events.append({"ph": "s", "id": fid, "pid": src[0], "tid": src[1], "ts": self.ts(src[2]),
-                            "cat": cat, "name": name})
-        self.events.append({"ph": "f", "id": fid, "pid": dst[0], "tid": dst[1], "ts": self.ts(dst[2]),
-                            "cat": cat, "name": name, "bp": "e"})
+        self.events.append(
+            {
+                "ph": "s",
+                "id": fid,
+                "pid": src[0],
+                "tid": src[1],
+                "ts": self.ts(src[2]),
+                "cat": cat,
+                "name": name,
+            }
+        )
+        self.events.append(
+            {
+                "ph": "f",
+                "id": fid,
+                "pid": dst[0],
+                "tid": dst[1],
+                "ts": self.ts(dst[2]),
+                "cat": cat,
+                "name": name,
+                "bp": "e",
+            }
+        )
 
     @contextmanager
-    def rng_(self, tid: int, name: str, cat: str = "cpu_op", args: dict | None = None,
-             pre: float = 0.6, post: float = 0.4, ext: bool = True) -> Iterator[dict]:
+    def rng_(
+        self,
+        tid: int,
+        name: str,
+        cat: str = "cpu_op",
+        args: dict | None = None,
+        pre: float = 0.6,
+        post: float = 0.4,
+        ext: bool = True,
+    ) -> Iterator[dict]:
         """A CPU range on ``tid``; yields a box whose ``start`` (and, after, ``event``) it fills."""
         start = self.t[tid]
         a = dict(args or {})
@@ -201,8 +287,9 @@ class EventWriter:
             box["event"] = self.emit("X", cat, name, self.pid, tid, start, self.t[tid], a)
 
     @contextmanager
-    def pyfunc(self, tid: int, name: str, args: dict | None = None, pre: float = 0.6,
-               post: float = 0.4) -> Iterator[int]:
+    def pyfunc(
+        self, tid: int, name: str, args: dict | None = None, pre: float = 0.6, post: float = 0.4
+    ) -> Iterator[int]:
         """A ``python_function`` range (``Python id`` / ``Python parent id`` nest them)."""
         pid_ = self.pyid()
         parent = self.py_stack[tid][-1] if self.py_stack[tid] else None
@@ -223,9 +310,20 @@ class EventWriter:
         s = self.t[tid]
         self.t[tid] += self.cpu(us)
         ext = self.ext_stack[tid][-1] if self.ext_stack[tid] else 0
-        self.emit("X", "cuda_runtime", name, self.pid, tid, s, self.t[tid],
-                  {self.extkey: ext, "cbid": _CBID.get(name, 0) if cbid is None else cbid,
-                   "correlation": self.corr()})
+        self.emit(
+            "X",
+            "cuda_runtime",
+            name,
+            self.pid,
+            tid,
+            s,
+            self.t[tid],
+            {
+                self.extkey: ext,
+                "cbid": _CBID.get(name, 0) if cbid is None else cbid,
+                "correlation": self.corr(),
+            },
+        )
 
     def _device_start(self, stream: int, rt_start: int, gap: int, start: int | None) -> int:
         if start is None:
@@ -239,15 +337,43 @@ class EventWriter:
 
     def _device_args(self, kind: str, ext: int, stream: int, c: int, dur: int) -> dict[str, Any]:
         if kind == "kernel":
-            return {self.extkey: ext, "queued": 0, "device": self.device, "context": 1, "stream": stream,
-                    "correlation": c, "registers per thread": 128, "shared memory": 49152,
-                    "blocks per SM": 1.2, "warps per SM": 4.8, "grid": [132, 1, 1], "block": [384, 1, 1],
-                    "est. achieved occupancy %": 6}
-        return {self.extkey: ext, "device": self.device, "context": 1, "stream": stream, "correlation": c,
-                "bytes": 1 << 20, "memory bandwidth (GB/s)": (1 << 20) / max(dur, 1)}
+            return {
+                self.extkey: ext,
+                "queued": 0,
+                "device": self.device,
+                "context": 1,
+                "stream": stream,
+                "correlation": c,
+                "registers per thread": 128,
+                "shared memory": 49152,
+                "blocks per SM": 1.2,
+                "warps per SM": 4.8,
+                "grid": [132, 1, 1],
+                "block": [384, 1, 1],
+                "est. achieved occupancy %": 6,
+            }
+        return {
+            self.extkey: ext,
+            "device": self.device,
+            "context": 1,
+            "stream": stream,
+            "correlation": c,
+            "bytes": 1 << 20,
+            "memory bandwidth (GB/s)": (1 << 20) / max(dur, 1),
+        }
 
-    def launch(self, tid: int, name: str, dur: int, *, stream: int = COMPUTE_STREAM, gap: int = 0,
-               start: int | None = None, kind: str = "kernel", api: str | None = None) -> Launched:
+    def launch(
+        self,
+        tid: int,
+        name: str,
+        dur: int,
+        *,
+        stream: int = COMPUTE_STREAM,
+        gap: int = 0,
+        start: int | None = None,
+        kind: str = "kernel",
+        api: str | None = None,
+    ) -> Launched:
         """A runtime launch on ``tid`` and its device activity on ``stream``.
 
         The activity starts ``gap`` ns after the stream's last end and at least 2.5 us after the
@@ -261,8 +387,16 @@ class EventWriter:
             api = _DEFAULT_API[kind]  # old Kineto recorded no driver API calls
         rcat = "cuda_driver" if api.startswith("cu") and not api.startswith("cuda") else "cuda_runtime"
         ext = self.ext_stack[tid][-1] if self.ext_stack[tid] else 0
-        self.emit("X", rcat, api, self.pid, tid, rt_start, rt_start + rt_dur,
-                  {self.extkey: ext, "cbid": _CBID.get(api, 0), "correlation": c})
+        self.emit(
+            "X",
+            rcat,
+            api,
+            self.pid,
+            tid,
+            rt_start,
+            rt_start + rt_dur,
+            {self.extkey: ext, "cbid": _CBID.get(api, 0), "correlation": c},
+        )
         begin = self._device_start(stream, rt_start, gap, start)
         end = begin + dur
         self.stream_end[stream] = max(self.stream_end[stream], end)
@@ -272,8 +406,9 @@ class EventWriter:
         self.flow(fcat, fname, c, (self.pid, tid, rt_start), (self.device, stream, begin))
         self.t[tid] = rt_start + rt_dur
         self.adv(tid, 0.2)
-        return Launched(name=name, kind=kind, stream=stream, start=begin, end=end, correlation=c,
-                        launch_ts=rt_start)
+        return Launched(
+            name=name, kind=kind, stream=stream, start=begin, end=end, correlation=c, launch_ts=rt_start
+        )
 
     # the file --------------------------------------------------------------------------------
     def _metadata(self, t0: float) -> list[dict]:
@@ -303,17 +438,38 @@ class EventWriter:
     @staticmethod
     def _tail(t0: float, end: float) -> list[dict]:
         return [
-            {"ph": "X", "cat": "Trace", "ts": t0, "dur": end - t0, "pid": "Spans",
-             "tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)", "args": {"Op count": 0}},
-            {"name": "process_sort_index", "ph": "M", "ts": t0, "pid": "Spans", "tid": 0,
-             "args": {"sort_index": 536870912}},
-            {"name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g", "pid": "Traces",
-             "tid": "Trace PyTorch Profiler", "ts": t0},
+            {
+                "ph": "X",
+                "cat": "Trace",
+                "ts": t0,
+                "dur": end - t0,
+                "pid": "Spans",
+                "tid": "PyTorch Profiler",
+                "name": "PyTorch Profiler (0)",
+                "args": {"Op count": 0},
+            },
+            {
+                "name": "process_sort_index",
+                "ph": "M",
+                "ts": t0,
+                "pid": "Spans",
+                "tid": 0,
+                "args": {"sort_index": 536870912},
+            },
+            {
+                "name": "Iteration Start: PyTorch Profiler",
+                "ph": "i",
+                "s": "g",
+                "pid": "Traces",
+                "tid": "Trace PyTorch Profiler",
+                "ts": t0,
+            },
             {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": end},
         ]
 
-    def document(self, *, rank: int = 0, world_size: int = 1, shuffle_seed: int | None = None,
-                 distributed: bool = True) -> dict:
+    def document(
+        self, *, rank: int = 0, world_size: int = 1, shuffle_seed: int | None = None, distributed: bool = True
+    ) -> dict:
         """The whole Chrome-trace dict: metadata, the events, the profiler's tail, the header."""
         t0 = min(e["ts"] for e in self.events if "ts" in e)
         end = max(e["ts"] + e.get("dur", 0) for e in self.events if "ts" in e)
@@ -321,18 +477,37 @@ class EventWriter:
         if shuffle_seed is not None:
             random.Random(shuffle_seed).shuffle(events)
         info: dict[str, Any] = {
-            "backend": "nccl", "rank": rank, "world_size": world_size, "pg_count": 1,
-            "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
-                           "pg_size": world_size, "ranks": list(range(world_size))}],
-            "nccl_version": "2.26.2"}
+            "backend": "nccl",
+            "rank": rank,
+            "world_size": world_size,
+            "pg_count": 1,
+            "pg_config": [
+                {
+                    "pg_name": "0",
+                    "pg_desc": "default_pg",
+                    "backend_config": "cuda:nccl",
+                    "pg_size": world_size,
+                    "ranks": list(range(world_size)),
+                }
+            ],
+            "nccl_version": "2.26.2",
+        }
         if self.old:
             return {"schemaVersion": 1, "distributedInfo": {"rank": rank}, "traceEvents": events}
         trace: dict[str, Any] = {
-            "schemaVersion": 1, "deviceProperties": [dict(H100, id=self.device)], "cupti_version": 24,
-            "cuda_runtime_version": 12080, "cuda_driver_version": 12080, "distributedInfo": info,
-            "record_shapes": 1, "with_stack": 0, "trace_id": "5E1F0C0FFEE0000000000000000000AB",
-            "displayTimeUnit": "ms", "baseTimeNanoseconds": 1700000000000000000,
-            "traceEvents": events, "traceName": "synthetic.pt.trace.json",
+            "schemaVersion": 1,
+            "deviceProperties": [dict(H100, id=self.device)],
+            "cupti_version": 24,
+            "cuda_runtime_version": 12080,
+            "cuda_driver_version": 12080,
+            "distributedInfo": info,
+            "record_shapes": 1,
+            "with_stack": 0,
+            "trace_id": "5E1F0C0FFEE0000000000000000000AB",
+            "displayTimeUnit": "ms",
+            "baseTimeNanoseconds": 1700000000000000000,
+            "traceEvents": events,
+            "traceName": "synthetic.pt.trace.json",
         }
         if not distributed:
             del trace["distributedInfo"]

@@ -105,8 +105,7 @@ def _backward(b: TraceBuilder, s: PlannedStep, made: list[tuple[Unit, Kernel]]) 
         for u, kern in nodes:
             assert u.backward is not None
             name, op = (k.GEMM_NN, "aten::mm") if kern.activity.gemm else (k.K_MUL, "aten::mul")
-            b.kernel(name, u.backward / 1000, op=op, creator=kern,
-                     gap_us=u.backward_gap_ns / 1000)
+            b.kernel(name, u.backward / 1000, op=op, creator=kern, gap_us=u.backward_gap_ns / 1000)
         for _, coll, dur, gap in comm:
             with b.gradient_hook():
                 b.comm(coll, dur / 1000, gap_us=gap / 1000)
@@ -134,8 +133,17 @@ def _units(draw: st.DrawFn, whole_us: bool) -> Unit:
 @st.composite
 def _steps(draw: st.DrawFn, whole_us: bool, max_units: int) -> PlannedStep:
     units = draw(st.lists(_units(whole_us), min_size=1, max_size=max_units))
-    comm = draw(st.lists(st.tuples(st.sampled_from(["forward", "backward"]), st.sampled_from(COLLECTIVES),
-                                   _ns(1, 150, whole_us), _ns(0, 60, whole_us)), max_size=3))
+    comm = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["forward", "backward"]),
+                st.sampled_from(COLLECTIVES),
+                _ns(1, 150, whole_us),
+                _ns(0, 60, whole_us),
+            ),
+            max_size=3,
+        )
+    )
     memcpy = draw(st.one_of(st.none(), _ns(1, 30, whole_us)))
     opt = draw(st.lists(_ns(1, 80, whole_us), max_size=2))
     return PlannedStep(units=units, comm=comm, memcpy_ns=memcpy, optimizer_ns=opt)
@@ -161,4 +169,3 @@ def plans(draw: st.DrawFn, max_steps: int = 3, max_units: int = 8) -> Plan:
 def planted_traces(max_steps: int = 3, max_units: int = 8) -> st.SearchStrategy[TraceBuilder]:
     """Built traces: ``TraceBuilder``s whose ``activities`` are the planted truth."""
     return plans(max_steps=max_steps, max_units=max_units).map(lambda p: p.build())
-

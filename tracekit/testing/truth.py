@@ -131,4 +131,3 @@ def shares(intervals: list[tuple[int, int]], lo: int, hi: int) -> list[Fraction]
         for i in active:
             out[i] += Fraction(b - a, len(active))
     return out
-
