@@ -1,0 +1,149 @@
+"""Trace files: finding them in a directory, and reading their bytes within a bound.
+
+``read_bytes`` reads a plain or gzip file and never holds more than ``max_bytes`` of
+decompressed data (a small gzip that inflates to gigabytes is refused in one line);
+``trace_listing`` says which entries of a rank directory are traces and which were skipped, and why.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import zlib
+from pathlib import Path
+
+from . import progress
+from .errors import TraceError
+
+#: Default bound on decompressed size; ``--max-bytes`` raises it.
+DEFAULT_MAX_BYTES = 8 * 1024**3
+
+
+def read_bytes(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes | bytearray:
+    """The file's JSON bytes, gunzipped when needed, refusing more than ``max_bytes``.
+
+    A gunzipped file comes back as the ``bytearray`` it was inflated into (never copied: a
+    2 GiB inflation must not need 4 GiB)."""
+    p = Path(path)
+    try:
+        # A FIFO or device would block or never end: only regular files are read.
+        if p.exists() and not p.is_dir() and not stat.S_ISREG(p.stat().st_mode):
+            raise TraceError(p, "not a regular file (a pipe, socket or device?); refused")
+        with open(p, "rb") as f:
+            head = f.read(2)
+            f.seek(0)
+            if head == b"\x1f\x8b":
+                return _gunzip_bounded(f, max_bytes, p)
+            data = _read_bounded(f, max_bytes)
+    except IsADirectoryError:
+        raise TraceError(p, "is a directory, expected a trace file") from None
+    except FileNotFoundError:
+        raise TraceError(p, "no such file") from None
+    except PermissionError:
+        raise TraceError(p, "permission denied") from None
+    except OSError as e:  # symlink loops, names too long, I/O errors: one line, not a traceback
+        raise TraceError(p, f"cannot read: {e.strerror or e}") from None
+    if len(data) > max_bytes:
+        raise TraceError(p, f"larger than the {max_bytes:,}-byte limit (raise it with --max-bytes)")
+    return data
+
+
+def _read_bounded(f: io.BufferedReader, max_bytes: int) -> bytes:
+    """At most ``max_bytes + 1`` bytes, allocating by what is there (``read(n)`` reserves n)."""
+    size = os.fstat(f.fileno()).st_size
+    parts = [f.read(min(size, max_bytes) + 1)]
+    n = len(parts[0])
+    while n <= max_bytes and n > size:  # the file grew, or reports no size (/proc): read on
+        chunk = f.read(min(1 << 24, max_bytes + 1 - n))
+        if not chunk:
+            break
+        parts.append(chunk)
+        n += len(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+_INFLATE_STEP = 1 << 24
+
+
+def _gunzip_bounded(f: io.BufferedReader, max_bytes: int, p: Path) -> bytearray:
+    out = bytearray()
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    size = max(os.fstat(f.fileno()).st_size, 1)
+    try:
+        while True:
+            chunk = f.read(1 << 20)
+            if not chunk:
+                break
+            progress.fraction(progress.READ * f.tell() / size)
+            while True:  # at most 16 MiB of output per call: no bomb-sized temporaries
+                if d.eof and chunk:  # concatenated gzip members: start the next one
+                    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                cap = min(_INFLATE_STEP, max_bytes + 1 - len(out))
+                piece = d.decompress(chunk, cap)
+                out += piece
+                if len(out) > max_bytes:
+                    raise TraceError(
+                        p,
+                        f"decompresses to more than the {max_bytes:,}-byte limit "
+                        "(a gzip bomb? raise the limit with --max-bytes)",
+                    )
+                chunk = d.unused_data if d.eof else d.unconsumed_tail
+                if not chunk and (d.eof or len(piece) < cap):
+                    break  # input used up and no output pending
+        if not d.eof:
+            raise TraceError(p, "truncated gzip stream (the file ends early)")
+    except zlib.error as e:
+        raise TraceError(p, f"corrupt gzip stream ({e})") from None
+    return out
+
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def trace_listing(directory: str | os.PathLike) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """The trace files of a directory of per-rank traces (sorted), and the entries skipped
+    (``(path, why)``: FIFOs, sockets, devices, dangling links), refusing escaping symlinks."""
+    root = Path(directory).resolve()
+    files: list[Path] = []
+    skipped: list[tuple[Path, str]] = []
+    try:
+        entries = sorted(Path(directory).iterdir())
+    except OSError as e:
+        raise TraceError(directory, f"cannot list the directory ({e.strerror or e})") from None
+    for p in entries:
+        is_trace = p.name.endswith(TRACE_SUFFIXES) and p.name != "manifest.json"
+        try:
+            mode = p.lstat().st_mode
+        except OSError:
+            continue  # removed while listed
+        if not (is_trace or stat.S_ISLNK(mode)) and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            skipped.append((p, "not a regular file (a pipe, socket or device?)"))
+            continue
+        if not is_trace:
+            continue
+        try:
+            real = p.resolve()
+        except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+            raise TraceError(p, "symlink loop; refused") from None
+        if root not in real.parents:
+            raise TraceError(p, "symlink points outside the trace directory; refused")
+        try:
+            st = real.stat()
+        except OSError:
+            skipped.append((p, "dangling symlink"))
+            continue
+        if stat.S_ISREG(st.st_mode):
+            files.append(p)
+        elif not stat.S_ISDIR(st.st_mode):
+            skipped.append((p, "not a regular file (a pipe, socket or device?)"))
+    if not files:
+        raise TraceError(directory, "no trace files (*.json, *.json.gz) in this directory")
+    # Files named as torch's trace handler names them win over other JSON (configs and the like).
+    profiler_named = [p for p in files if ".pt.trace.json" in p.name]
+    return profiler_named or files, skipped
+
+
+def trace_files(directory: str | os.PathLike) -> list[Path]:
+    """The trace files of a directory of per-rank traces (sorted), refusing escaping symlinks."""
+    return trace_listing(directory)[0]

@@ -1,0 +1,112 @@
+"""The event schema tracekit decodes from a Kineto trace, and the normalised event kinds.
+
+The msgspec structs name only the fields the pipeline uses (every other key of every event is
+skipped by the decoder, never materialised); ``_CATEGORY_KIND`` maps every vintage's category
+names (``Kernel``/``kernel``, ``Runtime``/``cuda_runtime``, ``Operator``/``cpu_op``...) to one
+small int per kind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+Number = int | float
+Ident = int | str
+
+
+class Args(msgspec.Struct, gc=False):
+    """The ``args`` keys tracekit reads; all others are skipped by the decoder."""
+
+    correlation: Ident | None = None
+    external_id: Ident | None = msgspec.field(default=None, name="External id")
+    seq: Ident | None = msgspec.field(default=None, name="Sequence number")
+    fwd_tid: Ident | None = msgspec.field(default=None, name="Fwd thread id")
+    stream: Ident | None = None
+    device: Ident | None = None
+    py_id: Ident | None = msgspec.field(default=None, name="Python id")
+    py_parent: Ident | None = msgspec.field(default=None, name="Python parent id")
+    collective: str | None = msgspec.field(default=None, name="Collective name")
+    bytes: Number | str | None = None
+    name: str | None = None  # metadata events: process / thread names
+
+
+class Event(msgspec.Struct, gc=False):
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = None
+    pid: Ident | None = None
+    tid: Ident | None = None
+    ts: Number | None = None
+    dur: Number | None = None
+    id: Ident | None = None
+    args: Args | None = None
+
+
+class TraceDoc(msgspec.Struct, gc=False):
+    traceEvents: list[Event]
+    distributedInfo: dict[str, Any] | None = None
+    deviceProperties: list[Any] | None = None
+    schemaVersion: Ident | None = None
+    baseTimeNanoseconds: int | None = None
+    host_name: str | None = None
+
+
+_DECODER = msgspec.json.Decoder(TraceDoc)
+
+
+# Normalised event kinds. Values are small ints in the ``kind`` column.
+KERNEL, MEMCPY, MEMSET, RUNTIME, CPU_OP, ANNOTATION, PYTHON, FLOW_LAUNCH, FLOW_FWDBWD = range(9)
+KIND_NAMES = [
+    "kernel",
+    "memcpy",
+    "memset",
+    "runtime",
+    "cpu_op",
+    "annotation",
+    "python",
+    "flow_launch",
+    "flow_fwdbwd",
+]
+
+_CATEGORY_KIND = {
+    "kernel": KERNEL,
+    "gpu_memcpy": MEMCPY,
+    "memcpy": MEMCPY,
+    "gpu_memset": MEMSET,
+    "memset": MEMSET,
+    "cuda_runtime": RUNTIME,
+    "runtime": RUNTIME,
+    "cuda_driver": RUNTIME,
+    "hip_runtime": RUNTIME,
+    "mtia_runtime": RUNTIME,
+    "privateuse1_runtime": RUNTIME,
+    "cpu_op": CPU_OP,
+    "operator": CPU_OP,
+    "user_annotation": ANNOTATION,
+    "python_function": PYTHON,
+    "ac2g": FLOW_LAUNCH,
+    "async_cpu_to_gpu": FLOW_LAUNCH,
+    "async_gpu": FLOW_LAUNCH,
+    "fwdbwd": FLOW_FWDBWD,
+}
+#: Categories that exist in real traces and that tracekit deliberately does not use.
+_KNOWN_UNUSED = {
+    "trace",
+    "gpu_user_annotation",
+    "cuda_sync",
+    "cpu_instant_event",
+    "overhead",
+    "python_function_other",
+    "mtia_ccp_events",
+    "cuda_profiler_range",
+    "kineto",
+    "",
+}
+
+#: python_function events kept: module frames and the rotary helper; the rest are dropped.
+_PYTHON_KEEP_PREFIX = "nn.Module: "
+_PYTHON_KEEP_SUBSTR = ("apply_rotary_pos_emb", "rotary")
+#: DeepSpeed engine frames: engine.backward / engine.step are phase evidence (pipeline/evidence).
+_PYTHON_KEEP_ENGINE = "deepspeed/runtime/engine.py("
