@@ -9,6 +9,7 @@ import click
 
 from tracekit.analyses import REGISTRY
 
+from .cli_cache import cache_group
 from .cli_io import (
     TracekitGroup,
     emit,
@@ -312,35 +313,6 @@ def compare(a, b, fmt, out, rank, taxonomy, kernel_rules, max_bytes, strict, pap
         sys.exit(1)
 
 
-@main.group(name="cache")
-def cache_group() -> None:
-    """The cache of parsed traces (in $TRACEKIT_CACHE_DIR, $XDG_CACHE_HOME/tracekit or
-    ~/.cache/tracekit; bounded by $TRACEKIT_CACHE_MAX_BYTES, default 2 GiB)."""
-
-
-@cache_group.command(name="info")
-def cache_info() -> None:
-    """Where the cache is, how many entries and bytes it holds, and its bound."""
-    from . import cache
-    from .safetext import bounded
-
-    i = cache.info()
-    click.echo(
-        f"{bounded(i['directory'])}: {i['entries']} entries, {i['bytes']:,} bytes "
-        f"(bound {i['max_bytes']:,} bytes)"
-    )
-
-
-@cache_group.command(name="clear")
-def cache_clear() -> None:
-    """Remove every cached trace."""
-    from . import cache
-    from .safetext import bounded
-
-    n = cache.clear()
-    click.echo(f"removed {n} file{'s' if n != 1 else ''} from {bounded(cache.cache_dir())}")
-
-
 def _write(
     fmt: str,
     meta: dict,
@@ -410,6 +382,9 @@ def _add_capture() -> None:
 
 
 _add_capture()
+
+main.add_command(cache_group)
+
 
 if __name__ == "__main__":
     main()

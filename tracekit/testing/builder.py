@@ -21,56 +21,23 @@ import random
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tracekit.annotations import module_range, phase_range
 
+from .device import DeviceCalls, _State
 from .events import (
-    COMM_STREAM,
     COMPUTE_STREAM,
-    COPY_STREAM,
     EPOCH_NS,
     EventWriter,
     write_trace,
-)
-from .kernels import (
-    GEMMS,
-    MEMCPY_DTOD,
-    MEMCPY_DTOH,
-    MEMCPY_HTOD,
-    MEMSET,
-    NCCL_GENERIC,
-    NCCL_KERNELS,
 )
 from .truth import Activity, Kernel, Op
 
 __all__ = ["Kernel", "Op", "TraceBuilder"]
 
 MODULE_EVENTS = ("nn_module", "capture", "both", "none")
-_MEMCPY = {"HtoD": MEMCPY_HTOD, "DtoH": MEMCPY_DTOH, "DtoD": MEMCPY_DTOD}
-# record_param_comms "Collective name" as torch.distributed writes it
-_COLLECTIVE_NAME = {
-    "AllReduce": "allreduce",
-    "AllGather": "_allgather_base",
-    "ReduceScatter": "_reduce_scatter_base",
-    "Broadcast": "broadcast",
-    "AllToAll": "all_to_all",
-    "SendRecv": "send",
-    "Reduce": "reduce",
-}
-
-
-@dataclass
-class _State:
-    step: int | None = None
-    phase: str | None = None
-    tid: int = 0
-    backward: bool = False
-    modules: list[str] = field(default_factory=list)
-    ops: list[Op] = field(default_factory=list)
-    labels: dict[str, Any] = field(default_factory=lambda: {"category": None, "block": None})
 
 
 def _node_name(op_name: str) -> str:
@@ -79,7 +46,7 @@ def _node_name(op_name: str) -> str:
     return "".join(p.capitalize() for p in base.split("_") if p) + "Backward0"
 
 
-class TraceBuilder:
+class TraceBuilder(DeviceCalls):
     """Build one rank's Kineto trace: steps, modules, ops, kernels, backward, comm, optimizer.
 
     ``modules``: how module ranges are recorded: ``"nn_module"`` (python_function
@@ -327,178 +294,6 @@ class TraceBuilder:
         if self._s.backward and self._s.ops:
             return self._s.ops[0].module  # a backward node's forward module
         return None
-
-    # device activity -------------------------------------------------------------------------
-    def _launch(
-        self,
-        name: str,
-        dur_us: float,
-        *,
-        kind: str,
-        stream: int,
-        gap_us: float,
-        at_us: float | None,
-        api: str | None,
-        comm: bool,
-        collective: str | None,
-    ) -> Activity:
-        want = None if at_us is None else self.at(at_us)
-        x = self.w.launch(
-            self._s.tid,
-            name,
-            self.ns(dur_us),
-            stream=stream,
-            gap=self.ns(gap_us),
-            start=want,
-            kind=kind,
-            api=api,
-        )
-        if want is not None and x.start != want:
-            raise ValueError(
-                f"{name[:40]}: planted start {at_us} us is before its launch or the end "
-                f"of stream {stream}'s previous activity; it would start at "
-                f"{(x.start - self.origin) / 1000} us"
-            )
-        lab = self._s.labels
-        act = Activity(
-            step=self._s.step,
-            start=x.start,
-            end=x.end,
-            kind=kind,
-            name=name,
-            stream=stream,
-            correlation=x.correlation,
-            phase=self._s.phase,
-            category=lab["category"] if kind == "kernel" and not comm else None,
-            block=lab["block"],
-            collective=collective,
-            comm=comm,
-            gemm=name in GEMMS,
-            launch_ts=x.launch_ts,
-            module=self._module(),
-            op=self._s.ops[-1].name if self._s.ops else None,
-        )
-        self.activities.append(act)
-        return act
-
-    def kernel(
-        self,
-        name: str,
-        dur_us: float,
-        *,
-        op: str | None = None,
-        creator: Op | Kernel | None = None,
-        stream: int = COMPUTE_STREAM,
-        gap_us: float = 0,
-        at_us: float | None = None,
-        api: str | None = None,
-    ) -> Kernel:
-        """A kernel launched by ``op`` (a new CPU op of that name; else the current op).
-
-        It starts ``gap_us`` after ``stream``'s last activity (and after its launch), or exactly
-        at ``at_us`` (microseconds after the origin). In backward, ``creator`` (the forward op
-        or kernel) wraps the launch in that op's autograd node.
-        """
-        with ExitStack() as stack:
-            if creator is not None:
-                stack.enter_context(self.backward_node(creator))
-            launching = stack.enter_context(self.op(op)) if op is not None else None
-            act = self._launch(
-                name,
-                dur_us,
-                kind="kernel",
-                stream=stream,
-                gap_us=gap_us,
-                at_us=at_us,
-                api=api,
-                comm=False,
-                collective=None,
-            )
-        return Kernel(act, launching or (self._s.ops[-1] if self._s.ops else None))
-
-    def comm(
-        self,
-        collective: str,
-        dur_us: float,
-        *,
-        kernel: str | None = None,
-        stream: int = COMM_STREAM,
-        gap_us: float = 0,
-        at_us: float | None = None,
-    ) -> Kernel:
-        """A collective: ``record_param_comms`` (with its ``Collective name``), an ``nccl:*``
-        annotation and the NCCL kernel (``NCCL_GENERIC`` where the name does not say it)."""
-        kname = kernel or NCCL_KERNELS.get(collective, NCCL_GENERIC)
-        args = {
-            "Collective name": _COLLECTIVE_NAME.get(collective, collective.lower()),
-            "dtype": "BFloat16",
-            "Process Group Name": "0",
-            "Group size": self.world_size,
-        }
-        with self.op("record_param_comms", args=args) as rpc:
-            tag = _COLLECTIVE_NAME.get(collective, collective.lower()).strip("_")
-            with self.w.rng_(self._s.tid, f"nccl:{tag}", "user_annotation"):
-                act = self._launch(
-                    kname,
-                    dur_us,
-                    kind="kernel",
-                    stream=stream,
-                    gap_us=gap_us,
-                    at_us=at_us,
-                    api=None,
-                    comm=True,
-                    collective=collective,
-                )
-        return Kernel(act, rpc)
-
-    def memcpy(
-        self,
-        dur_us: float,
-        direction: str = "HtoD",
-        *,
-        stream: int = COPY_STREAM,
-        gap_us: float = 0,
-        at_us: float | None = None,
-    ) -> Kernel:
-        """A ``Memcpy HtoD/DtoH/DtoD`` from an ``aten::copy_`` op."""
-        with self.op("aten::copy_") as o:
-            act = self._launch(
-                _MEMCPY[direction],
-                dur_us,
-                kind="memcpy",
-                stream=stream,
-                gap_us=gap_us,
-                at_us=at_us,
-                api=None,
-                comm=False,
-                collective=None,
-            )
-        return Kernel(act, o)
-
-    def memset(
-        self, dur_us: float, *, stream: int = COMPUTE_STREAM, gap_us: float = 0, at_us: float | None = None
-    ) -> Kernel:
-        """A ``Memset (Device)`` from an ``aten::zero_`` op."""
-        with self.op("aten::zero_") as o:
-            act = self._launch(
-                MEMSET,
-                dur_us,
-                kind="memset",
-                stream=stream,
-                gap_us=gap_us,
-                at_us=at_us,
-                api=None,
-                comm=False,
-                collective=None,
-            )
-        return Kernel(act, o)
-
-    def synchronize(self) -> None:
-        """``cudaStreamSynchronize``: the CPU waits until every planted activity has ended."""
-        tid = self._s.tid
-        end = max((a.end for a in self.activities), default=self.w.t[tid])
-        self.w.runtime_only(tid, "cudaStreamSynchronize", 1)
-        self.w.t[tid] = max(self.w.t[tid], end + self.w.qz(1000))
 
     # output ----------------------------------------------------------------------------------
     def window(self, step: int) -> tuple[int, int]:

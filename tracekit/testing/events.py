@@ -15,16 +15,15 @@ Kineto) or integer microseconds (``"int"``, old Kineto: every time must then be 
 
 from __future__ import annotations
 
-import gzip
-import json
 import random
-import re
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
+
+from .kernels import _CBID, _DEFAULT_API, _DEVICE_CAT, _OLD_CATS
 
 __all__ = [
     "COMM_STREAM",
@@ -45,45 +44,6 @@ SIDE_STREAM = 22
 
 # the epoch-based clock of a real trace (ns): 2023-11-14, as Kineto's clock writes it
 EPOCH_NS = 1_700_000_000_123_456
-
-_OLD_CATS = {
-    "cpu_op": "Operator",
-    "cuda_runtime": "Runtime",
-    "cuda_driver": "Driver",
-    "kernel": "Kernel",
-    "gpu_memcpy": "Memcpy",
-    "gpu_memset": "Memset",
-}
-_CBID = {
-    "cudaLaunchKernel": 211,
-    "cudaMemcpyAsync": 41,
-    "cudaMemsetAsync": 51,
-    "cuLaunchKernelEx": 652,
-    "cudaLaunchKernelExC": 430,
-    "cudaEventRecord": 135,
-    "cudaStreamWaitEvent": 147,
-    "cudaStreamSynchronize": 131,
-    "hipLaunchKernel": 0,
-}
-_DEFAULT_API = {"kernel": "cudaLaunchKernel", "memcpy": "cudaMemcpyAsync", "memset": "cudaMemsetAsync"}
-_DEVICE_CAT = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}
-
-H100 = {
-    "id": 0,
-    "name": "NVIDIA H100 80GB HBM3",
-    "totalGlobalMem": 85020819456,
-    "computeMajor": 9,
-    "computeMinor": 0,
-    "maxThreadsPerBlock": 1024,
-    "maxThreadsPerMultiprocessor": 2048,
-    "regsPerBlock": 65536,
-    "warpSize": 32,
-    "sharedMemPerBlock": 49152,
-    "numSms": 132,
-    "regsPerMultiprocessor": 65536,
-    "sharedMemPerBlockOptin": 232448,
-    "sharedMemPerMultiprocessor": 233472,
-}
 
 
 class Micros(float):
@@ -411,134 +371,26 @@ class EventWriter:
         )
 
     # the file --------------------------------------------------------------------------------
-    def _metadata(self, t0: float) -> list[dict]:
-        meta: list[dict] = []
-
-        def m(name: str, pid: int, tid: int, args: dict) -> None:
-            meta.append({"name": name, "ph": "M", "ts": t0, "pid": pid, "tid": tid, "args": args})
-
-        m("process_name", self.pid, 0, {"name": "python3"})
-        m("process_labels", self.pid, 0, {"labels": "CPU"})
-        m("process_sort_index", self.pid, 0, {"sort_index": self.pid})
-        m("process_name", self.device, 0, {"name": "python3"})
-        m("process_labels", self.device, 0, {"labels": f"GPU {self.device}"})
-        m("process_sort_index", self.device, 0, {"sort_index": 5000000 + self.device})
-        streams = {e["tid"] for e in self.events if e.get("pid") == self.device and e.get("ph") == "X"}
-        for s in sorted(streams):
-            m("thread_name", self.device, s, {"name": f"stream {s} "})
-            m("thread_sort_index", self.device, s, {"sort_index": s})
-        m("thread_name", self.pid, self.main, {"name": f"thread {self.main} (pt_main_thread)"})
-        m("thread_sort_index", self.pid, self.main, {"sort_index": self.main})
-        if self.auto != self.main:
-            m("thread_name", self.pid, self.auto, {"name": f"thread {self.auto} (pt_main_thread)"})
-            m("thread_name", self.pid, self.auto, {"name": f"thread {self.auto} (pt_autograd_0)"})
-            m("thread_sort_index", self.pid, self.auto, {"sort_index": self.auto})
-        return meta
-
-    @staticmethod
-    def _tail(t0: float, end: float) -> list[dict]:
-        return [
-            {
-                "ph": "X",
-                "cat": "Trace",
-                "ts": t0,
-                "dur": end - t0,
-                "pid": "Spans",
-                "tid": "PyTorch Profiler",
-                "name": "PyTorch Profiler (0)",
-                "args": {"Op count": 0},
-            },
-            {
-                "name": "process_sort_index",
-                "ph": "M",
-                "ts": t0,
-                "pid": "Spans",
-                "tid": 0,
-                "args": {"sort_index": 536870912},
-            },
-            {
-                "name": "Iteration Start: PyTorch Profiler",
-                "ph": "i",
-                "s": "g",
-                "pid": "Traces",
-                "tid": "Trace PyTorch Profiler",
-                "ts": t0,
-            },
-            {"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": end},
-        ]
-
     def document(
         self, *, rank: int = 0, world_size: int = 1, shuffle_seed: int | None = None, distributed: bool = True
     ) -> dict:
         """The whole Chrome-trace dict: metadata, the events, the profiler's tail, the header."""
-        t0 = min(e["ts"] for e in self.events if "ts" in e)
-        end = max(e["ts"] + e.get("dur", 0) for e in self.events if "ts" in e)
-        events = self._metadata(t0) + self.events + self._tail(t0, end)
-        if shuffle_seed is not None:
-            random.Random(shuffle_seed).shuffle(events)
-        info: dict[str, Any] = {
-            "backend": "nccl",
-            "rank": rank,
-            "world_size": world_size,
-            "pg_count": 1,
-            "pg_config": [
-                {
-                    "pg_name": "0",
-                    "pg_desc": "default_pg",
-                    "backend_config": "cuda:nccl",
-                    "pg_size": world_size,
-                    "ranks": list(range(world_size)),
-                }
-            ],
-            "nccl_version": "2.26.2",
-        }
-        if self.old:
-            return {"schemaVersion": 1, "distributedInfo": {"rank": rank}, "traceEvents": events}
-        trace: dict[str, Any] = {
-            "schemaVersion": 1,
-            "deviceProperties": [dict(H100, id=self.device)],
-            "cupti_version": 24,
-            "cuda_runtime_version": 12080,
-            "cuda_driver_version": 12080,
-            "distributedInfo": info,
-            "record_shapes": 1,
-            "with_stack": 0,
-            "trace_id": "5E1F0C0FFEE0000000000000000000AB",
-            "displayTimeUnit": "ms",
-            "baseTimeNanoseconds": 1700000000000000000,
-            "traceEvents": events,
-            "traceName": "synthetic.pt.trace.json",
-        }
-        if not distributed:
-            del trace["distributedInfo"]
-        return trace
+        from .document import document
 
-
-_EXACT = re.compile(r'"@tracekit-ns:(\d+)"')
-
-
-def _exact(v: Any) -> Any:
-    return f"@tracekit-ns:{v.ns}" if isinstance(v, Micros) and v.ns >= 0 else v
-
-
-def _micros_text(m: re.Match) -> str:
-    us, ns = divmod(int(m.group(1)), 1000)
-    return f"{us}.{ns:03d}"
+        return document(
+            self, rank=rank, world_size=world_size, shuffle_seed=shuffle_seed, distributed=distributed
+        )
 
 
 def dumps(trace: dict) -> str:
     """JSON text of ``trace``; :class:`Micros` times written with their exact nanoseconds."""
-    events = [{k: _exact(v) for k, v in e.items()} for e in trace.get("traceEvents", [])]
-    return _EXACT.sub(_micros_text, json.dumps({**trace, "traceEvents": events}))
+    from .document import dumps as _dumps
+
+    return _dumps(trace)
 
 
 def write_trace(path: str | Path, trace: dict) -> Path:
     """Write ``trace`` as .json or .json.gz (by suffix); returns the path."""
-    path = Path(path)
-    text = dumps(trace)
-    if path.name.endswith(".gz"):
-        with gzip.open(path, "wt", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        path.write_text(text, encoding="utf-8")
-    return path
+    from .document import write_trace as _write
+
+    return _write(path, trace)

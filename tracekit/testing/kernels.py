@@ -241,3 +241,44 @@ NCCL_KERNELS = {
     "Broadcast": "ncclDevKernel_Broadcast_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
     "SendRecv": "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)",
 }
+
+#: The device properties a real H100 trace records (``deviceProperties``).
+H100 = {
+    "id": 0,
+    "name": "NVIDIA H100 80GB HBM3",
+    "totalGlobalMem": 85020819456,
+    "computeMajor": 9,
+    "computeMinor": 0,
+    "maxThreadsPerBlock": 1024,
+    "maxThreadsPerMultiprocessor": 2048,
+    "regsPerBlock": 65536,
+    "warpSize": 32,
+    "sharedMemPerBlock": 49152,
+    "numSms": 132,
+    "regsPerMultiprocessor": 65536,
+    "sharedMemPerBlockOptin": 232448,
+    "sharedMemPerMultiprocessor": 233472,
+}
+
+#: Old Kineto (torch 1.8-1.13) category names; runtime API callback ids; launch and device kinds.
+_OLD_CATS = {
+    "cpu_op": "Operator",
+    "cuda_runtime": "Runtime",
+    "cuda_driver": "Driver",
+    "kernel": "Kernel",
+    "gpu_memcpy": "Memcpy",
+    "gpu_memset": "Memset",
+}
+_CBID = {
+    "cudaLaunchKernel": 211,
+    "cudaMemcpyAsync": 41,
+    "cudaMemsetAsync": 51,
+    "cuLaunchKernelEx": 652,
+    "cudaLaunchKernelExC": 430,
+    "cudaEventRecord": 135,
+    "cudaStreamWaitEvent": 147,
+    "cudaStreamSynchronize": 131,
+    "hipLaunchKernel": 0,
+}
+_DEFAULT_API = {"kernel": "cudaLaunchKernel", "memcpy": "cudaMemcpyAsync", "memset": "cudaMemsetAsync"}
+_DEVICE_CAT = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}

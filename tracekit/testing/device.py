@@ -1,0 +1,231 @@
+"""Device activity for :class:`~tracekit.testing.TraceBuilder`: kernels, collectives, copies, sets.
+
+A mixin: the builder supplies the clocks (``at``, ``ns``), the CPU side (``op``,
+``backward_node``, ``_module``) and the state; these methods launch the device work and record
+its planted truth.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .events import COMM_STREAM, COMPUTE_STREAM, COPY_STREAM, EventWriter
+from .kernels import GEMMS, MEMCPY_DTOD, MEMCPY_DTOH, MEMCPY_HTOD, MEMSET, NCCL_GENERIC, NCCL_KERNELS
+from .truth import Activity, Kernel, Op
+
+_MEMCPY = {"HtoD": MEMCPY_HTOD, "DtoH": MEMCPY_DTOH, "DtoD": MEMCPY_DTOD}
+# record_param_comms "Collective name" as torch.distributed writes it
+_COLLECTIVE_NAME = {
+    "AllReduce": "allreduce",
+    "AllGather": "_allgather_base",
+    "ReduceScatter": "_reduce_scatter_base",
+    "Broadcast": "broadcast",
+    "AllToAll": "all_to_all",
+    "SendRecv": "send",
+    "Reduce": "reduce",
+}
+
+
+@dataclass
+class _State:
+    step: int | None = None
+    phase: str | None = None
+    tid: int = 0
+    backward: bool = False
+    modules: list[str] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
+    labels: dict[str, Any] = field(default_factory=lambda: {"category": None, "block": None})
+
+
+class DeviceCalls:
+    """The device half of the builder (see the module docstring)."""
+
+    w: EventWriter
+    _s: _State
+    origin: int
+    activities: list[Activity]
+    world_size: int
+
+    if TYPE_CHECKING:
+
+        def at(self, us: float) -> int: ...
+        def ns(self, us: float) -> int: ...
+        def op(self, name: str, args: dict | None = None) -> AbstractContextManager[Op]: ...
+        def backward_node(
+            self, creator: Op | Kernel, node: str | None = None
+        ) -> AbstractContextManager[Op]: ...
+        def _module(self) -> str | None: ...
+
+    # device activity -------------------------------------------------------------------------
+    def _launch(
+        self,
+        name: str,
+        dur_us: float,
+        *,
+        kind: str,
+        stream: int,
+        gap_us: float,
+        at_us: float | None,
+        api: str | None,
+        comm: bool,
+        collective: str | None,
+    ) -> Activity:
+        want = None if at_us is None else self.at(at_us)
+        x = self.w.launch(
+            self._s.tid,
+            name,
+            self.ns(dur_us),
+            stream=stream,
+            gap=self.ns(gap_us),
+            start=want,
+            kind=kind,
+            api=api,
+        )
+        if want is not None and x.start != want:
+            raise ValueError(
+                f"{name[:40]}: planted start {at_us} us is before its launch or the end "
+                f"of stream {stream}'s previous activity; it would start at "
+                f"{(x.start - self.origin) / 1000} us"
+            )
+        lab = self._s.labels
+        act = Activity(
+            step=self._s.step,
+            start=x.start,
+            end=x.end,
+            kind=kind,
+            name=name,
+            stream=stream,
+            correlation=x.correlation,
+            phase=self._s.phase,
+            category=lab["category"] if kind == "kernel" and not comm else None,
+            block=lab["block"],
+            collective=collective,
+            comm=comm,
+            gemm=name in GEMMS,
+            launch_ts=x.launch_ts,
+            module=self._module(),
+            op=self._s.ops[-1].name if self._s.ops else None,
+        )
+        self.activities.append(act)
+        return act
+
+    def kernel(
+        self,
+        name: str,
+        dur_us: float,
+        *,
+        op: str | None = None,
+        creator: Op | Kernel | None = None,
+        stream: int = COMPUTE_STREAM,
+        gap_us: float = 0,
+        at_us: float | None = None,
+        api: str | None = None,
+    ) -> Kernel:
+        """A kernel launched by ``op`` (a new CPU op of that name; else the current op).
+
+        It starts ``gap_us`` after ``stream``'s last activity (and after its launch), or exactly
+        at ``at_us`` (microseconds after the origin). In backward, ``creator`` (the forward op
+        or kernel) wraps the launch in that op's autograd node.
+        """
+        with ExitStack() as stack:
+            if creator is not None:
+                stack.enter_context(self.backward_node(creator))
+            launching = stack.enter_context(self.op(op)) if op is not None else None
+            act = self._launch(
+                name,
+                dur_us,
+                kind="kernel",
+                stream=stream,
+                gap_us=gap_us,
+                at_us=at_us,
+                api=api,
+                comm=False,
+                collective=None,
+            )
+        return Kernel(act, launching or (self._s.ops[-1] if self._s.ops else None))
+
+    def comm(
+        self,
+        collective: str,
+        dur_us: float,
+        *,
+        kernel: str | None = None,
+        stream: int = COMM_STREAM,
+        gap_us: float = 0,
+        at_us: float | None = None,
+    ) -> Kernel:
+        """A collective: ``record_param_comms`` (with its ``Collective name``), an ``nccl:*``
+        annotation and the NCCL kernel (``NCCL_GENERIC`` where the name does not say it)."""
+        kname = kernel or NCCL_KERNELS.get(collective, NCCL_GENERIC)
+        args = {
+            "Collective name": _COLLECTIVE_NAME.get(collective, collective.lower()),
+            "dtype": "BFloat16",
+            "Process Group Name": "0",
+            "Group size": self.world_size,
+        }
+        with self.op("record_param_comms", args=args) as rpc:
+            tag = _COLLECTIVE_NAME.get(collective, collective.lower()).strip("_")
+            with self.w.rng_(self._s.tid, f"nccl:{tag}", "user_annotation"):
+                act = self._launch(
+                    kname,
+                    dur_us,
+                    kind="kernel",
+                    stream=stream,
+                    gap_us=gap_us,
+                    at_us=at_us,
+                    api=None,
+                    comm=True,
+                    collective=collective,
+                )
+        return Kernel(act, rpc)
+
+    def memcpy(
+        self,
+        dur_us: float,
+        direction: str = "HtoD",
+        *,
+        stream: int = COPY_STREAM,
+        gap_us: float = 0,
+        at_us: float | None = None,
+    ) -> Kernel:
+        """A ``Memcpy HtoD/DtoH/DtoD`` from an ``aten::copy_`` op."""
+        with self.op("aten::copy_") as o:
+            act = self._launch(
+                _MEMCPY[direction],
+                dur_us,
+                kind="memcpy",
+                stream=stream,
+                gap_us=gap_us,
+                at_us=at_us,
+                api=None,
+                comm=False,
+                collective=None,
+            )
+        return Kernel(act, o)
+
+    def memset(
+        self, dur_us: float, *, stream: int = COMPUTE_STREAM, gap_us: float = 0, at_us: float | None = None
+    ) -> Kernel:
+        """A ``Memset (Device)`` from an ``aten::zero_`` op."""
+        with self.op("aten::zero_") as o:
+            act = self._launch(
+                MEMSET,
+                dur_us,
+                kind="memset",
+                stream=stream,
+                gap_us=gap_us,
+                at_us=at_us,
+                api=None,
+                comm=False,
+                collective=None,
+            )
+        return Kernel(act, o)
+
+    def synchronize(self) -> None:
+        """``cudaStreamSynchronize``: the CPU waits until every planted activity has ended."""
+        tid = self._s.tid
+        end = max((a.end for a in self.activities), default=self.w.t[tid])
+        self.w.runtime_only(tid, "cudaStreamSynchronize", 1)
+        self.w.t[tid] = max(self.w.t[tid], end + self.w.qz(1000))
