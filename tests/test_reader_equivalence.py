@@ -94,13 +94,9 @@ def reference_frame(path) -> pd.DataFrame:
                 "flow_id": _int(e.get("id")),
                 "flow_ph": ph if (ph := e.get("ph")) in ("s", "f", "t") else "",
                 "corr": _int(a.get("correlation")),
-                "ext_id": _int(a.get("External id")),
                 "seq": _int(a.get("Sequence number")),
                 "fwd_tid": _int(a.get("Fwd thread id")),
                 "stream": _int(a.get("stream")),
-                "device": _int(a.get("device")),
-                "py_id": _int(a.get("Python id")),
-                "py_parent": _int(a.get("Python parent id")),
                 "collective": a.get("Collective name") or "",
                 "bytes": float(b) if isinstance(b, (int, float)) and not isinstance(b, bool) else math.nan,
             }

@@ -178,13 +178,9 @@ class _FrameBuilder:
                 "flow_id": _int_column([e.id for e in keep_ev]),
                 "flow_ph": pd.Categorical([e.ph if e.ph in ("s", "f", "t") else "" for e in keep_ev]),
                 "corr": _fast_int_column([a.correlation for a in args]),
-                "ext_id": _fast_int_column([a.external_id for a in args]),
                 "seq": _fast_int_column([a.seq for a in args]),
                 "fwd_tid": _fast_int_column([a.fwd_tid for a in args]),
                 "stream": _fast_int_column([a.stream for a in args]),
-                "device": _fast_int_column([a.device for a in args]),
-                "py_id": _int_column([a.py_id for a in args]),
-                "py_parent": _int_column([a.py_parent for a in args]),
                 "collective": pd.Categorical([a.collective or "" for a in args]),
                 "bytes": np.array(
                     [b if isinstance(b := a.bytes, (int, float)) else np.nan for a in args], dtype=np.float64
@@ -259,13 +255,9 @@ _COLUMNS = (
     "flow_id",
     "flow_ph",
     "corr",
-    "ext_id",
     "seq",
     "fwd_tid",
     "stream",
-    "device",
-    "py_id",
-    "py_parent",
     "collective",
     "bytes",
 )

@@ -20,13 +20,9 @@ class Args(msgspec.Struct, gc=False):
     """The ``args`` keys tracekit reads; all others are skipped by the decoder."""
 
     correlation: Ident | None = None
-    external_id: Ident | None = msgspec.field(default=None, name="External id")
     seq: Ident | None = msgspec.field(default=None, name="Sequence number")
     fwd_tid: Ident | None = msgspec.field(default=None, name="Fwd thread id")
     stream: Ident | None = None
-    device: Ident | None = None
-    py_id: Ident | None = msgspec.field(default=None, name="Python id")
-    py_parent: Ident | None = msgspec.field(default=None, name="Python parent id")
     collective: str | None = msgspec.field(default=None, name="Collective name")
     bytes: Number | str | None = None
     name: str | None = None  # metadata events: process / thread names

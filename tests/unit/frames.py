@@ -20,13 +20,9 @@ _DEFAULTS = {
     "flow_id": -1,
     "flow_ph": "",
     "corr": -1,
-    "ext_id": -1,
     "seq": -1,
     "fwd_tid": -1,
     "stream": -1,
-    "device": -1,
-    "py_id": -1,
-    "py_parent": -1,
     "collective": "",
     "bytes": np.nan,
 }
