@@ -25,6 +25,7 @@ from .filters import Filters
 from .pipeline import Attributed, run
 from .ranks import (
     FileIdentity,
+    files_of_rank,
     group_files,
     host_of,
     manifest_ranks,
@@ -313,6 +314,11 @@ def load(
     files, skipped = trace_listing(p) if p.is_dir() else ([p], [])
     if skipped and strict:
         raise TraceError(skipped[0][0], skipped[0][1])
+    heads = files_of_rank(p, files, rank, max_bytes) if rank is not None and p.is_dir() else None
+    if heads is not None:  # only the chosen rank's files are read
+        files, found, _ = heads
+        if not files:
+            raise TraceError(p, f"no rank {rank}; ranks here: {', '.join(map(str, found))}")
     from .parallel import default_jobs, map_ranks
 
     done = map_ranks(
@@ -330,6 +336,7 @@ def load(
     files = [f for f, att in zip(files, done) if not isinstance(att, TraceError)]
     done = [att for att in done if not isinstance(att, TraceError)]
     ranks, grouping = _group(p, files, done)
+    grouping = heads[2] if heads is not None else grouping
     if rank is not None:
         if rank not in ranks:
             raise TraceError(p, f"no rank {rank}; ranks here: {', '.join(map(str, sorted(ranks)))}")

@@ -92,6 +92,31 @@ def manifest_ranks(directory: Path) -> dict[str, int]:
     return out
 
 
+def files_of_rank(
+    directory: Path, files: list[Path], rank: int, max_bytes: int
+) -> tuple[list[Path], list[int], str] | None:
+    """The files of ``rank`` in ``directory``, told from each file's head (or tail) and the
+    capture manifest without reading any events (:mod:`tracekit.rankhead`), with every rank
+    found and the grouping sentence; ``None`` when some file's rank cannot be told so (no
+    ``distributedInfo``, not named by a manifest, or unreadable): then the ranks come from the
+    processes, which only a full read gives."""
+    from .rankhead import Unknown, head_rank
+
+    named = manifest_ranks(directory)
+    ids = []
+    for f in files:
+        try:
+            r = head_rank(f, max_bytes)
+        except Unknown:
+            return None
+        r = named.get(f.name) if r is None else r
+        if r is None:
+            return None
+        ids.append(FileIdentity(rank=r, pid=None, host=None))
+    groups, how = group_files(ids)
+    return [files[i] for i in groups.get(rank, [])], sorted(groups), how
+
+
 def group_files(ids: list[FileIdentity]) -> tuple[dict[int, list[int]], str]:
     """``{rank: [file indices]}`` and a sentence saying how the files were grouped."""
     groups: dict[int, list[int]] = {}
