@@ -1,10 +1,11 @@
 """Per-layer time: compute-kernel time of each transformer decoder layer, per phase.
 
-A layer is a decoder-layer module instance (``layer`` column of the labelled intervals); its
-index is its position among the layers of its forward pass, in order of calls (``layers.0`` is
-the first layer the pass runs). Kernels launched in backward carry their forward op's layer when
-the pipeline links them; recomputed forward work (activation checkpointing, the ``recompute``
-column of the intervals) is its own ``recompute`` row.
+The ``layer`` column of the labelled intervals is the decoder layer's index, assigned once by
+the pipeline (:func:`tracekit.pipeline.modules.layer_index`): ``layers.N`` from the module's
+qualified name when the capture records names, else the layer's position among the decoder
+layers of its model pass. Backward kernels carry the layer of their creator forward op;
+recomputed forward work (activation checkpointing, the ``recompute`` column) carries the layer
+it reruns and is its own ``recompute`` row.
 
 ``layers`` per step, phase and layer index:
 
@@ -49,23 +50,6 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def layer_index(intervals: pd.DataFrame) -> pd.Series:
-    """Index of each activity's decoder layer within its forward pass (-1: in no layer)."""
-    lay = intervals["layer"].to_numpy()
-    inside = lay >= 0
-    out = np.full(len(intervals), -1, np.int64)
-    if inside.any():
-        key = pd.DataFrame(
-            {
-                "step": intervals["step"].to_numpy()[inside],
-                "pass": intervals["fwd_pass"].to_numpy()[inside],
-                "layer": lay[inside],
-            }
-        )
-        out[inside] = key.groupby(["step", "pass"])["layer"].rank(method="dense").to_numpy() - 1
-    return pd.Series(out, index=intervals.index)
-
-
 @register(
     "layers",
     title="Time per decoder layer",
@@ -85,8 +69,7 @@ def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     iv = intervals[
         (intervals["group"].astype(str) == "compute").to_numpy() & intervals["step"].isin(complete).to_numpy()
     ]
-    idx = layer_index(iv)
-    iv = iv[(idx >= 0).to_numpy()]
+    iv = iv[(iv["layer"] >= 0).to_numpy()]
     if iv.empty:
         return pd.DataFrame(columns=cols)
     phase = iv["phase"].astype(str).replace({"": "unattributed"}).to_numpy()
@@ -96,7 +79,7 @@ def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         {
             "step": iv["step"].to_numpy(),
             "phase": phase,
-            "layer": idx[idx >= 0].to_numpy(),
+            "layer": iv["layer"].to_numpy(np.int64),
             "dur": (iv["end"] - iv["start"]).to_numpy() / 1e6,
         }
     )

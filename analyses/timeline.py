@@ -86,7 +86,7 @@ def _rows(iv: pd.DataFrame, lo: int, hi: int, staged: bool) -> list[dict]:
     rows = []
     for blk in BLOCKS:
         tm = float(t.get(blk, 0.0))
-        r = {"block": blk, "count": round(n_layers / passes) if blk in ("attention", "ffn") else 1}
+        r = {"block": blk, "count": n_layers if blk in ("attention", "ffn") else 1}
         if staged:
             r["passes"] = passes
         rows.append({**r, "time_ms": tm, "percent": float(percent(tm, wall))})

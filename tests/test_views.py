@@ -156,8 +156,8 @@ def test_top_kernels_reconcile_and_keep_full_names(run):
 def _layer_intervals(
     times: dict[tuple[str, int], float], passes: int = 1
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Compute kernels: one per (phase, layer), of ``ms`` each, in every forward pass; layer
-    instances are numbered as the pipeline does (an id per call, in call order)."""
+    """Compute kernels: one per (phase, layer), of ``ms`` each, in every forward pass; ``layer``
+    is the decoder layer's index, as the pipeline assigns it (the same in every pass)."""
     rows, t = [], 0
     for p in range(passes):
         for (phase, layer), ms in times.items():
@@ -165,7 +165,7 @@ def _layer_intervals(
                 {
                     "step": 1,
                     "fwd_pass": p,
-                    "layer": 100 * p + 7 * layer + 3,
+                    "layer": layer,
                     "phase": phase,
                     "group": "compute",
                     "stage": "",

@@ -32,7 +32,7 @@ def assign_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: Kern
     Adds (to ``linked.modules``): ``category``, ``own_category``, ``rule``, ``att_root``.
     Returns columns: ``group`` (compute / comm / memcpy / memset), ``kernel_category``,
     ``rule``, ``collective``, ``module`` (paper category; "" unless compute), ``module_rule``,
-    ``block`` (timeline), ``layer`` (decoder-layer instance, -1 outside).
+    ``block`` (timeline).
     Guarantees: every activity gets exactly one value of each; categories come only from the
     rules of ``taxonomy`` and ``rules``.
     """
@@ -42,7 +42,7 @@ def assign_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: Kern
     kcat, krule, coll = kernel_categories(a, group, rules)
     module, mrule = module_categories(linked, taxonomy, kcat)
     compute = group == "compute"
-    block, layer = blocks(linked)
+    block = blocks(linked)
     return pd.DataFrame(
         {
             "group": group,
@@ -52,7 +52,6 @@ def assign_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: Kern
             "module": np.where(compute, module, ""),
             "module_rule": np.where(compute, mrule, ""),
             "block": block,
-            "layer": layer,
         },
         index=a.index,
     )
@@ -246,16 +245,15 @@ def _attention_parts(
     return out
 
 
-def blocks(linked: LinkedTrace) -> tuple[np.ndarray, np.ndarray]:
-    """Timeline block of each activity's launch (before / attention / ffn / after / '') and
-    its decoder layer instance (-1 outside layers)."""
+def blocks(linked: LinkedTrace) -> np.ndarray:
+    """Timeline block of each activity's launch (before / attention / ffn / after / '')."""
     from .stages import pass_index
 
     a, mods = linked.activities, linked.modules
     n = len(a)
     block = np.full(n, "", dtype=object)
     if mods.empty or not mods["is_layer"].any():
-        return block, np.full(n, -1, np.int64)
+        return block
     mid = a["module_id"].to_numpy()
     # In backward, module_id is the forward op's module; blocks describe forward launches only.
     fwd = ~a["backward_node"].to_numpy()
@@ -281,7 +279,7 @@ def blocks(linked: LinkedTrace) -> tuple[np.ndarray, np.ndarray]:
         f = np.where(np.isnan(f), firsts.reindex(steps[out]).to_numpy(dtype="float64"), f)
         f = np.where(np.isnan(f), first, f)
         block[out] = np.where(lts[out] < f, "before", "after")
-    return block, np.where(in_layer, layer, -1)
+    return block
 
 
 def _layer_split_times(mods: pd.DataFrame, origin: int) -> pd.Series:

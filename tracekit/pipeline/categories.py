@@ -23,7 +23,7 @@ def assign_categories(t: Trace, taxonomy: ModuleTaxonomy, rules: KernelRules) ->
     ``t.modules``.
     Adds on ``acts``: the columns of :func:`tracekit.labels.assign_categories` (``group``,
     ``kernel_category``, ``rule``, ``collective``, ``module`` ("" unless compute),
-    ``module_rule``, ``block``, ``layer``), and ``fwd_pass`` (forward pass of the model in
+    ``module_rule``, ``block``), and ``fwd_pass`` (forward pass of the model in
     progress at launch, -1 none), ``is_gemm``. On ``t.modules``: ``category``, ``rule``,
     ``own_category``, ``own_rule``, ``att_root``.
     Guarantees: every activity gets exactly one label of each kind.

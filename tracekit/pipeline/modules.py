@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -19,11 +21,13 @@ def assign_modules(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
     ``backward_node``, ``fwd_op_r``.
     Adds: ``t.modules`` (one row per module instance: ``local`` (row of ``t.ranges``), ``cls``,
     ``instance``, ``qualname``, ``start``, ``end``, ``tid``, ``parent_local``, ``parent``,
-    ``position``, ``siblings``, ``layer``, ``is_layer``), and on
+    ``position``, ``siblings``, ``layer``, ``is_layer``, ``layer_index``), and on
     ``acts``: ``module_id`` (row of ``t.modules``, -1 none), ``module_instance``, ``top_op`` /
-    ``top_op_id`` / ``top_op_ts`` (the outermost op inside that module) and ``rope_frame``.
-    Guarantees: a backward activity takes its forward op's module, top op and rotary frame; any
-    other activity its own launch context.
+    ``top_op_id`` / ``top_op_ts`` (the outermost op inside that module), ``rope_frame`` and
+    ``layer`` (index of the decoder layer the work belongs to, -1 none: see :func:`layer_index`).
+    Guarantees: a backward activity takes its forward op's module, top op, rotary frame and
+    layer; any other activity (recomputed forward work included) its own launch context. The
+    layer index is assigned here and nowhere else.
     """
     a, r = t.acts, t.ranges
     t.modules = module_table(t, taxonomy)
@@ -44,6 +48,7 @@ def assign_modules(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
     a["top_op_ts"] = take(t.events["ts"].to_numpy(), top_ev, -1)
     a["top_op_id"] = top_ev
     a["rope_frame"] = rope != 0
+    a["layer"] = take(t.modules["layer_index"].to_numpy(), a["module_id"].to_numpy(), -1)
     t.meta["module_source"] = (
         "capture annotations" if t.capture_modules else ("nn.Module events" if len(t.modules) else "none")
     )
@@ -57,7 +62,14 @@ def _split_module_name(name: str) -> tuple[str, str]:
     return (cls, inst) if sep and num.isdigit() else (inst, inst)
 
 
-_EMPTY = {"parent": np.int64, "position": np.int64, "siblings": np.int64, "layer": np.int64, "is_layer": bool}
+_EMPTY = {
+    "parent": np.int64,
+    "position": np.int64,
+    "siblings": np.int64,
+    "layer": np.int64,
+    "is_layer": bool,
+    "layer_index": np.int64,
+}
 
 
 def module_table(t: Trace, taxonomy: ModuleTaxonomy) -> pd.DataFrame:
@@ -111,3 +123,67 @@ def _layers(df: pd.DataFrame, taxonomy: ModuleTaxonomy) -> None:
         layer[i] = i if is_layer[i] else (layer[p] if p >= 0 else -1)
     df["layer"] = layer
     df["is_layer"] = is_layer
+    df["layer_index"] = layer_index(df)
+
+
+#: A qualified module name that ends in its index in a container: ``model.layers.3``.
+_NUMBERED = re.compile(r"\.(\d+)$")
+
+
+def layer_index(df: pd.DataFrame) -> np.ndarray:
+    """Per module row, the index of the decoder layer it belongs to (-1: in none).
+
+    Needs module-table columns ``parent``, ``start``, ``instance``, ``qualname``, ``is_layer``,
+    ``layer``. A decoder layer's index is, in order of precedence: the number its qualified
+    name ends in (``model.layers.3``: 3, when the capture records names); else the position of
+    its module object's FIRST call among the decoder-layer calls of that call's model pass (the
+    outermost enclosing module; layers called outside any module count as one pass). The
+    instance ``Cls_N`` / qualified name names the object, so a call recomputed in backward, or
+    in a later pass, takes the index of the first call. A module inside a decoder layer takes
+    the layer's index; a named module outside any recorded layer (a recomputed submodule whose
+    layer call was not recorded) takes the index of the decoder layer its qualified name extends.
+    """
+    out = np.full(len(df), -1, np.int64)
+    is_layer = df["is_layer"].to_numpy()
+    rows = np.flatnonzero(is_layer)
+    if rows.size == 0:
+        return out
+    root = _roots(df["parent"].to_numpy())[rows]
+    root = np.where(is_layer[root], -1, root)  # layers called at the top: one group
+    lay = pd.DataFrame({"root": root, "start": df["start"].to_numpy()[rows]}, index=rows)
+    lay["inst"] = df["instance"].to_numpy(dtype=object)[rows]
+    lay = lay.sort_values("start", kind="stable")
+    lay["pos"] = lay.groupby("root").cumcount()
+    idx = lay["inst"].map(lay.groupby("inst", sort=False)["pos"].first()).astype(np.int64)
+    qual = df["qualname"].to_numpy(dtype=object)
+    numbered = pd.Series(qual[lay.index]).str.extract(_NUMBERED, expand=False).to_numpy()
+    has = pd.notna(numbered)
+    idx[has] = numbered[has].astype(np.int64)
+    out[lay.index.to_numpy()] = idx.to_numpy()
+    inside = df["layer"].to_numpy()
+    out = np.where(inside >= 0, out[np.maximum(inside, 0)], -1)
+    by_name = {q: i for q, i in zip(qual[lay.index], idx.to_numpy()) if q}
+    for r in np.flatnonzero((inside < 0) & (qual != "")) if by_name else ():
+        out[r] = _extends(qual[r], by_name)
+    return out
+
+
+def _extends(qualname: str, layers: dict[str, int]) -> int:
+    """Index of the decoder layer whose qualified name ``qualname`` extends (-1 none)."""
+    parts = qualname.split(".")
+    for k in range(len(parts) - 1, 0, -1):
+        i = layers.get(".".join(parts[:k]))
+        if i is not None:
+            return i
+    return -1
+
+
+def _roots(parent: np.ndarray) -> np.ndarray:
+    """Per module row, its outermost enclosing module (itself at the top)."""
+    root = np.arange(len(parent))
+    for _ in range(256):  # module trees are shallow
+        up = parent[root]
+        if (up < 0).all():
+            break
+        root = np.where(up >= 0, up, root)
+    return root
