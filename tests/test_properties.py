@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hypothesis import Phase, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import tracekit
@@ -173,15 +173,6 @@ def test_an_epoch_clock_changes_nothing_when_a_step_lacks_a_phase(plan: Plan, of
     _check_epoch(plan, offset_us)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "reader (tracekit/read.py): float ts/dur are decoded as float64, whose spacing at epoch "
-        "scale (~1.7e15 us) is 0.25 us, so the nanosecond decimals Kineto writes "
-        "(e.g. 1712195495519689.047, as in hta/ns_resolution_trace) are lost and tables move"
-    ),
-)
-@settings(phases=[Phase.explicit, Phase.reuse, Phase.generate])  # a known failure: no shrinking
 @example(plan=_fixed_plan())
 @given(plans(max_steps=1))
 def test_an_epoch_clock_with_nanosecond_decimals_changes_nothing(plan: Plan):

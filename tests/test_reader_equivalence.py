@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+from decimal import ROUND_HALF_EVEN, Decimal
 
 import numpy as np
 import pandas as pd
@@ -25,7 +26,7 @@ def _load(path):
     raw = open(path, "rb").read()
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
-    return json.loads(raw)
+    return json.loads(raw, parse_float=Decimal)  # the decimals exactly as written
 
 
 def _int(v, none=-1):
@@ -42,15 +43,10 @@ def _int(v, none=-1):
 
 
 def _times(values):
+    """Microseconds as written -> nanoseconds, exactly (the decimal value x 1000, to the ns)."""
     ok = [v is not None and not isinstance(v, str) and -R._MAX_US < v < R._MAX_US for v in values]
-    if not any(ok):
-        return [0] * len(values), ok
-    if all(isinstance(v, int) for v in values if v is not None):
-        return [(v if k else 0) * 1000 for v, k in zip(values, ok)], ok
-    base = int(min(v for v, k in zip(values, ok) if k))
-    return [
-        int(np.rint(float(v - base) * 1000.0)) + base * 1000 if k else base * 1000 for v, k in zip(values, ok)
-    ], ok
+    ns = [int((Decimal(v) * 1000).to_integral_value(ROUND_HALF_EVEN)) if k else 0 for v, k in zip(values, ok)]
+    return ns, ok
 
 
 def reference_frame(path) -> pd.DataFrame:
@@ -98,7 +94,9 @@ def reference_frame(path) -> pd.DataFrame:
                 "fwd_tid": _int(a.get("Fwd thread id")),
                 "stream": _int(a.get("stream")),
                 "collective": a.get("Collective name") or "",
-                "bytes": float(b) if isinstance(b, (int, float)) and not isinstance(b, bool) else math.nan,
+                "bytes": float(b)
+                if isinstance(b, (int, float, Decimal)) and not isinstance(b, bool)
+                else math.nan,
             }
         )
     return pd.DataFrame(out, columns=list(R._COLUMNS))

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from .read import _COLUMNS, RawTrace
 
 #: Version of the cached columns; bump when read.py's output changes.
-FORMAT = "tracekit-raw-4"
+FORMAT = "tracekit-raw-5"
 SUFFIX = ".parquet"
 _META_KEY = b"tracekit"
 _ENTRY = re.compile(r"[0-9a-f]{32}\.parquet")

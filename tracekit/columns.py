@@ -28,7 +28,9 @@ from .schema import (
     PYTHON,
     Args,
     Event,
+    TextTimeEvent,
 )
+from .timetext import number_times, text_times
 
 _INT_OR_NONE = {int, type(None)}
 
@@ -72,66 +74,17 @@ def _fast_int_column(values: list, none: int = -1) -> np.ndarray:
     return arr
 
 
-#: Times at or beyond this many microseconds (~126 years) are refused as overflowing: twice it in
-#: nanoseconds still fits int64, so no arithmetic on valid times can wrap.
-_MAX_US = 4_000_000_000_000_000
+class _Selection:
+    """The events of a slice that tracekit keeps, their kinds, and what the others say: thread
+    and process names (metadata events) and counts of unknown categories."""
 
-
-def _time_column(values: list) -> tuple[np.ndarray, np.ndarray]:
-    """Microsecond numbers -> (int64 ns, valid mask). Exact for ints; floats rounded to 1 ns."""
-    # Out of range (overflowing int64 ns, or garbage), NaN and infinities are not valid.
-    types = set(map(type, values))
-    if types <= _INT_OR_NONE and len(values):
-        if type(None) not in types:
-            try:
-                raw = np.array(values, dtype=np.int64)
-            except OverflowError:
-                raw = None
-            if raw is not None and ((raw > -_MAX_US) & (raw < _MAX_US)).all():  # all valid: exact ints
-                return raw * 1000, np.ones(len(values), dtype=bool)
-    elif types <= {float, int} and len(values):  # floats (and ints, all < 2**53: exact)
-        f = np.array(values, dtype=np.float64)
-        valid = (f > -_MAX_US) & (f < _MAX_US)
-        if valid.any():
-            base = int(f[valid].min())
-            rel = np.where(valid, f - np.float64(base), 0.0)
-            return np.rint(rel * 1000.0).astype(np.int64) + np.int64(base) * 1000, valid
-        return np.zeros(len(values), dtype=np.int64), valid
-    valid = np.array([v is not None and -_MAX_US < v < _MAX_US for v in values], dtype=bool)
-    if not valid.any():
-        return np.zeros(len(values), dtype=np.int64), valid
-    if all(isinstance(v, int) for v in values if v is not None):
-        ns = values if valid.all() else [v if ok else 0 for v, ok in zip(values, valid)]
-        return np.array(ns, dtype=np.int64) * 1000, valid
-    # Subtract an integer base first so float rounding happens on small numbers.
-    base = int(min(v for v, ok in zip(values, valid) if ok))
-    rel = np.array([(v - base) if ok else 0.0 for v, ok in zip(values, valid)], dtype=np.float64)
-    return np.rint(rel * 1000.0).astype(np.int64) + np.int64(base) * 1000, valid
-
-
-class _FrameBuilder:
-    """Columns of the kept events, built one decoded chunk at a time.
-
-    Each chunk's ``Event`` structs become small numpy/categorical columns and are then dropped,
-    so only one chunk of structs is alive at once. Per-value conversions are chunk-independent;
-    ``ts``/``dur`` keep their raw numbers until :meth:`finish` because their float rounding uses
-    one base for the whole file.
-    """
-
-    def __init__(self) -> None:
+    def __init__(self, events: list[Event] | list[TextTimeEvent]) -> None:
         self.unknown: dict[str, int] = {}
         self.thread_names: dict[tuple, str] = {}
         self.process_names: dict[Any, str] = {}
-        self.parts: list[dict] = []
-        self.ts_raw: list = []
-        self.dur_raw: list = []
-        self.n_events = 0
-
-    def add(self, events: list[Event]) -> None:
-        self.n_events += len(events)
-        unknown = self.unknown
-        keep_ev: list[Event] = []
-        kinds: list[int] = []
+        self.kept: list = []
+        self.kinds: list[int] = []
+        unknown, keep_ev, kinds = self.unknown, self.kept, self.kinds
         cat_kind = _CATEGORY_KIND
         for ev in events:
             ph = ev.ph
@@ -163,18 +116,66 @@ class _FrameBuilder:
                 continue  # launches are linked by correlation id, not by flow events
             keep_ev.append(ev)
             kinds.append(kind)
-        if not keep_ev:
-            return
+
+
+def _slice_times(kept: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(ts ns, dur ns, ts valid, dur valid) of the kept events; ``None`` when float64 times lost
+    their nanoseconds (decode the slice's times as text)."""
+    if isinstance(kept[0], TextTimeEvent):
+        ts = text_times([bytes(e.ts) for e in kept])
+        dur = text_times([bytes(e.dur) for e in kept], none_is_zero=True)
+        if ts is None or dur is None:  # not numbers: the typed decode reports the error
+            raise ValueError("a time that is not a number")
+    else:
+        ts = number_times([e.ts for e in kept])
+        dur = number_times([0 if e.dur is None else e.dur for e in kept])
+        if ts is None or dur is None:
+            return None
+    return ts[0], dur[0], ts[1], dur[1]
+
+
+class _FrameBuilder:
+    """Columns of the kept events, built one decoded slice at a time.
+
+    Each slice's ``Event`` (or ``TextTimeEvent``) structs become small numpy/categorical columns,
+    times included (int64 ns, exact: see :mod:`tracekit.timetext`), and are then dropped, so
+    only one slice of structs is alive at once and every conversion is slice-independent.
+    """
+
+    def __init__(self) -> None:
+        self.unknown: dict[str, int] = {}
+        self.thread_names: dict[tuple, str] = {}
+        self.process_names: dict[Any, str] = {}
+        self.parts: list[dict] = []
+        self.n_events = 0
+
+    def add(self, events: list[Event] | list[TextTimeEvent]) -> bool:
+        """Add one slice. ``False`` (and nothing added) when its float times are too large for
+        float64 to keep their nanoseconds: decode the slice again as ``TextTimeEvent``."""
+        sel = _Selection(events)
+        keep_ev = sel.kept
+        times = _slice_times(keep_ev) if keep_ev else None
+        if keep_ev and times is None:
+            return False
+        self.n_events += len(events)
+        for cat, k in sel.unknown.items():
+            self.unknown[cat] = self.unknown.get(cat, 0) + k
+        self.thread_names.update(sel.thread_names)
+        self.process_names.update(sel.process_names)
+        if not keep_ev or times is None:
+            return True
         no_args = _NO_ARGS
         args = [e.args or no_args for e in keep_ev]
-        self.ts_raw += [e.ts for e in keep_ev]
-        self.dur_raw += [0 if e.dur is None else e.dur for e in keep_ev]
         self.parts.append(
             {
-                "kind": np.array(kinds, dtype=np.int8),
+                "kind": np.array(sel.kinds, dtype=np.int8),
                 "name": pd.Categorical([e.name or "" for e in keep_ev]),
                 "pid": _int_column([e.pid for e in keep_ev]),
                 "tid": _int_column([e.tid for e in keep_ev]),
+                "ts": times[0],
+                "dur": times[1],
+                "ts_ok": times[2],
+                "dur_ok": times[3],
                 "flow_id": _int_column([e.id for e in keep_ev]),
                 "flow_ph": pd.Categorical([e.ph if e.ph in ("s", "f", "t") else "" for e in keep_ev]),
                 "corr": _fast_int_column([a.correlation for a in args]),
@@ -187,15 +188,14 @@ class _FrameBuilder:
                 ),
             }
         )
+        return True
 
     def _column(self, name: str):
         parts = [p[name] for p in self.parts]
         if not parts:
             if name in ("name", "flow_ph", "collective"):
                 return pd.Categorical([])
-            return np.zeros(
-                0, dtype=np.float64 if name == "bytes" else np.int8 if name == "kind" else np.int64
-            )
+            return np.zeros(0, dtype=_EMPTY_DTYPES.get(name, np.int64))
         if isinstance(parts[0], pd.Categorical):
             if len(parts) == 1:
                 return parts[0]
@@ -207,9 +207,8 @@ class _FrameBuilder:
         if self.unknown:
             listed = ", ".join(f"{k!r} ({v})" for k, v in sorted(self.unknown.items())[:5])
             warnings.append(f"ignored events of unknown categories: {listed}")
-        ts, ts_ok = _time_column(self.ts_raw)
-        dur, dur_ok = _time_column(self.dur_raw)
-        self.ts_raw = self.dur_raw = []
+        ts, dur = self._column("ts"), self._column("dur")
+        ts_ok, dur_ok = self._column("ts_ok"), self._column("dur_ok")
         bad_ts = ~ts_ok
         if bad_ts.any():
             warnings.append(f"dropped {int(bad_ts.sum())} events with no valid timestamp")
@@ -244,6 +243,7 @@ class _FrameBuilder:
 
 
 _NO_ARGS = Args()
+_EMPTY_DTYPES = {"bytes": np.float64, "kind": np.int8, "ts_ok": bool, "dur_ok": bool}
 #: The event columns, in order.
 _COLUMNS = (
     "kind",

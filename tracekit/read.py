@@ -26,7 +26,7 @@ import msgspec
 import pandas as pd
 
 from . import progress
-from .columns import _COLUMNS, _MAX_US, _FrameBuilder
+from .columns import _COLUMNS, _FrameBuilder
 from .errors import TraceError
 from .files import DEFAULT_MAX_BYTES, TRACE_SUFFIXES, read_bytes, trace_files, trace_listing
 from .schema import (
@@ -34,6 +34,7 @@ from .schema import (
     _DECODER,
     _PYTHON_KEEP_PREFIX,
     _PYTHON_KEEP_SUBSTR,
+    _TEXT_TIME_DECODER,
     ANNOTATION,
     CPU_OP,
     FLOW_FWDBWD,
@@ -45,8 +46,10 @@ from .schema import (
     PYTHON,
     RUNTIME,
     Event,
+    TextTimeEvent,
     TraceDoc,
 )
+from .timetext import MAX_US as _MAX_US
 
 #: Re-exported: the rest of tracekit imports the event kinds and the file helpers from here.
 __all__ = [
@@ -89,15 +92,17 @@ class RawTrace:
 _NONBLANK = re.compile(rb"[^ \t\r\n]")
 
 
-def decode(data: bytes, path: str | os.PathLike) -> TraceDoc:
-    """Typed decode of the JSON document; every failure becomes a one-line TraceError."""
+def decode(data: bytes, path: str | os.PathLike, text_times: bool = False) -> TraceDoc:
+    """Typed decode of the JSON document; every failure becomes a one-line TraceError.
+
+    ``text_times``: keep ``ts``/``dur`` as their JSON text (:class:`TextTimeEvent`)."""
     if not _NONBLANK.search(data):  # stops at the first byte that is not blank; no copy
         raise TraceError(path, "empty file")
     if data[:3] == b"\xef\xbb\xbf":  # UTF-8 byte order mark: harmless
         data = data[3:]
     _check_text(data, path)
     try:
-        return _DECODER.decode(data)
+        return (_TEXT_TIME_DECODER if text_times else _DECODER).decode(data)
     except UnicodeDecodeError as e:  # msgspec passes the codec's error through
         raise TraceError(
             path, f"not UTF-8 text: a JSON string holds the invalid byte 0x{e.object[e.start]:02x}"
@@ -146,6 +151,7 @@ CHUNK_EVENTS = 100_000
 #: Bytes of JSON per chunk (the split points are found near multiples of this).
 CHUNK_BYTES = 32 << 20
 _EVENTS_DECODER = msgspec.json.Decoder(list[Event])
+_TEXT_EVENTS_DECODER = msgspec.json.Decoder(list[TextTimeEvent])
 _TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _EVENT_GAP = re.compile(rb"\}\s*,\s*\{")
 
@@ -219,6 +225,7 @@ def _decode_chunked(data: bytes | bytearray, builder: _FrameBuilder) -> TraceDoc
         return None
     mv = memoryview(data)
     pos = start + 1  # first byte inside the array
+    decoder: msgspec.json.Decoder = _EVENTS_DECODER
     try:
         misses = 0
         while pos < end:
@@ -230,7 +237,8 @@ def _decode_chunked(data: bytes | bytearray, builder: _FrameBuilder) -> TraceDoc
             while True:
                 try:
                     lo, hi = _content(data, pos, cut)  # blank runs are not copied
-                    events = _EVENTS_DECODER.decode(b"".join((b"[", mv[lo:hi], b"]")))
+                    text = b"".join((b"[", mv[lo:hi], b"]"))
+                    events = decoder.decode(text)
                     break
                 except msgspec.DecodeError:
                     # A gap inside a string ("}, {" in a name): cut at the next one instead.
@@ -239,8 +247,10 @@ def _decode_chunked(data: bytes | bytearray, builder: _FrameBuilder) -> TraceDoc
                     if g is None:
                         return None
                     cut = g.start() + 1
-            builder.add(events)
-            del events
+            if not builder.add(events):  # epoch-scale float times: from now on, as text
+                decoder = _TEXT_EVENTS_DECODER
+                builder.add(decoder.decode(text))
+            del events, text
             progress.fraction(
                 progress.READ + (progress.DECODED - progress.READ) * (cut - start) / max(end - start, 1)
             )
@@ -278,8 +288,10 @@ def read_trace(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> R
     if doc is None:  # small, unusual or broken: one whole decode, with its error messages
         builder = _FrameBuilder()
         doc = decode(bytes(data), path)
+        if not builder.add(doc.traceEvents):  # epoch-scale float times: decode them as text
+            doc = decode(bytes(data), path, text_times=True)
+            builder.add(doc.traceEvents)
         del data
-        builder.add(doc.traceEvents)
         doc.traceEvents = []
     else:
         del data

@@ -40,6 +40,21 @@ class Event(msgspec.Struct, gc=False):
     args: Args | None = None
 
 
+class TextTimeEvent(msgspec.Struct, gc=False):
+    """An :class:`Event` whose ``ts``/``dur`` keep their JSON text (``b""`` when absent): for
+    float times too large for float64 to hold their nanosecond decimals (epoch clocks)."""
+
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = None
+    pid: Ident | None = None
+    tid: Ident | None = None
+    ts: msgspec.Raw = msgspec.Raw()
+    dur: msgspec.Raw = msgspec.Raw()
+    id: Ident | None = None
+    args: Args | None = None
+
+
 class TraceDoc(msgspec.Struct, gc=False):
     traceEvents: list[Event]
     distributedInfo: dict[str, Any] | None = None
@@ -49,7 +64,12 @@ class TraceDoc(msgspec.Struct, gc=False):
     host_name: str | None = None
 
 
+class TextTimeDoc(TraceDoc, gc=False):
+    traceEvents: list[TextTimeEvent]  # type: ignore[assignment]
+
+
 _DECODER = msgspec.json.Decoder(TraceDoc)
+_TEXT_TIME_DECODER = msgspec.json.Decoder(TextTimeDoc)
 
 
 # Normalised event kinds. Values are small ints in the ``kind`` column.
