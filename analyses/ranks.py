@@ -13,7 +13,7 @@ Input: each rank's ``phases`` table (mean per complete step). Two tables:
   the ``fastest_rank`` and ``slowest_rank``, the slowest's excess over the mean
   (``slowest_over_mean_ms``, ``slowest_over_mean_pct``), ``spread_ms`` = max - min, and
   ``stragglers``: up to 5 ranks above the median by more than the straggler threshold
-  (:func:`stragglers`), largest first, as ``rank (+pct%)``.
+  (:func:`stragglers`), largest first, as ``rank (+pct%)``; ``none`` when no rank is.
 
 In a synchronous data-parallel job every rank waits for the slowest one at each collective, so
 the slowest rank and its excess over the mean is where the job's time goes.
@@ -71,6 +71,15 @@ def stragglers(ranks: pd.Series, values: pd.Series) -> list[tuple[int, float]]:
     ]
 
 
+def straggler_text(named: list[tuple[int, float]]) -> str:
+    """``3 (+12.0%), 7 (+4.1%)``: up to :data:`MAX_NAMED` ranks, then how many more; ``none``
+    when no rank is a straggler (a cell never reads empty, in any output)."""
+    if not named:
+        return "none"
+    text = ", ".join(f"{r} (+{p:.1f}%)" for r, p in named[:MAX_NAMED])
+    return text + (f" and {len(named) - MAX_NAMED} more" if len(named) > MAX_NAMED else "")
+
+
 def summary(ranks: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for col in COLUMNS:
@@ -95,8 +104,7 @@ def summary(ranks: pd.DataFrame) -> pd.DataFrame:
                 "slowest_over_mean_ms": mx - mean,
                 "slowest_over_mean_pct": (mx / mean - 1.0) * 100.0 if mean else 0.0,
                 "spread_ms": mx - mn,
-                "stragglers": ", ".join(f"{r} (+{p:.1f}%)" for r, p in named[:MAX_NAMED])
-                + (f" and {len(named) - MAX_NAMED} more" if len(named) > MAX_NAMED else ""),
+                "stragglers": straggler_text(named),
             }
         )
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)

@@ -364,6 +364,33 @@ def test_rank_summary_names_stragglers_at_512_ranks():
     assert "top 16 of 512 rows" in out
 
 
+def test_no_straggler_reads_none_in_every_output(tmp_path):
+    """sample_traces/tiny-zero2-2ranks: two ranks are never stragglers of each other (their
+    median absolute deviation is their whole difference); the cell says so in every output."""
+    d = tmp_path / "z2"
+    shutil.copytree(SAMPLES / "tiny-zero2-2ranks", d)
+    s = tracekit.load(d, cache=False, jobs=1).table("rank_summary")
+    assert list(s["stragglers"]) == ["none"] * len(s) and len(s) == 8
+    assert ranks_table.straggler_text([]) == "none"
+    assert ranks_table.straggler_text([(3, 12.04), (7, 4.1)]) == "3 (+12.0%), 7 (+4.1%)"
+    base = ["analyze", str(d), "--table", "rank_summary", "-j", "1"]
+    runner = CliRunner()
+    term = runner.invoke(main, [*base, "--wide"], terminal_width=200)
+    assert term.exit_code == 0, term.output
+    rows = [line for line in term.output.splitlines() if line.startswith("│ step ")]
+    assert len(rows) == 1 and rows[0].rstrip("│ ").endswith("none"), term.output
+    md = runner.invoke(main, [*base, "--format", "md"])
+    assert re.search(r"^\| step \|.*\| none \|$", md.output, re.M), md.output
+    r = runner.invoke(main, [*base, "--format", "csv", "--out", str(tmp_path / "csv")])
+    assert r.exit_code == 0, r.output
+    lines = (tmp_path / "csv" / "rank_summary.csv").read_text().splitlines()
+    assert lines[0].endswith(",stragglers") and all(line.endswith(",none") for line in lines[1:])
+    r = runner.invoke(main, [*base, "--format", "html", "--out", str(tmp_path / "r.html")])
+    assert r.exit_code == 0, r.output
+    html = (tmp_path / "r.html").read_text()
+    assert html.count("<td>none</td>") >= 8
+
+
 @pytest.fixture(scope="module")
 def rank_dir(tmp_path_factory):
     """64 rank files of one synthetic run; rank 17 has a 30 ms longer optimizer step."""
