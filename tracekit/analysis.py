@@ -200,9 +200,12 @@ class Analysis:
 
     def filtered(self, filters: Filters) -> Analysis:
         """The same ranks and warnings, with tables computed over the intervals ``filters``
-        keeps (a copy: the checks of ``__post_init__`` ran on the whole run already)."""
+        keeps (a copy: the checks of ``__post_init__`` ran on the whole run already).
+        Raises :class:`tracekit.filters.FilterError` for a ``module`` naming no category, or
+        several without a comma list."""
+        present = {c for a in self.ranks.values() for c in a.intervals["module"].astype(str).unique()}
         out = copy.copy(self)
-        out.filters, out._computed = filters, {}
+        out.filters, out._computed = filters.resolved(present), {}
         return out
 
     def names(self) -> list[str]:

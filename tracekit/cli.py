@@ -101,9 +101,9 @@ def reading_options(command):
 @click.option(
     "--module",
     "module_filter",
-    metavar="WORD",
-    help="Only module categories "
-    "matching WORD, case-insensitive (attention = Bmm0, Softmax, Bmm1, Attention).",
+    metavar="NAMES",
+    help="Only these module categories: a name (case-insensitive; a unique prefix will do, "
+    "e.g. rms = RMSNorm), or several separated by commas (bmm0,softmax,bmm1).",
 )
 @click.option(
     "--top",
@@ -165,7 +165,7 @@ def analyze(
     Exit status: 0; 1 when files of a directory were skipped (a partial result); 2 on error.
     """
     from . import load
-    from .filters import Filters, parse_steps
+    from .filters import FilterError, Filters, parse_steps
 
     try:
         filters = Filters(
@@ -188,7 +188,10 @@ def analyze(
             scheduler=scheduler,
             strict=strict,
         )
-        analysis = analysis.filtered(filters) if filters.active else analysis
+        try:
+            analysis = analysis.filtered(filters) if filters.active else analysis
+        except FilterError as e:
+            raise click.BadParameter(str(e).removeprefix("--module "), param_hint="--module") from None
         tables = _selected(analysis, [n.lower() for n in only], per_step)
         meta = analysis.meta
         if per_step:

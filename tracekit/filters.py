@@ -4,30 +4,50 @@ Filters apply to the labelled intervals before a table is computed (and steps al
 windows). A table honours a ``phase`` or ``module`` filter when its spec lists the filter
 (it is then computed from the matching intervals only) or has the filtered column as a key (its
 rows are then selected); a table that can do neither is left out of a filtered run rather than
-shown unfiltered. The output's meta says which filters were applied and which tables were left out.
+shown unfiltered. The output's meta says which filters were applied (for ``--module``, the
+categories it selected) and which tables were left out.
+
+``--module`` names module categories, never a loose substring: ``attention`` is the Attention
+category (fused attention kernels), not "Attention other" nor Bmm0; a unique prefix or
+substring also names one (``rms``: RMSNorm); several categories only when listed
+(``--module bmm0,softmax,bmm1``). An unknown or ambiguous name is an error naming the choices.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
-#: Module categories a ``--module`` word stands for, beyond a case-insensitive name match:
-#: "attention" is the attention core of Table VIII (naive: Bmm0, Softmax, Bmm1; fused: Attention).
-ALIASES = {"attention": {"attention", "bmm0", "softmax", "bmm1"}}
+from .taxonomy import MODULE_CATEGORIES
+
+
+class FilterError(ValueError):
+    """A filter the run cannot honour (an unknown or ambiguous ``--module``): one line."""
 
 
 @dataclass(frozen=True)
 class Filters:
+    """``steps``; ``phase``; ``module``: what the user asked for (``"attention"``, or a comma
+    list); ``modules``: the module categories it selects (:meth:`resolved`), exact names."""
+
     steps: tuple[int, ...] | None = None
     phase: str | None = None
     module: str | None = None
+    modules: tuple[str, ...] | None = None
 
     @property
     def active(self) -> bool:
         return self.steps is not None or self.phase is not None or self.module is not None
+
+    def resolved(self, present: Iterable[str] = ()) -> Filters:
+        """The same filters with ``module`` resolved to categories (:func:`select_modules`)
+        among the built-in categories and those ``present`` in the run."""
+        if self.module is None:
+            return self
+        return replace(self, modules=select_modules(self.module, known_categories(present)))
 
     def describe(self) -> dict:
         out: dict = {}
@@ -36,7 +56,7 @@ class Filters:
         if self.phase is not None:
             out["phase"] = self.phase
         if self.module is not None:
-            out["module"] = self.module
+            out["module"] = list(self._modules(()))
         return out
 
     def supports(self, spec) -> bool:
@@ -55,7 +75,7 @@ class Filters:
         elif self.phase is not None and "phase" in spec.filters:
             keep &= iv["phase"].astype(str).str.lower() == self.phase
         if self.module is not None and "module" in spec.filters:
-            keep &= module_matches(iv["module"], self.module)
+            keep &= iv["module"].astype(str).isin(self._modules(iv["module"]))
         return iv if bool(keep.all()) else iv[keep.to_numpy()]
 
     def windows(self, steps: pd.DataFrame) -> pd.DataFrame:
@@ -69,15 +89,49 @@ class Filters:
             want = "backward" if self.phase == "recompute" else self.phase
             keep &= df["phase"].astype(str).str.lower() == want
         if self.module is not None and "module" in df.columns:
-            keep &= module_matches(df["module"], self.module)
+            keep &= df["module"].astype(str).isin(self._modules(df["module"]))
         return df if bool(keep.all()) else df[keep.to_numpy()].reset_index(drop=True)
 
+    def _modules(self, present: Iterable[str]) -> tuple[str, ...]:
+        if self.modules is not None:
+            return self.modules
+        return select_modules(self.module or "", known_categories(present))
 
-def module_matches(values: pd.Series, word: str) -> pd.Series:
-    """Case-insensitive: the category's name contains ``word``, or is one of its aliases."""
-    v = values.astype(str).str.lower()
-    w = word.lower()
-    return v.str.contains(w, regex=False) | v.isin(ALIASES.get(w, set()))
+
+def known_categories(present: Iterable[str] = ()) -> list[str]:
+    """Module categories a ``--module`` word can name: the built-in ones in the paper's order,
+    Other, then any other category present in the run (a user's taxonomy)."""
+    out = [*MODULE_CATEGORIES, "Other"]
+    out += sorted({str(c) for c in present if str(c) and str(c) not in out})
+    return out
+
+
+def select_modules(text: str, known: list[str]) -> tuple[str, ...]:
+    """The categories ``text`` names: each comma-separated term is a case-insensitive exact
+    category name, else a unique prefix of one, else a unique substring of one. A term matching
+    several categories, or none, raises :class:`FilterError` (one line, naming them)."""
+    terms = [w.strip() for w in text.split(",") if w.strip()]
+    if not terms:
+        raise FilterError(f"--module {text!r}: name a module category; known: {', '.join(known)}")
+    out: list[str] = []
+    for term in terms:
+        for c in _matches(term, known):
+            if c not in out:
+                out.append(c)
+    return tuple(out)
+
+
+def _matches(term: str, known: list[str]) -> list[str]:
+    w = term.casefold()
+    for test in (str.__eq__, str.startswith, str.__contains__):
+        hit = [c for c in known if test(c.casefold(), w)]
+        if len(hit) == 1:
+            return hit
+        if len(hit) > 1:
+            raise FilterError(
+                f"--module {term!r} matches {', '.join(hit)}: name one, or several separated by commas"
+            )
+    raise FilterError(f"--module {term!r}: no such module category; known: {', '.join(known)}")
 
 
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")

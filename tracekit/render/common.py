@@ -125,3 +125,23 @@ def shown_rows(name: str, df: pd.DataFrame, *, top: int | None = None, wide: boo
             if col in out.frame.columns:
                 out.frame[col] = out.frame[col].astype(str).map(fn)
     return out
+
+
+def steps_text(steps: list[int]) -> str:
+    """Step numbers, shortened when many: ``3,4,5`` / ``1..60 (60)``."""
+    return ",".join(map(str, steps)) if len(steps) < 8 else f"{steps[0]}..{steps[-1]} ({len(steps)})"
+
+
+def filters_text(filters: dict) -> str:
+    """The filters of a run, for people: ``steps 3,4, phase backward, module Attention``
+    (``--module`` shows the categories it selected, ``+`` between several)."""
+    parts = []
+    for k, v in filters.items():
+        if k in ("tables_left_out", "complete_steps_kept"):
+            continue
+        if k == "steps":
+            v = steps_text(list(v))
+        elif isinstance(v, list | tuple):
+            v = " + ".join(map(str, v))
+        parts.append(f"{k} {v}")
+    return ", ".join(parts)

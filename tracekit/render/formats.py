@@ -114,8 +114,9 @@ def _meta_lines(meta: dict) -> list[str]:
         f"- **ranks**: {len(steps)}; **steps analysed**: {md_escape(per_rank)}",
     ]
     if meta.get("filters"):
-        f = {k: v for k, v in meta["filters"].items() if k not in ("tables_left_out", "complete_steps_kept")}
-        lines.append("- **filters**: " + md_escape(", ".join(f"{k} {v}" for k, v in f.items())))
+        from .common import filters_text
+
+        lines.append("- **filters**: " + md_escape(filters_text(meta["filters"])))
     lines += [f"- **note**: {md_escape(n)}" for n in meta.get("notices", [])]
     lines += [f"- **warning**: {md_escape(w)}" for w in meta.get("warnings", [])]
     return lines

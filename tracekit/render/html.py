@@ -27,7 +27,7 @@ from tracekit.analyses import spec_of
 
 from ..checks import text
 from ..coverage import lines as coverage_lines
-from .common import cell, header, numeric, shown_rows, title
+from .common import cell, filters_text, header, numeric, shown_rows, title
 
 PALETTE = [
     "#4c78a8",
@@ -305,8 +305,7 @@ def _meta_html(meta: dict) -> str:
             + f" &middot; steps analysed: {html.escape(steps)}</li>"
         )
         if m.get("filters"):
-            f = {k: v for k, v in m["filters"].items() if k not in ("tables_left_out", "complete_steps_kept")}
-            items.append(f'<li class="note">filters: {html.escape(str(f))}</li>')
+            items.append(f'<li class="note">filters: {html.escape(filters_text(m["filters"]))}</li>')
         for n in m.get("notices", []):
             items.append(f'<li class="note">note: {html.escape(str(n))}</li>')
         for c in coverage_lines(m):

@@ -19,7 +19,7 @@ from tracekit.analyses import spec_of
 
 from ..coverage import lines as coverage_lines
 from ..safetext import clean
-from .common import cell, header, numeric, shown_rows, title
+from .common import cell, filters_text, header, numeric, shown_rows, steps_text, title
 
 #: C0 and C1 control characters: a kernel name is attacker-controlled text, and an escape
 #: sequence (ESC [, OSC ...) printed raw would drive the user's terminal.
@@ -171,8 +171,7 @@ def _head(meta: dict, console: Console) -> None:
         + safe(_steps_line(meta.get("complete_steps", {})))
     )
     if meta.get("filters"):
-        f = {k: v for k, v in meta["filters"].items() if k not in ("tables_left_out", "complete_steps_kept")}
-        line = "filters: " + ", ".join(f"{k} {_steps_text(v) if k == 'steps' else v}" for k, v in f.items())
+        line = "filters: " + filters_text(meta["filters"])
         kept = meta["filters"].get("complete_steps_kept")
         if kept is not None:
             line += "; complete steps kept: " + _steps_line(kept)
@@ -190,11 +189,7 @@ def _head(meta: dict, console: Console) -> None:
 
 def _steps_line_ids(meta: dict) -> str:
     ids = sorted({s for v in meta.get("complete_steps", {}).values() for s in v})
-    return _steps_text(ids) if ids else "none"
-
-
-def _steps_text(steps: list[int]) -> str:
-    return ",".join(map(str, steps)) if len(steps) < 8 else f"{steps[0]}..{steps[-1]} ({len(steps)})"
+    return steps_text(ids) if ids else "none"
 
 
 def render(
