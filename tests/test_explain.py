@@ -55,7 +55,7 @@ def test_forward_chain_is_recovered_exactly(tmp_path):
     assert c["op_stack"][0]["name"] == "ProfilerStep#1"
     assert c["module"]["path"] == "model.layers.0.mlp.up_proj"
     assert c["phase"] == {"phase": "forward", "evidence": "default"}  # no backward/optimizer evidence
-    assert c["step"] == {"step": 1, "by": "launch", "complete": True}
+    assert c["step"] == {"step": 1, "by": "launch", "complete": True, "in_file": 1}
     assert c["kernel_category"]["category"] == "GEMM" and c["kernel_category"]["rule"]
     assert c["module_category"]["category"] == "MLP" and c["module_category"]["rule"]
     assert c["backward"] is None
@@ -144,3 +144,47 @@ def test_rank_of_a_directory(tmp_path):
     assert explain_json(dst, "aten", "--rank", "1")["meta"]["rank"] == 1
     run = CliRunner().invoke(main, ["explain", str(dst), "aten", "--rank", "7", "--no-cache"])
     assert run.exit_code == 2 and "no rank 7; ranks here: 0, 1" in run.output
+
+
+def _window(tmp_path, name: str, kernel: str, start_ns: int):
+    """One profiler window of process 48213: ProfilerStep#1 with a forward GEMM (``kernel``)
+    in model.layers.0.mlp, written as ``name``."""
+    b = TraceBuilder(modules="capture", start_ns=start_ns)
+    with b.step(), b.module("LlamaMLP", "model.layers.0.mlp"):
+        b.kernel(kernel, 10, op="aten::mm")
+    return b, b.write(tmp_path / name)
+
+
+def test_every_file_of_a_rank_is_explained(tmp_path):
+    """Two successive windows of one process (a profiler schedule with repeat) are one rank of
+    two files: explain searches both, numbers their steps as ``analyze`` does (the second
+    window's step 1 becomes 2), and names the file each activity came from."""
+    from tracekit.testing.kernels import GEMM_B
+
+    d = tmp_path / "run"
+    d.mkdir()
+    _window(d, "w1.pt.trace.json", GEMM_A, 1_700_000_000_000_000_000)
+    b, _ = _window(d, "w2.pt.trace.json", GEMM_B, 1_700_000_060_000_000_000)
+    doc = explain_json(d, "gemm|nvjet")
+    m = doc["meta"]
+    assert m["rank"] == 0 and m["rank_files"] == 2 and m["files"] == ["w1.pt.trace.json", "w2.pt.trace.json"]
+    assert m["matched"] == 2 and m["complete_steps"] == [1, 2]
+    by_name = {c["name"]: c for c in doc["chains"]}
+    first, second = by_name[GEMM_A], by_name[GEMM_B]
+    assert first["file"] == "w1.pt.trace.json" and first["files"] == {"w1.pt.trace.json": 1}
+    assert second["file"] == "w2.pt.trace.json" and second["steps"] == [2] and second["in_tables"] == [2]
+    assert second["activity"]["start_ns"] == b.activities[0].start
+    assert second["launch"]["correlation"] == b.activities[0].correlation
+    assert second["op_stack"][0]["name"] == "ProfilerStep#1"  # the file's own range
+    assert second["module"]["path"] == "model.layers.0.mlp"
+    assert second["step"] == {"step": 2, "by": "launch", "complete": True, "in_file": 1}
+    analyzed = CliRunner().invoke(
+        main, ["analyze", str(d), "--no-cache", "--format", "json", "--table", "top_kernels", "--per-step"]
+    )
+    steps = {r["name"]: r["step"] for r in json.loads(analyzed.stdout)["tables"]["top_kernels"]}
+    assert steps[GEMM_B] == 2  # the same step number as analyze's
+    assert explain_json(d, "gemm|nvjet", "--step", "2")["meta"]["matched"] == 1
+    run = CliRunner().invoke(main, ["explain", str(d), "gemm|nvjet", "--no-cache"])
+    assert "this rank has 2 files (successive profiler windows), all searched" in run.output
+    assert "file        w2.pt.trace.json (the chain: 1 in w2.pt.trace.json)" in run.output
+    assert "step        2 (by launch; step 1 of its file, renumbered)" in run.output

@@ -1,7 +1,8 @@
 """``tracekit explain``: the chain of evidence behind the labels of matching activities.
 
 For each device activity (CPU traces: CPU op piece) whose name matches a pattern, the chain is:
-the activity (name, stream, start, duration) -> its launch (correlation id, runtime call, time,
+the activity (name, stream, start, duration, and the file it came from when the rank has
+several) -> its launch (correlation id, runtime call, time,
 thread) -> the CPU op stack around the launch on that thread (outermost first) -> the module
 (instance path; in backward, the module of the forward op that created the node, and how the
 node was linked) -> the phase and its evidence -> the step (and whether it was reached by launch
@@ -44,16 +45,24 @@ GROUP_KEY = [
 
 @dataclass
 class Evidence:
-    """One rank's activities with every evidence column, and what is needed to show a chain."""
+    """One rank's activities with every evidence column, and what is needed to show a chain.
+    A rank recorded as several files (successive profiler windows of one process) keeps each
+    file's events and modules: ``acts["file"]`` is the position of an activity's file in
+    ``files``, and step numbers are those ``tracekit analyze`` reports for the merged rank."""
 
     path: str
     rank: int | None
     mode: str
     acts: pd.DataFrame
-    events: pd.DataFrame
-    modules: pd.DataFrame
+    events: list[pd.DataFrame]
+    modules: list[pd.DataFrame]
     complete: set
-    rank_files: int = 1
+    files: list[str]
+
+    def of(self, row: pd.Series) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(events, modules) of the file ``row`` came from."""
+        i = int(row["file"])
+        return self.events[i], self.modules[i]
 
 
 def compile_pattern(pattern: str) -> re.Pattern:
@@ -71,10 +80,10 @@ def matching(names: pd.Series, rx: re.Pattern) -> np.ndarray:
     return hit[cat.cat.codes.to_numpy()]
 
 
-def rank_file(path: str | os.PathLike, rank: int | None, read) -> RawTrace:
-    """The raw trace of ``rank`` (default: the lowest) of a file or a directory, ranks grouped as
-    ``tracekit.load`` groups them (:mod:`tracekit.ranks`); of a rank with several files (windows
-    of one process) the first. ``meta["rank_files"]`` says how many files the rank has."""
+def rank_traces(path: str | os.PathLike, rank: int | None, read) -> list[RawTrace]:
+    """The raw traces of ``rank`` (default: the lowest) of a file or a directory, ranks grouped
+    as ``tracekit.load`` groups them (:mod:`tracekit.ranks`): every file of the rank (successive
+    windows of one process), each with ``meta["rank"]``."""
     from .ranks import FileIdentity, group_files, host_of, manifest_ranks, process_of
 
     p = Path(path)
@@ -96,9 +105,10 @@ def rank_file(path: str | os.PathLike, rank: int | None, read) -> RawTrace:
         rank = min(groups)
     if rank not in groups:
         raise TraceError(p, f"no rank {rank}; ranks here: {', '.join(map(str, sorted(groups)))}")
-    raw = raws[groups[rank][0]]
-    raw.meta.update({"rank": rank, "rank_files": len(groups[rank])})
-    return raw
+    out = [raws[i] for i in groups[rank]]
+    for raw in out:
+        raw.meta["rank"] = rank
+    return out
 
 
 def run(
@@ -115,24 +125,35 @@ def run(
     from .taxonomy import kernel_rules, module_taxonomy
 
     options = options or Options()
-    raw = rank_file(path, rank, lambda f: _read(f, options))
-    ev = collect(raw, module_taxonomy(options.taxonomy), kernel_rules(options.kernel_rules))
+    raws = rank_traces(path, rank, lambda f: _read(f, options))
+    ev = collect(raws, module_taxonomy(options.taxonomy), kernel_rules(options.kernel_rules))
     return explain(ev, pattern, step=step, limit=limit)
 
 
-def collect(raw: RawTrace, taxonomy, rules) -> Evidence:
-    """Run the linking and labelling steps on ``raw`` and keep every activity's evidence."""
-    acts, modules, steps, mode = _pipeline_evidence(raw, taxonomy, rules)
+def collect(raws: list[RawTrace], taxonomy, rules) -> Evidence:
+    """Run the linking and labelling steps on each file of one rank and keep every activity's
+    evidence; the files' activities are merged in time order, their steps numbered as
+    :func:`tracekit.ranks.merge_windows` numbers them for ``tracekit analyze``."""
+    from .pipeline import Attributed, analyse
+    from .ranks import merge_windows
+
+    parts = []
+    for i, raw in enumerate(raws):
+        t = analyse(raw, taxonomy, rules)
+        acts = t.acts.assign(file=i, file_step=t.acts["step"])
+        parts.append(Attributed(raw.path, t.mode, acts, t.steps, t.windows, t.modules, {}))
+    merged = merge_windows(parts)
+    steps = merged.steps
     complete = set(steps.loc[steps["complete"], "step"].tolist()) if len(steps) else set()
     return Evidence(
-        path=raw.path,
-        rank=raw.meta.get("rank"),
-        mode=mode,
-        acts=acts,
-        events=raw.events,
-        modules=modules,
+        path=raws[0].path if len(raws) == 1 else str(Path(raws[0].path).parent),
+        rank=raws[0].meta.get("rank"),
+        mode=merged.mode,
+        acts=merged.intervals.reset_index(drop=True),
+        events=[r.events for r in raws],
+        modules=[p.modules for p in parts],
         complete=complete,
-        rank_files=int(raw.meta.get("rank_files", 1)),
+        files=[Path(r.path).name for r in raws],
     )
 
 
@@ -144,7 +165,7 @@ def explain(ev: Evidence, pattern: str, step: int | None = None, limit: int = 10
     if step is not None:
         keep &= a["step"].to_numpy() == step
     sub = a[keep]
-    origin = int(ev.events["ts"].min()) if len(ev.events) else 0
+    origin = min((int(e["ts"].min()) for e in ev.events if len(e)), default=0)
     chains = []
     if len(sub):
         key = sub[GROUP_KEY].astype(str)
@@ -171,7 +192,8 @@ def explain(ev: Evidence, pattern: str, step: int | None = None, limit: int = 10
         "shown": len(chains),
         "time_origin_ns": origin,
         "complete_steps": sorted(int(s) for s in ev.complete),
-        "rank_files": ev.rank_files,
+        "rank_files": len(ev.files),
+        "files": ev.files,
     }
     return {"meta": meta, "chains": chains}
 
@@ -179,9 +201,14 @@ def explain(ev: Evidence, pattern: str, step: int | None = None, limit: int = 10
 def _chain(ev: Evidence, row: pd.Series, members: pd.DataFrame, origin: int) -> dict:
     """One group: its labels, counts and the full chain of its first activity."""
     steps = sorted({int(s) for s in members["step"]})
-    mod_paths = {_module_path(ev.modules, int(m))[0] for m in members["module_id"]}
+    mod_paths = {
+        _module_path(ev.modules[f], int(m))[0] for f, m in zip(members["file"], members["module_id"])
+    }
+    per_file = members["file"].value_counts(sort=False).sort_index()
     return {
         "name": str(row["name"]),
+        "file": ev.files[int(row["file"])],
+        "files": {ev.files[int(f)]: int(n) for f, n in per_file.items()},
         "count": len(members),
         "total_ms": float((members["end"] - members["start"]).sum()) / 1e6,
         "steps": steps,
@@ -203,6 +230,7 @@ def _chain(ev: Evidence, row: pd.Series, members: pd.DataFrame, origin: int) -> 
             "step": int(row["step"]),
             "by": str(row["step_by"]),
             "complete": int(row["step"]) in ev.complete,
+            "in_file": int(row["file_step"]),
         },
         "kernel_category": {
             "group": str(row["group"]),
@@ -224,7 +252,7 @@ def _launch(ev: Evidence, row: pd.Series, origin: int) -> dict | None:
     if not bool(row["launched"]):
         return None
     le = int(row["launch_ev"])
-    e = ev.events
+    e = ev.of(row)[0]
     return {
         "correlation": int(row["corr"]) if int(row["corr"]) >= 0 else None,
         "runtime": str(row["runtime"]) or None,
@@ -239,7 +267,7 @@ def _op_stack(ev: Evidence, row: pd.Series, origin: int) -> list[dict]:
     """CPU ops and annotations around the launch on its thread, outermost first."""
     if not bool(row["launched"]):
         return []
-    e = ev.events
+    e = ev.of(row)[0]
     t = int(row["launch_ts"])
     m = (
         np.isin(e["kind"].to_numpy(), (CPU_OP, ANNOTATION))
@@ -284,7 +312,7 @@ def _module(ev: Evidence, row: pd.Series) -> dict | None:
     mid = int(row["module_id"])
     if mid < 0:
         return None
-    path, classes = _module_path(ev.modules, mid)
+    path, classes = _module_path(ev.of(row)[1], mid)
     return {"path": path, "classes": classes}
 
 
@@ -293,7 +321,7 @@ def _backward(ev: Evidence, row: pd.Series, origin: int) -> dict | None:
     if not bool(row["backward_node"]):
         return None
     f = int(row["fwd_op_id"])
-    e = ev.events
+    e = ev.of(row)[0]
     fwd = (
         None
         if f < 0
@@ -310,11 +338,3 @@ def _backward(ev: Evidence, row: pd.Series, origin: int) -> dict | None:
         "link": str(row["bwd_link"]),
         "forward_op": fwd,
     }
-
-
-def _pipeline_evidence(raw: RawTrace, taxonomy, rules):
-    """Every activity with the evidence columns the pipeline records (:mod:`tracekit.pipeline`)."""
-    from .pipeline import analyse
-
-    t = analyse(raw, taxonomy, rules)
-    return t.acts, t.modules, t.steps, t.mode

@@ -41,11 +41,14 @@ def lines(doc: dict) -> list[str]:
         "times: ms after the trace's first event; chains by total time, largest first",
     ]
     if m.get("rank_files", 1) > 1:
-        out.append(f"this rank has {m['rank_files']} files (successive windows): the first is shown")
+        out.append(
+            f"this rank has {m['rank_files']} files (successive profiler windows), all searched: "
+            + ", ".join(m["files"])
+        )
     if not m["matched"]:
         out.append("no activity name matches (case-insensitive substring or regular expression)")
     for i, c in enumerate(doc["chains"], 1):
-        out += [""] + chain_lines(i, c)
+        out += [""] + chain_lines(i, c, m.get("rank_files", 1) > 1)
     if m["shown"] < m["groups"]:
         out += [
             "",
@@ -54,7 +57,9 @@ def lines(doc: dict) -> list[str]:
     return out
 
 
-def chain_lines(i: int, c: dict) -> list[str]:
+def chain_lines(i: int, c: dict, several_files: bool = False) -> list[str]:
+    """One chain's block; ``several_files``: the rank has several files, so name the one each
+    activity came from."""
     a = c["activity"]
     steps = ", ".join(map(str, c["steps"][:12])) + (" ..." if len(c["steps"]) > 12 else "")
     out = [
@@ -69,6 +74,9 @@ def chain_lines(i: int, c: dict) -> list[str]:
             f"{_ms(a['dur_ns'] / 1e6)} ms",
         ),
     ]
+    if several_files:
+        per_file = ", ".join(f"{n} in {f}" for f, n in c["files"].items())
+        out.append(_row("file", f"{c['file']} (the chain: {per_file})"))
     ln = c["launch"]
     out.append(
         _row(
@@ -103,7 +111,12 @@ def chain_lines(i: int, c: dict) -> list[str]:
         out.append(_row("backward", f"node {b['node'] or '?'}{seq} -> {fwd}; link: {b['link']}"))
     out.append(_row("phase", f"{c['phase']['phase']} (evidence: {c['phase']['evidence']})"))
     s = c["step"]
-    out.append(_row("step", f"{s['step']} (by {s['by']})" if s["step"] >= 0 else "outside every step"))
+    renumbered = (
+        f"; step {s['in_file']} of its file, renumbered" if s.get("in_file", s["step"]) != s["step"] else ""
+    )
+    out.append(
+        _row("step", f"{s['step']} (by {s['by']}{renumbered})" if s["step"] >= 0 else "outside every step")
+    )
     k, mc = c["kernel_category"], c["module_category"]
     out.append(_row("category", f"{k['group']} / {k['category']} (rule {k['rule']})"))
     if mc["category"]:
