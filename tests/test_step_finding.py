@@ -60,7 +60,7 @@ def test_an_activity_launched_before_the_file_belongs_to_no_step(tmp_path):
     a = _load(tmp_path, doc)
     gemm = next(x for x in b.activities if x.name == GEMM_A)
     assert _windows(a) == {1: pytest.approx((gemm.end - gemm.start) / MS)}
-    assert any("1 device activities launched before" in n for n in a.meta["notices"])
+    assert any("1 device activities with no launching runtime call" in n for n in a.meta["notices"])
     assert a.meta["coverage"][0]["outside"] == pytest.approx(30 / 40)
 
 

@@ -166,8 +166,8 @@ class Analysis:
         unlaunched = sum(a.meta.get("unlaunched_activities", 0) for a in self.ranks.values())
         if unlaunched:
             notices.append(
-                f"{unlaunched} device activities launched before the recorded CPU "
-                "window belong to no step and are left out"
+                f"{unlaunched} device activities with no launching runtime call in the file "
+                "belong to no step and are left out (see the no_launch warning)"
             )
         if self.skipped:
             notices.append(

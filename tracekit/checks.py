@@ -159,7 +159,7 @@ _SHARE_CHECKS = [
     (
         "by_time",
         "placed_by_time",
-        ("of device time was placed into a step by time alone (its launch is not in the file)"),
+        "of device time was placed into a step by time alone (launched from a process with no steps)",
     ),
     ("outside", "outside_steps", "of device time lies outside every step and is left out"),
     ("unattributed", "unattributed", "of device time has no phase evidence"),

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import TraceError
-from .read import ANNOTATION, CPU_OP, RawTrace, trace_files
+from .read import ANNOTATION, CPU_OP, RUNTIME, RawTrace, trace_files
 
 #: The labels that make two activities' chains the same (with the activity's name).
 GROUP_KEY = [
@@ -222,6 +222,7 @@ def _chain(ev: Evidence, row: pd.Series, members: pd.DataFrame, origin: int) -> 
             "start_ms": (int(row["start"]) - origin) / 1e6,
         },
         "launch": _launch(ev, row, origin),
+        "launch_missing": None if bool(row["launched"]) else _missing_launch(ev, row),
         "op_stack": _op_stack(ev, row, origin),
         "module": _module(ev, row),
         "backward": _backward(ev, row, origin),
@@ -261,6 +262,28 @@ def _launch(ev: Evidence, row: pd.Series, origin: int) -> dict | None:
         "pid": int(row["launch_pid"]),
         "tid": int(row["launch_tid"]),
     }
+
+
+#: Why a device activity's runtime call is not in its file, from where its correlation id lies
+#: among the runtime calls' ids (they count up as the process launches).
+MISSING = {
+    "before": "launched before the profiler's CPU window began (correlation id below every runtime call's)",
+    "after": "launched after the profiler's CPU window ended (correlation id above every runtime call's)",
+    "dropped": "its runtime call was dropped by the profiler (correlation id among the recorded calls')",
+    "no_id": "it has no correlation id",
+}
+
+
+def _missing_launch(ev: Evidence, row: pd.Series) -> str:
+    """``before`` / ``after`` / ``dropped`` / ``no_id``: see :data:`MISSING`."""
+    e = ev.of(row)[0]
+    c = int(row["corr"])
+    ids = e["corr"].to_numpy()[(e["kind"].to_numpy() == RUNTIME) & (e["corr"].to_numpy() >= 0)]
+    if c < 0:
+        return "no_id"
+    if ids.size == 0 or c < ids.min():
+        return "before"
+    return "after" if c > ids.max() else "dropped"
 
 
 def _op_stack(ev: Evidence, row: pd.Series, origin: int) -> list[dict]:

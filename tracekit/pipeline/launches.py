@@ -81,12 +81,15 @@ def _gpu_launches(t: Trace, kind: np.ndarray, act: np.ndarray) -> tuple[np.ndarr
     launch = lookup(rt_corr, corr[act])
     missing = int((launch < 0).sum())
     if missing and rt.size:
+        dur = t.events["dur"].to_numpy()[act]
+        share = float(dur[launch < 0].sum()) / float(dur.sum()) if dur.sum() > 0 else 0.0
         t.warnings.append(
             TraceWarning(
                 "no_launch",
-                f"{missing} of {len(act)} device activities "
-                "have no launching runtime call in the file (launched "
-                "before it began); they belong to no step",
+                f"{missing} of {len(act)} device activities ({share:.1%} of device time) have no "
+                "launching runtime call in the file: launched before the profiler's CPU window "
+                "began or after it ended, or by a runtime call the profiler dropped; a trace "
+                "with step markers leaves them out of every step",
             )
         )
     return act, launch

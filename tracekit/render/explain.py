@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tracekit.explain import MISSING
 from tracekit.taxonomy import MODULE_CATEGORIES
 
 from .terminal import safe_plain
@@ -81,7 +82,7 @@ def chain_lines(i: int, c: dict, several_files: bool = False) -> list[str]:
     out.append(
         _row(
             "launch",
-            "none in the file (launched before the recorded CPU window)"
+            f"none in the file: {MISSING.get(c.get('launch_missing') or '', 'not recorded')}"
             if ln is None
             else f"{ln['runtime'] or 'the op itself'}"
             f"{'' if ln['correlation'] is None else ', correlation ' + str(ln['correlation'])}"
