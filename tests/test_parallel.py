@@ -96,3 +96,32 @@ def test_cli_jobs(ranks_dir):
     r = CliRunner().invoke(main, ["analyze", str(ranks_dir), "--jobs", "2", "--no-cache", "--format", "md"])
     assert r.exit_code == 0, r.output
     assert "slowest" in r.output
+
+
+def test_workers_send_back_each_rank_tables(ranks_dir):
+    """In a pool run the parent computes no rank's tables: they come back from the workers."""
+    from tracekit.analyses import REGISTRY
+
+    a = tracekit.load(ranks_dir, jobs=2, cache=False)
+    for rank in a.ranks:
+        for name, spec in REGISTRY.items():
+            if not spec.cross_rank and spec.derive is None:
+                assert ("mean", name, rank) in a._computed and ("step", name, rank) in a._computed
+        assert ("checks", "", rank) in a._computed
+
+
+def test_small_files_go_in_batches(tmp_path):
+    from tracekit.parallel import SMALL_FILE, batch_size
+
+    small = []
+    for i in range(2000):
+        p = tmp_path / f"{i}.json"
+        p.write_bytes(b"{}")
+        small.append(p)
+    assert batch_size(small, 2) == 64  # at most 64 files per task
+    assert batch_size(small[:80], 2) == 10  # about four tasks per worker
+    assert batch_size(small[:3], 2) == 1
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(SMALL_FILE + 1)
+    assert batch_size([big] * 100, 2) == 1

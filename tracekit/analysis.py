@@ -10,28 +10,22 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from tracekit.analyses import REGISTRY, TABLES, TableSpec
-from tracekit.analyses._registry import INTEGER_UNITS
+from tracekit.analyses import REGISTRY, TABLES
 
 from . import progress
+from .aggregate import mean_over_steps as _mean_over_steps
+from .aggregate import whole_numbers as _whole_numbers
 from .checks import TraceWarning, as_warning, check_rank
 from .errors import TraceError
 from .filters import Filters
 from .pipeline import Attributed, run
-from .ranks import (
-    FileIdentity,
-    files_of_rank,
-    group_files,
-    host_of,
-    manifest_ranks,
-    merge_windows,
-    process_of,
-)
+from .ranks import directory_warnings, files_of_rank, group_results, host_of, process_of
 from .read import DEFAULT_MAX_BYTES, read_trace, trace_listing
 from .taxonomy import kernel_rules, module_taxonomy
 
@@ -77,38 +71,6 @@ def _read(path: str | os.PathLike, options: Options):
     return raw
 
 
-def _mean_over_steps(df: pd.DataFrame, n_steps: int, keys: list[str] | None = None) -> pd.DataFrame:
-    """Mean per step: rows absent from a step count as zero there. ``keys``: the label columns
-    (default: the non-numeric ones); rows of an inference ``stage`` are averaged over the steps
-    that hold the stage."""
-    if df.empty:
-        return df.drop(columns=["step"], errors="ignore")
-    if keys is None:
-        keys = [c for c in df.columns if c != "step" and not pd.api.types.is_numeric_dtype(df[c])]
-    keys = (["stage"] if "stage" in df.columns and "stage" not in keys else []) + [
-        k for k in keys if k in df.columns
-    ]
-    values = [c for c in df.columns if c not in keys and c != "step"]
-    if not keys:
-        return df[values].sum().div(n_steps).to_frame().T
-    out = df.groupby(keys, observed=True, sort=False)[values].sum() / max(n_steps, 1)
-    if "stage" in keys:  # inference stages: mean over the steps that hold the stage
-        present = df.groupby("stage", observed=True)["step"].nunique()
-        div = present.reindex(out.index.get_level_values("stage")).to_numpy(dtype=float)
-        out = out.mul(max(n_steps, 1) / div, axis=0)
-    return out.reset_index()
-
-
-def _whole_numbers(spec: TableSpec | None, df: pd.DataFrame) -> pd.DataFrame:
-    """Count, bytes and index columns as integers (a mean count is rounded to the nearest)."""
-    if spec is None or df.empty:
-        return df
-    for c, unit in spec.values.items():
-        if unit in INTEGER_UNITS and c in df.columns and pd.api.types.is_numeric_dtype(df[c]):
-            df[c] = df[c].astype(float).round().fillna(0).astype("int64")
-    return df
-
-
 @dataclass
 class Analysis:
     """Analysed trace(s): ``tables()`` gives ``{name: DataFrame}``, times in milliseconds."""
@@ -129,9 +91,18 @@ class Analysis:
         found = [as_warning(w) for w in self.warnings]
         for rank, att in self.ranks.items():
             found += [as_warning(w, rank) for w in att.warnings]
-            tables = {n: self._per_step(n, rank) for n in ("phases", "modules", "kernels")}
-            found += check_rank(rank, tables, att.steps, att.meta)
+            found += [as_warning(w, rank) for w in self._checks(rank)]
         self.warnings = found
+
+    def _checks(self, rank: int) -> list[TraceWarning]:
+        """The rank's self-checks (:func:`~tracekit.checks.check_rank`), computed once, with
+        the rank left blank (the caller fills it in: the checks put it in no other place)."""
+        key = ("checks", "", rank)
+        if key not in self._computed:
+            att = self.ranks[rank]
+            tables = {n: self._per_step(n, rank) for n in ("phases", "modules", "kernels")}
+            self._computed[key] = check_rank(None, tables, att.steps, att.meta)
+        return self._computed[key]
 
     @property
     def multi_rank(self) -> bool:
@@ -244,17 +215,27 @@ class Analysis:
             return self.rank_tables()[name]
         if spec.derive is not None and spec.source:
             return _whole_numbers(spec, spec.derive(self.table(spec.source, per_step)))
-        parts = []
-        for rank, att in self.ranks.items():
+        parts = [self._rank_table(name, rank, per_step) for rank in self.ranks]
+        if not parts:
+            return pd.DataFrame()
+        out = pd.concat(parts, ignore_index=True)
+        if self.multi_rank:
+            out.insert(0, "rank", np.repeat(np.fromiter(self.ranks, np.int64), [len(p) for p in parts]))
+        return out
+
+    def _rank_table(self, name: str, rank: int, per_step: bool) -> pd.DataFrame:
+        """One rank's table (per step, or its mean over steps), computed once."""
+        if per_step:
+            return _whole_numbers(REGISTRY[name], self.filters.rows(self._per_step(name, rank)))
+        key = ("mean", name, rank)
+        if key not in self._computed:
+            spec = REGISTRY[name]
             df = self.filters.rows(self._per_step(name, rank))
-            if not per_step:
-                df = _mean_over_steps(df, self._n_steps(att), list(spec.keys))
-                if spec.finish is not None and not df.empty:
-                    df = spec.finish(df)
-            if self.multi_rank:
-                df.insert(0, "rank", rank)
-            parts.append(_whole_numbers(spec, df))
-        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+            df = _mean_over_steps(df, self._n_steps(self.ranks[rank]), list(spec.keys))
+            if spec.finish is not None and not df.empty:
+                df = spec.finish(df)
+            self._computed[key] = _whole_numbers(spec, df)
+        return self._computed[key].copy()
 
     def tables(self, per_step: bool = False) -> dict[str, pd.DataFrame]:
         """Every table of :meth:`names`, in report order (cross-rank tables last)."""
@@ -269,18 +250,21 @@ class Analysis:
         ``rank_summary`` (mean/min/median/max over ranks, slowest rank, stragglers)."""
         from tracekit.analyses import ranks as ranks_table
 
-        per_rank = {
-            rank: _mean_over_steps(
-                self.filters.rows(self._per_step("phases", rank)), self._n_steps(att), ["phase"]
-            )
-            for rank, att in self.ranks.items()
-        }
+        per_rank = {rank: self._phase_means(rank) for rank in self.ranks}
         out = ranks_table.tables(per_rank)
         return {k: _whole_numbers(REGISTRY.get(k), v) for k, v in out.items()}
 
+    def _phase_means(self, rank: int) -> pd.DataFrame:
+        """The rank's phase times, mean per step (what the cross-rank tables compare)."""
+        key = ("phase_means", "phases", rank)
+        if key not in self._computed:
+            df = self.filters.rows(self._per_step("phases", rank))
+            self._computed[key] = _mean_over_steps(df, self._n_steps(self.ranks[rank]), ["phase"])
+        return self._computed[key].copy()
+
     def _per_step(self, name: str, rank: int) -> pd.DataFrame:
         """One rank's per-step table, computed once however often it is asked for."""
-        key = (name, rank)
+        key = ("step", name, rank)
         if key not in self._computed:
             att = self.ranks[rank]
             spec = REGISTRY[name]
@@ -312,34 +296,27 @@ def load(
     """
     options = Options(taxonomy=taxonomy, kernel_rules=kernel_rules, max_bytes=max_bytes, cache=cache)
     p = Path(path)
-    if not p.exists():
-        raise TraceError(p, "no such file or directory")
-    files, skipped = trace_listing(p) if p.is_dir() else ([p], [])
-    if skipped and strict:
-        raise TraceError(skipped[0][0], skipped[0][1])
-    heads = files_of_rank(p, files, rank, max_bytes) if rank is not None and p.is_dir() else None
-    if heads is not None:  # only the chosen rank's files are read
-        files, found, _ = heads
-        if not files:
-            raise TraceError(p, f"no rank {rank}; ranks here: {', '.join(map(str, found))}")
+    files, skipped, head_grouping = _files_to_read(p, rank, strict, max_bytes)
     from .parallel import default_jobs, map_ranks
 
+    workers = default_jobs(len(files)) if jobs is None else jobs
+    parallel = scheduler is not None or (workers > 1 and len(files) > 1)
     done = map_ranks(
-        analyse_file,
+        tabulate_file if parallel else _analyse_only,
         files,
         options,
         keep_errors=p.is_dir(),
-        jobs=default_jobs(len(files)) if jobs is None else jobs,
+        jobs=workers,
         scheduler=scheduler,
     )
     failed = [(f, e) for f, e in zip(files, done) if isinstance(e, TraceError)]
     if failed and (strict or len(failed) == len(done)):
         raise failed[0][1]
     skipped += [(f, e.problem) for f, e in failed]
-    files = [f for f, att in zip(files, done) if not isinstance(att, TraceError)]
-    done = [att for att in done if not isinstance(att, TraceError)]
-    ranks, grouping = _group(p, files, done)
-    grouping = heads[2] if heads is not None else grouping
+    files = [f for f, got in zip(files, done) if not isinstance(got, TraceError)]
+    done = [got for got in done if not isinstance(got, TraceError)]
+    ranks, grouping, computed = group_results(p, files, done)
+    grouping = head_grouping or grouping
     if rank is not None:
         if rank not in ranks:
             raise TraceError(p, f"no rank {rank}; ranks here: {', '.join(map(str, sorted(ranks)))}")
@@ -348,43 +325,45 @@ def load(
         path=os.fspath(p),
         ranks=dict(sorted(ranks.items())),
         grouping=grouping,
-        warnings=_directory_warnings(done, skipped),
+        warnings=directory_warnings([att for att, _ in done], skipped),
         skipped=[{"file": f.name, "problem": why} for f, why in skipped],
+        _computed={k: v for k, v in computed.items() if k[2] in ranks},
     )
 
 
-def _group(p: Path, files: list[Path], done: list[Attributed]) -> tuple[dict[int, Attributed], str]:
-    """The files' analyses grouped into ranks (:mod:`tracekit.ranks`): files of one process are
-    successive windows of one rank."""
-    from_manifest = manifest_ranks(p) if p.is_dir() else {}
-    ids = []
-    for f, att in zip(files, done):
-        r = att.meta.get("rank")
-        ids.append(
-            FileIdentity(
-                rank=from_manifest.get(f.name) if r is None else r,
-                pid=att.meta.get("pid"),
-                host=att.meta.get("host"),
-            )
-        )
-    groups, how = group_files(ids)
-    ranks = {}
-    for r, idx in groups.items():
-        merged = merge_windows([done[i] for i in idx])
-        ranks[r] = replace(merged, meta={**merged.meta, "rank": r})
-    return ranks, how
+def _files_to_read(
+    p: Path, rank: int | None, strict: bool, max_bytes: int
+) -> tuple[list[Path], list[tuple[Path, str]], str | None]:
+    """The files to read, the entries skipped, and (when ``rank`` was picked by the files'
+    heads) how the directory's files group into ranks: only rank ``rank``'s files are read
+    when every file's rank can be told from its head (:func:`~tracekit.ranks.files_of_rank`)."""
+    if not p.exists():
+        raise TraceError(p, "no such file or directory")
+    files, skipped = trace_listing(p) if p.is_dir() else ([p], [])
+    if skipped and strict:
+        raise TraceError(skipped[0][0], skipped[0][1])
+    heads = files_of_rank(p, files, rank, max_bytes) if rank is not None and p.is_dir() else None
+    if heads is None:
+        return files, skipped, None
+    files, found, how = heads
+    if not files:
+        raise TraceError(p, f"no rank {rank}; ranks here: {', '.join(map(str, found))}")
+    return files, skipped, how
 
 
-def _directory_warnings(done: list[Attributed], skipped: list[tuple[Path, str]]) -> list:
-    """One warning per skipped file, and one when the files' own metadata says they are copies
-    (every file "rank 0 of world size 1"): copies or successive windows of one rank."""
-    out = [TraceWarning("skipped_file", f"skipped {f.name}: {why}") for f, why in skipped]
-    if len(done) > 1 and all(a.meta.get("rank") == 0 and a.meta.get("world_size") == 1 for a in done):
-        out.append(
-            TraceWarning(
-                "not_ranks",
-                f"all {len(done)} files say they are rank 0 of world size 1: copies of "
-                f"one trace or successive windows of one rank, not {len(done)} ranks",
-            )
-        )
-    return out
+def tabulate_file(path: str | os.PathLike, options: Options) -> tuple[Attributed, dict]:
+    """:func:`analyse_file`, and the file's tables as one rank: per step and mean over steps,
+    unfiltered, keyed ``(kind, name)``. Run in a worker (pool or Dask), so the parent only
+    gathers small tables: a rank's tables cost the parent nothing but their concatenation."""
+    att = analyse_file(path, options)
+    one = Analysis(path=os.fspath(path), ranks={0: att})
+    for name, spec in REGISTRY.items():
+        if not spec.cross_rank and spec.derive is None:
+            one._rank_table(name, 0, per_step=False)
+    one._phase_means(0)
+    return att, {k[:2]: v for k, v in one._computed.items()}
+
+
+def _analyse_only(path: str | os.PathLike, options: Options) -> tuple[Attributed, dict]:
+    """:func:`analyse_file` in this process: tables are computed when asked for."""
+    return analyse_file(path, options), {}

@@ -1,9 +1,10 @@
 """Per-rank work in parallel: a local process pool, or an existing Dask cluster.
 
-Ranks are independent until the final aggregation, so each file is read, linked and attributed
-in its own worker (:func:`tracekit.analysis.analyse_file`), and only its labelled interval
-table comes back: the raw events of a rank live and die inside one worker, so the parent never
-holds more than one rank's raw events (none at all when ``jobs > 1``).
+Ranks are independent until the final aggregation, so each file is read, linked, attributed
+and tabulated in a worker (:func:`tracekit.analysis.tabulate_file`), and only its labelled
+interval table and its (small) tables come back: the raw events of a rank live and die inside
+one worker, so the parent never holds more than one rank's raw events (none at all when
+``jobs > 1``), and its own work per rank is gathering, not computing.
 
 * ``jobs=1``: in this process, one rank after another;
 * ``jobs=N``: a :mod:`multiprocessing` pool of N workers. Workers ignore SIGINT: Ctrl-C reaches
@@ -11,6 +12,11 @@ holds more than one rank's raw events (none at all when ``jobs > 1``).
   :class:`KeyboardInterrupt`;
 * ``scheduler="tcp://host:8786"`` (or a ``distributed.Client``): ``Client.map`` on an existing
   Dask cluster (``pip install 'tracekit[dask]'``). The workers need tracekit installed.
+
+Small files go to the workers in batches (:func:`batch_size`): a task is a list of files, so
+the per-task cost (pickling a message each way, a Dask scheduler round trip) is paid per batch.
+Workers are started once per run (the pool) or are the cluster's own; each imports tracekit
+once, on its first task, and keeps it.
 
 With ``keep_errors=True`` a file that raises :class:`~tracekit.errors.TraceError` yields that
 error in its place instead of failing the whole run (the caller decides what a bad file means).
@@ -48,6 +54,36 @@ class _Attempt:
             return i, e
 
 
+class _Batch:
+    """:class:`_Attempt` over a batch of items: one task, one result message (picklable)."""
+
+    def __init__(self, attempt: _Attempt):
+        self.attempt = attempt
+
+    def __call__(self, items: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+        return [self.attempt(item) for item in items]
+
+
+#: Files at most this big (on average) are sent to workers in batches: the per-task cost
+#: (a message each way, a scheduler round trip on Dask) then falls on a batch, not a file.
+SMALL_FILE = 4 << 20
+
+
+def batch_size(files: Sequence[Any], workers: int) -> int:
+    """Files per task: about four tasks per worker, at most 64 files each; one file per task
+    when files are big (the work then dwarfs the per-task cost, and a batch would hold several
+    ranks' results in one message)."""
+    sizes = []
+    for f in files[:64]:
+        try:
+            sizes.append(os.stat(f).st_size)
+        except (OSError, TypeError, ValueError):
+            sizes.append(SMALL_FILE + 1)
+    if not sizes or sum(sizes) / len(sizes) > SMALL_FILE:
+        return 1
+    return max(1, min(64, len(files) // (4 * max(workers, 1))))
+
+
 def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
@@ -76,7 +112,8 @@ def map_ranks(
             pool = multiprocessing.Pool(min(jobs, len(files)), initializer=_ignore_sigint)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        for i, result in pool.imap_unordered(attempt, enumerate(files)):
+        chunk = batch_size(files, min(jobs, len(files)))
+        for i, result in pool.imap_unordered(attempt, enumerate(files), chunksize=chunk):
             out[i] = result
             progress.file_done()
         pool.close()
@@ -95,12 +132,24 @@ def _map_dask(attempt: _Attempt, files: list, scheduler: Any) -> list:
         from distributed import Client
     except ImportError:
         raise RuntimeError("--scheduler needs Dask: pip install 'tracekit[dask]'") from None
+    from distributed import as_completed
+
     own = not isinstance(scheduler, Client)
     client = Client(scheduler) if own else scheduler
     futures = None
     try:
-        futures = client.map(attempt, list(enumerate(files)), pure=False)
-        return [r for _, r in client.gather(futures)]
+        workers = max(1, sum(client.nthreads().values()))
+        k = batch_size(files, workers)
+        items = list(enumerate(files))
+        batches = [items[j : j + k] for j in range(0, len(items), k)]
+        futures = client.map(_Batch(attempt), batches, pure=False)
+        out: list = [None] * len(files)
+        for fut in as_completed(futures):
+            for i, result in fut.result():
+                out[i] = result
+                progress.file_done()
+            fut.release()
+        return out
     except KeyboardInterrupt:
         if futures is not None:
             client.cancel(futures)

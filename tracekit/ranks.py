@@ -20,6 +20,9 @@ Guarantees: every file is in exactly one group; files of one distributed rank ar
 rank. Adds: one Attributed whose steps are the files' steps concatenated in time order.
 Guarantees: step numbers are kept; a number already taken by an earlier window is shifted past
 every number before it (and the shift is reported), so each step stays one step.
+
+:func:`files_of_rank` picks one rank's files by their heads (:mod:`tracekit.rankhead`) before
+anything is read; :func:`group_results` groups what the workers returned for each file.
 """
 
 from __future__ import annotations
@@ -247,3 +250,45 @@ def _first_time(part: Any) -> int:
         return int(s["start"].min())
     iv = part.intervals
     return int(iv["start"].min()) if len(iv) else 0
+
+
+def group_results(
+    p: Path, files: list[Path], done: list[tuple[Any, dict]]
+) -> tuple[dict[int, Any], str, dict]:
+    """The files' analyses grouped into ranks (:mod:`tracekit.ranks`): files of one process are
+    successive windows of one rank. With them, the tables of each rank that is one file
+    (a rank of several windows is computed again from its merged intervals)."""
+    from_manifest = manifest_ranks(p) if p.is_dir() else {}
+    ids = []
+    for f, (att, _) in zip(files, done):
+        r = att.meta.get("rank")
+        ids.append(
+            FileIdentity(
+                rank=from_manifest.get(f.name) if r is None else r,
+                pid=att.meta.get("pid"),
+                host=att.meta.get("host"),
+            )
+        )
+    groups, how = group_files(ids)
+    ranks, computed = {}, {}
+    for r, idx in groups.items():
+        merged = merge_windows([done[i][0] for i in idx])
+        ranks[r] = replace(merged, meta={**merged.meta, "rank": r})
+        if len(idx) == 1:
+            computed.update({(kind, name, r): df for (kind, name), df in done[idx[0]][1].items()})
+    return ranks, how, computed
+
+
+def directory_warnings(done: list[Any], skipped: list[tuple[Path, str]]) -> list:
+    """One warning per skipped file, and one when the files' own metadata says they are copies
+    (every file "rank 0 of world size 1"): copies or successive windows of one rank."""
+    out = [TraceWarning("skipped_file", f"skipped {f.name}: {why}") for f, why in skipped]
+    if len(done) > 1 and all(a.meta.get("rank") == 0 and a.meta.get("world_size") == 1 for a in done):
+        out.append(
+            TraceWarning(
+                "not_ranks",
+                f"all {len(done)} files say they are rank 0 of world size 1: copies of "
+                f"one trace or successive windows of one rank, not {len(done)} ranks",
+            )
+        )
+    return out
