@@ -9,12 +9,13 @@ import shutil
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from shared_traces import params
+from shared_traces import SHARED, params
 
 import tracekit
 from tracekit import checks
 from tracekit.checks import TraceWarning, check_rank
 from tracekit.cli import main
+from tracekit.coverage import lines as coverage_lines
 from tracekit.testing import TraceBuilder
 from tracekit.testing.kernels import GEMM_A, K_ADAM, K_MUL
 
@@ -189,13 +190,68 @@ def test_coverage_shares_are_exact_on_a_hand_built_table():
         "launch": 0.7,
         "module": 0.5,
         "phase_evidence": 0.2,
+        "phase_default": 0.4,  # the two forward rows: evidence "default"
+        "training_phases": 0.2,
         "unattributed": 0.4,
         "by_time": 0.3,
         "outside": 0.4,
     }
     assert line(cov) == (
-        "launch 70.0% · module 50.0% · phase evidence 20.0% · unattributed "
-        "40.0% · placed by time 30.0% · outside steps 40.0%"
+        "launch 70.0% · module 50.0% · phase evidence 20.0% + forward by default 40.0% · "
+        "unattributed 40.0% · placed by time 30.0% · outside steps 40.0%"
+    )
+    forward_only = {**cov, "phase_evidence": 0.0, "phase_default": 1.0, "training_phases": 0.0}
+    assert "· phase forward by default 100.0% (forward only: no backward or optimizer) ·" in line(
+        forward_only
+    )
+    annotated = {**forward_only, "phase_evidence": 1.0, "phase_default": 0.0}
+    assert "· phase evidence 100.0% (forward only: no backward or optimizer) ·" in line(annotated)
+
+
+def test_phase_coverage_of_inference_and_training(tmp_path):
+    """A forward-only trace is forward by default, and the coverage line says it is forward
+    only rather than 0% evidence; a training step names both shares (evidence for backward and
+    optimizer, the forward before them by default), adding up with unattributed to 100%."""
+    from tracekit.testing.kernels import GEMM_NN
+
+    inf = TraceBuilder()
+    with inf.step(), inf.module("LlamaMLP", "model.layers.0.mlp"):
+        inf.kernel(GEMM_A, 30, op="aten::mm")
+    a = tracekit.load(inf.write(tmp_path / "i.json"), cache=False, jobs=1)
+    c = a.meta["coverage"][0]
+    assert (c["phase_evidence"], c["phase_default"], c["training_phases"]) == (0.0, 1.0, 0.0)
+    train = TraceBuilder()
+    with train.step():
+        mm = train.kernel(GEMM_A, 10, op="aten::mm", at_us=10)  # forward: 10 of 40 us
+        with train.backward():
+            train.kernel(GEMM_NN, 25, op="aten::mm", creator=mm, at_us=30)
+        with train.optimizer():
+            train.kernel(K_ADAM, 5, op="aten::_fused_adam_", at_us=60)
+    t = tracekit.load(train.write(tmp_path / "t.json"), cache=False, jobs=1)
+    c = t.meta["coverage"][0]
+    assert (c["phase_evidence"], c["phase_default"], c["training_phases"]) == (0.75, 0.25, 0.75)
+    run = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["analyze", str(tmp_path / "i.json"), "--no-cache"])
+    assert "phase forward by default 100.0% (forward only: no backward or optimizer)" in run.output
+    run = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["analyze", str(tmp_path / "t.json"), "--no-cache"])
+    assert "phase evidence 75.0% + forward by default 25.0% ·" in run.output
+
+
+@pytest.mark.parametrize(
+    "name", ["b200__eager_trace", "inference__sglang_prefilldecode__sglang_Qwen3-8B_prefilldecode"]
+)
+def test_real_inference_traces_are_forward_only(name, tmp_path):
+    """TraceLens's vLLM (B200) and SGLang (MI300X) inference traces: all device time is forward
+    by default, and the line says the trace is forward only (it read "phase evidence 0.0%")."""
+    src = SHARED / "tracelens" / f"{name}.json.gz"
+    if not src.is_file():
+        pytest.skip(f"shared traces not found at {SHARED}")
+    shutil.copy(src, tmp_path / src.name)
+    a = tracekit.load(tmp_path / src.name, cache=False, jobs=1)
+    c = a.meta["coverage"][0]
+    assert (c["phase_evidence"], c["phase_default"], c["training_phases"]) == (0.0, 1.0, 0.0)
+    assert (
+        "phase forward by default 100.0% (forward only: no backward or optimizer)"
+        in coverage_lines(a.meta)[0]
     )
 
 

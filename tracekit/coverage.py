@@ -8,6 +8,12 @@ traces: the CPU op pieces the tables use), as shares of their summed durations:
   forward op was inside one;
 * ``phase_evidence``: its phase rests on evidence (autograd thread or engine, a backward node,
   an ``Optimizer.step#`` range, tracekit's phase annotation) rather than the forward default;
+* ``phase_default``: it is forward by default (no evidence; forward is the phase of work that
+  nothing marks as backward or optimizer): with ``phase_evidence`` and ``unattributed`` it makes
+  the whole;
+* ``training_phases``: its phase is backward or optimizer. 0 means a forward-only trace
+  (inference, or a window holding no backward): there, forward by default is the expected
+  answer, not a gap in the evidence, and the line says so;
 * ``unattributed``: its phase is ``unattributed`` (no evidence for any phase);
 * ``by_time``: it was placed into a step by time alone (no launch of its own inside a step);
 * ``outside``: it lies outside every step and is left out of every table.
@@ -45,15 +51,19 @@ def measure(acts: pd.DataFrame) -> dict:
         "launch": share(acts["launched"].to_numpy(bool)),
         "module": share(acts["module_id"].to_numpy() >= 0),
         "phase_evidence": None,
+        "phase_default": None,
+        "training_phases": None,
         "unattributed": None,
         "by_time": share(by_time),
         "outside": share(outside),
     }
     phase = acts["phase"].astype(str).to_numpy()
     out["unattributed"] = share(phase == "unattributed")
+    out["training_phases"] = share(np.isin(phase, ("backward", "optimizer")))
     if "phase_evidence" in acts:
-        ev = acts["phase_evidence"].astype(str).to_numpy()
-        out["phase_evidence"] = share(~np.isin(ev, NO_EVIDENCE) & (phase != "unattributed"))
+        none = np.isin(acts["phase_evidence"].astype(str).to_numpy(), NO_EVIDENCE)
+        out["phase_evidence"] = share(~none & (phase != "unattributed"))
+        out["phase_default"] = share(none & (phase == "forward"))
     return out
 
 
@@ -77,21 +87,36 @@ def step_ranges(acts: pd.DataFrame, ranges: pd.DataFrame) -> dict:
 
 
 def line(coverage: dict) -> str:
-    """One compact line: ``launch 99.8% · module 87.1% · ...`` (absent links left out)."""
+    """One compact line: ``launch 99.8% · module 87.1% · phase evidence 61.7% + forward by
+    default 38.3% · ...`` (absent links left out; a forward-only trace's phase part reads
+    ``phase forward by default 100.0% (forward only: no backward or optimizer)``)."""
     parts = [
         ("launch", "launch"),
         ("module", "module"),
-        ("phase_evidence", "phase evidence"),
+        ("phase_evidence", "phase"),
         ("unattributed", "unattributed"),
         ("by_time", "placed by time"),
         ("outside", "outside steps"),
     ]
-    shown = [
-        f"{label} {coverage[k]:.1%}"
-        for k, label in parts
-        if coverage.get(k) is not None and not (k == "unattributed" and not coverage[k])
-    ]
+    shown = []
+    for k, label in parts:
+        v = coverage.get(k)
+        if v is None or (k == "unattributed" and not v):
+            continue
+        shown.append(_phase_text(coverage) if k == "phase_evidence" else f"{label} {v:.1%}")
     return " · ".join(shown)
+
+
+def _phase_text(c: dict) -> str:
+    """How the phases were decided: ``phase evidence 61.7% + forward by default 38.3%``; a
+    forward-only trace says so, since forward by default is then the expected answer."""
+    ev, default = c["phase_evidence"], c.get("phase_default")
+    if default is None:  # coverage recorded before the default share was
+        return f"phase evidence {ev:.1%}"
+    parts = [f"evidence {ev:.1%}"] if ev or not default else []
+    parts += [f"forward by default {default:.1%}"] if default else []
+    only = " (forward only: no backward or optimizer)" if c.get("training_phases") == 0 else ""
+    return "phase " + " + ".join(parts) + only
 
 
 def lines(meta: dict) -> list[str]:
@@ -112,5 +137,6 @@ def lines(meta: dict) -> list[str]:
         for k in keys
         if any(c.get(k) is not None for c in cov.values())
     }
-    worst.update({k: max(c[k] or 0 for c in cov.values()) for k in ("by_time", "outside")})
+    highest = ("by_time", "outside", "phase_default", "training_phases")
+    worst.update({k: max(c.get(k) or 0 for c in cov.values()) for k in highest})
     return [f"coverage, worst of {len(cov)} ranks (share of {unit}): {line(worst)}"]
