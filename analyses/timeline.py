@@ -28,7 +28,7 @@ import pandas as pd
 
 from ._common import percent, phase_windows
 from ._registry import COUNT, MS, PCT, STAGE_MEAN, register
-from ._stages import has_stages, split
+from ._stages import ORDER, has_stages
 
 BLOCKS = ["before", "attention", "ffn", "after"]
 
@@ -51,43 +51,84 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
         + (["passes"] if staged else [])
         + ["time_ms", "percent"]
     )
-    blocks = intervals["block"].astype(str)
-    if not blocks.isin(["attention", "ffn"]).any():
+    if not intervals["block"].astype(str).isin(["attention", "ffn"]).any():
         return pd.DataFrame(columns=cols)
     fw = phase_windows(windows)
-    fw = fw[fw["phase"] == "forward"].set_index("step")
-    rows = []
-    fwd = intervals[(intervals["window"] == "forward")]
-    for step, iv in fwd.groupby("step", observed=True):
-        if step not in fw.index:
-            continue
-        for stage, part in split(iv, staged):
-            part = part.sort_values("start", kind="stable")
-            if stage is None:
-                lo, hi = int(fw.at[step, "lo"]), int(fw.at[step, "hi"])
-            else:
-                lo, hi = int(part["start"].min()), int(part["end"].max())
-            for r in _rows(part, lo, hi, staged):
-                rows.append({"step": step, **({"stage": stage} if staged else {}), **r})
-    return pd.DataFrame(rows, columns=cols)
+    fw = fw[fw["phase"] == "forward"].drop_duplicates("step").set_index("step")
+    iv = intervals[
+        (intervals["window"] == "forward").to_numpy() & intervals["step"].isin(fw.index).to_numpy()
+    ]
+    if iv.empty:
+        return pd.DataFrame(columns=cols)
+    g = _spans(iv, fw, staged)
+    return _block_rows(g, staged)[cols]
 
 
-def _rows(iv: pd.DataFrame, lo: int, hi: int, staged: bool) -> list[dict]:
-    """Block rows for activities ``iv`` (sorted by start) over the window [lo, hi)."""
-    starts = iv["start"].to_numpy()
-    nxt = np.append(starts[1:], hi)
-    span = (np.minimum(nxt, hi) - np.maximum(starts, lo)).clip(min=0) / 1e6
-    b = iv["block"].astype(str).replace({"": "after"}).to_numpy()
-    t = pd.Series(span).groupby(b).sum()
-    n_layers = int(iv.loc[iv["block"].astype(str).isin(["attention", "ffn"]), "layer"].nunique())
-    lay = iv["block"].astype(str).isin(["attention", "ffn"]).to_numpy()
-    passes = max(int(iv.loc[lay, "fwd_pass"].nunique()), 1) if staged and "fwd_pass" in iv else 1
-    wall = (hi - lo) / 1e6
-    rows = []
-    for blk in BLOCKS:
-        tm = float(t.get(blk, 0.0))
-        r = {"block": blk, "count": n_layers if blk in ("attention", "ffn") else 1}
-        if staged:
-            r["passes"] = passes
-        rows.append({**r, "time_ms": tm, "percent": float(percent(tm, wall))})
-    return rows
+def _spans(iv: pd.DataFrame, fw: pd.DataFrame, staged: bool) -> pd.DataFrame:
+    """One row per activity, sorted by (step, stage, start) (ties in table order), with its
+    group's window [lo, hi) and ``span_ms``: from its start to the next activity's start of its
+    (step, stage) group (the last: to ``hi``), clipped to the window."""
+    stage = iv["stage"].astype(str).replace({"": "other"}).to_numpy() if staged else np.full(len(iv), "")
+    rank = pd.Categorical(stage, categories=ORDER if staged else [""]).codes
+    g = pd.DataFrame(
+        {
+            "step": iv["step"].to_numpy(),
+            "stage_rank": rank,
+            "start": iv["start"].to_numpy(np.int64),
+            "end": iv["end"].to_numpy(np.int64),
+            "block": iv["block"].astype(str).replace({"": "after"}).to_numpy(),
+            "layer": iv["layer"].to_numpy(),
+            "fwd_pass": iv["fwd_pass"].to_numpy() if "fwd_pass" in iv else 0,
+        }
+    )
+    g = g[rank >= 0]  # a stage outside ORDER has no rows (as in analyses/_stages.split)
+    g = g.iloc[np.lexsort((np.arange(len(g)), g["start"], g["stage_rank"], g["step"]))].reset_index(drop=True)
+    key = ["step", "stage_rank"]
+    if staged:  # a stage's window: its first activity's start to its last one's end
+        by = g.groupby(key, sort=False)
+        g["lo"] = by["start"].transform("min")
+        g["hi"] = by["end"].transform("max")
+    else:
+        g["lo"] = fw["lo"].reindex(g["step"]).to_numpy(np.int64)
+        g["hi"] = fw["hi"].reindex(g["step"]).to_numpy(np.int64)
+    starts, hi = g["start"].to_numpy(), g["hi"].to_numpy()
+    last = np.ones(len(g), bool)
+    last[:-1] = (g["step"].to_numpy()[1:] != g["step"].to_numpy()[:-1]) | (
+        g["stage_rank"].to_numpy()[1:] != g["stage_rank"].to_numpy()[:-1]
+    )
+    nxt = np.where(last, hi, np.append(starts[1:], 0))
+    g["span_ms"] = (np.minimum(nxt, hi) - np.maximum(starts, g["lo"].to_numpy())).clip(min=0) / 1e6
+    return g
+
+
+def _block_rows(g: pd.DataFrame, staged: bool) -> pd.DataFrame:
+    """Per (step, stage) group: one row per block of ``BLOCKS`` (time_ms summed in start order,
+    count of decoder layers per pass, passes, percent of the group's window)."""
+    key = ["step", "stage_rank"]
+    groups = g.groupby(key, sort=True).agg(lo=("lo", "first"), hi=("hi", "first"))
+    lay = g[g["block"].isin(["attention", "ffn"]).to_numpy()]
+    n_layers = lay.groupby(key)["layer"].nunique().reindex(groups.index, fill_value=0)
+    if staged:
+        passes = lay.groupby(key)["fwd_pass"].nunique().reindex(groups.index, fill_value=0).clip(lower=1)
+    else:
+        passes = pd.Series(1, index=groups.index)
+    t = g.groupby(key + ["block"], sort=False)["span_ms"].sum()
+    n = len(groups)
+    out = pd.DataFrame(
+        {
+            "step": np.repeat(groups.index.get_level_values("step").to_numpy(), len(BLOCKS)),
+            "stage_rank": np.repeat(groups.index.get_level_values("stage_rank").to_numpy(), len(BLOCKS)),
+            "block": np.tile(np.array(BLOCKS, dtype=object), n),
+        }
+    )
+    out["stage"] = np.array(ORDER, dtype=object)[out["stage_rank"].to_numpy()] if staged else None
+    idx = pd.MultiIndex.from_frame(out[["step", "stage_rank", "block"]])
+    out["time_ms"] = t.reindex(idx).fillna(0.0).to_numpy(float)
+    per_layer = np.array([b in ("attention", "ffn") for b in BLOCKS] * n)
+    layers = np.repeat(n_layers.to_numpy(), len(BLOCKS))
+    npass = np.repeat(passes.to_numpy(), len(BLOCKS))
+    out["count"] = np.where(per_layer, np.round(layers / npass), 1).astype(np.int64)
+    out["passes"] = npass.astype(np.int64)
+    wall = np.repeat((groups["hi"] - groups["lo"]).to_numpy() / 1e6, len(BLOCKS))
+    out["percent"] = np.asarray(percent(out["time_ms"].to_numpy(), wall), dtype=float)
+    return out
