@@ -55,8 +55,10 @@ def test_warning_coverage_and_explain_agree(tmp_path):
     why = {c["name"]: c["launch_missing"] for c in json.loads(run.stdout)["chains"]}
     assert why == {K_MUL: "before", GEMM_A: None, GEMM_B: "dropped", K_SILU: None, GEMM_C: "after"}
     text = CliRunner().invoke(main, ["explain", str(path), ".", "--no-cache"], terminal_width=200)
-    assert "none in the file: its runtime call was dropped by the profiler" in text.output
-    assert "none in the file: launched after the profiler's CPU window ended" in text.output
+    assert "none in the file: the profiler dropped its runtime call" in text.output
+    assert "none in the file: launched after the CPU window ended" in text.output
+    corr = [c["activity"]["correlation"] for c in json.loads(run.stdout)["chains"] if c["name"] == GEMM_C]
+    assert f"(its correlation id {corr[0]} is above every recorded runtime call's)" in text.output
 
 
 def test_without_step_markers_they_stay_in_the_one_window(tmp_path):

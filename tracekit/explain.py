@@ -220,6 +220,7 @@ def _chain(ev: Evidence, row: pd.Series, members: pd.DataFrame, origin: int) -> 
             "start_ns": int(row["start"]),
             "dur_ns": int(row["end"] - row["start"]),
             "start_ms": (int(row["start"]) - origin) / 1e6,
+            "correlation": int(row["corr"]) if int(row["corr"]) >= 0 else None,
         },
         "launch": _launch(ev, row, origin),
         "launch_missing": None if bool(row["launched"]) else _missing_launch(ev, row),
@@ -267,10 +268,10 @@ def _launch(ev: Evidence, row: pd.Series, origin: int) -> dict | None:
 #: Why a device activity's runtime call is not in its file, from where its correlation id lies
 #: among the runtime calls' ids (they count up as the process launches).
 MISSING = {
-    "before": "launched before the profiler's CPU window began (correlation id below every runtime call's)",
-    "after": "launched after the profiler's CPU window ended (correlation id above every runtime call's)",
-    "dropped": "its runtime call was dropped by the profiler (correlation id among the recorded calls')",
-    "no_id": "it has no correlation id",
+    "before": ("launched before the CPU window began", "below every recorded runtime call's"),
+    "after": ("launched after the CPU window ended", "above every recorded runtime call's"),
+    "dropped": ("the profiler dropped its runtime call", "among the recorded runtime calls'"),
+    "no_id": ("it has no correlation id", ""),
 }
 
 

@@ -79,16 +79,20 @@ def chain_lines(i: int, c: dict, several_files: bool = False) -> list[str]:
         per_file = ", ".join(f"{n} in {f}" for f, n in c["files"].items())
         out.append(_row("file", f"{c['file']} (the chain: {per_file})"))
     ln = c["launch"]
-    out.append(
-        _row(
-            "launch",
-            f"none in the file: {MISSING.get(c.get('launch_missing') or '', 'not recorded')}"
-            if ln is None
-            else f"{ln['runtime'] or 'the op itself'}"
-            f"{'' if ln['correlation'] is None else ', correlation ' + str(ln['correlation'])}"
-            f", at {_ms(ln['ts_ms'])} on thread {ln['tid']}",
+    if ln is None:
+        why, evidence = MISSING.get(c.get("launch_missing") or "", ("not recorded", ""))
+        out.append(_row("launch", f"none in the file: {why}"))
+        if evidence:
+            out.append(_row("", f"(its correlation id {a['correlation']} is {evidence})"))
+    else:
+        out.append(
+            _row(
+                "launch",
+                f"{ln['runtime'] or 'the op itself'}"
+                f"{'' if ln['correlation'] is None else ', correlation ' + str(ln['correlation'])}"
+                f", at {_ms(ln['ts_ms'])} on thread {ln['tid']}",
+            )
         )
-    )
     for k, op in enumerate(c["op_stack"]):
         seq = f" seq {op['seq']}" if op["seq"] is not None else ""
         out.append(
