@@ -103,7 +103,8 @@ def _spans(iv: pd.DataFrame, fw: pd.DataFrame, staged: bool) -> pd.DataFrame:
 
 def _block_rows(g: pd.DataFrame, staged: bool) -> pd.DataFrame:
     """Per (step, stage) group: one row per block of ``BLOCKS`` (time_ms summed in start order,
-    count of decoder layers per pass, passes, percent of the group's window)."""
+    count of decoder layers per pass (distinct layer indices), passes, percent of the group's
+    window)."""
     key = ["step", "stage_rank"]
     groups = g.groupby(key, sort=True).agg(lo=("lo", "first"), hi=("hi", "first"))
     lay = g[g["block"].isin(["attention", "ffn"]).to_numpy()]
@@ -127,7 +128,8 @@ def _block_rows(g: pd.DataFrame, staged: bool) -> pd.DataFrame:
     per_layer = np.array([b in ("attention", "ffn") for b in BLOCKS] * n)
     layers = np.repeat(n_layers.to_numpy(), len(BLOCKS))
     npass = np.repeat(passes.to_numpy(), len(BLOCKS))
-    out["count"] = np.where(per_layer, np.round(layers / npass), 1).astype(np.int64)
+    # `layer` is the decoder layer's index (the same in every pass): distinct indices per pass
+    out["count"] = np.where(per_layer, layers, 1).astype(np.int64)
     out["passes"] = npass.astype(np.int64)
     wall = np.repeat((groups["hi"] - groups["lo"]).to_numpy() / 1e6, len(BLOCKS))
     out["percent"] = np.asarray(percent(out["time_ms"].to_numpy(), wall), dtype=float)
