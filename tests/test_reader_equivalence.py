@@ -2,7 +2,7 @@
 
 The reference below is the straightforward reader: ``json.load`` into dicts, one Python loop per
 event, the same filtering and conversion rules. The fast reader must give the very same columns
-on every real trace, whether it decodes the file whole or in many small slices.
+on every real trace, whether it decodes the file whole or streams it in many small slices.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import re
 from decimal import ROUND_HALF_EVEN, Decimal
 
 import numpy as np
@@ -17,7 +18,9 @@ import pandas as pd
 import pytest
 from shared_traces import params
 
+import tracekit.files as F
 import tracekit.read as R
+from tracekit.schema import TraceDoc
 
 pytestmark = pytest.mark.shared
 
@@ -118,19 +121,51 @@ def test_fast_reader_equals_reference(path):
     _same(R.read_trace(path).events, reference_frame(path))
 
 
+def _whole(path, monkeypatch) -> R.RawTrace:
+    monkeypatch.setattr(R, "CHUNK_BYTES", 1 << 40)  # one decode of the whole text
+    return R.read_trace(path)
+
+
+def _streamed(path, monkeypatch, stats: list) -> R.RawTrace:
+    """Slices of 16 KiB, the text arriving 4 KiB at a time: the buffer is cut and compacted
+    many times, as for a big file."""
+    monkeypatch.setattr(R, "CHUNK_BYTES", 1 << 14)
+    monkeypatch.setattr(F, "PIECE_BYTES", 1 << 12)
+    real = R.stream_decode
+
+    def spy(pieces, builder, chunk_bytes, stats_=None):
+        st: dict = {}
+        got = real(pieces, builder, chunk_bytes, st)
+        stats.append((got, st))
+        return got
+
+    monkeypatch.setattr(R, "stream_decode", spy)
+    return R.read_trace(path)
+
+
+@pytest.mark.parametrize("gz", [True, False], ids=["gzip", "plain"])
 @pytest.mark.parametrize("path", params())
-def test_chunked_decode_equals_whole_decode(path, monkeypatch):
-    monkeypatch.setattr(R, "CHUNK_BYTES", 1 << 40)  # whole
-    whole = R.read_trace(path)
-    monkeypatch.setattr(R, "CHUNK_BYTES", 1 << 14)  # many small slices
-    chunked = R.read_trace(path)
-    pd.testing.assert_frame_equal(whole.events, chunked.events)
-    assert whole.meta == chunked.meta
-    assert whole.warnings == chunked.warnings
+def test_streamed_decode_equals_whole_decode(path, gz, monkeypatch, tmp_path):
+    """Every shared trace, gzip and plain: streamed == decoded whole, and never more than a few
+    slices of text held at once (a big trace does not fit, in general)."""
+    text = gzip.decompress(raw) if (raw := open(path, "rb").read())[:2] == b"\x1f\x8b" else raw
+    p = tmp_path / ("t.json.gz" if gz else "t.json")
+    p.write_bytes(gzip.compress(text, compresslevel=1) if gz else text)
+    whole = _whole(p, monkeypatch)
+    stats: list = []
+    streamed = _streamed(p, monkeypatch, stats)
+    pd.testing.assert_frame_equal(whole.events, streamed.events)
+    assert whole.meta == streamed.meta
+    assert whole.warnings == streamed.warnings
+    ((got, st),) = stats
+    if len(text) > 4 * (1 << 14):
+        assert isinstance(got, TraceDoc) and st["slices"] > 1, st
+        biggest_event = max(len(e) for e in re.split(rb"\}\s*,\s*\{", text))
+        assert st["peak_buffer"] <= 2 * (1 << 14) + (1 << 12) + 2 * biggest_event, st
 
 
-def test_chunked_decode_is_used_and_survives_brackets_in_strings(tmp_path, monkeypatch):
-    """Names with '}, {' and ']' inside strings, and a log list after the array."""
+def test_streamed_decode_is_used_and_survives_brackets_in_strings(tmp_path, monkeypatch):
+    """Names with '}, {' and ']' inside strings, and a log list and metadata after the array."""
     evs = [
         {
             "ph": "X",
@@ -144,14 +179,19 @@ def test_chunked_decode_is_used_and_survives_brackets_in_strings(tmp_path, monke
         }
         for i in range(3000)
     ]
-    doc = {"schemaVersion": 1, "traceEvents": evs, "logs": ["a] }", "b]"], "x": {"y": [1]}}
+    doc = {
+        "schemaVersion": 1,
+        "traceEvents": evs,
+        "logs": ["a] }", "b]"],
+        "x": {"y": [1]},
+        "distributedInfo": {"rank": 3, "world_size": 8},
+        "deviceProperties": [{"name": "GPU X"}],
+    }
     p = tmp_path / "t.json"
     p.write_text(json.dumps(doc, indent=1))
-    monkeypatch.setattr(R, "CHUNK_BYTES", 1 << 12)
-    seen = []
-    orig = R._decode_chunked
-    monkeypatch.setattr(R, "_decode_chunked", lambda d, b: seen.append(r := orig(d, b)) or r)
-    got = R.read_trace(p)
-    assert seen and seen[0] is not None
+    stats: list = []
+    got = _streamed(p, monkeypatch, stats)
+    assert isinstance(stats[0][0], TraceDoc) and stats[0][1]["slices"] > 10
     _same(got.events, reference_frame(p))
     assert got.meta["events_in_file"] == 3000
+    assert (got.meta["rank"], got.meta["world_size"], got.meta["devices"]) == (3, 8, ["GPU X"])

@@ -191,7 +191,9 @@ class _FrameBuilder:
         return True
 
     def _column(self, name: str):
-        parts = [p[name] for p in self.parts]
+        """One column of every part, joined; the parts' own copies are dropped as it is built,
+        so the columns are never held twice over."""
+        parts = [p.pop(name) for p in self.parts]
         if not parts:
             if name in ("name", "flow_ph", "collective"):
                 return pd.Categorical([])
@@ -220,14 +222,18 @@ class _FrameBuilder:
         huge = ((dur > (np.int64(1) << 55)) | ~dur_ok) & ts_ok
         if huge.any():
             warnings.append(f"{int(huge.sum())} events with overflowing durations were dropped")
+        drop = bad_ts | huge
+        keep = ~drop if drop.any() else None
+        del ts_ok, dur_ok, bad_ts, huge
         cols = {}
         for c in _COLUMNS:
-            cols[c] = ts if c == "ts" else dur if c == "dur" else self._column(c)
+            col = ts if c == "ts" else dur if c == "dur" else self._column(c)
+            cols[c] = col if keep is None else col[keep]
+            del col
         self.parts = []
+        del ts, dur
         frame = pd.DataFrame(cols)
-        drop = bad_ts | huge
-        if drop.any():
-            frame = frame[~drop].reset_index(drop=True)
+        del cols
         if not np.isin(frame["kind"].to_numpy(), (KERNEL, MEMCPY, MEMSET, CPU_OP)).any():
             dropped = f" ({int(drop.sum()):,} dropped for invalid times)" if drop.any() else ""
             raise TraceError(

@@ -2,6 +2,7 @@
 
 ``read_bytes`` reads a plain or gzip file and never holds more than ``max_bytes`` of
 decompressed data (a small gzip that inflates to gigabytes is refused in one line);
+``iter_text`` gives the same text piece by piece, for the streaming reader;
 ``trace_listing`` says which entries of a rank directory are traces and which were skipped, and why.
 """
 
@@ -11,6 +12,8 @@ import io
 import os
 import stat
 import zlib
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from . import progress
@@ -25,6 +28,46 @@ def read_bytes(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> b
 
     A gunzipped file comes back as the ``bytearray`` it was inflated into (never copied: a
     2 GiB inflation must not need 4 GiB)."""
+    with _opened(path) as (f, gz):
+        if gz:
+            out = bytearray()
+            for piece in _gunzip_pieces(f, max_bytes, Path(path)):
+                out += piece
+            return out
+        data = _read_bounded(f, max_bytes)
+    if len(data) > max_bytes:
+        raise _too_large(path, max_bytes)
+    return data
+
+
+def iter_text(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> Generator[bytes, None, None]:
+    """The file's JSON bytes in pieces of at most ``PIECE_BYTES``, gunzipped when needed, as they
+    are read: nothing holds the whole text. Refuses more than ``max_bytes`` (of decompressed
+    text) with the same errors as :func:`read_bytes`; progress goes up to ``progress.DECODED``
+    with the share of the file read."""
+    with _opened(path) as (f, gz):
+        if gz:
+            yield from _gunzip_pieces(f, max_bytes, Path(path), progress.DECODED)
+            return
+        size = max(os.fstat(f.fileno()).st_size, 1)
+        if size > max_bytes:
+            raise _too_large(path, max_bytes)
+        n = 0
+        while piece := f.read(PIECE_BYTES):
+            n += len(piece)
+            if n > max_bytes:
+                raise _too_large(path, max_bytes)
+            progress.fraction(progress.DECODED * min(n / size, 1.0))
+            yield piece
+
+
+def _too_large(path: str | os.PathLike, max_bytes: int) -> TraceError:
+    return TraceError(path, f"larger than the {max_bytes:,}-byte limit (raise it with --max-bytes)")
+
+
+@contextmanager
+def _opened(path: str | os.PathLike) -> Iterator[tuple[io.BufferedReader, bool]]:
+    """The open file and whether it is gzip; every OS error is a one-line TraceError."""
     p = Path(path)
     try:
         # A FIFO or device would block or never end: only regular files are read.
@@ -33,20 +76,20 @@ def read_bytes(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> b
         with open(p, "rb") as f:
             head = f.read(2)
             f.seek(0)
-            if head == b"\x1f\x8b":
-                return _gunzip_bounded(f, max_bytes, p)
-            data = _read_bounded(f, max_bytes)
-    except IsADirectoryError:
-        raise TraceError(p, "is a directory, expected a trace file") from None
-    except FileNotFoundError:
-        raise TraceError(p, "no such file") from None
-    except PermissionError:
-        raise TraceError(p, "permission denied") from None
-    except OSError as e:  # symlink loops, names too long, I/O errors: one line, not a traceback
-        raise TraceError(p, f"cannot read: {e.strerror or e}") from None
-    if len(data) > max_bytes:
-        raise TraceError(p, f"larger than the {max_bytes:,}-byte limit (raise it with --max-bytes)")
-    return data
+            yield f, head == b"\x1f\x8b"
+    except OSError as e:
+        raise _os_error(p, e) from None
+
+
+def _os_error(p: Path, e: OSError) -> TraceError:
+    if isinstance(e, IsADirectoryError):
+        return TraceError(p, "is a directory, expected a trace file")
+    if isinstance(e, FileNotFoundError):
+        return TraceError(p, "no such file")
+    if isinstance(e, PermissionError):
+        return TraceError(p, "permission denied")
+    # symlink loops, names too long, I/O errors: one line, not a traceback
+    return TraceError(p, f"cannot read: {e.strerror or e}")
 
 
 def _read_bounded(f: io.BufferedReader, max_bytes: int) -> bytes:
@@ -63,31 +106,35 @@ def _read_bounded(f: io.BufferedReader, max_bytes: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-_INFLATE_STEP = 1 << 24
+#: Bytes of text per piece: the inflate step, and the read size of plain files when streaming.
+PIECE_BYTES = 1 << 24
 
 
-def _gunzip_bounded(f: io.BufferedReader, max_bytes: int, p: Path) -> bytearray:
-    out = bytearray()
+def _gunzip_pieces(
+    f: io.BufferedReader, max_bytes: int, p: Path, share: float = progress.READ
+) -> Iterator[bytes]:
+    """The inflated text, at most ``PIECE_BYTES`` per piece (no bomb-sized temporaries), and
+    never more than ``max_bytes`` in all, across concatenated gzip members too."""
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
     size = max(os.fstat(f.fileno()).st_size, 1)
+    n = 0
     try:
-        while True:
-            chunk = f.read(1 << 20)
-            if not chunk:
-                break
-            progress.fraction(progress.READ * f.tell() / size)
-            while True:  # at most 16 MiB of output per call: no bomb-sized temporaries
+        while chunk := f.read(1 << 20):
+            progress.fraction(share * f.tell() / size)
+            while True:
                 if d.eof and chunk:  # concatenated gzip members: start the next one
                     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                cap = min(_INFLATE_STEP, max_bytes + 1 - len(out))
+                cap = min(PIECE_BYTES, max_bytes + 1 - n)
                 piece = d.decompress(chunk, cap)
-                out += piece
-                if len(out) > max_bytes:
+                n += len(piece)
+                if n > max_bytes:
                     raise TraceError(
                         p,
                         f"decompresses to more than the {max_bytes:,}-byte limit "
                         "(a gzip bomb? raise the limit with --max-bytes)",
                     )
+                if piece:
+                    yield piece
                 chunk = d.unused_data if d.eof else d.unconsumed_tail
                 if not chunk and (d.eof or len(piece) < cap):
                     break  # input used up and no output pending
@@ -95,7 +142,6 @@ def _gunzip_bounded(f: io.BufferedReader, max_bytes: int, p: Path) -> bytearray:
             raise TraceError(p, "truncated gzip stream (the file ends early)")
     except zlib.error as e:
         raise TraceError(p, f"corrupt gzip stream ({e})") from None
-    return out
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")

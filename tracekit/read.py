@@ -11,8 +11,10 @@ columns. Times become int64 nanoseconds. Every vintage of Kineto's JSON is accep
 * events in any order; no CPU side, no GPU side, no ProfilerStep, no distributedInfo.
 
 The pieces: :mod:`tracekit.files` (finding trace files, bounded reading and gunzip),
+:mod:`tracekit.streaming` (decoding the event array slice by slice as the text arrives),
 :mod:`tracekit.schema` (the decoded fields and the event kinds), :mod:`tracekit.columns`
-(structs to columns); this module decodes the event array in slices and ties them together.
+(structs to columns), :mod:`tracekit.timetext` (exact times); this module ties them together
+and decodes small or broken files whole, with one-line errors.
 """
 
 from __future__ import annotations
@@ -25,10 +27,9 @@ from typing import Any
 import msgspec
 import pandas as pd
 
-from . import progress
 from .columns import _COLUMNS, _FrameBuilder
 from .errors import TraceError
-from .files import DEFAULT_MAX_BYTES, TRACE_SUFFIXES, read_bytes, trace_files, trace_listing
+from .files import DEFAULT_MAX_BYTES, TRACE_SUFFIXES, iter_text, read_bytes, trace_files, trace_listing
 from .schema import (
     _CATEGORY_KIND,
     _DECODER,
@@ -45,10 +46,9 @@ from .schema import (
     MEMSET,
     PYTHON,
     RUNTIME,
-    Event,
-    TextTimeEvent,
     TraceDoc,
 )
+from .streaming import stream_decode
 from .timetext import MAX_US as _MAX_US
 
 #: Re-exported: the rest of tracekit imports the event kinds and the file helpers from here.
@@ -147,119 +147,8 @@ def _check_text(data: bytes, path: str | os.PathLike) -> None:
     raise TraceError(path, "binary file (NUL bytes), not a JSON trace")
 
 
-CHUNK_EVENTS = 100_000
-#: Bytes of JSON per chunk (the split points are found near multiples of this).
+#: Bytes of JSON per slice of ``traceEvents`` (the cuts are found near multiples of this).
 CHUNK_BYTES = 32 << 20
-_EVENTS_DECODER = msgspec.json.Decoder(list[Event])
-_TEXT_EVENTS_DECODER = msgspec.json.Decoder(list[TextTimeEvent])
-_TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_EVENT_GAP = re.compile(rb"\}\s*,\s*\{")
-
-
-_BLANK = b" \t\r\n"
-
-
-def _last_nonblank(data: bytes | bytearray, end: int) -> int:
-    """Index of the last byte before ``end`` that is not JSON whitespace (-1 if none).
-
-    Walks back in doubling windows (at most 16 MiB) stripped in C: linear in the whitespace
-    skipped, with no per-byte Python loop and no large copy."""
-    width = 64
-    hi = end
-    while hi > 0:
-        lo = max(0, hi - width)
-        kept = len(data[lo:hi].rstrip(_BLANK))
-        if kept:
-            return lo + kept - 1
-        hi, width = lo, min(width * 2, 1 << 24)
-    return -1
-
-
-def _content(data: bytes | bytearray, lo: int, hi: int) -> tuple[int, int]:
-    """``lo, hi`` narrowed past the JSON whitespace at both ends (between events it means
-    nothing), found in C."""
-    m = _NONBLANK.search(data, lo, hi)
-    if m is None:
-        return lo, lo
-    return m.start(), _last_nonblank(data, hi) + 1
-
-
-def _decode_chunked(data: bytes | bytearray, builder: _FrameBuilder) -> TraceDoc | None:
-    """Decode ``data`` one slice of ``traceEvents`` at a time into ``builder``.
-
-    The ``traceEvents`` array is cut at ``}`` ``,`` ``{`` gaps near every ``CHUNK_BYTES``; each
-    slice is decoded on its own as a JSON array, and the document around the array (with an
-    empty array in its place) is decoded as the :class:`TraceDoc` head. A cut that does not fall
-    between two events leaves an unbalanced slice, which cannot decode: so when every piece
-    decodes, the pieces are exactly the document. Returns the head (its ``traceEvents`` empty),
-    or ``None`` when the file does not have this shape (then the caller decodes it whole and
-    reports errors as usual).
-    """
-    if len(data) < 2 * CHUNK_BYTES:
-        return None
-    m = _TRACE_EVENTS_KEY.search(data, 0, 1 << 20)
-    if m is None:
-        return None
-    start = m.end() - 1  # the '['
-    # The array's closing ']': the last ']' whose tail makes the skeleton decode.
-    head_doc = None
-    end = len(data)
-    floor = max(start + 1, len(data) - (16 << 20))  # the tail after the array is small
-    tries = 0
-    while True:
-        end = data.rfind(b"]", floor, end)
-        if end < 0:
-            return None
-        j = _last_nonblank(data, end)
-        if j < 0 or data[j] not in b"}[":  # the array ends after an event (or is empty)
-            continue
-        tries += 1  # skeleton decodes are bounded: a tail of "}]}]..." would never end
-        if tries > 64:
-            return None
-        try:
-            head_doc = _DECODER.decode(data[:start] + b"[]" + data[end + 1 :])
-            break
-        except (msgspec.DecodeError, RecursionError):
-            continue
-    if head_doc is None:
-        return None
-    mv = memoryview(data)
-    pos = start + 1  # first byte inside the array
-    decoder: msgspec.json.Decoder = _EVENTS_DECODER
-    try:
-        misses = 0
-        while pos < end:
-            cut = end
-            if end - pos > CHUNK_BYTES * 3 // 2:
-                g = _EVENT_GAP.search(data, pos + CHUNK_BYTES, end)
-                if g is not None:
-                    cut = g.start() + 1  # just after the '}'
-            while True:
-                try:
-                    lo, hi = _content(data, pos, cut)  # blank runs are not copied
-                    text = b"".join((b"[", mv[lo:hi], b"]"))
-                    events = decoder.decode(text)
-                    break
-                except msgspec.DecodeError:
-                    # A gap inside a string ("}, {" in a name): cut at the next one instead.
-                    misses += 1
-                    g = _EVENT_GAP.search(data, cut + 1, end) if cut < end and misses < 256 else None
-                    if g is None:
-                        return None
-                    cut = g.start() + 1
-            if not builder.add(events):  # epoch-scale float times: from now on, as text
-                decoder = _TEXT_EVENTS_DECODER
-                builder.add(decoder.decode(text))
-            del events, text
-            progress.fraction(
-                progress.READ + (progress.DECODED - progress.READ) * (cut - start) / max(end - start, 1)
-            )
-            if cut == end:
-                break
-            pos = data.index(b",", cut) + 1
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, ValueError):
-        return None
-    return head_doc
 
 
 def rank_of(doc: TraceDoc, path: str | os.PathLike) -> int | None:
@@ -281,11 +170,19 @@ def device_names(doc: TraceDoc) -> list[str]:
 
 
 def read_trace(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> RawTrace:
-    """Read one trace file into a :class:`RawTrace`."""
-    data = read_bytes(path, max_bytes)
+    """Read one trace file into a :class:`RawTrace`: streamed slice by slice when it is big
+    (:mod:`tracekit.streaming`), decoded whole when it is small, broken or unusual."""
     builder = _FrameBuilder()
-    doc = _decode_chunked(data, builder)
-    if doc is None:  # small, unusual or broken: one whole decode, with its error messages
+    pieces = iter_text(path, max_bytes)
+    try:
+        got = stream_decode(pieces, builder, CHUNK_BYTES)
+    finally:
+        pieces.close()
+    if isinstance(got, TraceDoc):
+        doc = got
+    else:  # small, unusual or broken: one whole decode, with its error messages
+        data = read_bytes(path, max_bytes) if got is None else got
+        del got
         builder = _FrameBuilder()
         doc = decode(bytes(data), path)
         if not builder.add(doc.traceEvents):  # epoch-scale float times: decode them as text
@@ -293,8 +190,6 @@ def read_trace(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> R
             builder.add(doc.traceEvents)
         del data
         doc.traceEvents = []
-    else:
-        del data
     frame, warnings, meta = builder.finish(path)
     meta.update(
         {

@@ -1,0 +1,171 @@
+"""Decode a trace as its text arrives: slices of ``traceEvents``, never the whole text at once.
+
+The text comes in pieces (:func:`tracekit.files.iter_text`: read, or inflated from gzip, a few
+MiB at a time). The ``traceEvents`` array is cut at ``}`` ``,`` ``{`` gaps near every
+``chunk_bytes``; each slice is decoded on its own as a JSON array of typed events, becomes
+columns in the :class:`~tracekit.columns._FrameBuilder`, and its text is dropped. A cut that
+falls inside a string leaves an unbalanced slice, which cannot decode, so the cut moves to the
+next gap: when every piece decodes, the pieces are exactly the document. At the end of the text,
+the rest of the array and whatever follows it (``distributedInfo``, ``deviceProperties``...) is
+decoded with the document's head as one small document.
+
+So memory holds about two slices of text plus the columns, whatever the file's size.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+
+import msgspec
+
+from .columns import _FrameBuilder
+from .schema import _DECODER, _TEXT_TIME_DECODER, Event, TextTimeEvent, TraceDoc
+
+_EVENTS_DECODER = msgspec.json.Decoder(list[Event])
+_TEXT_EVENTS_DECODER = msgspec.json.Decoder(list[TextTimeEvent])
+_TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_EVENT_GAP = re.compile(rb"\}\s*,\s*\{")
+_BOM = b"\xef\xbb\xbf"
+#: Cuts that fell inside strings, per file, before giving up on slicing it.
+_MAX_MISSES = 256
+
+
+class _Slicer:
+    """The text buffered so far, and the slices of it decoded into ``builder``."""
+
+    def __init__(self, pieces: Iterable[bytes], builder: _FrameBuilder, chunk_bytes: int) -> None:
+        self.pieces: Iterator[bytes] = iter(pieces)
+        self.buf = bytearray()
+        self.eof = False
+        self.builder = builder
+        self.chunk = chunk_bytes
+        self.decoder: msgspec.json.Decoder = _EVENTS_DECODER
+        self.misses = 0
+        self.peak = 0
+        self.slices = 0
+
+    def more(self) -> bool:
+        piece = next(self.pieces, None)
+        if piece is None:
+            self.eof = True
+            return False
+        self.buf += piece
+        self.peak = max(self.peak, len(self.buf))
+        return True
+
+    def cut_slices(self, pos: int) -> int:
+        """Decode every whole slice that the buffer holds from ``pos`` (the first byte of an
+        event); returns where the rest starts."""
+        buf, chunk = self.buf, self.chunk
+        search_from = pos + chunk
+        while len(buf) - pos > chunk:
+            g = _EVENT_GAP.search(buf, search_from)
+            if g is None:
+                return pos  # no gap yet: more text first
+            cut = g.start() + 1  # just after the '}'
+            try:
+                events = self.decode(pos, cut, self.decoder)
+            except msgspec.DecodeError:
+                # A gap inside a string ("}, {" in a name): cut at the next one instead.
+                self.misses += 1
+                if self.misses > _MAX_MISSES:
+                    raise
+                search_from = cut + 1
+                continue
+            self.slices += 1
+            if not self.builder.add(events):  # epoch-scale float times: from now on, as text
+                self.decoder = _TEXT_EVENTS_DECODER
+                self.builder.add(self.decode(pos, cut, self.decoder))
+            del events
+            pos = buf.index(b",", cut) + 1
+            search_from = pos + chunk
+        return pos
+
+    def decode(self, pos: int, cut: int, decoder: msgspec.json.Decoder) -> list:
+        """The events between ``pos`` and ``cut`` decoded in place, as a JSON array: the byte
+        before ``pos`` (the ``,`` or ``[`` before the first event) and the one at ``cut`` (after
+        the last event's ``}``) are made ``[`` and ``]`` meanwhile. No copy of the text (but for
+        text times, whose ``msgspec.Raw`` values point into what they were decoded from)."""
+        buf = self.buf
+        before, after = buf[pos - 1], buf[cut]
+        buf[pos - 1], buf[cut] = 0x5B, 0x5D  # '[' and ']'
+        try:
+            with memoryview(buf) as mv, mv[pos - 1 : cut + 1] as text:
+                if decoder is _TEXT_EVENTS_DECODER:  # msgspec.Raw values would pin the buffer
+                    return decoder.decode(bytes(text))
+                return decoder.decode(text)
+        finally:
+            buf[pos - 1], buf[cut] = before, after
+
+    def finish(self, head: bytes, pos: int) -> TraceDoc:
+        """The rest of the array and the document's tail, decoded with the head."""
+        text = self.buf
+        self.buf = bytearray()
+        text[:pos] = head + b"["  # in place: the rest of the text is not copied
+        text_times = self.decoder is _TEXT_EVENTS_DECODER
+        doc = (_TEXT_TIME_DECODER if text_times else _DECODER).decode(text)
+        if not self.builder.add(doc.traceEvents):
+            doc = _TEXT_TIME_DECODER.decode(text)
+            self.builder.add(doc.traceEvents)
+        doc.traceEvents = []
+        return doc
+
+
+def stream_decode(
+    pieces: Iterable[bytes], builder: _FrameBuilder, chunk_bytes: int, stats: dict | None = None
+) -> TraceDoc | bytearray | None:
+    """Decode the text of ``pieces`` into ``builder``, one slice of ``traceEvents`` at a time.
+
+    Returns the document (its ``traceEvents`` empty: they are in ``builder``); or the whole text
+    when it is shorter than two slices or not shaped like a trace near its start (decode it
+    whole); or ``None`` when a slice or the end did not decode (the file is broken or unusual:
+    read it again whole, for the decoder's own error message). ``stats`` receives the largest
+    text buffered (``peak_buffer``) and the number of slices.
+    """
+    s = _Slicer(pieces, builder, chunk_bytes)
+    while len(s.buf) < 2 * chunk_bytes and s.more():
+        pass
+    head = _head(s.buf)
+    if s.eof or head is None:
+        while s.more():  # small, or not a trace's shape: the caller decodes it whole
+            pass
+        _stats(stats, s)
+        return s.buf
+    pos = len(head) + 1  # the first byte inside the array
+    try:
+        while True:
+            pos = s.cut_slices(pos)
+            if pos > 1:  # drop the text already decoded (but the byte before the next event)
+                del s.buf[: pos - 1]
+                pos = 1
+            if not s.more():
+                break
+        doc = s.finish(_clean_head(head), pos)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, ValueError):
+        return None
+    finally:
+        _stats(stats, s)
+    return doc
+
+
+def _head(buf: bytearray) -> bytes | None:
+    """The text before the ``[`` of a top-level ``traceEvents`` in the first MiB, else None."""
+    m = _TRACE_EVENTS_KEY.search(buf, 0, 1 << 20)
+    if m is None:
+        return None
+    head = bytes(buf[: m.end() - 1])
+    try:  # "traceEvents" is a key of the top-level object: the head closes with one brace
+        _DECODER.decode(_clean_head(head) + b"[]}")
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    return head
+
+
+def _clean_head(head: bytes) -> bytes:
+    return head[3:] if head.startswith(_BOM) else head
+
+
+def _stats(stats: dict | None, s: _Slicer) -> None:
+    if stats is not None:
+        stats.update(peak_buffer=s.peak, slices=s.slices)
