@@ -40,11 +40,12 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
             "collective": comm["collective"].astype(str).to_numpy(),
             "start": comm["start"].to_numpy(),
             "end": comm["end"].to_numpy(),
+            "count": comm["count"].to_numpy(),
         }
     )
     c["dur"] = c["end"] - c["start"]
     compute = intervals[intervals["group"] == "compute"]
-    out = c.groupby(keys).agg(count=("dur", "size"), time_ns=("dur", "sum"))
+    out = c.groupby(keys).agg(count=("count", "sum"), time_ns=("dur", "sum"))
     exposed = minus_measure_by(c, compute[["step", "start", "end"]], keys, ["step"])
     out["exposed_ms"] = exposed.reindex(out.index).to_numpy() / NS_PER_MS
     out = out.reset_index()

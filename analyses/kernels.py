@@ -64,6 +64,7 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
             "category": iv["kernel_category"].astype(str).to_numpy(),
             "share": sum(iv[share_column(p)].to_numpy() for p in WINDOW_PHASES) / 1e6,
             "dur": (iv["end"] - iv["start"]).to_numpy() / 1e6,
+            "count": iv["count"].to_numpy(),
             "start": iv["start"].to_numpy(),
             "end": iv["end"].to_numpy(),
         }
@@ -83,7 +84,7 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     if not present:
         return pd.DataFrame(columns=cols)
     agg = frame.groupby(keys + ["group", "category"]).agg(
-        count=("share", "size"), time_ms=("share", "sum"), kernel_ms=("dur", "sum")
+        count=("count", "sum"), time_ms=("share", "sum"), kernel_ms=("dur", "sum")
     )
     busy = agg["time_ms"].groupby(level=keys).sum()
     prefix = [k if isinstance(k, tuple) else (k,) for k in present]

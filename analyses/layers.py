@@ -81,11 +81,12 @@ def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
             "phase": phase,
             "layer": iv["layer"].to_numpy(np.int64),
             "dur": (iv["end"] - iv["start"]).to_numpy() / 1e6,
+            "count": iv["count"].to_numpy(),
         }
     )
     if staged:
         frame["stage"] = iv["stage"].astype(str).replace({"": "other"}).to_numpy()
-    out = frame.groupby(keys, sort=False).agg(count=("dur", "size"), time_ms=("dur", "sum"))
+    out = frame.groupby(keys, sort=False).agg(count=("count", "sum"), time_ms=("dur", "sum"))
     out = out.reset_index()
     out["count"] = out["count"].astype("int64")
     return _finish(out)[cols]

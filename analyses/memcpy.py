@@ -44,12 +44,13 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
             "step": mem["step"].to_numpy(),
             "kind": names.map(kinds).to_numpy(),
             "dur": (mem["end"] - mem["start"]).to_numpy(),
+            "count": mem["count"].to_numpy(),
             "bytes": mem["bytes"].fillna(0).to_numpy(),
         }
     )
     out = (
         frame.groupby(["step", "kind"])
-        .agg(count=("dur", "size"), time_ns=("dur", "sum"), bytes=("bytes", "sum"))
+        .agg(count=("count", "sum"), time_ns=("dur", "sum"), bytes=("bytes", "sum"))
         .reset_index()
     )
     out["time_ms"] = out["time_ns"] / NS_PER_MS

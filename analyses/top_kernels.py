@@ -166,11 +166,12 @@ def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
             "module": iv["module"].astype(str).replace({"": "Other"}).to_numpy(),
             "phase": iv["phase"].astype(str).replace({"": "unattributed"}).to_numpy(),
             "dur": (iv["end"] - iv["start"]).to_numpy() / 1e6,
+            "count": iv["count"].to_numpy(),
         }
     )
     out = (
         frame.groupby(["step", "name", "category", "module", "phase"], sort=False)
-        .agg(count=("dur", "size"), total_ms=("dur", "sum"))
+        .agg(count=("count", "sum"), total_ms=("dur", "sum"))
         .reset_index()
     )
     out = _keep_top(out)

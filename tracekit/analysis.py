@@ -124,8 +124,9 @@ class Analysis:
         notices = []
         if self.mode == "cpu":
             notices.append(
-                "CPU-only trace: no device activity, so every table is over CPU "
-                "leaf-op time and 'idle' means CPU time outside leaf ops"
+                "CPU-only trace: no device activity, so every table is over CPU op "
+                "self time (each op minus the ops inside it) and 'idle' means step "
+                "time outside every CPU op"
             )
         if first.meta.get("step_source") == "Optimizer.step":
             notices.append(

@@ -171,10 +171,15 @@ def explain(ev: Evidence, pattern: str, step: int | None = None, limit: int = 10
         key = sub[GROUP_KEY].astype(str)
         dur = (sub["end"] - sub["start"]).to_numpy()
         groups = pd.DataFrame(
-            {"g": key.agg("\x1f".join, axis=1).to_numpy(), "dur": dur, "row": np.arange(len(sub))}
+            {
+                "g": key.agg("\x1f".join, axis=1).to_numpy(),
+                "dur": dur,
+                "count": sub["count"].to_numpy(),
+                "row": np.arange(len(sub)),
+            }
         )
         agg = groups.groupby("g", sort=False).agg(
-            count=("dur", "size"), total=("dur", "sum"), first=("row", "min")
+            count=("count", "sum"), total=("dur", "sum"), first=("row", "min")
         )
         agg = agg.sort_values(["total", "count"], ascending=False)
         rows = groups.groupby("g", sort=False)["row"].apply(list)

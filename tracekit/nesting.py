@@ -158,3 +158,114 @@ def sweep(pid, tid, start, end, is_range, flags):
         o[order] = back(x)
     out[5][order] = in_bits
     return tuple(out)
+
+
+def own_context(flags, op, top, mod, bwd, comm, bits):
+    """The context a range gives what runs inside it: its enclosing context (the sweep's result
+    for the range) with the range itself pushed, exactly as :func:`sweep_loop` pushes it.
+    Index k is row k of the range table; returns (op, top, mod, bwd, comm, bits)."""
+    k = np.arange(len(flags), dtype=np.int64)
+    is_mod, is_op = (flags & F_MODULE) != 0, (flags & F_OP) != 0
+    is_bwd = (flags & F_BWD) != 0
+    top = np.where(is_mod, -1, top)
+    top = np.where(is_op & (top == -1), k, top)
+    bits = bits | np.where(is_mod, MOD_IN_BWD, 0)
+    bits = np.where(is_bwd, bits & ~MOD_IN_BWD, bits) | (flags & _INHERITED)
+    return (
+        np.where(is_op, k, op),
+        top,
+        np.where(is_mod, k, mod),
+        np.where(is_bwd, k, bwd),
+        np.where((flags & F_COMM) != 0, k, comm),
+        bits,
+    )
+
+
+def self_pieces(pid, tid, start, end):
+    """Self time of nested intervals: each interval minus the intervals nested in it.
+
+    Returns (owner, piece_start, piece_end, first): on each thread every instant covered by an
+    interval belongs to exactly one piece, owned by the innermost interval open there (the
+    latest-started one). ``first`` marks one piece per interval (its first non-empty piece, or
+    one empty piece when children or a zero duration cover it all), so every interval is counted
+    once. Pieces come in (thread, time) order. Vectorised where a thread's intervals nest
+    properly; :func:`self_pieces_loop` (the reference) elsewhere.
+    """
+    n = len(start)
+    order = np.lexsort((-end, start, tid, pid))
+    P, T, S, E = pid[order], tid[order], start[order], end[order]
+    bounds = np.flatnonzero((P[1:] != P[:-1]) | (T[1:] != T[:-1])) + 1
+    cuts = zip(np.r_[0, bounds].tolist(), np.r_[bounds, n].tolist()) if n else []
+    parts = []
+    for a, b in cuts:
+        s, e = S[a:b], E[a:b]
+        _, parent, proper = _thread_parents(s, e, e > s)
+        own, ps, pe = _pieces_nested(s, e, parent) if proper else _pieces_loop(s, e)
+        parts.append((order[a:b][own], ps, pe))
+    if not parts:
+        z = np.zeros(0, np.int64)
+        return z, z, z, np.zeros(0, bool)
+    owner, ps, pe = (np.concatenate(x) for x in zip(*parts))
+    return _mark_first(owner, ps, pe, n)
+
+
+def _pieces_nested(s, e, parent):
+    """Pieces of one thread whose intervals nest properly: before each child, the gap since its
+    previous sibling's end (or its parent's start), owned by the parent; after each interval's
+    last child, the rest of the interval."""
+    m = len(s)
+    k = np.flatnonzero(parent >= 0)
+    if not len(k):
+        return np.arange(m), s, e
+    k = k[np.argsort(parent[k], kind="stable")]
+    p = parent[k]
+    new = np.r_[True, p[1:] != p[:-1]]
+    prev_end = np.where(new, s[p], np.r_[0, e[k[:-1]]])
+    tail_from = s.copy()
+    last = np.r_[p[1:] != p[:-1], True]
+    tail_from[p[last]] = e[k[last]]
+    own = np.r_[p, np.arange(m)]
+    return own, np.r_[prev_end, tail_from], np.r_[s[k], e]
+
+
+def _pieces_loop(s, e):
+    """Reference: sweep one thread's intervals (sorted by start, then longest first); between
+    consecutive boundaries the top of the stack owns the time."""
+    own, ps, pe = [], [], []
+    stack: list[int] = []
+    cur = s[0] if len(s) else 0
+
+    def close(t):
+        nonlocal cur
+        while stack and e[stack[-1]] <= t:
+            k = stack.pop()
+            own.append(k), ps.append(cur), pe.append(max(cur, e[k]))
+            cur = max(cur, e[k])
+
+    for k in range(len(s)):
+        close(s[k])
+        if stack and s[k] > cur:
+            own.append(stack[-1]), ps.append(cur), pe.append(s[k])
+        cur = max(cur, s[k])
+        stack.append(k)
+    close(np.iinfo(np.int64).max)
+    return np.asarray(own, np.int64), np.asarray(ps, np.int64), np.asarray(pe, np.int64)
+
+
+def _mark_first(owner, ps, pe, n):
+    """Keep the non-empty pieces, one empty piece for an interval that has none, and mark the
+    first kept piece of each interval."""
+    nonempty = pe > ps
+    has = np.zeros(n, bool)
+    has[owner[nonempty]] = True
+    keep = nonempty | ~has[owner]
+    owner, ps, pe = owner[keep], ps[keep], pe[keep]
+    ord_ = np.lexsort((ps, owner))
+    first = np.zeros(len(owner), bool)
+    o = owner[ord_]
+    if len(o):
+        first[ord_[np.r_[True, o[1:] != o[:-1]]]] = True
+    # an interval with only empty pieces keeps exactly one
+    dup_empty = ~first & (pe == ps) & ~has[owner]
+    keep = ~dup_empty
+    return owner[keep], ps[keep], pe[keep], first[keep]

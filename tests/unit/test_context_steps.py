@@ -89,3 +89,41 @@ def test_link_backward_takes_the_last_op_with_the_number():
     r.loc[r["name"] == "aten::linear", "seq"] = 6  # an earlier op with the node's number
     t = link_backward(t)
     assert str(_row(t, "gemm_bwd")["fwd_op"]) == "aten::mm"
+
+
+def test_nest_cpu_ops_gives_every_self_time_piece_its_own_ops_context():
+    """CPU mode: the pieces of one op share the op's context (its module, top op, backward
+    node), whatever ops and frames nest inside it (issue 12.4)."""
+    t = nest_cpu_ops(
+        find_steps(
+            join_launches(
+                trace(
+                    ev(ANNOTATION, "ProfilerStep#1", 0, 1000, tid=FWD),
+                    ev(PYTHON, "nn.Module: LlamaMLP_0", 10, 200, tid=FWD),
+                    ev(CPU_OP, "aten::linear", 20, 100, tid=FWD, seq=5, fwd_tid=0),
+                    ev(CPU_OP, "aten::mm", 20, 50, tid=FWD, seq=6, fwd_tid=0),  # same start
+                    ev(CPU_OP, "aten::resolve_conj", 30, 5, tid=FWD),
+                    ev(CPU_OP, "autograd::engine::evaluate_function: MmBackward0", 400, 100, tid=BWD, seq=6),
+                    ev(CPU_OP, "MmBackward0", 410, 80, tid=BWD, seq=6, fwd_tid=FWD),
+                    ev(CPU_OP, "aten::mm", 420, 50, tid=BWD),
+                )
+            )
+        )
+    )
+    a, r = t.acts, t.ranges
+    name = a["name"].astype(str)
+    lin = a[name == "aten::linear"]
+    assert len(lin) == 1 and (lin["start"].iat[0], lin["end"].iat[0]) == (70, 120)
+    for n in ("aten::linear", "aten::resolve_conj"):
+        sub = a[name == n]
+        assert (r["name"].to_numpy()[sub["mod_r"]] == "nn.Module: LlamaMLP_0").all()
+        assert (r["name"].to_numpy()[sub["top_r"]] == "aten::linear").all()
+    mm = a[(name == "aten::mm") & (a["launch_tid"] == FWD)]
+    assert sorted(zip(mm["start"], mm["end"])) == [(20, 30), (35, 70)]
+    assert (mm["op"].astype(str) == "aten::mm").all() and mm["count"].sum() == 1
+    node = a[name == "MmBackward0"]
+    assert len(node) == 2 and (r["name"].to_numpy()[node["bwd_r"]] == "MmBackward0").all()
+    wrapper = a[name.str.startswith("autograd::engine")]
+    assert (r["name"].to_numpy()[wrapper["bwd_r"]] == name[wrapper.index]).all()
+    bwd_mm = a[(name == "aten::mm") & (a["launch_tid"] == BWD)]
+    assert r["name"].to_numpy()[bwd_mm["bwd_r"]].tolist() == ["MmBackward0"]

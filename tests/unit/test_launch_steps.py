@@ -35,17 +35,38 @@ def test_join_launches_joins_by_correlation_id_only():
     )
 
 
-def test_join_launches_cpu_mode_uses_leaf_ops():
+def test_join_launches_cpu_mode_splits_ops_into_self_time():
+    """DESIGN.md: CPU-only traces are measured over op self time; aten::mm keeps its GEMM time
+    when its only child is aten::resolve_conj (issue 12.4)."""
     t = join_launches(
         trace(
             ev(CPU_OP, "aten::linear", 0, 100),
             ev(CPU_OP, "aten::mm", 10, 50),
+            ev(CPU_OP, "aten::resolve_conj", 20, 5),
             ev(CPU_OP, "aten::relu", 120, 10),
         )
     )
     assert t.mode == "cpu"
-    assert sorted(t.acts["name"].astype(str)) == ["aten::mm", "aten::relu"]
-    assert (t.acts["launch_ev"] == t.acts["ev"]).all()
+    a = t.acts
+    pieces = {
+        n: sorted(zip(g["start"].tolist(), g["end"].tolist()))
+        for n, g in a.groupby(a["name"].astype(str), observed=True)
+    }
+    assert pieces == {
+        "aten::linear": [(0, 10), (60, 100)],
+        "aten::mm": [(10, 20), (25, 60)],
+        "aten::resolve_conj": [(20, 25)],
+        "aten::relu": [(120, 130)],
+    }
+    # every op counted once, whatever its number of pieces; each piece launched by its own op
+    assert a.groupby(a["name"].astype(str), observed=True)["count"].sum().to_dict() == {
+        "aten::linear": 1,
+        "aten::mm": 1,
+        "aten::relu": 1,
+        "aten::resolve_conj": 1,
+    }
+    assert (a["launch_ev"] == a["ev"]).all()
+    assert (a["launch_ts"].to_numpy() == t.events["ts"].to_numpy()[a["ev"].to_numpy()]).all()
 
 
 def test_find_steps_numbers_activities_by_their_launch():

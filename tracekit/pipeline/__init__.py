@@ -35,6 +35,7 @@ INTERVAL_COLUMNS = [
     "step",
     "start",
     "end",
+    "count",
     "name",
     "kind",
     "stream",

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from ..checks import TraceWarning
+from ..nesting import self_pieces
 from ..read import ANNOTATION, CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME
 from .state import Trace, lookup, take
 
@@ -19,36 +20,42 @@ def join_launches(t: Trace) -> Trace:
 
     Needs: ``t.events`` (read's columns).
     Adds: ``t.mode`` ("gpu" when the trace has device activity, else "cpu") and ``t.acts`` with
-    ``ev`` (event row), ``start``, ``end``, ``name``, ``kind``, ``stream``, ``bytes``, ``corr``
-    (correlation id, -1 none), ``launch_ev`` (the runtime call's event row, -1 none),
+    ``ev`` (event row), ``start``, ``end``, ``count``, ``name``, ``kind``, ``stream``, ``bytes``,
+    ``corr`` (correlation id, -1 none), ``launch_ev`` (the runtime call's event row, -1 none),
     ``runtime`` (its name), ``launched``, ``launch_pid``, ``launch_tid``, ``launch_ts`` (the
     call's; for an activity with no launch: pid/tid -1 and its own start).
     Guarantees: a GPU activity is joined by the ``correlation`` arg only, never by flows or
     time; the first runtime call of a duplicated id is used (and a warning says so). In CPU mode
-    the activities are the CPU leaf ops and CPU collective ranges, each its own launch.
+    (DESIGN.md: tables over CPU op self time) the activities are the self-time pieces of every
+    CPU op and CPU collective range: the op's interval minus the ops nested in it, so each
+    instant of a thread inside a top-level op lands in exactly one op. An op with children has
+    several pieces (rows with the same ``ev``); ``count`` is 1 on one piece per op and 0 on the
+    others, so counts sum it. Each piece is launched by its own op (``launch_ts``: the op's start).
     """
     ev = t.events
     kind = ev["kind"].to_numpy()
     is_device = np.isin(kind, DEVICE_KINDS)
     t.mode = "gpu" if is_device.any() else "cpu"
+    ts, end = ev["ts"].to_numpy(), ev["ts"].to_numpy() + ev["dur"].to_numpy()
     if t.mode == "gpu":
         act, launch = _gpu_launches(t, kind, np.flatnonzero(is_device))
+        start, stop, count = ts[act], end[act], np.ones(len(act), np.int64)
     else:
-        act = _cpu_activities(t, kind)
-        launch = act.copy()
-    ts, end = ev["ts"].to_numpy(), ev["ts"].to_numpy() + ev["dur"].to_numpy()
+        act, start, stop, first = _cpu_self_pieces(t, kind)
+        launch, count = act.copy(), first.astype(np.int64)
     pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
     no_launch = launch < 0
     safe = np.maximum(launch, 0)
     t.acts = pd.DataFrame(
         {
             "ev": act,
-            "start": ts[act].astype(np.int64),
-            "end": end[act].astype(np.int64),
+            "start": start.astype(np.int64),
+            "end": stop.astype(np.int64),
+            "count": count,
             "name": pd.Categorical(t.names[act]),
             "kind": kind[act],
             "stream": ev["stream"].to_numpy()[act] if t.mode == "gpu" else tid[act],
-            "bytes": ev["bytes"].to_numpy()[act],
+            "bytes": np.where(count > 0, ev["bytes"].to_numpy()[act], 0),
             "corr": ev["corr"].to_numpy()[act] if t.mode == "gpu" else np.full(len(act), -1, np.int64),
             "launch_ev": launch,
             "runtime": pd.Categorical(
@@ -95,8 +102,9 @@ def _gpu_launches(t: Trace, kind: np.ndarray, act: np.ndarray) -> tuple[np.ndarr
     return act, launch
 
 
-def _cpu_activities(t: Trace, kind: np.ndarray) -> np.ndarray:
-    """CPU leaf ops (ops with no op nested inside) and CPU collective ranges."""
+def _cpu_self_pieces(t: Trace, kind: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The self-time pieces of the CPU ops (not ProfilerStep ranges) and CPU collective ranges:
+    (event row, start, end, first piece of its op) per piece."""
     ev = t.events
     names = pd.Series(t.names)
     is_step = names.str.startswith("ProfilerStep#").to_numpy()
@@ -104,21 +112,8 @@ def _cpu_activities(t: Trace, kind: np.ndarray) -> np.ndarray:
         (kind == CPU_OP) & ~is_step
         | ((kind == ANNOTATION) & names.str.startswith(CPU_COLLECTIVE_PREFIXES).to_numpy())
     )
-    pid, tid, ts = ev["pid"].to_numpy(), ev["tid"].to_numpy(), ev["ts"].to_numpy()
-    end = ts + ev["dur"].to_numpy()
-    return cand[leaves(pid[cand], tid[cand], ts[cand], end[cand])]
-
-
-def leaves(pid, tid, start, end) -> np.ndarray:
-    """Mask of intervals that contain no other interval of the same thread."""
-    n = len(start)
-    order = np.lexsort((-end, start, tid, pid))
-    leaf = np.ones(n, dtype=bool)
-    p, t, s, e = pid[order], tid[order], start[order], end[order]
-    # In (start, -end) order, i has a child iff the next interval of the thread starts before i ends.
-    same = (p[1:] == p[:-1]) & (t[1:] == t[:-1])
-    has_child = same & (s[1:] < e[:-1]) & (e[1:] <= e[:-1])
-    leaf_sorted = np.ones(n, dtype=bool)
-    leaf_sorted[:-1] = ~has_child
-    leaf[order] = leaf_sorted
-    return leaf
+    ts = ev["ts"].to_numpy()[cand]
+    owner, start, stop, first = self_pieces(
+        ev["pid"].to_numpy()[cand], ev["tid"].to_numpy()[cand], ts, ts + ev["dur"].to_numpy()[cand]
+    )
+    return cand[owner], start, stop, first

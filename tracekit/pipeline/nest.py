@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 
 from .. import annotations as ann
-from ..nesting import F_BWD, F_COMM, F_EVAL, F_MODULE, F_OP, F_OPT, F_ROPE, sweep
+from ..nesting import F_BWD, F_COMM, F_EVAL, F_MODULE, F_OP, F_OPT, F_ROPE, own_context, sweep
 from ..read import ANNOTATION, CPU_OP, PYTHON
-from .state import Trace, as_str, take
+from .state import Trace, as_str, lookup, take
 
 OPT_PREFIX = "Optimizer.step#"
 EVAL_PREFIX = "autograd::engine::evaluate_function:"
@@ -32,7 +32,8 @@ def nest_cpu_ops(t: Trace) -> Trace:
     backward node); ``op``/``op_id`` (innermost op's name / event row) and ``comm_text``
     (the collective range's "Collective name" or name). Sets ``t.capture_modules``.
     Guarantees: the result equals the reference stack sweep (``nesting.sweep_loop``). On CPU
-    traces an activity is its own innermost op.
+    traces every self-time piece of an op has the op's own context: the op is its innermost op
+    (and its top op when no op encloses it inside the module).
     """
     ev, a = t.events, t.acts
     kind = ev["kind"].to_numpy()
@@ -40,10 +41,9 @@ def nest_cpu_ops(t: Trace) -> Trace:
     t.ranges = _ranges(t, kind)
     r = t.ranges
     n_r = len(r)
-    ok = a["launched"].to_numpy()
+    # CPU mode: a piece's context is its own op's (below), so only the ranges are swept.
+    ok = a["launched"].to_numpy() & (t.mode == "gpu")
     anc = a["launch_ts"].to_numpy()[ok]
-    if t.mode == "cpu":  # a point strictly inside the leaf op itself
-        anc = anc + np.minimum(1, ev["dur"].to_numpy()[a["ev"].to_numpy()])
     n_a = len(anc)
     ctx = sweep(
         np.concatenate([r["pid"].to_numpy(), a["launch_pid"].to_numpy()[ok]]),
@@ -58,15 +58,8 @@ def nest_cpu_ops(t: Trace) -> Trace:
         full = np.full(len(a), 0 if col == "bits" else -1, np.int64)
         full[ok] = x[n_r:]
         a["ctx_bits" if col == "bits" else col] = full
-    if t.mode == "cpu":  # a leaf op is its own launching op
-        own = np.searchsorted(r["ev"].to_numpy(), a["ev"].to_numpy())
-        own = np.where(
-            (own < n_r) & (take(r["ev"].to_numpy(), np.minimum(own, n_r - 1), -1) == a["ev"].to_numpy()),
-            own,
-            -1,
-        )
-        a["op_r"] = np.where(own >= 0, own, a["op_r"])
-        a["top_r"] = np.where(a["top_r"] < 0, own, a["top_r"])
+    if t.mode == "cpu":
+        _own_op_context(a, r)
     r_ev = r["ev"].to_numpy()
     a["op_id"] = take(r_ev, a["op_r"].to_numpy(), -1)
     a["op"] = pd.Categorical(take(t.names, a["op_id"].to_numpy(), ""))
@@ -74,6 +67,16 @@ def nest_cpu_ops(t: Trace) -> Trace:
     coll = take(as_str(ev["collective"]), comm_ev, "")
     a["comm_text"] = pd.Categorical(np.where(coll != "", coll, take(t.names, comm_ev, "")))
     return t
+
+
+def _own_op_context(a: pd.DataFrame, r: pd.DataFrame) -> None:
+    """CPU mode: every self-time piece of an op takes the context the op gives its own body
+    (the op pushed onto its enclosing context), so all pieces of one op share one context."""
+    r_ev = r["ev"].to_numpy()
+    own = lookup(pd.Series(np.arange(len(r)), index=r_ev), a["ev"].to_numpy())
+    ctx = own_context(r["flags"].to_numpy(), *(r[c].to_numpy() for c in CONTEXT + ("bits",)))
+    for col, x in zip(CONTEXT + ("ctx_bits",), ctx):
+        a[col] = take(x, own, 0 if col == "ctx_bits" else -1)
 
 
 def _ranges(t: Trace, kind: np.ndarray) -> pd.DataFrame:
