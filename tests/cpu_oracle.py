@@ -1,0 +1,113 @@
+"""An independent ground truth for CPU-only traces, written without tracekit's code.
+
+DESIGN.md: on CPU traces the tables are over CPU op *self* time (an op's duration minus the ops
+nested in it). The truth here is that rule read literally, with plain ``json`` and one stack
+walk per thread:
+
+* every CPU op's self time (``dur`` minus its direct child ops' ``dur``);
+* its step: the ProfilerStep range its start lies in;
+* its phase: optimizer inside ``Optimizer.step#``; backward inside a backward node (an op with
+  a forward-thread id, or ``autograd::engine::evaluate_function``); recompute when an
+  ``nn.Module`` frame opens inside that backward node (a module run again); else forward;
+* its module instance: forward and recompute, the innermost ``nn.Module`` frame around it;
+  backward, the module of the node's creator, the LAST forward op with the node's sequence
+  number that started before the node.
+
+Used by tests/test_cpu_truth.py, which compares tracekit with it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+
+MODULE = "nn.Module: "
+
+
+def _events(path: Path) -> list[dict]:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+
+
+def _kind(e: dict) -> str | None:
+    cat, name = str(e.get("cat", "")).lower(), e.get("name", "")
+    if name.startswith("ProfilerStep#"):
+        return None
+    if cat in ("cpu_op", "operator"):
+        return "op"
+    if name.startswith("Optimizer.step#"):
+        return "opt"
+    if cat == "python_function" and name.startswith(MODULE):
+        return "mod"
+    return None
+
+
+def _walk(events: list[dict]) -> list[dict]:
+    """One record per op: the op, its self time and the ranges open around it (outermost first)."""
+    threads: dict = defaultdict(list)
+    for e in events:
+        k = _kind(e)
+        if k:
+            threads[(e["pid"], e["tid"])].append((k, e))
+    ops = []
+    for items in threads.values():
+        items.sort(key=lambda x: (x[1]["ts"], -x[1]["dur"], x[0] == "op"))
+        stack: list[tuple[str, dict, dict | None]] = []
+        for k, e in items:
+            stack = [s for s in stack if s[1]["ts"] + s[1]["dur"] > e["ts"]]
+            rec = {"e": e, "ctx": [(sk, se) for sk, se, _ in stack], "self": e["dur"]} if k == "op" else None
+            if rec is not None:
+                parent = next((r for sk, _, r in reversed(stack) if sk == "op"), None)
+                if parent is not None:
+                    parent["self"] -= e["dur"]
+                ops.append(rec)
+            stack.append((k, e, rec))
+    return ops
+
+
+def _is_node(e: dict) -> bool:
+    a = e.get("args", {})
+    return a.get("Fwd thread id", 0) > 0 or e["name"].startswith("autograd::engine::evaluate_function")
+
+
+def truth(path: Path) -> Counter:
+    """Self time in microseconds per (step, phase, module instance); phase in forward,
+    backward, recompute, optimizer; the instance is the frame's name without "nn.Module: "."""
+    events = _events(path)
+    steps = [
+        (e["ts"], e["ts"] + e["dur"], int(e["name"][13:]))
+        for e in events
+        if e["name"].startswith("ProfilerStep#")
+    ]
+    ops = _walk(events)
+    creators: dict = defaultdict(list)  # sequence number -> [(start, module instance)]
+    for rec in ops:
+        e, a = rec["e"], rec["e"].get("args", {})
+        mods = [x["name"][len(MODULE) :] for k, x in rec["ctx"] if k == "mod"]
+        rec["module"] = mods[-1] if mods else ""
+        if a.get("Sequence number", -1) >= 0 and not _is_node(e):
+            creators[a["Sequence number"]].append((e["ts"], rec["module"]))
+    out: Counter = Counter()
+    for rec in ops:
+        e, ctx = rec["e"], rec["ctx"] + [("op", rec["e"])]
+        nodes = [i for i, (k, x) in enumerate(ctx) if k == "op" and _is_node(x)]
+        mods = [i for i, (k, _) in enumerate(ctx) if k == "mod"]
+        module = rec["module"]
+        if any(k == "opt" for k, _ in ctx):
+            phase = "optimizer"
+        elif not nodes:
+            phase = "forward"
+        elif mods and mods[-1] > nodes[-1]:
+            phase = "recompute"
+        else:
+            phase, node = "backward", ctx[nodes[-1]][1]
+            seq = node.get("args", {}).get("Sequence number", -1)
+            before = [m for t, m in creators.get(seq, []) if t < node["ts"]]
+            module = before[-1] if before else ""
+        step = next((s for lo, hi, s in steps if lo <= e["ts"] < hi), None)
+        if step is not None:
+            out[(step, phase, module)] += rec["self"]
+    return out

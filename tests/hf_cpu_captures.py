@@ -1,0 +1,95 @@
+"""Capture tiny HF models on CPU under torch.profiler, as a stranger would (no tracekit code):
+``python hf_cpu_captures.py OUT_DIR NAME...``; writes OUT_DIR/NAME.json per capture.
+
+Names: an architecture (llama, gpt2, opt, phi, qwen2, mistral, gemma, bloom, gpt_neox, falcon),
+optionally suffixed ``+ckpt`` (non-reentrant checkpointing), ``+ckpt_reentrant``, ``+lora``,
+``+compile``; or ``llama+generate``. Random weights from a config: nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+import transformers as T
+from torch.profiler import ProfilerActivity, profile, schedule
+
+SMALL = dict(
+    hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=128, vocab_size=256
+)
+CONFIGS = {
+    "llama": lambda: T.LlamaConfig(**SMALL, num_key_value_heads=2),
+    "gpt2": lambda: T.GPT2Config(n_embd=64, n_head=4, n_layer=2, vocab_size=256, n_positions=128),
+    "opt": lambda: T.OPTConfig(
+        hidden_size=64,
+        num_attention_heads=4,
+        num_hidden_layers=2,
+        ffn_dim=128,
+        vocab_size=256,
+        word_embed_proj_dim=64,
+        max_position_embeddings=128,
+    ),
+    "phi": lambda: T.PhiConfig(**SMALL),
+    "qwen2": lambda: T.Qwen2Config(**SMALL, num_key_value_heads=2),
+    "mistral": lambda: T.MistralConfig(**SMALL, num_key_value_heads=2),
+    "gemma": lambda: T.GemmaConfig(**SMALL, num_key_value_heads=2, head_dim=16),
+    "bloom": lambda: T.BloomConfig(hidden_size=64, n_head=4, n_layer=2, vocab_size=256),
+    "gpt_neox": lambda: T.GPTNeoXConfig(**SMALL),
+    "falcon": lambda: T.FalconConfig(
+        hidden_size=64, num_attention_heads=4, num_hidden_layers=2, vocab_size=256
+    ),
+}
+
+
+def _step_fn(name: str):
+    arch, _, variant = name.partition("+")
+    torch.manual_seed(0)
+    model = T.AutoModelForCausalLM.from_config(CONFIGS[arch]())
+    x = torch.randint(0, 256, (2, 32))
+    if variant == "generate":
+        model.eval()
+
+        def generate() -> None:
+            with torch.no_grad():
+                model.generate(x, max_new_tokens=3, do_sample=False, pad_token_id=0)
+
+        return generate
+    if variant.startswith("ckpt"):
+        model.gradient_checkpointing_enable({"use_reentrant": variant == "ckpt_reentrant"})
+    if variant == "lora":
+        import peft
+
+        model = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    if variant == "compile":
+        model = torch.compile(model)
+    model.train()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+
+    def train() -> None:
+        model(input_ids=x, labels=x).loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    return train
+
+
+def capture(name: str, out: Path) -> None:
+    step = _step_fn(name)
+    step()  # warm-up outside the profiler (compilation, allocator)
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=0, warmup=1, active=2, repeat=1),
+        with_stack=True,
+        record_shapes=True,
+        on_trace_ready=lambda p: p.export_chrome_trace(str(out)),
+    ) as prof:
+        for _ in range(4):
+            step()
+            prof.step()
+
+
+if __name__ == "__main__":
+    out_dir = Path(sys.argv[1])
+    for n in sys.argv[2:]:
+        capture(n, out_dir / f"{n}.json")
