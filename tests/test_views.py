@@ -171,6 +171,7 @@ def _layer_intervals(
                     "stage": "",
                     "start": t,
                     "end": t + int(ms * 1e6),
+                    "count": 1,
                 }
             )
             t += int(ms * 1e6) + 10

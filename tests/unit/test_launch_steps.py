@@ -31,7 +31,9 @@ def test_join_launches_joins_by_correlation_id_only():
     assert not a.loc["orphan", "launched"] and a.loc["orphan", "launch_pid"] == -1
     assert a.loc["orphan", "launch_ts"] == 230  # no launch: its own start
     assert any(
-        "2 of 4 device activities have no launching runtime call in the file" in w.message for w in t.warnings
+        w.code == "no_launch"
+        and w.message.startswith("2 of 4 device activities (33.3% of device time) have no")
+        for w in t.warnings
     )
 
 
