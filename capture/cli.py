@@ -117,6 +117,23 @@ def _finish(result: dict, out: Path, started: float, echo) -> None:
     echo(f"analyse with: tracekit analyze {out}")
 
 
+def _check_train(batch_size, zero, offload, finetune_mode, attention, nproc_per_node) -> bool:
+    """Refuse a training capture that cannot run here, before anything starts; True on a GPU host."""
+    if batch_size < 1:
+        raise CaptureError(f"--batch-size must be at least 1, got {batch_size}")
+    if offload and zero == 0:
+        raise CaptureError("--offload needs --zero 1, 2 or 3")
+    checks.require()
+    gpus = checks.gpu_count()
+    gpu = gpus > 0
+    checks.ranks(nproc_per_node, gpus)
+    _check_attention(attention, gpu)
+    finetune.check(finetune_mode, gpu)
+    if finetune_mode == "qlora" and zero == 3:
+        raise CaptureError("--qlora runs with --zero 0, 1 or 2 (4-bit weights cannot be ZeRO-3 partitioned)")
+    return gpu
+
+
 @capture.command(cls=_Command)
 @_common
 @click.option("--seq-len", type=int, default=350, show_default=True, help="Tokens per sequence.")
@@ -158,19 +175,8 @@ def train(
     started = time.monotonic()
     shape = model_shape(model, layers)
     check_sequence_length(shape, seq_len, "--seq-len")
-    if batch_size < 1:
-        raise CaptureError(f"--batch-size must be at least 1, got {batch_size}")
-    if offload and zero == 0:
-        raise CaptureError("--offload needs --zero 1, 2 or 3")
     output.check_out(out, force)  # a previous run is refused before any dependency is looked for
-    checks.require()
-    gpus = checks.gpu_count()
-    gpu = gpus > 0
-    checks.ranks(nproc_per_node, gpus)
-    _check_attention(attention, gpu)
-    finetune.check(finetune_mode, gpu)
-    if finetune_mode == "qlora" and zero == 3:
-        raise CaptureError("--qlora runs with --zero 0, 1 or 2 (4-bit weights cannot be ZeRO-3 partitioned)")
+    gpu = _check_train(batch_size, zero, offload, finetune_mode, attention, nproc_per_node)
     dtype = _resolve_dtype(dtype, gpu)
     warmup = 2 if warmup is None else warmup
     ds_config = deepspeed_config(batch_size=batch_size, zero=zero, offload=offload, dtype=dtype, gpu=gpu)
@@ -206,6 +212,26 @@ def train(
     )
     result = launch.run(spec, nproc=nproc_per_node, argv=_argv(), options=options, config=config)
     _finish(result, out, started, click.echo)
+
+
+def _check_infer(engine: str, attention: str, dtype: str | None) -> tuple[bool, str]:
+    """Refuse an inference capture that cannot run here; (GPU host, compute dtype)."""
+    if engine == "lightllm":
+        from . import lightllm
+
+        lightllm.check()
+        checks.require(("torch",), why="--engine lightllm")
+    else:
+        checks.require(("torch", "transformers"), why="tracekit capture infer")
+    gpu = checks.gpu_count() > 0
+    if engine == "lightllm" and not gpu:
+        raise CaptureError("--engine lightllm needs a CUDA GPU; none is visible (use --engine hf)")
+    if engine == "hf":
+        _check_attention(attention, gpu)
+    dtype = _resolve_dtype(dtype, gpu)
+    if engine == "lightllm" and dtype != "bf16":
+        raise CaptureError("--engine lightllm runs in bf16 here; drop --dtype fp32")
+    return gpu, dtype
 
 
 @capture.command(cls=_Command)
@@ -250,23 +276,7 @@ def infer(
     if batch_size < 1:
         raise CaptureError(f"--batch-size must be at least 1, got {batch_size}")
     output.check_out(out, force)  # a previous run is refused before any dependency is looked for
-    if engine == "lightllm":
-        from . import lightllm
-
-        lightllm.check()
-        checks.require(("torch",), why="--engine lightllm")
-        gpus = checks.gpu_count()
-    else:
-        checks.require(("torch", "transformers"), why="tracekit capture infer")
-        gpus = checks.gpu_count()
-    gpu = gpus > 0
-    if engine == "lightllm" and not gpu:
-        raise CaptureError("--engine lightllm needs a CUDA GPU; none is visible (use --engine hf)")
-    if engine == "hf":
-        _check_attention(attention, gpu)
-    dtype = _resolve_dtype(dtype, gpu)
-    if engine == "lightllm" and dtype != "bf16":
-        raise CaptureError("--engine lightllm runs in bf16 here; drop --dtype fp32")
+    gpu, dtype = _check_infer(engine, attention, dtype)
     warmup = 1 if warmup is None else warmup
     out = output.prepare(out, force)
     spec = {

@@ -56,7 +56,6 @@ def run(spec: dict, *, nproc: int, argv: list[str] | None, options: dict, config
     out = Path(spec["out"])
     spec_path = out / "logs" / "spec.json"
     write_json(spec_path, spec)
-    started = now()
     threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
     environment = {
         "world_size": nproc,
@@ -64,50 +63,14 @@ def run(spec: dict, *, nproc: int, argv: list[str] | None, options: dict, config
         "gpu": spec["gpu"],
         "backend": ("nccl" if spec["gpu"] else "gloo") if spec["kind"] == "train" else None,
     }
+    record = dict(
+        kind=spec["kind"], argv=argv, options=options, config=config, env=environment, started=now()
+    )
     with _InterruptFlag() as ctrl_c:  # from here on Ctrl-C is recorded, never an exception
-        write_json(
-            out / MANIFEST,
-            manifest(
-                kind=spec["kind"],
-                argv=argv,
-                options=options,
-                config=config,
-                env=environment,
-                ranks=[],
-                status="running",
-                started=started,
-            ),
-        )
-        port = free_port()
-        procs = []
-        for rank in range(nproc):
-            log = open(log_path(out, rank), "wb")  # noqa: SIM115 (closed when the worker ends)
-            procs.append(
-                (
-                    subprocess.Popen(
-                        [sys.executable, "-m", "tracekit.capture.worker", str(spec_path)],
-                        env=rank_environment(rank, nproc, port, threads),
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                    ),
-                    log,
-                )
-            )
+        write_json(out / MANIFEST, manifest(**record, ranks=[], status="running"))
+        procs = _start_workers(out, spec_path, nproc, threads)
         codes, interrupted = _wait(procs, ctrl_c)
-    ranks = []
-    for rank in range(nproc):
-        status = read_json(status_path(out, rank)) or {
-            "rank": rank,
-            "state": "failed",
-            "error": "the process left no status",
-        }
-        status["exit_code"] = codes[rank]
-        if codes[rank] != 0 and status.get("state") not in ("failed", "interrupted"):
-            status["state"] = "interrupted" if interrupted else "failed"
-            status["error"] = status.get("error") or _killed(codes[rank])
-        status["log"] = str(log_path(out, rank).relative_to(out))
-        ranks.append(status)
+    ranks = [_rank_status(out, rank, codes[rank], interrupted) for rank in range(nproc)]
     failed = [r for r in ranks if r["state"] != "finished"]
     first = min(failed, key=lambda r: (r["exit_code"] in (None, -15), r["rank"])) if failed else None
     error = f"rank {first['rank']}: {first['error']}" if first else None
@@ -115,17 +78,7 @@ def run(spec: dict, *, nproc: int, argv: list[str] | None, options: dict, config
         done = min((r.get("completed_steps", 0) for r in ranks), default=0)
         error = f"interrupted (Ctrl-C) after {done} finished steps"
     state = "interrupted" if interrupted else ("failed" if failed else "finished")
-    result = manifest(
-        kind=spec["kind"],
-        argv=argv,
-        options=options,
-        config=config,
-        env=environment,
-        ranks=ranks,
-        status=state,
-        started=started,
-        error=error,
-    )
+    result = manifest(**record, ranks=ranks, status=state, error=error)
     write_json(out / MANIFEST, result)
     kept = [r["trace"] for r in ranks if r.get("trace")]
     if interrupted:
@@ -137,6 +90,38 @@ def run(spec: dict, *, nproc: int, argv: list[str] | None, options: dict, config
         tail = f"; traces kept: {', '.join(kept)}" if kept else ""
         raise CaptureError(f"capture failed on {error} (log: {out / first['log']}){tail}")
     return result
+
+
+def _start_workers(out: Path, spec_path: Path, nproc: int, threads: int) -> list:
+    """One worker process per rank, its output in the rank's log: (process, log file) each."""
+    port = free_port()
+    procs = []
+    for rank in range(nproc):
+        log = open(log_path(out, rank), "wb")  # noqa: SIM115 (closed when the worker ends)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tracekit.capture.worker", str(spec_path)],
+            env=rank_environment(rank, nproc, port, threads),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        procs.append((proc, log))
+    return procs
+
+
+def _rank_status(out: Path, rank: int, code: int | None, interrupted: bool) -> dict:
+    """What the rank's worker reported, with its exit code and the state a dead worker left."""
+    status = read_json(status_path(out, rank)) or {
+        "rank": rank,
+        "state": "failed",
+        "error": "the process left no status",
+    }
+    status["exit_code"] = code
+    if code != 0 and status.get("state") not in ("failed", "interrupted"):
+        status["state"] = "interrupted" if interrupted else "failed"
+        status["error"] = status.get("error") or _killed(code)
+    status["log"] = str(log_path(out, rank).relative_to(out))
+    return status
 
 
 def _killed(code: int | None) -> str:

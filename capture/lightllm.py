@@ -122,43 +122,13 @@ def _random_weights(shape, seed: int) -> dict:
     return weights
 
 
-def run(spec: dict, report) -> None:
-    import torch
-    import torch.distributed as dist
-    from lightllm.common.basemodel.batch_objs import ModelInput
-    from lightllm.distributed import dist_group_manager
-    from lightllm.models import get_model
-    from lightllm.server.api_cli import make_argument_parser
-    from lightllm.utils.dist_utils import init_distributed_env
-    from lightllm.utils.envs_utils import set_env_start_args
-
-    from .checks import devices
+def _kvargs(args, model_dir: Path, shape, spec: dict, max_len: int) -> dict:
+    """The keyword arguments of LightLLM's ``get_model``, as its static-inference benchmark
+    sets them, for one rank with no tensor parallelism and no CUDA graphs."""
     from .launch import free_port
 
-    report(devices=devices())
-    shape = model_shape(spec["model"], spec["layers"])
-    batch, prompt_len, gen_len = spec["batch_size"], spec["prompt_len"], spec["gen_len"]
-    model_dir = Path(spec["out"]) / "logs" / "lightllm_model"
-    model_dir.mkdir(parents=True, exist_ok=True)
-    config = _hf_config(shape)
-    (model_dir / "config.json").write_text(json.dumps(config, indent=2))
-
-    max_len = prompt_len + gen_len + WARMUP_DECODES
-    args = make_argument_parser().parse_args(
-        [
-            "--model_dir",
-            str(model_dir),
-            "--tp",
-            "1",
-            "--data_type",
-            "bf16",
-            "--disable_cudagraph",
-            "--max_req_total_len",
-            str(max_len),
-        ]
-    )
-    set_env_start_args(args)
-    kvargs = {
+    batch = spec["batch_size"]
+    return {
         "args": args,
         "nccl_host": "127.0.0.1",
         "nccl_port": free_port(),
@@ -174,11 +144,32 @@ def run(spec: dict, report) -> None:
         "graph_max_batch_size": batch,
         "mem_fraction": 0.8,
         "max_req_num": 2 * batch + 8,
-        "batch_max_tokens": max(batch * prompt_len, max_len),
+        "batch_max_tokens": max(batch * spec["prompt_len"], max_len),
         "run_mode": "normal",
         "max_seq_length": max_len,
         "disable_cudagraph": True,
     }
+
+
+def _build(spec: dict, shape):
+    """LightLLM's Llama with random weights (only config.json is written, under logs/)."""
+    from lightllm.distributed import dist_group_manager
+    from lightllm.models import get_model
+    from lightllm.server.api_cli import make_argument_parser
+    from lightllm.utils.dist_utils import init_distributed_env
+    from lightllm.utils.envs_utils import set_env_start_args
+
+    model_dir = Path(spec["out"]) / "logs" / "lightllm_model"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    config = _hf_config(shape)
+    (model_dir / "config.json").write_text(json.dumps(config, indent=2))
+    max_len = spec["prompt_len"] + spec["gen_len"] + WARMUP_DECODES
+    args = make_argument_parser().parse_args(
+        ["--model_dir", str(model_dir), "--tp", "1", "--data_type", "bf16", "--disable_cudagraph"]
+        + ["--max_req_total_len", str(max_len)]
+    )
+    set_env_start_args(args)
+    kvargs = _kvargs(args, model_dir, shape, spec, max_len)
     init_distributed_env(kvargs)
     dist_group_manager.create_groups(group_size=1)
     try:
@@ -186,11 +177,26 @@ def run(spec: dict, report) -> None:
     except Exception as err:
         raise CaptureError(f"LightLLM could not build the model: {type(err).__name__}: {err}") from err
     annotate(model)
+    return model
 
-    generator = torch.Generator().manual_seed(spec["seed"] + 1000)
 
-    def prefill():
-        tokens = torch.randint(0, shape.vocab_size, (batch * prompt_len,), generator=generator).cuda()
+class _Requests:
+    """A batch of requests against LightLLM's token KV cache: prefill, decode steps, release."""
+
+    def __init__(self, model, spec: dict, vocab_size: int) -> None:
+        import torch
+
+        self.model, self.vocab_size = model, vocab_size
+        self.batch, self.prompt_len = spec["batch_size"], spec["prompt_len"]
+        self.generator = torch.Generator().manual_seed(spec["seed"] + 1000)
+
+    def prefill(self):
+        import torch
+        from lightllm.common.basemodel.batch_objs import ModelInput
+
+        batch, prompt_len, model = self.batch, self.prompt_len, self.model
+        n = batch * prompt_len
+        tokens = torch.randint(0, self.vocab_size, (n,), generator=self.generator).cuda()
         req = torch.tensor(
             [model.req_manager.alloc() for _ in range(batch)], dtype=torch.int32, device="cuda"
         )
@@ -199,59 +205,63 @@ def run(spec: dict, report) -> None:
         mem = model.req_manager.mem_manager.alloc(tokens.shape[0]).cuda()
         logits = model.forward(
             ModelInput(
-                batch,
-                batch * prompt_len,
-                prompt_len,
-                tokens,
-                mem,
-                req,
-                seq_len,
-                is_prefill=True,
-                b_ready_cache_len=ready,
+                batch, n, prompt_len, tokens, mem, req, seq_len, is_prefill=True, b_ready_cache_len=ready
             )
         ).logits
-        state = {"req": req, "seq_len": seq_len, "total": batch * prompt_len, "max_len": prompt_len}
+        state = {"req": req, "seq_len": seq_len, "total": n, "max_len": prompt_len}
         return state, torch.argmax(logits, dim=-1, keepdim=True)
 
-    def decode(state, token):
+    def decode(self, state, token):
+        import torch
+        from lightllm.common.basemodel.batch_objs import ModelInput
+
         state["seq_len"] += 1
-        state["total"] += batch
+        state["total"] += self.batch
         state["max_len"] += 1
-        mem = model.req_manager.mem_manager.alloc(batch).cuda()
-        logits = model.forward(
-            ModelInput(
-                batch,
-                state["total"],
-                state["max_len"],
-                token.view(-1),
-                mem,
-                state["req"],
-                state["seq_len"],
-                is_prefill=False,
-            )
-        ).logits
+        mem = self.model.req_manager.mem_manager.alloc(self.batch).cuda()
+        step = ModelInput(
+            self.batch,
+            state["total"],
+            state["max_len"],
+            token.view(-1),
+            mem,
+            state["req"],
+            state["seq_len"],
+            is_prefill=False,
+        )
+        logits = self.model.forward(step).logits
         return state, torch.argmax(logits, dim=-1, keepdim=True)
 
-    def release():
-        model.req_manager.free_all()
-        model.mem_manager.free_all()
+    def release(self) -> None:
+        self.model.req_manager.free_all()
+        self.model.mem_manager.free_all()
 
-    warmup = spec["warmup"]
+
+def run(spec: dict, report) -> None:
+    """Profile ``gen_len`` generation steps (a prefill, then decodes) after the warm-up."""
+    import torch
+    import torch.distributed as dist
+
+    from .checks import devices
+
+    report(devices=devices())
+    shape = model_shape(spec["model"], spec["layers"])
+    requests = _Requests(_build(spec, shape), spec, shape.vocab_size)
+    warmup, steps = spec["warmup"], spec["gen_len"]
+    out = Path(spec["out"])
     with (
         torch.no_grad(),
-        profiler(
-            Path(spec["out"]), 0, warmup=warmup, steps=gen_len, gpu=True, with_stack=spec["with_stack"]
-        ) as prof,
+        profiler(out, 0, warmup=warmup, steps=steps, gpu=True, with_stack=spec["with_stack"]) as prof,
     ):
         generation_steps(
             prof,
             report,
             warmup=warmup,
-            steps=gen_len,
-            prefill=prefill,
-            decode=decode,
+            steps=steps,
+            prefill=requests.prefill,
+            decode=requests.decode,
             phase=phase,
-            after_warmup=release,
+            after_warmup=requests.release,
         )
-    release()
+    requests.release()
     dist.destroy_process_group()

@@ -53,6 +53,16 @@ def run(spec: dict, report) -> None:
         device = torch.device("cpu")
     deepspeed.init_distributed(dist_backend="nccl" if gpu else "gloo", verbose=False)
     report(devices=devices(), backend=torch.distributed.get_backend())
+    engine = _engine(spec, device)
+    _train_steps(spec, engine, rank, report)
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def _engine(spec: dict, device):
+    """The annotated model (fine-tuning adapters, recomputation) inside a DeepSpeed engine."""
+    import deepspeed
+    import torch
 
     shape = model_shape(spec["model"], spec["layers"])
     dtype = getattr(torch, {"bf16": "bfloat16", "fp32": "float32"}[spec["dtype"]])
@@ -64,33 +74,39 @@ def run(spec: dict, report) -> None:
         spec["attention"],
         spec["dtype"],
         seed=spec["seed"],
-        device=device if gpu and spec["finetune"] != "qlora" else None,
+        device=device if spec["gpu"] and spec["finetune"] != "qlora" else None,
     )
     if spec["recompute"]:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
     model = finetune.apply(model, spec["finetune"], dtype)
     annotate_modules(model, strip=finetune.PEFT_PREFIXES)
-
     engine, _, _, _ = deepspeed.initialize(
         model=model,
         model_parameters=[p for p in model.parameters() if p.requires_grad],
         config=str(Path(spec["out"]) / DEEPSPEED_CONFIG),
     )
     engine.train()
+    return engine
 
+
+def _train_steps(spec: dict, engine, rank: int, report) -> None:
+    """The warm-up and recorded steps: forward, backward, optimizer, each in its phase range."""
+    import torch
+
+    vocab_size = model_shape(spec["model"], spec["layers"]).vocab_size
     generator = torch.Generator().manual_seed(spec["seed"] + 1000 + rank)
     batch_shape = (spec["batch_size"], spec["seq_len"])
     warmup, steps = spec["warmup"], spec["steps"]
     # Fault injection for tests and for checking crash behaviour: fail when this step starts.
     fail_at = int(os.environ.get("TRACEKIT_CAPTURE_FAIL_AT_STEP", "-1"))
     with profiler(
-        Path(spec["out"]), rank, warmup=warmup, steps=steps, gpu=gpu, with_stack=spec["with_stack"]
+        Path(spec["out"]), rank, warmup=warmup, steps=steps, gpu=spec["gpu"], with_stack=spec["with_stack"]
     ) as prof:
         for step in range(warmup + steps):
             if step == fail_at:
                 raise RuntimeError(f"failure injected at step {step} (TRACEKIT_CAPTURE_FAIL_AT_STEP)")
-            tokens = torch.randint(0, shape.vocab_size, batch_shape, generator=generator).to(engine.device)
+            tokens = torch.randint(0, vocab_size, batch_shape, generator=generator).to(engine.device)
             with phase("forward"):
                 loss = engine(input_ids=tokens, labels=tokens).loss
             with phase("backward"):
@@ -103,5 +119,3 @@ def run(spec: dict, report) -> None:
                 completed_steps=max(0, step + 1 - warmup),
                 loss=float(loss.detach().float().item()),
             )
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
