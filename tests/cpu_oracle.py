@@ -8,7 +8,10 @@ walk per thread:
 * its step: the ProfilerStep range its start lies in;
 * its phase: optimizer inside ``Optimizer.step#``; backward inside a backward node (an op with
   a forward-thread id, or ``autograd::engine::evaluate_function``); recompute when an
-  ``nn.Module`` frame opens inside that backward node (a module run again); else forward;
+  ``nn.Module`` frame opens inside that backward node (a module run again); otherwise, on
+  DeepSpeed, what its engine's own ``backward`` or ``step`` frame holds (loss scaling and the
+  gradient reduction after autograd are backward, the grad norm before ``Optimizer.step#``
+  optimizer: issue 12.11); else forward;
 * its module instance: forward and recompute, the innermost ``nn.Module`` frame around it;
   backward, the module of the node's creator, the LAST forward op with the node's sequence
   number that started before the node.
@@ -24,6 +27,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 MODULE = "nn.Module: "
+#: DeepSpeed's engine.backward and engine.step Python frames ("deepspeed/runtime/engine.py(N): step").
+ENGINE = {"backward": "backward", "step": "optimizer"}
 
 
 def _events(path: Path) -> list[dict]:
@@ -42,6 +47,8 @@ def _kind(e: dict) -> str | None:
         return "opt"
     if cat == "python_function" and name.startswith(MODULE):
         return "mod"
+    if cat == "python_function" and name.startswith("deepspeed/runtime/engine.py("):
+        return "engine" if name.rpartition(": ")[2] in ENGINE else None
     return None
 
 
@@ -96,10 +103,11 @@ def truth(path: Path) -> Counter:
         nodes = [i for i, (k, x) in enumerate(ctx) if k == "op" and _is_node(x)]
         mods = [i for i, (k, _) in enumerate(ctx) if k == "mod"]
         module = rec["module"]
+        engine = [ENGINE[x["name"].rpartition(": ")[2]] for k, x in ctx if k == "engine"]
         if any(k == "opt" for k, _ in ctx):
             phase = "optimizer"
         elif not nodes:
-            phase = "forward"
+            phase = engine[-1] if engine else "forward"
         elif mods and mods[-1] > nodes[-1]:
             phase = "recompute"
         else:

@@ -3,7 +3,8 @@
 
 Names: an architecture (llama, gpt2, opt, phi, qwen2, mistral, gemma, bloom, gpt_neox, falcon),
 optionally suffixed ``+ckpt`` (non-reentrant checkpointing), ``+ckpt_reentrant``, ``+lora``,
-``+compile``; or ``llama+generate``. Random weights from a config: nothing is downloaded.
+``+compile``, ``+zero2`` or ``+zero3`` (a DeepSpeed engine on one gloo rank); or
+``llama+generate``. Random weights from a config: nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ def _step_fn(name: str):
         model = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     if variant == "compile":
         model = torch.compile(model)
+    if variant.startswith("zero"):
+        return _deepspeed_step(model, x, int(variant[4:]))
     model.train()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
 
@@ -70,6 +73,40 @@ def _step_fn(name: str):
         model(input_ids=x, labels=x).loss.backward()
         opt.step()
         opt.zero_grad()
+
+    return train
+
+
+def _deepspeed_step(model, x, stage: int):
+    """A DeepSpeed engine with ZeRO ``stage`` on one CPU rank (gloo), AdamW in torch."""
+    import os
+
+    import deepspeed
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+
+    for k, v in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
+        os.environ.setdefault(k, v)
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    # DeepSpeed would compile its shared-memory all-reduce op (minutes); training never uses it.
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    if builder is not None:
+        deepspeed.ops.__compatible_ops__[builder.NAME] = False
+    if not deepspeed.comm.is_initialized():
+        deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+    config = {
+        "train_micro_batch_size_per_gpu": 2,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
+        "zero_optimization": {"stage": stage},
+        "gradient_clipping": 1.0,
+        "steps_per_print": 1_000_000,
+    }
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    engine.train()
+
+    def train() -> None:
+        engine.backward(engine(input_ids=x, labels=x).loss)
+        engine.step()
 
     return train
 
