@@ -353,8 +353,8 @@ def _files_to_read(
 
 
 def tabulate_file(path: str | os.PathLike, options: Options) -> tuple[Attributed, dict]:
-    """:func:`analyse_file`, and the file's tables as one rank: per step and mean over steps,
-    unfiltered, keyed ``(kind, name)``. Run in a worker (pool or Dask), so the parent only
+    """:func:`analyse_file`, and the file's tables as one rank: the means over steps and the
+    self-checks, unfiltered, keyed ``(kind, name)``. Run in a worker (pool or Dask), so the parent only
     gathers small tables: a rank's tables cost the parent nothing but their concatenation."""
     att = analyse_file(path, options)
     one = Analysis(path=os.fspath(path), ranks={0: att})
@@ -362,7 +362,10 @@ def tabulate_file(path: str | os.PathLike, options: Options) -> tuple[Attributed
         if not spec.cross_rank and spec.derive is None:
             one._rank_table(name, 0, per_step=False)
     one._phase_means(0)
-    return att, {k[:2]: v for k, v in one._computed.items()}
+    # Per-step tables stay here: the report needs only the means (and --per-step recomputes
+    # them from the intervals); shipping them would add a third to what the parent unpickles
+    # and keeps per rank.
+    return att, {k[:2]: v for k, v in one._computed.items() if k[0] != "step"}
 
 
 def _analyse_only(path: str | os.PathLike, options: Options) -> tuple[Attributed, dict]:
