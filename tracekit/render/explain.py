@@ -78,21 +78,7 @@ def chain_lines(i: int, c: dict, several_files: bool = False) -> list[str]:
     if several_files:
         per_file = ", ".join(f"{n} in {f}" for f, n in c["files"].items())
         out.append(_row("file", f"{c['file']} (the chain: {per_file})"))
-    ln = c["launch"]
-    if ln is None:
-        why, evidence = MISSING.get(c.get("launch_missing") or "", ("not recorded", ""))
-        out.append(_row("launch", f"none in the file: {why}"))
-        if evidence:
-            out.append(_row("", f"(its correlation id {a['correlation']} is {evidence})"))
-    else:
-        out.append(
-            _row(
-                "launch",
-                f"{ln['runtime'] or 'the op itself'}"
-                f"{'' if ln['correlation'] is None else ', correlation ' + str(ln['correlation'])}"
-                f", at {_ms(ln['ts_ms'])} on thread {ln['tid']}",
-            )
-        )
+    out += _launch_lines(c)
     for k, op in enumerate(c["op_stack"]):
         seq = f" seq {op['seq']}" if op["seq"] is not None else ""
         out.append(
@@ -114,16 +100,40 @@ def chain_lines(i: int, c: dict, several_files: bool = False) -> list[str]:
         )
         seq = f" (seq {b['seq']})" if b["seq"] is not None else ""
         out.append(_row("backward", f"node {b['node'] or '?'}{seq} -> {fwd}; link: {b['link']}"))
-    out.append(_row("phase", f"{c['phase']['phase']} (evidence: {c['phase']['evidence']})"))
+    out += _label_lines(c)
+    return out
+
+
+def _launch_lines(c: dict) -> list[str]:
+    """The launch row: the runtime call, or why there is none in the file."""
+    ln = c["launch"]
+    if ln is not None:
+        corr = "" if ln["correlation"] is None else f", correlation {ln['correlation']}"
+        return [
+            _row(
+                "launch",
+                f"{ln['runtime'] or 'the op itself'}{corr}, at {_ms(ln['ts_ms'])} on thread {ln['tid']}",
+            )
+        ]
+    why, evidence = MISSING.get(c.get("launch_missing") or "", ("not recorded", ""))
+    out = [_row("launch", f"none in the file: {why}")]
+    if evidence:
+        out.append(_row("", f"(its correlation id {c['activity']['correlation']} is {evidence})"))
+    return out
+
+
+def _label_lines(c: dict) -> list[str]:
+    """Phase, step, categories and the table cells of a chain."""
     s = c["step"]
     renumbered = (
         f"; step {s['in_file']} of its file, renumbered" if s.get("in_file", s["step"]) != s["step"] else ""
     )
-    out.append(
-        _row("step", f"{s['step']} (by {s['by']}{renumbered})" if s["step"] >= 0 else "outside every step")
-    )
     k, mc = c["kernel_category"], c["module_category"]
-    out.append(_row("category", f"{k['group']} / {k['category']} (rule {k['rule']})"))
+    out = [
+        _row("phase", f"{c['phase']['phase']} (evidence: {c['phase']['evidence']})"),
+        _row("step", f"{s['step']} (by {s['by']}{renumbered})" if s["step"] >= 0 else "outside every step"),
+        _row("category", f"{k['group']} / {k['category']} (rule {k['rule']})"),
+    ]
     if mc["category"]:
         out.append(_row("module cat", f"{mc['category']} (rule {mc['rule']})"))
     out.append(_row("tables", cells(c)))
