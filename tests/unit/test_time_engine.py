@@ -42,23 +42,13 @@ def test_find_windows_tiles_each_step_and_keeps_int64():
     assert t.windows["complete"].all()
 
 
-def test_find_windows_marks_a_cut_first_inferred_step():
-    """Steps inferred from Optimizer.step: the first starts where the trace starts, so the
-    window may have cut it; ProfilerStep ranges are whole by construction."""
-    rows = (
-        [(1, 0, 1, "forward", "compute")]
-        + [(k, 100 * k, 100 * k + 90, "forward", "compute") for k in (2, 3, 4)]
-        + [(5, 500, 501, "forward", "compute")]
-    )
-    t = _acts(rows)
-    t.meta["step_source"] = "Optimizer.step"
-    t = find_windows(t)
-    assert t.steps["complete"].tolist() == [False, True, True, True, True]
+def test_find_windows_marks_a_cut_first_step():
+    rows = [(1, 0, 1, "forward", "compute")] + [
+        (k, 100 * k, 100 * k + 90, "forward", "compute") for k in (2, 3, 4)
+    ]
+    t = find_windows(_acts(rows))
+    assert t.steps["complete"].tolist() == [False, True, True, True]
     assert [(w.code, w.step) for w in t.warnings] == [("step_cut", 1)]
-    marked = _acts(rows)
-    marked.meta["step_source"] = "ProfilerStep"
-    marked = find_windows(marked)
-    assert marked.steps["complete"].all() and not marked.warnings
 
 
 def test_add_shares_splits_instants_and_hides_comm_under_compute():

@@ -31,12 +31,8 @@ def find_windows(t: Trace) -> Trace:
     none); ``t.windows``: one row per (step, window) with window in ``step``, ``forward``,
     ``backward``, ``unattributed``, ``optimizer``: ``start``, ``end``, ``complete``.
     Guarantees: a step's phase windows tile its step window in order; times stay int64
-    (epoch nanoseconds do not survive float64). Every step is complete, except where the
-    profiling window can cut one: a ProfilerStep range opens and closes at ``prof.step()``, so
-    marked steps are whole by construction (and splitting a run into window files changes
-    nothing); a step inferred from ``Optimizer.step`` boundaries starts at the trace's first
-    event, so the FIRST inferred step is incomplete when it is under 10% of the median step
-    (a warning names it).
+    (epoch nanoseconds do not survive float64). The first/last step is incomplete when it is
+    under 10% of the median step (cut by the profiling window; a warning names it).
     """
     a = t.acts
     iv = a[a["step"].to_numpy() >= 0]
@@ -56,7 +52,7 @@ def find_windows(t: Trace) -> Trace:
     steps["t_unattributed"] = _t_unattributed(iv, steps, t_bwd, t_opt)
     steps["t_optimizer"] = t_opt.astype(np.int64)
     steps = steps.reset_index()
-    steps["complete"] = _complete(steps, t.warnings, t.meta.get("step_source") == "Optimizer.step")
+    steps["complete"] = _complete(steps, t.warnings)
     cpu = t.step_ranges.drop_duplicates("step").set_index("step") if len(t.step_ranges) else None
     for col in ("cpu_start", "cpu_end"):
         v = cpu[col].reindex(steps["step"]) if cpu is not None else None
@@ -81,20 +77,20 @@ def _t_unattributed(
     return np.clip(out, t_bwd, t_opt).astype(np.int64)
 
 
-def _complete(steps: pd.DataFrame, warnings: list, inferred: bool) -> np.ndarray:
+def _complete(steps: pd.DataFrame, warnings: list) -> np.ndarray:
     """Steps whose window was not cut by the profiling window (see :func:`find_windows`)."""
     complete = np.ones(len(steps), bool)
-    if inferred and len(steps) >= 3:
+    if len(steps) >= 3:
         dur = (steps["end"] - steps["start"]).to_numpy()
         med = float(np.median(dur))
         cut = np.zeros(len(steps), bool)
-        cut[0] = dur[0] < CUT_FRACTION * med
+        cut[[0, -1]] = dur[[0, -1]] < CUT_FRACTION * med
         complete &= ~cut
         warnings += [
             TraceWarning(
                 "step_cut",
-                "the first step inferred from Optimizer.step looks cut by the profiling "
-                "window (under 10% of the median step); left out of the means",
+                "the step looks cut by the profiling window "
+                "(under 10% of the median step); left out of the means",
                 step=int(s),
             )
             for s in steps.loc[cut, "step"]
