@@ -101,25 +101,29 @@ def _thread_parents(s: np.ndarray, e: np.ndarray, cand: np.ndarray):
     return depth, parent, proper
 
 
+def _one_axis(pid, tid, start, end):
+    """Times of sorted-by-thread elements moved so that all threads can be swept as one: each
+    time is replaced by its rank among all times (order and ties kept), and thread k's ranks
+    are shifted onto their own stretch [k * width, (k + 1) * width) of one axis, so no element
+    of one thread can contain another thread's. Returns (start, end) on that axis, and the
+    sorted distinct times with the width: a position x on the axis is time ``times[x % width]``."""
+    n = len(start)
+    times, rank = np.unique(np.concatenate([start, end]), return_inverse=True)
+    width = len(times) + 1
+    new = np.r_[True, (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])] if n else np.zeros(0, bool)
+    shift = (np.cumsum(new) - 1) * width
+    return shift + rank[:n], shift + rank[n:], times, width
+
+
 def sweep(pid, tid, start, end, is_range, flags):
     """Same result as :func:`sweep_loop`, vectorised where each thread's ranges nest properly."""
     n = len(start)
     order = sweep_order(pid, tid, start, end, is_range)
-    P, T = pid[order], tid[order]
-    S, E = start[order], end[order]
     R, F = is_range[order], np.where(is_range[order], flags[order], 0)
-    cand = R & (E > S)
-    depth = np.zeros(n, np.int64)
-    parent = np.full(n, -1, np.int64)
-    bounds = np.flatnonzero((P[1:] != P[:-1]) | (T[1:] != T[:-1])) + 1
-    starts = np.concatenate([[0], bounds]) if n else np.zeros(0, np.int64)
-    ends = np.concatenate([bounds, [n]]) if n else np.zeros(0, np.int64)
-    for a, b in zip(starts.tolist(), ends.tolist()):
-        d, p, proper = _thread_parents(S[a:b], E[a:b], cand[a:b])
-        if not proper:
-            return sweep_loop(pid, tid, start, end, is_range, flags)
-        depth[a:b] = d
-        parent[a:b] = np.where(p >= 0, p + a, -1)
+    S, E, _, _ = _one_axis(pid[order], tid[order], start[order], end[order])
+    depth, parent, proper = _thread_parents(S, E, R & (E > S))
+    if not proper:
+        return sweep_loop(pid, tid, start, end, is_range, flags)
 
     # Contexts flow down one depth level at a time (sorted positions).
     in_op, in_top, in_mod, in_bwd, in_comm = (np.full(n, -1, np.int64) for _ in range(5))
@@ -188,25 +192,36 @@ def self_pieces(pid, tid, start, end):
     interval belongs to exactly one piece, owned by the innermost interval open there (the
     latest-started one). ``first`` marks one piece per interval (its first non-empty piece, or
     one empty piece when children or a zero duration cover it all), so every interval is counted
-    once. Pieces come in (thread, time) order. Vectorised where a thread's intervals nest
-    properly; :func:`self_pieces_loop` (the reference) elsewhere.
+    once. Vectorised over all threads at once where intervals nest properly (times replaced by
+    their rank and each thread moved onto its own stretch of one axis);
+    :func:`_pieces_loop`'s sweep (the reference) for a thread whose intervals overlap
+    without nesting.
     """
     n = len(start)
-    order = np.lexsort((-end, start, tid, pid))
-    P, T, S, E = pid[order], tid[order], start[order], end[order]
-    bounds = np.flatnonzero((P[1:] != P[:-1]) | (T[1:] != T[:-1])) + 1
-    cuts = zip(np.r_[0, bounds].tolist(), np.r_[bounds, n].tolist()) if n else []
-    parts = []
-    for a, b in cuts:
-        s, e = S[a:b], E[a:b]
-        _, parent, proper = _thread_parents(s, e, e > s)
-        own, ps, pe = _pieces_nested(s, e, parent) if proper else _pieces_loop(s, e)
-        parts.append((order[a:b][own], ps, pe))
-    if not parts:
+    if n == 0:
         z = np.zeros(0, np.int64)
         return z, z, z, np.zeros(0, bool)
+    order = np.lexsort((-end, start, tid, pid))
+    s, e, vals, width = _one_axis(pid[order], tid[order], start[order], end[order])
+    _, parent, proper = _thread_parents(s, e, e > s)
+    if proper:
+        own, ps, pe = _pieces_nested(s, e, parent)
+        owner = order[own]
+    else:
+        owner, ps, pe = _pieces_by_thread(s, e, order, s // width)
+    return _mark_first(owner, vals[ps % width], vals[pe % width], n)
+
+
+def _pieces_by_thread(s, e, order, group):
+    """Pieces thread by thread (sorted inputs), the sweep where a thread does not nest."""
+    bounds = np.flatnonzero(group[1:] != group[:-1]) + 1
+    parts = []
+    for a, b in zip(np.r_[0, bounds].tolist(), np.r_[bounds, len(s)].tolist()):
+        _, parent, proper = _thread_parents(s[a:b], e[a:b], e[a:b] > s[a:b])
+        own, ps, pe = _pieces_nested(s[a:b], e[a:b], parent) if proper else _pieces_loop(s[a:b], e[a:b])
+        parts.append((order[a:b][own], ps, pe))
     owner, ps, pe = (np.concatenate(x) for x in zip(*parts))
-    return _mark_first(owner, ps, pe, n)
+    return owner, ps, pe
 
 
 def _pieces_nested(s, e, parent):

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from .checks import TraceWarning
+from .pipeline.windows import CUT_FRACTION, CUT_MESSAGE, CUT_MIN_STEPS
 from .read import ANNOTATION, CPU_OP, PYTHON, RUNTIME
 
 #: ``tensorboard_trace_handler`` names files ``{hostname}_{pid}.{time_ns}.pt.trace.json``.
@@ -206,12 +207,43 @@ def merge_windows(parts: list[Any]) -> Any:
     if any("step_ranges" in p.meta for p in parts):
         meta["step_ranges"] = _merge_step_ranges([p.meta.get("step_ranges") or {} for p in parts], shifts)
     meta["window_files"] = [p.path for p in parts]
-    return replace(
+    merged = replace(
         first,
         mode="gpu" if any(p.mode == "gpu" for p in parts) else first.mode,
         intervals=pd.concat(intervals, ignore_index=True),
         steps=pd.concat(steps, ignore_index=True),
         windows=pd.concat(windows, ignore_index=True),
+        meta=meta,
+        warnings=warnings,
+    )
+    unjudged = [s for p, st in zip(parts, steps) if len(st) < CUT_MIN_STEPS for s in st["step"]]
+    return _cut_rank_edges(merged, set(unjudged))
+
+
+def _cut_rank_edges(att: Any, unjudged: set) -> Any:
+    """The cut rule of :func:`tracekit.pipeline.windows.find_windows` for the rank's first and
+    last step when the file holding it had too few steps to judge them: against the median
+    step of the whole rank, so splitting a run into window files changes nothing."""
+    st = att.steps.sort_values("start", kind="stable")
+    if len(st) < CUT_MIN_STEPS or not unjudged:
+        return att
+    dur = (st["end"] - st["start"]).to_numpy()
+    edges = st.iloc[[0, -1]]
+    short = (edges["end"] - edges["start"]).to_numpy() < CUT_FRACTION * float(np.median(dur))
+    cut = {int(s) for s, c, ok in zip(edges["step"], short, edges["complete"]) if c and ok and s in unjudged}
+    if not cut:
+        return att
+
+    def gone(df: pd.DataFrame) -> np.ndarray:
+        return df["step"].isin(cut).to_numpy()
+
+    meta = dict(att.meta, complete_steps=[s for s in att.meta.get("complete_steps", []) if s not in cut])
+    warnings = att.warnings + [TraceWarning("step_cut", CUT_MESSAGE, step=s) for s in sorted(cut)]
+    return replace(
+        att,
+        intervals=att.intervals[~gone(att.intervals)].reset_index(drop=True),
+        steps=att.steps.assign(complete=att.steps["complete"].to_numpy() & ~gone(att.steps)),
+        windows=att.windows.assign(complete=att.windows["complete"].to_numpy() & ~gone(att.windows)),
         meta=meta,
         warnings=warnings,
     )

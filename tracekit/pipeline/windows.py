@@ -16,6 +16,11 @@ BOUNDS = ["start", "t_backward", "t_unattributed", "t_optimizer", "end"]
 WINDOWS = ["step"] + PHASES
 #: A first or last step shorter than this fraction of the median step was cut by the profiler.
 CUT_FRACTION = 0.1
+#: A step is judged against the median only when the file (or rank) has this many steps.
+CUT_MIN_STEPS = 3
+CUT_MESSAGE = (
+    "the step looks cut by the profiling window (under 10% of the median step); left out of the means"
+)
 
 
 def find_windows(t: Trace) -> Trace:
@@ -32,7 +37,8 @@ def find_windows(t: Trace) -> Trace:
     ``backward``, ``unattributed``, ``optimizer``: ``start``, ``end``, ``complete``.
     Guarantees: a step's phase windows tile its step window in order; times stay int64
     (epoch nanoseconds do not survive float64). The first/last step is incomplete when it is
-    under 10% of the median step (cut by the profiling window; a warning names it).
+    under 10% of the median step (cut by the profiling window; a warning names it); a file with
+    fewer than 3 steps is judged with its rank's other files (:mod:`tracekit.ranks`).
     """
     a = t.acts
     iv = a[a["step"].to_numpy() >= 0]
@@ -80,21 +86,13 @@ def _t_unattributed(
 def _complete(steps: pd.DataFrame, warnings: list) -> np.ndarray:
     """Steps whose window was not cut by the profiling window (see :func:`find_windows`)."""
     complete = np.ones(len(steps), bool)
-    if len(steps) >= 3:
+    if len(steps) >= CUT_MIN_STEPS:
         dur = (steps["end"] - steps["start"]).to_numpy()
         med = float(np.median(dur))
         cut = np.zeros(len(steps), bool)
         cut[[0, -1]] = dur[[0, -1]] < CUT_FRACTION * med
         complete &= ~cut
-        warnings += [
-            TraceWarning(
-                "step_cut",
-                "the step looks cut by the profiling window "
-                "(under 10% of the median step); left out of the means",
-                step=int(s),
-            )
-            for s in steps.loc[cut, "step"]
-        ]
+        warnings += [TraceWarning("step_cut", CUT_MESSAGE, step=int(s)) for s in steps.loc[cut, "step"]]
     return complete
 
 
