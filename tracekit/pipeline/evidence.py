@@ -162,8 +162,9 @@ def _engine_frames(t: Trace, free: np.ndarray, phase: np.ndarray, evidence: np.n
     parameter all-gather): traces recorded with Python stacks."""
     ev = t.events
     kind = ev["kind"].to_numpy()
-    names = pd.Series(t.names)
-    which = names.str.extract(ENGINE_FRAME, expand=False).fillna("").to_numpy()
+    codes, uniq = pd.factorize(pd.Series(t.names, dtype=object))  # each distinct name once
+    which_name = pd.Series(uniq, dtype=object).str.extract(ENGINE_FRAME, expand=False).fillna("")
+    which = which_name.to_numpy(dtype=object)[codes]
     idx = np.flatnonzero((kind == PYTHON) & (which != ""))
     if idx.size == 0 or not free.any():
         return

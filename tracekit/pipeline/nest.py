@@ -113,24 +113,30 @@ def range_flags(
     collective: np.ndarray,
     use_capture_modules: bool,
 ) -> np.ndarray:
-    """Bit flags per range event (:mod:`tracekit.nesting`), vectorised over the names."""
-    s = pd.Series(names, dtype=object)
+    """Bit flags per range event (:mod:`tracekit.nesting`), vectorised over the names (each
+    distinct name is tested once)."""
+    codes, uniq = pd.factorize(pd.Series(names, dtype=object))
+
+    def per_name(mask: np.ndarray) -> np.ndarray:
+        return np.asarray(mask, bool)[codes]
+
+    u = pd.Series(uniq, dtype=object)
     flags = np.zeros(len(names), dtype=np.int64)
     # ProfilerStep# recorded as a cpu_op/Operator (torch 1.8-1.13) is a step, not an op.
-    is_op = (kinds == CPU_OP) & ~s.str.startswith("ProfilerStep#").to_numpy(bool)
+    is_op = (kinds == CPU_OP) & ~per_name(u.str.startswith("ProfilerStep#"))
     flags |= np.where(is_op, F_OP, 0)
     if use_capture_modules:
-        is_mod = (kinds == ANNOTATION) & s.str.startswith(ann.MODULE_PREFIX).to_numpy(bool)
+        is_mod = (kinds == ANNOTATION) & per_name(u.str.startswith(ann.MODULE_PREFIX))
     else:
-        is_mod = (kinds == PYTHON) & s.str.startswith(MODULE_PREFIX).to_numpy(bool)
+        is_mod = (kinds == PYTHON) & per_name(u.str.startswith(MODULE_PREFIX))
     flags |= np.where(is_mod, F_MODULE, 0)
-    flags |= np.where(s.str.startswith(OPT_PREFIX).to_numpy(bool), F_OPT, 0)
-    is_eval = s.str.startswith(EVAL_PREFIX).to_numpy(bool)
+    flags |= np.where(per_name(u.str.startswith(OPT_PREFIX)), F_OPT, 0)
+    is_eval = per_name(u.str.startswith(EVAL_PREFIX))
     flags |= np.where(is_eval, F_EVAL, 0)
     # A backward node carries the forward thread's id (>0); forward ops carry none or 0.
     flags |= np.where(is_op & ((seq >= 0) & (fwd_tid > 0) | is_eval), F_BWD, 0)
-    is_comm = s.str.startswith(COMM_PREFIXES).to_numpy(bool) | (collective != "")
+    is_comm = per_name(u.str.startswith(COMM_PREFIXES)) | (collective != "")
     flags |= np.where(is_comm, F_COMM, 0)
-    is_rope = (kinds == PYTHON) & s.str.contains("rotary", case=False).to_numpy(bool)
+    is_rope = (kinds == PYTHON) & per_name(u.str.contains("rotary", case=False, regex=False))
     flags |= np.where(is_rope, F_ROPE, 0)
     return flags
