@@ -526,6 +526,16 @@ def test_mutated_mini_trace_bytes(data):
         check_load(gzip.compress(raw) if gz else raw, gz=gz)
 
 
+@pytest.mark.parametrize("gz", [False, True])
+def test_invalid_utf8_before_trace_events_is_a_clean_result(gz):
+    """Found by the fuzz in CI: a byte that is not UTF-8 in a key before ``traceEvents``
+    made the streaming reader's head check raise UnicodeDecodeError (a traceback)."""
+    raw = _dump(MINI_DOC).replace(b'"rank"', b'"\x80rank"'.decode("unicode_escape").encode("latin-1"), 1)
+    assert b"\x80rank" in raw
+    data = gzip.compress(raw) if gz else raw
+    assert check_load(data, gz=gz) in ("ok", "error")
+
+
 @FUZZ
 @given(st.data())
 def test_mutated_mini_trace_structure(data):

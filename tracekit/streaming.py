@@ -157,7 +157,7 @@ def _head(buf: bytearray) -> bytes | None:
     head = bytes(buf[: m.end() - 1])
     try:  # "traceEvents" is a key of the top-level object: the head closes with one brace
         _DECODER.decode(_clean_head(head) + b"[]}")
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, ValueError):
         return None
     return head
 
