@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 
 import tracekit
+from tracekit.cli import main
 from tracekit.errors import TraceError
 from tracekit.rankhead import Unknown, head_rank
 from tracekit.read import read_trace
@@ -94,6 +96,27 @@ def test_rank_reads_only_its_files(mixed_dir: Path, tmp_path_factory, jobs: int)
 def test_unknown_rank_names_the_ranks_from_heads(mixed_dir: Path) -> None:
     with pytest.raises(TraceError, match=r"no rank 7; ranks here: 0, 1, 2, 3"):
         tracekit.load(mixed_dir, rank=7, cache=False)
+
+
+def _explain(path: Path, *args: str):
+    return CliRunner().invoke(main, ["explain", str(path), "gemm", "--no-cache", *args])
+
+
+def test_explain_rank_reads_only_its_files(mixed_dir: Path, tmp_path_factory) -> None:
+    """explain --rank shares analyze's path: the other ranks' files are garbage past their
+    heads, and the chains are those of the rank's file alone."""
+    alone = tmp_path_factory.mktemp("alone")
+    write_trace(alone / "rank2.pt.trace.json", one_rank(2))
+    want = _explain(alone / "rank2.pt.trace.json", "--format", "json")
+    got = _explain(mixed_dir, "--rank", "2", "--format", "json")
+    assert want.exit_code == 0 and got.exit_code == 0, got.output
+    w, g = json.loads(want.stdout), json.loads(got.stdout)
+    assert g["meta"]["rank"] == 2 and g["meta"]["files"] == ["rank2.pt.trace.json"]
+    assert g["meta"]["matched"] == 2 and g["chains"] == w["chains"]
+    missing = _explain(mixed_dir, "--rank", "7")
+    assert missing.exit_code == 2 and "no rank 7; ranks here: 0, 1, 2, 3" in missing.output
+    # the other files really are unreadable: a rank among them fails
+    assert _explain(mixed_dir, "--rank", "0").exit_code == 2
 
 
 def test_manifest_names_ranks_of_files_without_distributed_info(tmp_path: Path) -> None:

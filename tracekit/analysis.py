@@ -297,7 +297,7 @@ def load(
     """
     options = Options(taxonomy=taxonomy, kernel_rules=kernel_rules, max_bytes=max_bytes, cache=cache)
     p = Path(path)
-    files, skipped, head_grouping = _files_to_read(p, rank, strict, max_bytes)
+    files, skipped, head_grouping = files_to_read(p, rank, strict, max_bytes)
     from .parallel import default_jobs, map_ranks
 
     workers = default_jobs(len(files)) if jobs is None else jobs
@@ -332,12 +332,13 @@ def load(
     )
 
 
-def _files_to_read(
+def files_to_read(
     p: Path, rank: int | None, strict: bool, max_bytes: int
 ) -> tuple[list[Path], list[tuple[Path, str]], str | None]:
     """The files to read, the entries skipped, and (when ``rank`` was picked by the files'
     heads) how the directory's files group into ranks: only rank ``rank``'s files are read
-    when every file's rank can be told from its head (:func:`~tracekit.ranks.files_of_rank`)."""
+    when every file's rank can be told from its head (:func:`~tracekit.ranks.files_of_rank`).
+    Shared by :func:`load` and ``tracekit explain`` (:func:`tracekit.explain.rank_traces`)."""
     if not p.exists():
         raise TraceError(p, "no such file or directory")
     files, skipped = trace_listing(p) if p.is_dir() else ([p], [])

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import TraceError
-from .read import ANNOTATION, CPU_OP, RUNTIME, RawTrace, trace_files
+from .read import ANNOTATION, CPU_OP, RUNTIME, RawTrace
 
 #: The labels that make two activities' chains the same (with the activity's name).
 GROUP_KEY = [
@@ -80,16 +80,17 @@ def matching(names: pd.Series, rx: re.Pattern) -> np.ndarray:
     return hit[cat.cat.codes.to_numpy()]
 
 
-def rank_traces(path: str | os.PathLike, rank: int | None, read) -> list[RawTrace]:
+def rank_traces(path: str | os.PathLike, rank: int | None, read, max_bytes: int) -> list[RawTrace]:
     """The raw traces of ``rank`` (default: the lowest) of a file or a directory, ranks grouped
     as ``tracekit.load`` groups them (:mod:`tracekit.ranks`): every file of the rank (successive
-    windows of one process), each with ``meta["rank"]``."""
+    windows of one process), each with ``meta["rank"]``. With ``rank`` given, only that rank's
+    files are read when every file's rank can be told from its head, as for ``tracekit analyze
+    --rank`` (:func:`tracekit.analysis.files_to_read`)."""
+    from .analysis import files_to_read
     from .ranks import FileIdentity, group_files, host_of, manifest_ranks, process_of
 
     p = Path(path)
-    if not p.exists():
-        raise TraceError(p, "no such file or directory")
-    files = trace_files(p) if p.is_dir() else [p]
+    files, _, _ = files_to_read(p, rank, False, max_bytes)
     raws = [read(f) for f in files]
     from_manifest = manifest_ranks(p) if p.is_dir() else {}
     ids = [
@@ -125,7 +126,7 @@ def run(
     from .taxonomy import kernel_rules, module_taxonomy
 
     options = options or Options()
-    raws = rank_traces(path, rank, lambda f: _read(f, options))
+    raws = rank_traces(path, rank, lambda f: _read(f, options), options.max_bytes)
     ev = collect(raws, module_taxonomy(options.taxonomy), kernel_rules(options.kernel_rules))
     return explain(ev, pattern, step=step, limit=limit)
 
