@@ -188,3 +188,39 @@ def test_every_file_of_a_rank_is_explained(tmp_path):
     assert "this rank has 2 files (successive profiler windows), all searched" in run.output
     assert "file        w2.pt.trace.json (the chain: 1 in w2.pt.trace.json)" in run.output
     assert "step        2 (by launch; step 1 of its file, renumbered)" in run.output
+
+
+def test_cpu_op_shows_its_whole_self_time(tmp_path):
+    """On a CPU-only trace the activities are the self-time pieces of every op: aten::mm with
+    two nested aten::resolve_conj is three pieces. explain shows the op's whole self time (its
+    duration minus its children's, the sum of its pieces) and counts ops, not pieces."""
+    b = TraceBuilder(modules="capture")
+    for _ in range(2):
+        with b.step(), b.module("LlamaMLP", "model.layers.0.mlp"), b.op("aten::linear"):
+            b.cpu(3)
+            with b.op("aten::mm"):
+                for us in (5, 4):
+                    b.cpu(us)
+                    with b.op("aten::resolve_conj"):
+                        b.cpu(1)
+                b.cpu(2)
+            b.cpu(2)
+    path = b.write(tmp_path / "cpu.json")
+    ops = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "cpu_op"]
+    mm = [e for e in ops if e["name"] == "aten::mm"]
+    conj = [e for e in ops if e["name"] == "aten::resolve_conj"]
+    self_ns = [
+        round(m["dur"] * 1000) - sum(round(c["dur"] * 1000) for c in conj[2 * i : 2 * i + 2])
+        for i, m in enumerate(mm)
+    ]
+    assert self_ns[0] >= 11_000  # 5 + 4 + 2 us planted (the builder adds per-op overhead)
+    doc = explain_json(path, "aten::mm")
+    assert doc["meta"]["mode"] == "cpu" and doc["meta"]["matched"] == 2 and doc["meta"]["pieces"] == 6
+    (c,) = doc["chains"]
+    assert c["count"] == 2 and c["pieces"] == 6
+    assert c["activity"]["dur_ns"] == self_ns[0] and c["activity"]["pieces"] == 3
+    assert c["activity"]["start_ns"] == round(mm[0]["ts"] * 1000)
+    assert c["total_ms"] == pytest.approx(sum(self_ns) / 1e6, abs=1e-12)
+    run = CliRunner().invoke(main, ["explain", str(path), "aten::mm", "--no-cache"])
+    assert "2 matches (6 self-time pieces)" in run.output
+    assert f"self time {self_ns[0] / 1e6:,.3f} ms in 3 piece(s)" in run.output

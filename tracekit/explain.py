@@ -193,7 +193,8 @@ def explain(ev: Evidence, pattern: str, step: int | None = None, limit: int = 10
         "mode": ev.mode,
         "pattern": pattern,
         "step": step,
-        "matched": len(sub),
+        "matched": int(sub["count"].sum()),
+        "pieces": len(sub),
         "groups": int(sub[GROUP_KEY].drop_duplicates().shape[0]) if len(sub) else 0,
         "shown": len(chains),
         "time_origin_ns": origin,
@@ -204,8 +205,19 @@ def explain(ev: Evidence, pattern: str, step: int | None = None, limit: int = 10
     return {"meta": meta, "chains": chains}
 
 
-def _chain(ev: Evidence, row: pd.Series, members: pd.DataFrame, origin: int) -> dict:
-    """One group: its labels, counts and the full chain of its first activity."""
+def _pieces_of(members: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
+    """The rows of ``members`` that are pieces of ``row``'s activity: on CPU traces an op's
+    self-time pieces (the op minus the ops nested in it: same file and event row), else the
+    activity alone."""
+    same = (members["file"].to_numpy() == row["file"]) & (members["ev"].to_numpy() == row["ev"])
+    return members[same]
+
+
+def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -> dict:
+    """One group: its labels, counts and the full chain of its first activity (on CPU traces,
+    of its first op: its whole self time, summed over its pieces)."""
+    pieces = _pieces_of(members, first)
+    row = pieces.loc[pieces["start"].idxmin()]
     steps = sorted({int(s) for s in members["step"]})
     mod_paths = {
         _module_path(ev.modules[f], int(m))[0] for f, m in zip(members["file"], members["module_id"])
@@ -215,7 +227,8 @@ def _chain(ev: Evidence, row: pd.Series, members: pd.DataFrame, origin: int) -> 
         "name": str(row["name"]),
         "file": ev.files[int(row["file"])],
         "files": {ev.files[int(f)]: int(n) for f, n in per_file.items()},
-        "count": len(members),
+        "count": int(members["count"].sum()),
+        "pieces": len(members),
         "total_ms": float((members["end"] - members["start"]).sum()) / 1e6,
         "steps": steps,
         "in_tables": [s for s in steps if s in ev.complete],
@@ -224,7 +237,8 @@ def _chain(ev: Evidence, row: pd.Series, members: pd.DataFrame, origin: int) -> 
             "kind": _kind(ev.mode, row),
             "stream": int(row["stream"]),
             "start_ns": int(row["start"]),
-            "dur_ns": int(row["end"] - row["start"]),
+            "dur_ns": int((pieces["end"] - pieces["start"]).sum()),
+            "pieces": len(pieces),
             "start_ms": (int(row["start"]) - origin) / 1e6,
             "correlation": int(row["corr"]) if int(row["corr"]) >= 0 else None,
         },

@@ -26,6 +26,13 @@ def _ms(x: float | None) -> str:
     return "?" if x is None else f"{x:,.3f}"
 
 
+def _pieces(d: dict, counted: str) -> str:
+    """`` (N self-time pieces)`` where the ``counted`` CPU ops of ``d`` were split into pieces
+    (their self time: the op minus the ops nested in it), else nothing."""
+    n = d.get("pieces")
+    return f" ({n} self-time pieces)" if n is not None and n != d[counted] else ""
+
+
 def _row(label: str, text: str) -> str:
     return f"    {label:<{LABEL}}{text}"
 
@@ -37,7 +44,7 @@ def lines(doc: dict) -> list[str]:
     out = [
         (
             f"{m['pattern']!r} in {Path(m['path']).name} (rank {m['rank']}{where}): "
-            f"{m['matched']} matches, {m['groups']} chains, {m['shown']} shown"
+            f"{m['matched']} matches{_pieces(m, 'matched')}, {m['groups']} chains, {m['shown']} shown"
         ),
         "times: ms after the trace's first event; chains by total time, largest first",
     ]
@@ -66,13 +73,17 @@ def chain_lines(i: int, c: dict, several_files: bool = False) -> list[str]:
     out = [
         f"[{i}] {c['name']}",
         (
-            f"    {c['count']} x, {_ms(c['total_ms'])} ms in all; steps {steps}; "
+            f"    {c['count']} x{_pieces(c, 'count')}, {_ms(c['total_ms'])} ms in all; steps {steps}; "
             f"{c['module_instances']} module instance(s). First of them:"
         ),
         _row(
             a["kind"],
             f"{'thread' if a['kind'] == 'cpu_op' else 'stream'} {a['stream']}, start {_ms(a['start_ms'])}, "
-            f"{_ms(a['dur_ns'] / 1e6)} ms",
+            + (
+                f"self time {_ms(a['dur_ns'] / 1e6)} ms in {a['pieces']} piece(s)"
+                if a["kind"] == "cpu_op"
+                else f"{_ms(a['dur_ns'] / 1e6)} ms"
+            ),
         ),
     ]
     if several_files:
