@@ -68,7 +68,6 @@ def lines(doc: dict) -> list[str]:
 def chain_lines(i: int, c: dict, several_files: bool = False) -> list[str]:
     """One chain's block; ``several_files``: the rank has several files, so name the one each
     activity came from."""
-    a = c["activity"]
     steps = ", ".join(map(str, c["steps"][:12])) + (" ..." if len(c["steps"]) > 12 else "")
     out = [
         f"[{i}] {c['name']}",
@@ -76,20 +75,35 @@ def chain_lines(i: int, c: dict, several_files: bool = False) -> list[str]:
             f"    {c['count']} x{_pieces(c, 'count')}, {_ms(c['total_ms'])} ms in all; steps {steps}; "
             f"{c['module_instances']} module instance(s). First of them:"
         ),
-        _row(
-            a["kind"],
-            f"{'thread' if a['kind'] == 'cpu_op' else 'stream'} {a['stream']}, start {_ms(a['start_ms'])}, "
-            + (
-                f"self time {_ms(a['dur_ns'] / 1e6)} ms in {a['pieces']} piece(s)"
-                if a["kind"] == "cpu_op"
-                else f"{_ms(a['dur_ns'] / 1e6)} ms"
-            ),
-        ),
+        _activity_line(c["activity"]),
     ]
     if several_files:
         per_file = ", ".join(f"{n} in {f}" for f, n in c["files"].items())
         out.append(_row("file", f"{c['file']} (the chain: {per_file})"))
-    out += _launch_lines(c)
+    out += _launch_lines(c) + _op_stack_lines(c)
+    mod = c["module"]
+    out.append(_row("module", "none (no module range around the launch)" if mod is None else mod["path"]))
+    out += _backward_lines(c) + _label_lines(c)
+    return out
+
+
+def _activity_line(a: dict) -> str:
+    """Where and how long: a device activity's stream and duration; a CPU op's thread and its
+    whole self time (the sum of its pieces)."""
+    cpu = a["kind"] == "cpu_op"
+    took = (
+        f"self time {_ms(a['dur_ns'] / 1e6)} ms in {a['pieces']} piece(s)"
+        if cpu
+        else f"{_ms(a['dur_ns'] / 1e6)} ms"
+    )
+    return _row(
+        a["kind"], f"{'thread' if cpu else 'stream'} {a['stream']}, start {_ms(a['start_ms'])}, {took}"
+    )
+
+
+def _op_stack_lines(c: dict) -> list[str]:
+    """The CPU ops and ranges around the launch, outermost first, one per line."""
+    out = []
     for k, op in enumerate(c["op_stack"]):
         seq = f" seq {op['seq']}" if op["seq"] is not None else ""
         out.append(
@@ -99,20 +113,22 @@ def chain_lines(i: int, c: dict, several_files: bool = False) -> list[str]:
                 f"({op['kind']}, {_ms(op['ts_ms'])} +{_ms(op['dur_ms'])}{seq})",
             )
         )
-    mod = c["module"]
-    out.append(_row("module", "none (no module range around the launch)" if mod is None else mod["path"]))
-    b = c["backward"]
-    if b is not None:
-        f = b["forward_op"]
-        fwd = (
-            "no forward op found"
-            if f is None
-            else f"forward op {f['name']} at {_ms(f['ts_ms'])} on thread {f['tid']}"
-        )
-        seq = f" (seq {b['seq']})" if b["seq"] is not None else ""
-        out.append(_row("backward", f"node {b['node'] or '?'}{seq} -> {fwd}; link: {b['link']}"))
-    out += _label_lines(c)
     return out
+
+
+def _backward_lines(c: dict) -> list[str]:
+    """The backward node and the forward op that created it (nothing outside backward nodes)."""
+    b = c["backward"]
+    if b is None:
+        return []
+    f = b["forward_op"]
+    fwd = (
+        "no forward op found"
+        if f is None
+        else f"forward op {f['name']} at {_ms(f['ts_ms'])} on thread {f['tid']}"
+    )
+    seq = f" (seq {b['seq']})" if b["seq"] is not None else ""
+    return [_row("backward", f"node {b['node'] or '?'}{seq} -> {fwd}; link: {b['link']}")]
 
 
 def _launch_lines(c: dict) -> list[str]:
