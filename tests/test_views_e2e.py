@@ -1,7 +1,7 @@
 """Every view and format of ``tracekit analyze`` on every real trace (../shared), every sample
 and a multi-rank directory: no traceback, tables that fit 80 columns, files that parse.
 
-One load per trace; each view reuses it through the CLI's own code (``_selected``, ``_write``).
+One load per trace; each view reuses it through the CLI's own code (``cli._selected``, ``cli_io.write_output``).
 Nothing is written beside the traces (they are read with the cache off; outputs go to tmp_path).
 """
 
@@ -16,7 +16,7 @@ import pytest
 from shared_traces import shared_traces
 
 import tracekit
-from tracekit import cli
+from tracekit import cli, cli_io
 from tracekit.filters import Filters
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
@@ -52,25 +52,25 @@ def test_every_view_and_format(src, tmp_path, capsys, monkeypatch):
         meta = view.meta
         out = tmp_path / label
         out.mkdir()
-        cli._write("table", meta, tables, None, "render")
+        cli_io.write_output("table", meta, tables, None, "render")
         narrow = capsys.readouterr().out
         assert max(len(line) for line in narrow.splitlines()) <= 80, label
         rows = [line for line in narrow.splitlines() if line.startswith(("┏", "┃", "│", "└"))]
         assert all(line.endswith(("┓", "┃", "│", "┘")) for line in rows), label  # none cut
-        cli._write("table", meta, tables, None, "render", wide=True, top=5)
+        cli_io.write_output("table", meta, tables, None, "render", wide=True, top=5)
         assert "Traceback" not in capsys.readouterr().out
-        cli._write("json", meta, tables, out / "t.json", "render")
+        cli_io.write_output("json", meta, tables, out / "t.json", "render")
         doc = json.loads((out / "t.json").read_text())
         assert set(doc["tables"]) == set(tables)
         for name, rows in doc["tables"].items():
             assert all(isinstance(r.get("count", 0), int) for r in rows), name
-        cli._write("csv", meta, tables, out / "csv", "render")
-        cli._write("md", meta, tables, out / "t.md", "render")
+        cli_io.write_output("csv", meta, tables, out / "csv", "render")
+        cli_io.write_output("md", meta, tables, out / "t.md", "render")
         assert (out / "t.md").read_text().startswith("# tracekit: ")
-        cli._write("parquet", meta, tables, out / "pq", "render")
+        cli_io.write_output("parquet", meta, tables, out / "pq", "render")
         for name in tables:
             pd.read_parquet(out / "pq" / f"{name}.parquet")
-        cli._write("html", meta, tables, out / "r.html", "render")
+        cli_io.write_output("html", meta, tables, out / "r.html", "render")
         assert "Inference timeline" not in (out / "r.html").read_text()
     if a.multi_rank:
         assert {"ranks", "rank_summary"} <= set(cli._selected(a, [], False))

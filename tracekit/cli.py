@@ -10,20 +10,8 @@ import click
 from tracekit.analyses import REGISTRY
 
 from .cli_cache import cache_group
-from .cli_io import (
-    TracekitGroup,
-    emit,
-    fail,
-    html_target,
-    is_dir_out,
-    load_with_progress,
-    reported,
-    warn,
-    write_csv_members,
-    write_table,
-)
+from .cli_io import TracekitGroup, fail, load_with_progress, reported, write_output
 from .read import DEFAULT_MAX_BYTES
-from .safetext import TERMINAL_NAME_CHARS, clean_obj, clean_tables
 
 #: Phases a --phase filter can name.
 PHASES = ["forward", "recompute", "backward", "unattributed", "optimizer"]
@@ -165,16 +153,8 @@ def analyze(
     Exit status: 0; 1 when files of a directory were skipped (a partial result); 2 on error.
     """
     from . import load
-    from .filters import FilterError, Filters, parse_steps
 
-    try:
-        filters = Filters(
-            steps=parse_steps(steps_filter) if steps_filter else None,
-            phase=phase_filter.lower() if phase_filter else None,
-            module=module_filter or None,
-        )
-    except ValueError as e:
-        raise click.BadParameter(str(e).removeprefix("--steps "), param_hint="--steps") from None
+    filters = _filters(steps_filter, phase_filter, module_filter)
     with reported(path, debug):
         analysis = load_with_progress(
             load,
@@ -188,19 +168,47 @@ def analyze(
             scheduler=scheduler,
             strict=strict,
         )
-        try:
-            analysis = analysis.filtered(filters) if filters.active else analysis
-        except FilterError as e:
-            raise click.BadParameter(str(e).removeprefix("--module "), param_hint="--module") from None
-        tables = _selected(analysis, [n.lower() for n in only], per_step)
-        meta = analysis.meta
-        if per_step:
-            meta["aggregation"] = "per step (one row per complete step)"
-        if paper:
-            tables, meta = _add_paper(tables, meta)
-        _write(fmt, meta, tables, out, "render", wide=wide, top=top)
+        tables, meta = _report(_filtered(analysis, filters), [n.lower() for n in only], per_step, paper)
+        write_output(fmt, meta, tables, out, "render", wide=wide, top=top)
     if meta.get("partial"):
         sys.exit(1)
+
+
+def _filters(steps_filter: str | None, phase_filter: str | None, module_filter: str | None):
+    """The --steps/--phase/--module filters; a --steps list that does not parse is a usage error."""
+    from .filters import Filters, parse_steps
+
+    try:
+        return Filters(
+            steps=parse_steps(steps_filter) if steps_filter else None,
+            phase=phase_filter.lower() if phase_filter else None,
+            module=module_filter or None,
+        )
+    except ValueError as e:
+        raise click.BadParameter(str(e).removeprefix("--steps "), param_hint="--steps") from None
+
+
+def _filtered(analysis, filters):
+    """``analysis`` under ``filters``; a --module name that matches no category (or several) is a
+    usage error."""
+    from .filters import FilterError
+
+    try:
+        return analysis.filtered(filters) if filters.active else analysis
+    except FilterError as e:
+        raise click.BadParameter(str(e).removeprefix("--module "), param_hint="--module") from None
+
+
+def _report(analysis, only: list[str], per_step: bool, paper: bool) -> tuple[dict, dict]:
+    """(tables, meta) to write: the tables asked for, the aggregation said, the paper's values
+    beside them with ``paper``."""
+    tables = _selected(analysis, only, per_step)
+    meta = analysis.meta
+    if per_step:
+        meta["aggregation"] = "per step (one row per complete step)"
+    if paper:
+        tables, meta = _add_paper(tables, meta)
+    return tables, meta
 
 
 def _selected(analysis, only: list[str], per_step: bool) -> dict:
@@ -311,55 +319,9 @@ def compare(a, b, fmt, out, rank, taxonomy, kernel_rules, max_bytes, strict, pap
         meta = compare_meta(*runs)
         if paper:
             tables, meta = _add_paper(tables, meta)
-        _write(fmt, meta, tables, out, "render_compare")
+        write_output(fmt, meta, tables, out, "render_compare")
     if any(r.meta.get("partial") for r in runs):
         sys.exit(1)
-
-
-def _write(
-    fmt: str,
-    meta: dict,
-    tables: dict,
-    out: Path | None,
-    terminal: str,
-    *,
-    wide: bool = False,
-    top: int | None = None,
-) -> None:
-    """Warnings to stderr, then the tables in ``fmt`` to ``out`` (or stdout).
-
-    The output boundary: every name is cleaned here, once (:mod:`tracekit.safetext`; JSON keeps
-    names exact, its writer escapes them), and every file goes through :mod:`tracekit.safewrite`.
-    """
-    from .checks import text
-    from .render import formats
-    from .render import terminal as term
-
-    for w in meta["warnings"]:
-        warn(text(w))
-    if fmt != "json":
-        meta = clean_obj(meta)
-        tables = clean_tables(tables, TERMINAL_NAME_CHARS if fmt == "table" and not out else None)
-    if fmt == "table":
-        write_table(getattr(term, terminal), meta, tables, out, wide=wide, top=top)
-    elif fmt == "json":
-        emit(formats.to_json(meta, tables), out)
-    elif fmt == "md":
-        emit(formats.markdown_report(meta, tables, top=top), out)
-    elif fmt == "csv" and out and is_dir_out(out):
-        write_csv_members(out, {k: formats.to_csv(v) for k, v in tables.items()})
-    elif fmt == "csv":
-        emit("\n".join(f"# {k}\n{formats.to_csv(v)}" for k, v in tables.items()), out)
-    elif fmt == "parquet":
-        if not out:
-            fail("--format parquet needs --out DIR")
-        formats.write_parquet(tables, out)
-    elif fmt == "html":
-        from .render.html import write_report
-
-        if not out:
-            fail("--format html needs --out FILE.html (or --out DIR for DIR/report.html)")
-        write_report(meta, tables, html_target(out))
 
 
 def _add_paper(tables: dict, meta: dict) -> tuple[dict, dict]:

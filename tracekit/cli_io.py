@@ -19,7 +19,7 @@ from typing import NoReturn
 import click
 
 from .errors import TraceError
-from .safetext import bounded
+from .safetext import TERMINAL_NAME_CHARS, bounded, clean_obj, clean_tables
 
 
 class TracekitGroup(click.Group):
@@ -211,3 +211,49 @@ def load_with_progress(load: Callable, path, **kw):
 
         with listening(on_progress):
             return load(path, **kw)
+
+
+def write_output(
+    fmt: str,
+    meta: dict,
+    tables: dict,
+    out: Path | None,
+    terminal: str,
+    *,
+    wide: bool = False,
+    top: int | None = None,
+) -> None:
+    """Warnings to stderr, then the tables in ``fmt`` to ``out`` (or stdout).
+
+    The output boundary: every name is cleaned here, once (:mod:`tracekit.safetext`; JSON keeps
+    names exact, its writer escapes them), and every file goes through :mod:`tracekit.safewrite`.
+    """
+    from .checks import text
+    from .render import formats
+    from .render import terminal as term
+
+    for w in meta["warnings"]:
+        warn(text(w))
+    if fmt != "json":
+        meta = clean_obj(meta)
+        tables = clean_tables(tables, TERMINAL_NAME_CHARS if fmt == "table" and not out else None)
+    if fmt == "table":
+        write_table(getattr(term, terminal), meta, tables, out, wide=wide, top=top)
+    elif fmt == "json":
+        emit(formats.to_json(meta, tables), out)
+    elif fmt == "md":
+        emit(formats.markdown_report(meta, tables, top=top), out)
+    elif fmt == "csv" and out and is_dir_out(out):
+        write_csv_members(out, {k: formats.to_csv(v) for k, v in tables.items()})
+    elif fmt == "csv":
+        emit("\n".join(f"# {k}\n{formats.to_csv(v)}" for k, v in tables.items()), out)
+    elif fmt == "parquet":
+        if not out:
+            fail("--format parquet needs --out DIR")
+        formats.write_parquet(tables, out)
+    elif fmt == "html":
+        from .render.html import write_report
+
+        if not out:
+            fail("--format html needs --out FILE.html (or --out DIR for DIR/report.html)")
+        write_report(meta, tables, html_target(out))
