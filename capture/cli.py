@@ -6,8 +6,10 @@ Standalone: ``python -m tracekit.capture.cli train --out run1``.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -34,52 +36,88 @@ def capture() -> None:
     """Capture profiler traces of LLM training and inference steps (needs tracekit[capture])."""
 
 
+@dataclass(frozen=True)
+class Common:
+    """The options every capture command takes (:func:`_common`)."""
+
+    model: str
+    layers: int | None
+    batch_size: int
+    attention: str
+    dtype: str | None
+    warmup: int | None
+    no_stack: bool
+    seed: int
+    out: Path
+    force: bool
+
+    def spec(self, dtype: str, warmup: int, gpu: bool) -> dict:
+        """The common part of the spec the ranks run from."""
+        return {
+            "model": self.model,
+            "layers": self.layers,
+            "batch_size": self.batch_size,
+            "attention": self.attention,
+            "dtype": dtype,
+            "warmup": warmup,
+            "with_stack": not self.no_stack,
+            "gpu": gpu,
+            "seed": self.seed,
+        }
+
+
+_COMMON_OPTIONS = (
+    click.option(
+        "--model",
+        default="tiny",
+        show_default=True,
+        metavar="NAME",
+        help=f"Model shape: {', '.join(MODELS)} (random weights, never downloaded).",
+    ),
+    click.option("--layers", type=int, default=None, help="Decoder layers (default: the model's)."),
+    click.option("--batch-size", type=int, default=1, show_default=True, help="Sequences per rank."),
+    click.option(
+        "--attention",
+        type=click.Choice(["eager", "sdpa", "flash"]),
+        default="sdpa",
+        show_default=True,
+        help="Attention implementation (flash: FlashAttention-2, GPU).",
+    ),
+    click.option(
+        "--dtype",
+        type=click.Choice(["bf16", "fp32"]),
+        default=None,
+        help="Compute dtype [default: bf16 on GPU hosts, fp32 on CPU hosts].",
+    ),
+    click.option(
+        "--warmup",
+        type=click.IntRange(min=0),
+        default=None,
+        help="Unrecorded warm-up steps before the recorded ones.",
+    ),
+    click.option("--no-stack", is_flag=True, help="Record no Python stacks (smaller traces)."),
+    click.option("--seed", type=int, default=0, show_default=True, help="Seed of weights and tokens."),
+    click.option(
+        "--out",
+        type=click.Path(file_okay=False, path_type=Path),
+        required=True,
+        help="Directory for the traces and manifest.json.",
+    ),
+    click.option("--force", is_flag=True, help="Replace a previous capture in --out."),
+)
+
+
 def _common(f):
-    for option in reversed(
-        [
-            click.option(
-                "--model",
-                default="tiny",
-                show_default=True,
-                metavar="NAME",
-                help=f"Model shape: {', '.join(MODELS)} (random weights, never downloaded).",
-            ),
-            click.option("--layers", type=int, default=None, help="Decoder layers (default: the model's)."),
-            click.option("--batch-size", type=int, default=1, show_default=True, help="Sequences per rank."),
-            click.option(
-                "--attention",
-                type=click.Choice(["eager", "sdpa", "flash"]),
-                default="sdpa",
-                show_default=True,
-                help="Attention implementation (flash: FlashAttention-2, GPU).",
-            ),
-            click.option(
-                "--dtype",
-                type=click.Choice(["bf16", "fp32"]),
-                default=None,
-                help="Compute dtype [default: bf16 on GPU hosts, fp32 on CPU hosts].",
-            ),
-            click.option(
-                "--warmup",
-                type=click.IntRange(min=0),
-                default=None,
-                help="Unrecorded warm-up steps before the recorded ones.",
-            ),
-            click.option("--no-stack", is_flag=True, help="Record no Python stacks (smaller traces)."),
-            click.option(
-                "--seed", type=int, default=0, show_default=True, help="Seed of weights and tokens."
-            ),
-            click.option(
-                "--out",
-                type=click.Path(file_okay=False, path_type=Path),
-                required=True,
-                help="Directory for the traces and manifest.json.",
-            ),
-            click.option("--force", is_flag=True, help="Replace a previous capture in --out."),
-        ]
-    ):
-        f = option(f)
-    return f
+    """The common options (:data:`_COMMON_OPTIONS`), handed to ``f`` as one :class:`Common`
+    (its first argument), ahead of the command's own options in ``--help``."""
+
+    @functools.wraps(f)
+    def with_common(**kw):
+        return f(Common(**{k: kw.pop(k) for k in Common.__dataclass_fields__}), **kw)
+
+    for option in reversed(_COMMON_OPTIONS):
+        with_common = option(with_common)
+    return with_common
 
 
 def _resolve_dtype(dtype: str | None, gpu: bool) -> str:
@@ -152,61 +190,27 @@ def _check_train(batch_size, zero, offload, finetune_mode, attention, nproc_per_
     show_default=True,
     help="Ranks to launch (gloo on CPU, NCCL on GPU); one trace each.",
 )
-def train(
-    model,
-    layers,
-    batch_size,
-    attention,
-    dtype,
-    warmup,
-    no_stack,
-    seed,
-    out,
-    force,
-    seq_len,
-    zero,
-    offload,
-    recompute,
-    finetune_mode,
-    steps,
-    nproc_per_node,
-):
+def train(c: Common, seq_len, zero, offload, recompute, finetune_mode, steps, nproc_per_node):
     """Profile DeepSpeed training steps of a Llama 2 model with random weights."""
     started = time.monotonic()
-    shape = model_shape(model, layers)
+    shape = model_shape(c.model, c.layers)
     check_sequence_length(shape, seq_len, "--seq-len")
-    output.check_out(out, force)  # a previous run is refused before any dependency is looked for
-    gpu = _check_train(batch_size, zero, offload, finetune_mode, attention, nproc_per_node)
-    dtype = _resolve_dtype(dtype, gpu)
-    warmup = 2 if warmup is None else warmup
-    ds_config = deepspeed_config(batch_size=batch_size, zero=zero, offload=offload, dtype=dtype, gpu=gpu)
-    out = output.prepare(out, force)
+    output.check_out(c.out, c.force)  # a previous run is refused before any dependency is looked for
+    gpu = _check_train(c.batch_size, zero, offload, finetune_mode, c.attention, nproc_per_node)
+    dtype = _resolve_dtype(c.dtype, gpu)
+    warmup = 2 if c.warmup is None else c.warmup
+    ds_config = deepspeed_config(batch_size=c.batch_size, zero=zero, offload=offload, dtype=dtype, gpu=gpu)
+    out = output.prepare(c.out, c.force)
     output.write_json(out / output.DEEPSPEED_CONFIG, ds_config)  # the file the ranks pass to DeepSpeed
-    spec = {
-        "kind": "train",
-        "out": str(out.resolve()),
-        "model": model,
-        "layers": layers,
-        "seq_len": seq_len,
-        "batch_size": batch_size,
-        "zero": zero,
-        "offload": offload,
-        "recompute": recompute,
-        "attention": attention,
-        "dtype": dtype,
-        "finetune": finetune_mode,
-        "warmup": warmup,
-        "steps": steps,
-        "with_stack": not no_stack,
-        "gpu": gpu,
-        "seed": seed,
-        "deepspeed_config": ds_config,
-    }
+    own = {"seq_len": seq_len, "zero": zero, "offload": offload, "recompute": recompute}
+    own |= {"finetune": finetune_mode, "steps": steps}
+    spec = {"kind": "train", "out": str(out.resolve()), **c.spec(dtype, warmup, gpu), **own}
+    spec["deepspeed_config"] = ds_config
     options = {k: v for k, v in spec.items() if k not in ("kind", "out", "deepspeed_config")}
     options["nproc_per_node"] = nproc_per_node
-    config = {"model": {"name": model, **shape.as_dict()}, "deepspeed": ds_config}
+    config = {"model": {"name": c.model, **shape.as_dict()}, "deepspeed": ds_config}
     click.echo(
-        f"capturing {warmup}+{steps} training step(s) of {model} "
+        f"capturing {warmup}+{steps} training step(s) of {c.model} "
         f"({shape.num_hidden_layers} layers) on {nproc_per_node} rank(s), "
         f"{'GPU' if gpu else 'CPU'}, ZeRO-{zero} -> {out}"
     )
@@ -251,54 +255,26 @@ def _check_infer(engine: str, attention: str, dtype: str | None) -> tuple[bool, 
     show_default=True,
     help="Generated tokens: 1 prefill step, then gen-len - 1 decode steps.",
 )
-def infer(
-    model,
-    layers,
-    batch_size,
-    attention,
-    dtype,
-    warmup,
-    no_stack,
-    seed,
-    out,
-    force,
-    engine,
-    prompt_len,
-    gen_len,
-):
+def infer(c: Common, engine, prompt_len, gen_len):
     """Profile the prefill and decode steps of LLM inference (one profiler step each)."""
     started = time.monotonic()
-    shape = model_shape(model, layers)
+    shape = model_shape(c.model, c.layers)
     if gen_len < 1:
         raise CaptureError(f"--gen-len must be at least 1, got {gen_len}")
     check_sequence_length(shape, prompt_len, "--prompt-len")
     check_sequence_length(shape, prompt_len + gen_len, "--prompt-len + --gen-len")
-    if batch_size < 1:
-        raise CaptureError(f"--batch-size must be at least 1, got {batch_size}")
-    output.check_out(out, force)  # a previous run is refused before any dependency is looked for
-    gpu, dtype = _check_infer(engine, attention, dtype)
-    warmup = 1 if warmup is None else warmup
-    out = output.prepare(out, force)
-    spec = {
-        "kind": "infer",
-        "out": str(out.resolve()),
-        "engine": engine,
-        "model": model,
-        "layers": layers,
-        "batch_size": batch_size,
-        "prompt_len": prompt_len,
-        "gen_len": gen_len,
-        "attention": attention,
-        "dtype": dtype,
-        "warmup": warmup,
-        "with_stack": not no_stack,
-        "gpu": gpu,
-        "seed": seed,
-    }
+    if c.batch_size < 1:
+        raise CaptureError(f"--batch-size must be at least 1, got {c.batch_size}")
+    output.check_out(c.out, c.force)  # a previous run is refused before any dependency is looked for
+    gpu, dtype = _check_infer(engine, c.attention, c.dtype)
+    warmup = 1 if c.warmup is None else c.warmup
+    out = output.prepare(c.out, c.force)
+    own = {"engine": engine, "prompt_len": prompt_len, "gen_len": gen_len}
+    spec = {"kind": "infer", "out": str(out.resolve()), **c.spec(dtype, warmup, gpu), **own}
     options = {k: v for k, v in spec.items() if k not in ("kind", "out")}
-    config = {"model": {"name": model, **shape.as_dict()}}
+    config = {"model": {"name": c.model, **shape.as_dict()}}
     click.echo(
-        f"capturing prefill + {gen_len - 1} decode step(s) of {model} "
+        f"capturing prefill + {gen_len - 1} decode step(s) of {c.model} "
         f"({shape.num_hidden_layers} layers, {engine}) on {'GPU' if gpu else 'CPU'} -> {out}"
     )
     result = launch.run(spec, nproc=1, argv=_argv(), options=options, config=config)
