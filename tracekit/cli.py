@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -25,38 +27,71 @@ def main() -> None:
     """Where did the time of this LLM step go? Analyse PyTorch profiler traces."""
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What every command that reads traces was told (:func:`reading_options`)."""
+
+    rank: int | None
+    taxonomy: str | None
+    kernel_rules: str | None
+    max_bytes: int
+    strict: bool
+
+    def load(self, path: Path, **kw):
+        """``tracekit.load`` of ``path`` with these options (and ``kw``), showing progress."""
+        from . import load
+
+        return load_with_progress(
+            load,
+            path,
+            rank=self.rank,
+            taxonomy=self.taxonomy,
+            kernel_rules=self.kernel_rules,
+            max_bytes=self.max_bytes,
+            strict=self.strict,
+            **kw,
+        )
+
+
+_READING_OPTIONS = (
+    click.option("--rank", type=int, help="Only this rank of a directory of per-rank traces."),
+    click.option(
+        "--taxonomy",
+        type=click.Path(exists=True, dir_okay=False),
+        help="TOML file of module rules tried before the built-in ones.",
+    ),
+    click.option(
+        "--kernel-rules",
+        type=click.Path(exists=True, dir_okay=False),
+        help="TOML file of kernel rules tried before the built-in ones.",
+    ),
+    click.option(
+        "--max-bytes",
+        type=click.IntRange(min=1),
+        default=DEFAULT_MAX_BYTES,
+        show_default=True,
+        help="Refuse traces that decompress to more than this.",
+    ),
+    click.option(
+        "--strict",
+        is_flag=True,
+        help="In a directory, any file that cannot be "
+        "analysed is an error (exit 2) instead of being skipped (exit 1).",
+    ),
+)
+
+
 def reading_options(command):
-    """The options of every command that reads traces: which rank, which rules, what limit."""
-    for option in reversed(
-        [
-            click.option("--rank", type=int, help="Only this rank of a directory of per-rank traces."),
-            click.option(
-                "--taxonomy",
-                type=click.Path(exists=True, dir_okay=False),
-                help="TOML file of module rules tried before the built-in ones.",
-            ),
-            click.option(
-                "--kernel-rules",
-                type=click.Path(exists=True, dir_okay=False),
-                help="TOML file of kernel rules tried before the built-in ones.",
-            ),
-            click.option(
-                "--max-bytes",
-                type=click.IntRange(min=1),
-                default=DEFAULT_MAX_BYTES,
-                show_default=True,
-                help="Refuse traces that decompress to more than this.",
-            ),
-            click.option(
-                "--strict",
-                is_flag=True,
-                help="In a directory, any file that cannot be "
-                "analysed is an error (exit 2) instead of being skipped (exit 1).",
-            ),
-        ]
-    ):
-        command = option(command)
-    return command
+    """The options of every command that reads traces (which rank, which rules, what limit),
+    handed to ``command`` as one :class:`Reading` (its ``reading`` argument)."""
+
+    @functools.wraps(command)
+    def with_reading(**kw):
+        return command(reading=Reading(**{k: kw.pop(k) for k in Reading.__dataclass_fields__}), **kw)
+
+    for option in reversed(_READING_OPTIONS):
+        with_reading = option(with_reading)
+    return with_reading
 
 
 @main.command()
@@ -137,11 +172,7 @@ def analyze(
     module_filter,
     top,
     wide,
-    rank,
-    taxonomy,
-    kernel_rules,
-    max_bytes,
-    strict,
+    reading,
     no_cache,
     jobs,
     scheduler,
@@ -152,22 +183,9 @@ def analyze(
 
     Exit status: 0; 1 when files of a directory were skipped (a partial result); 2 on error.
     """
-    from . import load
-
     filters = _filters(steps_filter, phase_filter, module_filter)
     with reported(path, debug):
-        analysis = load_with_progress(
-            load,
-            path,
-            rank=rank,
-            taxonomy=taxonomy,
-            kernel_rules=kernel_rules,
-            max_bytes=max_bytes,
-            cache=not no_cache,
-            jobs=jobs,
-            scheduler=scheduler,
-            strict=strict,
-        )
+        analysis = reading.load(path, cache=not no_cache, jobs=jobs, scheduler=scheduler)
         tables, meta = _report(_filtered(analysis, filters), [n.lower() for n in only], per_step, paper)
         write_output(fmt, meta, tables, out, "render", wide=wide, top=top)
     if meta.get("partial"):
@@ -242,9 +260,7 @@ def _selected(analysis, only: list[str], per_step: bool) -> dict:
 @reading_options
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
 @click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
-def explain(
-    path, pattern, step, limit, fmt, rank, taxonomy, kernel_rules, max_bytes, strict, no_cache, debug
-):
+def explain(path, pattern, step, limit, fmt, reading, no_cache, debug):
     """Why is this number what it is: the chain behind the labels of the activities whose
     name matches PATTERN (case-insensitive substring or regex). docs/explain.md."""
     from .analysis import Options
@@ -255,10 +271,13 @@ def explain(
             path,
             pattern,
             step=step,
-            rank=rank,
+            rank=reading.rank,
             limit=limit,
             options=Options(
-                taxonomy=taxonomy, kernel_rules=kernel_rules, max_bytes=max_bytes, cache=not no_cache
+                taxonomy=reading.taxonomy,
+                kernel_rules=reading.kernel_rules,
+                max_bytes=reading.max_bytes,
+                cache=not no_cache,
             ),
         )
         if fmt == "json":
@@ -290,30 +309,19 @@ COMPARE_FORMATS = ["table", "json", "csv", "md", "html"]
     help="Add the paper's Table VIII (naive vs FlashAttention) beside the attention table.",
 )
 @click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
-def compare(a, b, fmt, out, rank, taxonomy, kernel_rules, max_bytes, strict, paper, debug):
+def compare(a, b, fmt, out, reading, paper, debug):
     """Compare two runs A and B (e.g. eager vs SDPA attention, ZeRO-2 vs ZeRO-3).
 
     Tables: attention (Table VIII: attention time per phase, improvement of B over A in %),
     and deltas (B - A) per phase, module and kernel category with per-step noise.
     """
-    from . import load
     from .compare import compare as compare_runs
     from .compare import compare_meta
 
     runs = []
     for path in (a, b):
         with reported(path, debug):
-            runs.append(
-                load_with_progress(
-                    load,
-                    path,
-                    rank=rank,
-                    taxonomy=taxonomy,
-                    kernel_rules=kernel_rules,
-                    max_bytes=max_bytes,
-                    strict=strict,
-                )
-            )
+            runs.append(reading.load(path))
     with reported(f"{a} vs {b}", debug):
         tables = compare_runs(*runs)
         meta = compare_meta(*runs)
