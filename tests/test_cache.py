@@ -99,8 +99,8 @@ def test_trace_replaced_while_read_is_not_cached(trace, monkeypatch):
     real_read = tracekit.analysis.read_trace
     other = write_trace(trace.parent / "other.json", make_trace(n_steps=3, seed=7)[0])
 
-    def read_then_replace(path, max_bytes):
-        raw = real_read(path, max_bytes)
+    def read_then_replace(path, max_bytes, jobs=1):
+        raw = real_read(path, max_bytes, jobs)
         os.replace(other, path)  # a new inode, new size: the trace changed under us
         return raw
 

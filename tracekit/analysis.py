@@ -36,6 +36,8 @@ class Options:
     kernel_rules: str | None = None
     max_bytes: int = DEFAULT_MAX_BYTES
     cache: bool = True
+    #: Processes that decode one big plain file (:mod:`tracekit.parallel_read`); 1 in a rank pool.
+    read_jobs: int = 1
 
 
 def analyse_file(path: str | os.PathLike, options: Options) -> Attributed:
@@ -56,7 +58,7 @@ def analyse_file(path: str | os.PathLike, options: Options) -> Attributed:
 def _read(path: str | os.PathLike, options: Options):
     """The parsed columns of ``path``: from its Parquet cache when valid, else read (and cached)."""
     if not options.cache:
-        return read_trace(path, options.max_bytes)
+        return read_trace(path, options.max_bytes, options.read_jobs)
     from . import cache
 
     raw = cache.load(path, options.max_bytes)
@@ -65,7 +67,7 @@ def _read(path: str | os.PathLike, options: Options):
             key = cache.file_key(path, options.max_bytes)
         except OSError:
             key = None
-        raw = read_trace(path, options.max_bytes)
+        raw = read_trace(path, options.max_bytes, options.read_jobs)
         if key is not None:
             cache.store(raw, path, options.max_bytes, key)
     return raw
@@ -299,9 +301,12 @@ def load(
     p = Path(path)
     files, skipped, head_grouping = files_to_read(p, rank, strict, max_bytes)
     from .parallel import default_jobs, map_ranks
+    from .parallel_read import read_jobs
 
     workers = default_jobs(len(files)) if jobs is None else jobs
     parallel = scheduler is not None or (workers > 1 and len(files) > 1)
+    if not parallel:  # one process: its file's decode may use the cores instead
+        options.read_jobs = read_jobs() if jobs is None else max(1, jobs)
     done = map_ranks(
         tabulate_file if parallel else _analyse_only,
         files,

@@ -190,6 +190,16 @@ class _FrameBuilder:
         )
         return True
 
+    def absorb(self, other: _FrameBuilder) -> None:
+        """Append what ``other`` collected from the events that follow this builder's (a later
+        stretch of the same file, decoded elsewhere): as if its slices had been added here."""
+        self.parts += other.parts
+        self.n_events += other.n_events
+        for cat, k in other.unknown.items():
+            self.unknown[cat] = self.unknown.get(cat, 0) + k
+        self.thread_names.update(other.thread_names)
+        self.process_names.update(other.process_names)
+
     def _column(self, name: str):
         """One column of every part, joined; the parts' own copies are dropped as it is built,
         so the columns are never held twice over."""

@@ -30,6 +30,7 @@ import pandas as pd
 from .columns import _COLUMNS, _FrameBuilder
 from .errors import TraceError
 from .files import DEFAULT_MAX_BYTES, TRACE_SUFFIXES, iter_text, read_bytes, trace_files, trace_listing
+from .parallel_read import read_parallel
 from .schema import (
     _CATEGORY_KIND,
     _DECODER,
@@ -151,6 +152,16 @@ def _check_text(data: bytes, path: str | os.PathLike) -> None:
 CHUNK_BYTES = 32 << 20
 
 
+def _decode_whole(data: bytes | bytearray, path: str | os.PathLike, builder: _FrameBuilder) -> TraceDoc:
+    """The document of ``data``, its events added to ``builder`` (its ``traceEvents`` emptied)."""
+    doc = decode(bytes(data), path)
+    if not builder.add(doc.traceEvents):  # epoch-scale float times: decode them as text
+        doc = decode(bytes(data), path, text_times=True)
+        builder.add(doc.traceEvents)
+    doc.traceEvents = []
+    return doc
+
+
 def rank_of(doc: TraceDoc, path: str | os.PathLike) -> int | None:
     info = doc.distributedInfo or {}
     r = info.get("rank") if isinstance(info, dict) else None
@@ -169,27 +180,30 @@ def device_names(doc: TraceDoc) -> list[str]:
     return names
 
 
-def read_trace(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> RawTrace:
+def read_trace(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES, jobs: int = 1) -> RawTrace:
     """Read one trace file into a :class:`RawTrace`: streamed slice by slice when it is big
-    (:mod:`tracekit.streaming`), decoded whole when it is small, broken or unusual."""
-    builder = _FrameBuilder()
-    pieces = iter_text(path, max_bytes)
-    try:
-        got = stream_decode(pieces, builder, CHUNK_BYTES)
-    finally:
-        pieces.close()
-    if isinstance(got, TraceDoc):
-        doc = got
-    else:  # small, unusual or broken: one whole decode, with its error messages
-        data = read_bytes(path, max_bytes) if got is None else got
-        del got
+    (:mod:`tracekit.streaming`), by ``jobs`` processes when it is big and plain
+    (:mod:`tracekit.parallel_read`), decoded whole when it is small, broken or unusual."""
+    got: tuple[_FrameBuilder, TraceDoc | bytearray | None] | None = None
+    if jobs > 1 and os.path.isfile(path) and os.path.getsize(path) <= max_bytes:
+        got = read_parallel(path, jobs, CHUNK_BYTES)
+    if got is None:
         builder = _FrameBuilder()
-        doc = decode(bytes(data), path)
-        if not builder.add(doc.traceEvents):  # epoch-scale float times: decode them as text
-            doc = decode(bytes(data), path, text_times=True)
-            builder.add(doc.traceEvents)
-        del data
-        doc.traceEvents = []
+        pieces = iter_text(path, max_bytes)
+        try:
+            got = builder, stream_decode(pieces, builder, CHUNK_BYTES)
+        finally:
+            pieces.close()
+    builder, got_doc = got
+    del got
+    if isinstance(got_doc, TraceDoc):
+        doc = got_doc
+    elif got_doc is None:  # broken or unusual: read again whole, for the decoder's own error message
+        builder = _FrameBuilder()
+        doc = _decode_whole(read_bytes(path, max_bytes), path, builder)
+    else:  # a short text: one whole decode, after what was streamed
+        doc = _decode_whole(got_doc, path, builder)
+    del got_doc
     frame, warnings, meta = builder.finish(path)
     meta.update(
         {

@@ -14,6 +14,7 @@ So memory holds about two slices of text plus the columns, whatever the file's s
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Iterator
 
@@ -147,6 +148,24 @@ def stream_decode(
     finally:
         _stats(stats, s)
     return doc
+
+
+def decode_events(pieces: Iterable[bytes], builder: _FrameBuilder, chunk_bytes: int) -> int:
+    """Decode the text of ``pieces``: a run of whole events cut out of ``traceEvents`` (from the
+    ``{`` of one event to the ``}`` of another, the ``,`` between them included), slice by slice
+    into ``builder``. Returns the largest text buffered; raises ``msgspec.DecodeError`` /
+    ``ValidationError`` when the run does not decode (a cut that fell inside a string)."""
+    s = _Slicer(itertools.chain((b"[",), pieces, (b"]",)), builder, chunk_bytes)
+    pos = 1
+    while s.more():
+        pos = s.cut_slices(pos)
+        if pos > 1:
+            del s.buf[: pos - 1]
+            pos = 1
+    end = len(s.buf) - 1  # the closing ']'
+    if not builder.add(s.decode(pos, end, s.decoder)):
+        builder.add(s.decode(pos, end, _TEXT_EVENTS_DECODER))
+    return s.peak
 
 
 def _head(buf: bytearray) -> bytes | None:

@@ -1,0 +1,135 @@
+"""The parallel reader (byte ranges of one plain file decoded by forked processes) == the serial one.
+
+Every shared trace is written out plain and read with ranges of a few hundred KiB decoded by two child
+processes and the parent: the columns, metadata and warnings must be exactly the serial reader's,
+and the parallel path must really have been taken. Cuts that fall inside strings, broken text in
+a child's range, gzip and small files fall back to the serial reader, with its results and errors.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pandas as pd
+import pytest
+from shared_traces import params
+
+import tracekit.parallel_read as P
+import tracekit.read as R
+from tracekit.errors import TraceError
+
+
+@pytest.fixture
+def small_ranges(monkeypatch):
+    """Parallel decoding for any size, slices of 256 KiB arriving 64 KiB at a time; and a record
+    of what :func:`read_parallel` returned. (pytest-xdist's workers run a helper thread; the
+    children here only decode, so the single-thread rule is lifted for these tests.)"""
+    monkeypatch.setattr(P, "MIN_BYTES", 0)
+    monkeypatch.setattr(P, "PIECE_BYTES", 1 << 16)
+    monkeypatch.setattr(R, "CHUNK_BYTES", 1 << 18)
+    monkeypatch.setattr(P.threading, "active_count", lambda: 1)
+    seen: list = []
+    real = R.read_parallel
+
+    def spy(path, jobs, chunk):
+        got = real(path, jobs, chunk)
+        seen.append(got)
+        return got
+
+    monkeypatch.setattr(R, "read_parallel", spy)
+    return seen
+
+
+def _serial(path) -> R.RawTrace:
+    chunk, R.CHUNK_BYTES = R.CHUNK_BYTES, 1 << 40  # one whole decode: the plainest reading
+    try:
+        return R.read_trace(path, jobs=1)
+    finally:
+        R.CHUNK_BYTES = chunk
+
+
+def _same(a: R.RawTrace, b: R.RawTrace) -> None:
+    pd.testing.assert_frame_equal(a.events, b.events)
+    assert a.meta == b.meta
+    assert a.warnings == b.warnings
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("path", params())
+def test_parallel_decode_equals_serial(path, tmp_path, small_ranges):
+    raw = open(path, "rb").read()
+    text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+    p = tmp_path / "t.json"
+    p.write_bytes(text)
+    serial = _serial(p)
+    parallel = R.read_trace(p, jobs=3)
+    _same(parallel, serial)
+    if len(text) > 1 << 22:  # big enough for three ranges of several slices each
+        assert small_ranges[-1] is not None, "fell back to the serial reader"
+
+
+def _events(n: int, name: str = "aten::mm") -> list[dict]:
+    return [
+        {"ph": "X", "cat": "cpu_op", "name": f"{name}{i}", "pid": 1, "tid": 1, "ts": i * 2.5, "dur": 2}
+        for i in range(n)
+    ]
+
+
+def _write(tmp_path, events: list[dict], **extra) -> str:
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events, **extra}, indent=1))
+    return str(p)
+
+
+def test_parallel_path_is_taken_and_keeps_the_tail(tmp_path, small_ranges):
+    """Metadata after the array (rank, devices) comes from the parent's range; thread names from
+    metadata events inside a child's range survive; event order is the file's."""
+    evs = _events(60000)
+    evs.insert(10, {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}})
+    p = _write(tmp_path, evs, distributedInfo={"rank": 5, "world_size": 8}, deviceProperties=[{"name": "G"}])
+    got = R.read_trace(p, jobs=3)
+    assert small_ranges[-1] is not None
+    _same(got, _serial(p))
+    assert got.events["name"].astype(str).tolist() == [f"aten::mm{i}" for i in range(60000)]
+    assert (got.meta["rank"], got.meta["devices"]) == (5, ["G"])
+    assert got.meta["thread_names"] == {"1:1": "main"}
+    assert got.meta["events_in_file"] == 60001
+
+
+def test_cuts_inside_strings_give_the_serial_result(tmp_path, small_ranges):
+    """Every name holds '}, {': a cut may land inside a string; the result is still exact."""
+    p = _write(tmp_path, _events(60000, name="op}, {x]"))
+    _same(R.read_trace(p, jobs=4), _serial(p))
+
+
+def test_broken_text_in_a_childs_range_errors_like_serial(tmp_path, small_ranges):
+    p = _write(tmp_path, _events(60000))
+    text = open(p, "rb").read()
+    cut = len(text) // 4
+    open(p, "wb").write(text[:cut] + b"\x01" + text[cut + 1 :])
+    with pytest.raises(TraceError) as serial:
+        _serial(p)
+    with pytest.raises(TraceError) as parallel:
+        R.read_trace(p, jobs=3)
+    assert str(parallel.value) == str(serial.value)
+    assert small_ranges == [None]
+
+
+def test_gzip_and_small_files_are_read_serially(tmp_path, monkeypatch):
+    p = _write(tmp_path, _events(100))
+    assert not P.usable(10 << 20, 2)  # below MIN_BYTES
+    assert not P.usable(1 << 30, 1)  # one job
+    gz = tmp_path / "t.json.gz"
+    gz.write_bytes(gzip.compress(open(p, "rb").read()))
+    assert P.plan(gz, 2) is None
+    assert P.plan(p, 2) is not None
+
+
+def test_read_jobs_from_the_environment(monkeypatch):
+    monkeypatch.setenv("TRACEKIT_READ_JOBS", "1")
+    assert P.read_jobs() == 1
+    monkeypatch.setenv("TRACEKIT_READ_JOBS", "3")
+    assert P.read_jobs() == 3
+    monkeypatch.setenv("TRACEKIT_READ_JOBS", "many")
+    assert P.read_jobs() >= 1
