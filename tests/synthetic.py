@@ -57,7 +57,6 @@ from tracekit.testing.kernels import (
     GEMM_C,
     GEMM_NN,
     GEMM_NT,
-    GEMMS,
     K_ADAM,
     K_ADD,
     K_CAT,
@@ -102,6 +101,7 @@ __all__ = [
     "MODULE_ROWS",
     "NCCL_GENERIC",
     "SIDE_STREAM",
+    "TABLE_KEYS",
     "Activity",
     "Truth",
     "intersect_window",
@@ -132,6 +132,15 @@ MODULE_ROWS = (
     "Exposed communication",
     "Idle",
 )
+#: The key columns of each table the truth computes (a row per step and key).
+TABLE_KEYS = {
+    "phases": ("phase",),
+    "modules": ("phase", "module"),
+    "gemm": ("phase",),
+    "comm": ("phase", "collective"),
+    "idle": (),
+    "timeline": ("block",),
+}
 PHASES = ("forward", "backward", "optimizer")
 BLOCKS = ("before", "attention", "ffn", "after")
 
@@ -277,16 +286,8 @@ def compute_truth(acts: list[Activity], steps: list[int], n_layers: int) -> tupl
                     )
                 )
     mean: dict[str, list[dict]] = {}
-    keys = {
-        "phases": ("phase",),
-        "modules": ("phase", "module"),
-        "gemm": ("phase",),
-        "comm": ("phase", "collective"),
-        "idle": (),
-        "timeline": ("block",),
-    }
     for name, recs in per.items():
-        k = keys[name]
+        k = TABLE_KEYS[name]
         grouped: dict[tuple, list[dict]] = {}
         for r in recs:
             grouped.setdefault(tuple(r[c] for c in k), []).append(r)
@@ -346,35 +347,18 @@ class _Builder(EventWriter):
         finally:
             self.lab.update(old)
 
-    def launch(
-        self,
-        tid: int,
-        name: str,
-        dur: int,
-        *,
-        stream: int = COMPUTE_STREAM,
-        gap: int = 0,
-        start: int | None = None,
-        kind: str = "kernel",
-        api: str | None = None,
-        comm: bool = False,
-    ) -> Activity:  # type: ignore[override]
-        x = super().launch(tid, name, dur, stream=stream, gap=gap, start=start, kind=kind, api=api)
-        a = Activity(
+    def launch(self, tid: int, name: str, dur: int, *, comm: bool = False, **kw: Any) -> Activity:  # type: ignore[override]
+        """:meth:`EventWriter.launch` (same keywords), recorded as an :class:`Activity` with the
+        current labels."""
+        x = super().launch(tid, name, dur, **kw)
+        a = Activity.launched(
+            x,
+            comm=comm,
             step=self.lab["step"],
-            start=x.start,
-            end=x.end,
-            kind=kind,
-            name=name,
-            stream=stream,
-            correlation=x.correlation,
             phase=self.lab["phase"],
-            category=None if (comm or kind != "kernel") else self.lab["category"],
+            category=None if (comm or x.kind != "kernel") else self.lab["category"],
             block=self.lab["block"],
             collective=self.lab["collective"] if comm else None,
-            comm=comm,
-            gemm=name in GEMMS,
-            launch_ts=x.launch_ts,
         )
         self.acts.append(a)
         return a

@@ -16,21 +16,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from synthetic import make_trace, write_trace
+from synthetic import TABLE_KEYS, make_trace, write_trace
 
 import tracekit
 
 ABS = 1e-6  # ms: one nanosecond
 PCT = 1e-6  # percent points
 
-KEYS = {
-    "phases": ("phase",),
-    "modules": ("phase", "module"),
-    "gemm": ("phase",),
-    "comm": ("phase", "collective"),
-    "idle": (),
-    "timeline": ("block",),
-}
 
 CONFIGS = {
     "default": dict(),
@@ -70,7 +62,7 @@ def assert_table(
     actual: pd.DataFrame, expected: list[dict], name: str, per_step: bool, columns: list[str] | None = None
 ) -> None:
     """Every expected row is present with equal values; extra actual rows are all-zero."""
-    cols = (("step",) if per_step else ()) + KEYS[name]
+    cols = (("step",) if per_step else ()) + TABLE_KEYS[name]
     assert isinstance(actual, pd.DataFrame), name
     for c in cols:
         assert c in actual.columns, f"{name}: no column {c!r} in {list(actual.columns)}"
@@ -217,7 +209,7 @@ def test_columns_reconcile(cfg, tmp_path_factory):
 def test_mean_tables_times(cfg, name, tmp_path_factory):
     a, truth, _ = analysed(cfg, tmp_path_factory)
     exp = truth.mean[name]
-    cols = [c for c in exp[0] if c not in KEYS[name] and c != "percent"]
+    cols = [c for c in exp[0] if c not in TABLE_KEYS[name] and c != "percent"]
     assert_table(a.tables()[name], exp, name, False, columns=cols)
 
 
@@ -275,7 +267,7 @@ def test_cli_json_end_to_end(tmp_path):
             exp,
             name,
             False,
-            columns=[c for c in exp[0] if c not in KEYS[name] and c != "percent"],
+            columns=[c for c in exp[0] if c not in TABLE_KEYS[name] and c != "percent"],
         )
     fb = [r for r in truth.mean["modules"] if r["phase"] in ("forward", "backward")]
     got = pd.DataFrame(out["tables"]["modules"])

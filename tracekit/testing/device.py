@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .events import COMM_STREAM, COMPUTE_STREAM, COPY_STREAM, EventWriter
-from .kernels import GEMMS, MEMCPY_DTOD, MEMCPY_DTOH, MEMCPY_HTOD, MEMSET, NCCL_GENERIC, NCCL_KERNELS
+from .kernels import MEMCPY_DTOD, MEMCPY_DTOH, MEMCPY_HTOD, MEMSET, NCCL_GENERIC, NCCL_KERNELS
 from .truth import Activity, Kernel, Op
 
 _MEMCPY = {"HtoD": MEMCPY_HTOD, "DtoH": MEMCPY_DTOH, "DtoD": MEMCPY_DTOD}
@@ -90,21 +90,14 @@ class DeviceCalls:
                 f"{(x.start - self.origin) / 1000} us"
             )
         lab = self._s.labels
-        act = Activity(
+        act = Activity.launched(
+            x,
+            comm=comm,
             step=self._s.step,
-            start=x.start,
-            end=x.end,
-            kind=kind,
-            name=name,
-            stream=stream,
-            correlation=x.correlation,
             phase=self._s.phase,
             category=lab["category"] if kind == "kernel" and not comm else None,
             block=lab["block"],
             collective=collective,
-            comm=comm,
-            gemm=name in GEMMS,
-            launch_ts=x.launch_ts,
             module=self._module(),
             op=self._s.ops[-1].name if self._s.ops else None,
         )

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import pairwise
+from typing import Any
 
 __all__ = ["Activity", "Kernel", "Op", "intersect_window", "measure", "shares", "subtract", "union"]
 
@@ -42,6 +43,26 @@ class Activity:
     launch_ts: int = 0  # ns, start of the runtime call
     module: str | None = None
     op: str | None = None  # the innermost CPU op that launched it
+
+    @classmethod
+    def launched(cls, x: Any, *, comm: bool = False, **labels: Any) -> Activity:
+        """The activity a launch planted (``x``: :class:`~tracekit.testing.events.Launched`:
+        times, name, stream, correlation) with the ``labels`` its author meant; ``gemm`` from
+        the kernel name."""
+        from .kernels import GEMMS
+
+        return cls(
+            start=x.start,
+            end=x.end,
+            kind=x.kind,
+            name=x.name,
+            stream=x.stream,
+            correlation=x.correlation,
+            launch_ts=x.launch_ts,
+            comm=comm,
+            gemm=x.name in GEMMS,
+            **labels,
+        )
 
     @property
     def compute(self) -> bool:
