@@ -68,7 +68,8 @@ def test_cached_analysis_equals_fresh(trace, monkeypatch, tmp_path):
     fresh = tracekit.load(trace, cache=False).tables(per_step=True)
     assert not (tmp_path / "cachedir").exists()  # --no-cache writes nothing
     first = tracekit.load(trace).tables(per_step=True)
-    assert len(cache.entries()) == 1 and _listing(trace.parent) == {trace.name}
+    # one entry of parsed columns, one of the analysis (tracekit.results)
+    assert len(cache.entries()) == 2 and _listing(trace.parent) == {trace.name}
     # The second load must come from the cache: reading the JSON now fails.
     monkeypatch.setattr("tracekit.analysis.read_trace", lambda *a, **k: pytest.fail("re-read"))
     second = tracekit.load(trace).tables(per_step=True)
@@ -167,10 +168,10 @@ def test_cli_no_cache_and_cache_commands(trace, tmp_path):
     assert cache.entries() == []
     r = run(main, ["analyze", str(trace), "--format", "json"])
     assert r.exit_code == 0, r.output
-    assert len(cache.entries()) == 1 and _listing(trace.parent) == {trace.name}
+    assert len(cache.entries()) == 2 and _listing(trace.parent) == {trace.name}
     r = run(main, ["cache", "info"])
-    assert r.exit_code == 0 and "1 entries" in r.output
+    assert r.exit_code == 0 and "2 entries (1 analysis result)" in r.output, r.output
     (tmp_path / "cachedir" / "unrelated.txt").write_text("mine")
     r = run(main, ["cache", "clear"])
-    assert r.exit_code == 0 and "removed 1 file" in r.output
+    assert r.exit_code == 0 and "removed 2 files" in r.output
     assert cache.entries() == [] and (tmp_path / "cachedir" / "unrelated.txt").exists()

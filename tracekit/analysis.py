@@ -38,6 +38,9 @@ class Options:
     cache: bool = True
     #: Processes that decode one big plain file (:mod:`tracekit.parallel_read`); 1 in a rank pool.
     read_jobs: int = 1
+    #: The host of the process that gathers the results (set for a Dask cluster): a worker on
+    #: another host sends the intervals back, since a handle to its cache would not be readable.
+    host: str | None = None
 
 
 def analyse_file(path: str | os.PathLike, options: Options) -> Attributed:
@@ -88,6 +91,8 @@ class Analysis:
     #: ``[{"file": name, "problem": why}]``; the result is then partial.
     skipped: list[dict] = field(default_factory=list)
     _computed: dict = field(default_factory=dict, repr=False, compare=False)
+    #: The one lazy rank whose intervals are held (:meth:`_rank_intervals`): {rank: DataFrame}.
+    _held: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         found = [as_warning(w) for w in self.warnings]
@@ -118,7 +123,20 @@ class Analysis:
     @property
     def intervals(self) -> pd.DataFrame:
         """The labelled interval table (all ranks, with a ``rank`` column)."""
-        return pd.concat([a.intervals.assign(rank=r) for r, a in self.ranks.items()], ignore_index=True)
+        parts = [a.load_intervals().assign(rank=r) for r, a in self.ranks.items()]
+        return pd.concat(parts, ignore_index=True)
+
+    def _rank_intervals(self, rank: int) -> pd.DataFrame:
+        """One rank's intervals. A lazy rank's (read from the result cache, :mod:`tracekit.results`)
+        are loaded on demand and only the last one asked for is kept: the tables of many ranks
+        are computed one rank after another without holding them all."""
+        att = self.ranks[rank]
+        if not att.lazy:
+            return att.intervals
+        if rank not in self._held:
+            self._held.clear()
+            self._held[rank] = att.load_intervals()
+        return self._held[rank]
 
     @property
     def meta(self) -> dict:
@@ -177,9 +195,10 @@ class Analysis:
         keeps (a copy: the checks of ``__post_init__`` ran on the whole run already).
         Raises :class:`tracekit.filters.FilterError` for a ``module`` naming no category, or
         several without a comma list."""
-        present = {c for a in self.ranks.values() for c in a.intervals["module"].astype(str).unique()}
+        modules = [a.load_intervals(["module"])["module"] for a in self.ranks.values()]
+        present = {c for m in modules for c in m.astype(str).unique()}
         out = copy.copy(self)
-        out.filters, out._computed = filters.resolved(present), {}
+        out.filters, out._computed, out._held = filters.resolved(present), {}, {}
         return out
 
     def names(self) -> list[str]:
@@ -272,7 +291,8 @@ class Analysis:
             att = self.ranks[rank]
             spec = REGISTRY[name]
             windows = self.filters.windows(att.windows)
-            self._computed[key] = TABLES[name](self.filters.intervals(att.intervals, spec), windows)
+            iv = self.filters.intervals(self._rank_intervals(rank), spec)
+            self._computed[key] = TABLES[name](iv, windows)
         return self._computed[key].copy()
 
 
@@ -290,7 +310,9 @@ def load(
 ) -> Analysis:
     """Analyse a trace file, or a directory of per-rank trace files (``rank`` picks one).
 
-    ``cache``: use and fill the Parquet cache of parsed columns (:mod:`tracekit.cache`).
+    ``cache``: use and fill the Parquet cache of parsed columns (:mod:`tracekit.cache`) and the
+    result cache (:mod:`tracekit.results`): a cached file's tables come without running the
+    pipeline, its intervals are read when something needs them.
     ``jobs``: ranks analysed in parallel by a local process pool (default: one per core);
     ``scheduler``: address of (or a Client for) an existing Dask cluster to run them on instead.
     In a directory, files that cannot be analysed are skipped (the result is partial, see
@@ -298,17 +320,22 @@ def load(
     first file's :class:`TraceError` is raised.
     """
     options = Options(taxonomy=taxonomy, kernel_rules=kernel_rules, max_bytes=max_bytes, cache=cache)
+    if scheduler is not None:
+        import socket
+
+        options.host = socket.gethostname()
     p = Path(path)
     files, skipped, head_grouping = files_to_read(p, rank, strict, max_bytes)
     from .parallel import default_jobs, map_ranks
     from .parallel_read import read_jobs
+    from .perfile import per_file
 
     workers = default_jobs(len(files)) if jobs is None else jobs
     parallel = scheduler is not None or (workers > 1 and len(files) > 1)
     if not parallel:  # one process: its file's decode may use the cores instead
         options.read_jobs = read_jobs() if jobs is None else max(1, jobs)
     done = map_ranks(
-        tabulate_file if parallel else _analyse_only,
+        per_file(parallel, cache, len(files)),
         files,
         options,
         keep_errors=p.is_dir(),
@@ -356,24 +383,3 @@ def files_to_read(
     if not files:
         raise TraceError(p, f"no rank {rank}; ranks here: {', '.join(map(str, found))}")
     return files, skipped, how
-
-
-def tabulate_file(path: str | os.PathLike, options: Options) -> tuple[Attributed, dict]:
-    """:func:`analyse_file`, and the file's tables as one rank: the means over steps and the
-    self-checks, unfiltered, keyed ``(kind, name)``. Run in a worker (pool or Dask), so the parent only
-    gathers small tables: a rank's tables cost the parent nothing but their concatenation."""
-    att = analyse_file(path, options)
-    one = Analysis(path=os.fspath(path), ranks={0: att})
-    for name, spec in REGISTRY.items():
-        if not spec.cross_rank and spec.derive is None:
-            one._rank_table(name, 0, per_step=False)
-    one._phase_means(0)
-    # Per-step tables stay here: the report needs only the means (and --per-step recomputes
-    # them from the intervals); shipping them would add a third to what the parent unpickles
-    # and keeps per rank.
-    return att, {k[:2]: v for k, v in one._computed.items() if k[0] != "step"}
-
-
-def _analyse_only(path: str | os.PathLike, options: Options) -> tuple[Attributed, dict]:
-    """:func:`analyse_file` in this process: tables are computed when asked for."""
-    return analyse_file(path, options), {}

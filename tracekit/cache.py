@@ -17,6 +17,10 @@ JSON when the file has not changed:
 * writes go through :mod:`tracekit.safewrite` (temporary name, fsync, rename).
 
 Parquet holds typed columns only: nothing in a cache file is evaluated or unpickled.
+
+The result cache (:mod:`tracekit.results`: a file's analysis, so a re-analysis runs no pipeline)
+keeps its entries (``<hash>.result.parquet``) in the same directory under the same rules; the
+size bound, :func:`evict`, :func:`info` and :func:`clear` cover both kinds.
 """
 
 from __future__ import annotations
@@ -37,8 +41,10 @@ from .read import _COLUMNS, RawTrace
 FORMAT = "tracekit-raw-5"
 SUFFIX = ".parquet"
 _META_KEY = b"tracekit"
-_ENTRY = re.compile(r"[0-9a-f]{32}\.parquet")
-_TEMP = re.compile(r"\.[0-9a-f]{32}\.parquet\..*\.tmp")
+#: Entry names: the parse cache's ``<hash>.parquet`` and the result cache's ``<hash>.result.parquet``
+#: (:mod:`tracekit.results`); one size bound and one LRU order over both.
+_ENTRY = re.compile(r"[0-9a-f]{32}(\.result)?\.parquet")
+_TEMP = re.compile(r"\.[0-9a-f]{32}(\.result)?\.parquet\..*\.tmp")
 DEFAULT_MAX_CACHE_BYTES = 2 * 1024**3
 _EDGE = 1 << 16
 #: In-memory columns may be this many times the trace's size on disk (gzip included), plus slack.
@@ -190,15 +196,18 @@ def evict(limit: int, keep: Path | None = None) -> int:
 
 
 def info() -> dict:
-    sizes = []
+    """Where the cache is, its entries and bytes (all, and the result cache's), and its bound."""
+    sizes, results = [], 0
     for p in entries():
         try:
             sizes.append(p.stat().st_size)
         except OSError:
-            pass
+            continue
+        results += p.name.endswith(".result.parquet")
     return {
         "directory": os.fspath(cache_dir()),
         "entries": len(sizes),
+        "result_entries": results,
         "bytes": sum(sizes),
         "max_bytes": max_cache_bytes(),
     }

@@ -7,8 +7,9 @@ import click
 
 @click.group(name="cache")
 def cache_group() -> None:
-    """The cache of parsed traces (in $TRACEKIT_CACHE_DIR, $XDG_CACHE_HOME/tracekit or
-    ~/.cache/tracekit; bounded by $TRACEKIT_CACHE_MAX_BYTES, default 2 GiB)."""
+    """The cache of parsed traces and their analysis results (in $TRACEKIT_CACHE_DIR,
+    $XDG_CACHE_HOME/tracekit or ~/.cache/tracekit; bounded by $TRACEKIT_CACHE_MAX_BYTES,
+    default 2 GiB)."""
 
 
 @cache_group.command(name="info")
@@ -18,15 +19,16 @@ def cache_info() -> None:
     from .safetext import bounded
 
     i = cache.info()
+    n = i["result_entries"]
     click.echo(
-        f"{bounded(i['directory'])}: {i['entries']} entries, {i['bytes']:,} bytes "
-        f"(bound {i['max_bytes']:,} bytes)"
+        f"{bounded(i['directory'])}: {i['entries']} entries ({n} analysis result{'s' if n != 1 else ''}), "
+        f"{i['bytes']:,} bytes (bound {i['max_bytes']:,} bytes)"
     )
 
 
 @cache_group.command(name="clear")
 def cache_clear() -> None:
-    """Remove every cached trace."""
+    """Remove every cached trace and analysis result."""
     from . import cache
     from .safetext import bounded
 

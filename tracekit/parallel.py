@@ -1,10 +1,11 @@
 """Per-rank work in parallel: a local process pool, or an existing Dask cluster.
 
 Ranks are independent until the final aggregation, so each file is read, linked, attributed
-and tabulated in a worker (:func:`tracekit.analysis.tabulate_file`), and only its labelled
-interval table and its (small) tables come back: the raw events of a rank live and die inside
-one worker, so the parent never holds more than one rank's raw events (none at all when
-``jobs > 1``), and its own work per rank is gathering, not computing.
+and tabulated in a worker (:func:`tracekit.perfile.tabulate_file`), and only its (small) tables
+and a handle to its labelled intervals in the result cache (:mod:`tracekit.results`; the
+intervals themselves when nothing can be stored) come back: the raw events of a rank live and
+die inside one worker, so the parent never holds more than one rank's raw events (none at all
+when ``jobs > 1``), and its own work per rank is gathering, not computing.
 
 * ``jobs=1``: in this process, one rank after another;
 * ``jobs=N``: a :mod:`multiprocessing` pool of N workers. Workers ignore SIGINT: Ctrl-C reaches

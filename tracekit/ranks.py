@@ -27,6 +27,7 @@ anything is read; :func:`group_results` groups what the workers returned for eac
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -173,7 +174,7 @@ def merge_windows(parts: list[Any]) -> Any:
         return parts[0]
     parts = sorted(parts, key=_first_time)
     taken: set[int] = set()
-    intervals, steps, windows, warnings, shifted = [], [], [], [], []
+    steps, windows, warnings, shifted, shifts = [], [], [], [], []
     for p in parts:
         nums = p.steps["step"].to_numpy(np.int64) if len(p.steps) else np.empty(0, np.int64)
         shift = 0
@@ -184,7 +185,7 @@ def merge_windows(parts: list[Any]) -> Any:
                 f"renumbered {nums.min() + shift}-{nums.max() + shift}"
             )
         taken.update((nums + shift).tolist())
-        intervals.append(p.intervals.assign(step=p.intervals["step"] + shift))
+        shifts.append(shift)
         steps.append(p.steps.assign(step=p.steps["step"] + shift))
         windows.append(p.windows.assign(step=p.windows["step"] + shift))
         warnings += p.warnings
@@ -201,7 +202,6 @@ def merge_windows(parts: list[Any]) -> Any:
         s + _shift_of(p, steps[i]) for i, p in enumerate(parts) for s in p.meta.get("complete_steps", [])
     ]
     meta["has_profiler_steps"] = all(p.meta.get("has_profiler_steps", True) for p in parts)
-    shifts = [_shift_of(p, steps[i]) for i, p in enumerate(parts)]
     if any("coverage" in p.meta for p in parts):
         meta["coverage"] = _merge_coverage([p.meta.get("coverage") or {} for p in parts])
     if any("step_ranges" in p.meta for p in parts):
@@ -210,7 +210,7 @@ def merge_windows(parts: list[Any]) -> Any:
     merged = replace(
         first,
         mode="gpu" if any(p.mode == "gpu" for p in parts) else first.mode,
-        intervals=pd.concat(intervals, ignore_index=True),
+        intervals=_merged(MergedIntervals(tuple(zip(parts, shifts)))),
         steps=pd.concat(steps, ignore_index=True),
         windows=pd.concat(windows, ignore_index=True),
         meta=meta,
@@ -239,14 +239,44 @@ def _cut_rank_edges(att: Any, unjudged: set) -> Any:
 
     meta = dict(att.meta, complete_steps=[s for s in att.meta.get("complete_steps", []) if s not in cut])
     warnings = att.warnings + [TraceWarning("step_cut", CUT_MESSAGE, step=s) for s in sorted(cut)]
+    held = att.__dict__["_intervals"]
     return replace(
         att,
-        intervals=att.intervals[~gone(att.intervals)].reset_index(drop=True),
+        intervals=(
+            replace(held, cut=frozenset(cut)) if att.lazy else held[~gone(held)].reset_index(drop=True)
+        ),
         steps=att.steps.assign(complete=att.steps["complete"].to_numpy() & ~gone(att.steps)),
         windows=att.windows.assign(complete=att.windows["complete"].to_numpy() & ~gone(att.windows)),
         meta=meta,
         warnings=warnings,
     )
+
+
+@dataclass(frozen=True)
+class MergedIntervals:
+    """The intervals of a rank of several window files: each file's, its steps shifted as
+    :func:`merge_windows` numbers them, the steps :func:`_cut_rank_edges` cut left out. Held by
+    a lazy Attributed (some file's intervals are in the result cache, :mod:`tracekit.results`)
+    and computed when read, so a parent holds no rank's intervals until a table needs them."""
+
+    parts: tuple  # ((Attributed, step shift), ...), in time order
+    cut: frozenset = frozenset()
+
+    def load(self, columns: list[str] | None = None) -> pd.DataFrame:
+        want = None if columns is None else list(dict.fromkeys([*columns, "step"]))
+        frames = []
+        for part, shift in self.parts:
+            iv = part.load_intervals(want)
+            frames.append(iv.assign(step=iv["step"] + shift))
+        out = pd.concat(frames, ignore_index=True)
+        if self.cut:
+            out = out[~out["step"].isin(self.cut).to_numpy()].reset_index(drop=True)
+        return out if columns is None else out[columns]
+
+
+def _merged(held: MergedIntervals) -> Any:
+    """``held`` itself when some part is lazy, else its intervals (computed now, as before)."""
+    return held if any(p.lazy for p, _ in held.parts) else held.load()
 
 
 def _merge_coverage(covs: list[dict]) -> dict:
@@ -304,8 +334,9 @@ def group_results(
     groups, how = group_files(ids)
     ranks, computed = {}, {}
     for r, idx in groups.items():
-        merged = merge_windows([done[i][0] for i in idx])
-        ranks[r] = replace(merged, meta={**merged.meta, "rank": r})
+        merged = copy.copy(merge_windows([done[i][0] for i in idx]))  # replace() would load lazy intervals
+        merged.meta = {**merged.meta, "rank": r}
+        ranks[r] = merged
         if len(idx) == 1:
             computed.update({(kind, name, r): df for (kind, name), df in done[idx[0]][1].items()})
     return ranks, how, computed

@@ -95,6 +95,33 @@ class Attributed:
     meta: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
+    @property
+    def lazy(self) -> bool:
+        """True when ``intervals`` are not held here but loaded from a store when read."""
+        return not isinstance(self.__dict__["_intervals"], pd.DataFrame)
+
+    def load_intervals(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """The intervals (only ``columns`` when given); a lazy rank loads them (each time: they
+        are not kept here) from its store, an object with ``load(columns) -> DataFrame``."""
+        held = self.__dict__["_intervals"]
+        if isinstance(held, pd.DataFrame):
+            return held if columns is None else held[columns]
+        return held.load(columns)
+
+
+def _get_intervals(self: Attributed) -> pd.DataFrame:
+    return self.load_intervals()
+
+
+def _set_intervals(self: Attributed, value) -> None:
+    self.__dict__["_intervals"] = value
+
+
+# ``intervals`` is a DataFrame, or a store of one (the result cache's handle, see
+# tracekit.results) that is read on access: a parent process then holds no rank's intervals
+# until something asks for them. The dataclass field is kept for the constructor and replace().
+Attributed.intervals = property(_get_intervals, _set_intervals)
+
 
 def link(raw: RawTrace, taxonomy: ModuleTaxonomy) -> Trace:
     """The linking steps: who launched each activity, in which op stack, module, step, phase."""

@@ -1,0 +1,83 @@
+"""The work of one trace file, as a worker (local pool or Dask) or this process runs it.
+
+:func:`tabulate_file` analyses one file (:func:`tracekit.analysis.analyse_file`) and computes
+its tables as one rank, or takes both from the result cache (:mod:`tracekit.results`); what
+comes back to the parent is small: the tables, and the pipeline's output with its intervals
+replaced by a handle to the cache entry (read by the parent only when a view needs them).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import replace
+
+from tracekit.analyses import REGISTRY
+
+from . import analysis
+from .analysis import Analysis, Options
+from .pipeline import Attributed
+
+
+def per_file(parallel: bool, cache: bool, n_files: int) -> Callable:
+    """What is run per file: in parallel, or with the cache, :func:`tabulate_file` (which keeps
+    the intervals in memory only for one file analysed in this process); else
+    :func:`analyse_only` (no cache: tables are computed when asked for)."""
+    if not (parallel or cache):
+        return analyse_only
+    return functools.partial(tabulate_file, keep=not parallel and n_files == 1)
+
+
+def tabulate_file(path: str | os.PathLike, options: Options, keep: bool = False) -> tuple[Attributed, dict]:
+    """:func:`analyse_file`, and the file's tables as one rank: the means over steps and the
+    self-checks, unfiltered, keyed ``(kind, name)``. Run in a worker (pool or Dask), so the parent only
+    gathers small tables: a rank's tables cost the parent nothing but their concatenation.
+
+    With ``options.cache`` the result comes from the result cache (:mod:`tracekit.results`)
+    when it holds the file (no pipeline runs), and is stored there otherwise; the intervals
+    are then a handle to the entry (a lazy Attributed), loaded when something needs them,
+    unless ``keep`` (or the entry could not be written: they are returned in memory).
+    A worker on another host than ``options.host`` always returns them in memory: the parent
+    could not read its cache directory."""
+    elsewhere = options.host is not None and options.host != socket.gethostname()
+    if options.cache:
+        from . import results
+
+        got = results.load(path, options)
+        if got is not None:
+            att, tables = got
+            return (replace(att, intervals=att.load_intervals()) if elsewhere else att), tables
+    return tabulate_fresh(path, options, keep or elsewhere)
+
+
+def tabulate_fresh(path: str | os.PathLike, options: Options, keep: bool) -> tuple[Attributed, dict]:
+    """:func:`tabulate_file` without looking in the result cache (but storing in it)."""
+    from . import results
+
+    key = results.result_key(path, options) if options.cache else None
+    att = analysis.analyse_file(path, options)
+    tables = tables_of(att, path)
+    stored = results.store(att, tables, path, options, key) if key is not None else None
+    if stored is not None and not keep:
+        att = replace(att, intervals=stored)
+    return att, tables
+
+
+def tables_of(att: Attributed, path: str | os.PathLike) -> dict:
+    """The tables of one file as one rank (see :func:`tabulate_file`)."""
+    one = Analysis(path=os.fspath(path), ranks={0: att})
+    for name, spec in REGISTRY.items():
+        if not spec.cross_rank and spec.derive is None:
+            one._rank_table(name, 0, per_step=False)
+    one._phase_means(0)
+    # Per-step tables stay here: the report needs only the means (and --per-step recomputes
+    # them from the intervals); shipping them would add a third to what the parent unpickles
+    # and keeps per rank.
+    return {k[:2]: v for k, v in one._computed.items() if k[0] != "step"}
+
+
+def analyse_only(path: str | os.PathLike, options: Options) -> tuple[Attributed, dict]:
+    """:func:`analyse_file` in this process: tables are computed when asked for."""
+    return analysis.analyse_file(path, options), {}

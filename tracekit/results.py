@@ -1,0 +1,324 @@
+"""The result cache: a trace file's analysis, so that a re-analysis runs no pipeline.
+
+The parse cache (:mod:`tracekit.cache`) saves the decode; this saves everything after it. An
+entry holds what :func:`tracekit.perfile.tabulate_file` computes for one file: its
+:class:`~tracekit.pipeline.Attributed` (intervals, steps, windows, module instances, meta,
+warnings) and its tables as one rank (the means over steps and the self-checks). It is one
+Parquet file, ``<sha256 of the key>.result.parquet`` beside the parse cache's entries:
+
+* the intervals are the file's columns, read only when something needs them (per-step
+  tables, filters, ``Analysis.intervals``): :class:`Stored` is the handle a lazy
+  :class:`~tracekit.pipeline.Attributed` holds instead of them, and is what a worker sends back
+  to the parent in place of the intervals;
+* everything else is in the footer: one JSON object (key, mode, meta, warnings, checks) and
+  each small table as a Parquet document of its own (typed columns, no pickle);
+* key: the parse cache's file key (device, inode, size, mtime, edge hashes, read limit,
+  tracekit's version), :data:`RESULT_FORMAT`, a fingerprint of tracekit's own code and rule
+  files (so an edited checkout never reuses old results), and the path and SHA-256 of the
+  ``--taxonomy`` / ``--kernel-rules`` files. Taken before the analysis and checked again
+  before storing: a trace changed meanwhile caches nothing;
+* trusted only after the footer shows the right key, the interval columns with plain types
+  and every size within the parse cache's bound (64x the trace's size on disk plus 16 MiB,
+  the entry file itself included); anything else is a miss and is rewritten;
+* one size bound and LRU over both kinds of entries (:func:`tracekit.cache.evict`).
+
+A handle whose entry is gone when its intervals are wanted (evicted, cleared, or written on a
+Dask worker whose cache directory this process cannot see) analyses the file again here and
+stores the result; a trace changed since then is a :class:`~tracekit.errors.TraceError`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import cache
+from .checks import TraceWarning
+from .errors import TraceError
+from .pipeline import INTERVAL_COLUMNS, Attributed
+
+#: Version of a result entry's layout; bump when what is stored changes shape.
+RESULT_FORMAT = "tracekit-result-1"
+SUFFIX = ".result.parquet"
+_INFO = b"tracekit-result"
+_FRAME = b"tracekit-frame:"
+_FRAMES = ("steps", "windows", "modules")
+_RULES_MAX_BYTES = 16 << 20
+
+
+def _rules_file(path: str | None) -> list | None:
+    """The identity of a user rules file: its path (rule ids name it) and content hash."""
+    if not path:
+        return None
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
+    with open(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _RULES_MAX_BYTES:
+            raise OSError(f"{path}: not a regular file of a sensible size")
+        return [os.fspath(path), hashlib.sha256(f.read(_RULES_MAX_BYTES + 1)).hexdigest()]
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """A fingerprint of tracekit's code and built-in rules (every .py and .toml file's name,
+    size and mtime): results are a function of them, and an editable install changes them
+    without changing the version."""
+    import tracekit.analyses
+
+    h = hashlib.sha256()
+    for root in (Path(__file__).parent, Path(tracekit.analyses.__file__).parent):
+        for p in sorted(root.rglob("*")):
+            if p.suffix in (".py", ".toml") and "__pycache__" not in p.parts:
+                st = p.stat()
+                h.update(f"{p.relative_to(root.parent)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return h.hexdigest()
+
+
+def result_key(path: str | os.PathLike, options: Any) -> str | None:
+    """The key of ``path``'s result under ``options``; None when it cannot be taken."""
+    try:
+        return json.dumps(
+            [
+                RESULT_FORMAT,
+                cache.file_key(path, options.max_bytes),
+                code_digest(),
+                _rules_file(options.taxonomy),
+                _rules_file(options.kernel_rules),
+            ]
+        )
+    except (OSError, ValueError):
+        return None
+
+
+def entry(key: str) -> Path:
+    return cache.cache_dir() / (hashlib.sha256(key.encode()).hexdigest()[:32] + SUFFIX)
+
+
+def _bound(trace_size: int) -> int:
+    return cache._EXPANSION * trace_size + cache._SLACK
+
+
+def _plain(t: pa.DataType) -> bool:
+    """Types a stored table may have: numbers, booleans, strings, categories of strings."""
+    if pa.types.is_dictionary(t):
+        return pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)
+    return any(
+        f(t)
+        for f in (
+            pa.types.is_integer,
+            pa.types.is_floating,
+            pa.types.is_boolean,
+            pa.types.is_string,
+            pa.types.is_large_string,
+            pa.types.is_null,
+        )
+    )
+
+
+def _in_memory(pf: pq.ParquetFile) -> int:
+    md = pf.metadata
+    return sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+
+
+def _arrow(df: pd.DataFrame) -> pa.Table:
+    """``df`` as an Arrow table, refused (ValueError) when reading it back would not give the
+    same frame: an index other than the positions 0..n-1 (it comes back as a RangeIndex) or
+    a column name that is not a string."""
+    if df.index.name is not None or not df.index.equals(pd.RangeIndex(len(df))):
+        raise ValueError("index")
+    if not all(isinstance(c, str) for c in df.columns):
+        raise ValueError("column names")
+    return pa.Table.from_pandas(df, preserve_index=False)
+
+
+def _frame_bytes(df: pd.DataFrame) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(_arrow(df), sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+def _frame(blob: bytes | None, limit: int) -> pd.DataFrame | None:
+    """A small stored table, or None when it is missing, too big or of other types."""
+    if blob is None:
+        return None
+    pf = pq.ParquetFile(pa.BufferReader(blob))
+    if _in_memory(pf) > limit or not all(_plain(f.type) for f in pf.schema_arrow):
+        return None
+    return pf.read().to_pandas(ignore_metadata=True)
+
+
+def _warning_json(w: Any) -> dict:
+    if isinstance(w, TraceWarning):
+        return {"code": w.code, "message": w.message, "rank": w.rank, "step": w.step}
+    return {"text": str(w)}
+
+
+def _warning(d: Any) -> Any:
+    """A warning back from its JSON (ValueError when it is not one tracekit wrote)."""
+    if isinstance(d, dict) and isinstance(d.get("text"), str):
+        return d["text"]
+    if not (isinstance(d, dict) and isinstance(d.get("code"), str) and isinstance(d.get("message"), str)):
+        raise ValueError("warning")
+    rank, step = d.get("rank"), d.get("step")
+    if not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (rank, step)):
+        raise ValueError("warning")
+    return TraceWarning(d["code"], d["message"], rank, step)
+
+
+def _footer(att: Attributed, tables: dict, key: str) -> dict[bytes, bytes]:
+    """The footer of an entry: the JSON object and every small table (ValueError when
+    something would not read back exactly)."""
+    frames = {name: getattr(att, name) for name in _FRAMES}
+    named = [k for k, v in tables.items() if isinstance(v, pd.DataFrame)]
+    frames.update({f"table:{kind}/{name}": tables[(kind, name)] for kind, name in named})
+    checks = tables.get(("checks", ""), [])
+    info = {
+        "key": key,
+        "mode": att.mode,
+        "meta": att.meta,
+        "warnings": [_warning_json(w) for w in att.warnings],
+        "checks": [_warning_json(w) for w in checks],
+        "tables": [list(k) for k in named],
+        "has_checks": ("checks", "") in tables,
+    }
+    text = json.dumps(info, allow_nan=False)
+    if json.loads(text)["meta"] != att.meta:  # a tuple, an int key, a numpy number: not exact
+        raise ValueError("meta")
+    out = {_INFO: text.encode()}
+    out.update({_FRAME + name.encode(): _frame_bytes(df) for name, df in frames.items()})
+    return out
+
+
+def store(att: Attributed, tables: dict, path: str | os.PathLike, options: Any, key: str) -> Stored | None:
+    """Save ``att`` (in memory) and ``tables`` (:func:`~tracekit.perfile.tabulate_file`) of
+    ``path``, analysed when its key was ``key``; the handle to the entry, or None (the file
+    changed meanwhile, the cache directory is not writable, or something is not storable)."""
+    from .safewrite import atomic_file
+
+    try:
+        if att.lazy or result_key(path, options) != key:
+            return None  # replaced or modified while analysed: never cache old results under it
+        table = _arrow(att.intervals).replace_schema_metadata(_footer(att, tables, key))
+        loc = entry(key)
+        loc.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with atomic_file(loc) as f:
+            pq.write_table(table, f, compression="zstd")
+        size = os.stat(path).st_size
+    except Exception:
+        return None
+    cache.evict(cache.max_cache_bytes(), keep=loc)
+    return Stored(os.fspath(loc), key, os.fspath(path), size, options)
+
+
+def _open(loc: Path, key: str, trace_size: int) -> tuple[pq.ParquetFile, dict] | None:
+    """The entry's file and JSON object once its footer shows it is the one for ``key`` with
+    plain interval columns, every size in bounds; None otherwise (a miss)."""
+    limit = _bound(trace_size)
+    if loc.stat().st_size > limit:  # the footer (with the small tables) is read whole
+        return None
+    pf = pq.ParquetFile(loc)
+    info = json.loads((pf.schema_arrow.metadata or {}).get(_INFO, b"{}"))
+    if not isinstance(info, dict) or info.get("key") != key:
+        return None
+    schema = pf.schema_arrow
+    if schema.names != INTERVAL_COLUMNS or not all(_plain(f.type) for f in schema):
+        return None
+    if _in_memory(pf) > limit:
+        return None
+    return pf, info
+
+
+def _summary(loc: Path, key: str, trace_size: int) -> tuple[dict, dict] | None:
+    """The JSON object and small tables of an entry, or None when it is not a valid one."""
+    got = _open(loc, key, trace_size)
+    if got is None:
+        return None
+    pf, info = got
+    md = pf.schema_arrow.metadata or {}
+    names = [f"table:{k[0]}/{k[1]}" for k in info.get("tables", []) if isinstance(k, list) and len(k) == 2]
+    if len(names) != len(info.get("tables", [])):
+        return None
+    frames = {}
+    for name in (*_FRAMES, *names):
+        df = _frame(md.get(_FRAME + name.encode()), _bound(trace_size))
+        if df is None:
+            return None
+        frames[name] = df
+    if not isinstance(info.get("meta"), dict) or info.get("mode") not in ("gpu", "cpu"):
+        return None
+    return info, frames
+
+
+def load(path: str | os.PathLike, options: Any) -> tuple[Attributed, dict] | None:
+    """The cached result of ``path`` as :func:`~tracekit.perfile.tabulate_file` returns it,
+    intervals lazy (a :class:`Stored`), or None when there is no valid entry."""
+    try:
+        key = result_key(path, options)
+        if key is None:
+            return None
+        loc, size = entry(key), os.stat(path).st_size
+        got = _summary(loc, key, size) if loc.is_file() else None
+        if got is None:
+            return None
+        info, frames = got
+        att = Attributed(
+            path=os.fspath(path),
+            mode=info["mode"],
+            intervals=Stored(os.fspath(loc), key, os.fspath(path), size, options),
+            steps=frames["steps"],
+            windows=frames["windows"],
+            modules=frames["modules"],
+            meta=info["meta"],
+            warnings=[_warning(w) for w in info.get("warnings", [])],
+        )
+        tables: dict = {tuple(k): frames[f"table:{k[0]}/{k[1]}"] for k in info["tables"]}
+        if info.get("has_checks"):
+            tables[("checks", "")] = [_warning(w) for w in info.get("checks", [])]
+    except Exception:
+        return None
+    try:
+        os.utime(loc)  # least recently used goes first
+    except OSError:
+        pass
+    return att, tables
+
+
+@dataclass(frozen=True)
+class Stored:
+    """Where a file's intervals are: a result entry (picklable; what a worker sends back).
+    :meth:`load` reads them, or analyses the file again when the entry is gone."""
+
+    entry: str
+    key: str
+    source: str
+    trace_size: int
+    options: Any
+
+    def load(self, columns: list[str] | None = None) -> pd.DataFrame:
+        try:
+            got = _open(Path(self.entry), self.key, self.trace_size)
+            if got is not None:
+                return got[0].read(columns=columns).to_pandas(ignore_metadata=True)
+        except Exception:
+            pass
+        return self._again(columns)
+
+    def _again(self, columns: list[str] | None) -> pd.DataFrame:
+        """The intervals computed again from the trace (and stored again), the same as stored
+        as long as the trace is the same file."""
+        from .perfile import tabulate_fresh
+
+        if result_key(self.source, self.options) != self.key:
+            raise TraceError(self.source, "changed since it was analysed; analyse it again")
+        att, _ = tabulate_fresh(self.source, self.options, keep=True)
+        return att.load_intervals(columns)
