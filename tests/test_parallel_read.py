@@ -133,3 +133,32 @@ def test_read_jobs_from_the_environment(monkeypatch):
     assert P.read_jobs() == 3
     monkeypatch.setenv("TRACEKIT_READ_JOBS", "many")
     assert P.read_jobs() >= 1
+
+
+def _inflate_threads() -> int:
+    import threading
+
+    return sum(t.name == "tracekit-inflate" for t in threading.enumerate())
+
+
+def test_gzip_is_inflated_one_piece_ahead_and_errors_arrive_in_order(tmp_path, monkeypatch):
+    """The pieces arrive whole and in order, then the stream's error (a truncated gzip) after
+    them; closing the reader early stops the inflating thread."""
+    import tracekit.files as F
+
+    monkeypatch.setattr(F, "PIECE_BYTES", 1 << 12)
+    text = json.dumps({"traceEvents": _events(3000)}).encode()
+    gz = tmp_path / "t.json.gz"
+    gz.write_bytes(gzip.compress(text))
+    assert b"".join(F.iter_text(gz)) == text
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(gz.read_bytes()[:-20])
+    got = []
+    with pytest.raises(TraceError, match="truncated gzip"):
+        for piece in F.iter_text(cut):
+            got.append(piece)
+    assert text.startswith(b"".join(got)) and len(got) > 3
+    pieces = F.iter_text(gz)
+    next(pieces)
+    pieces.close()
+    assert _inflate_threads() == 0

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import io
 import os
+import queue
 import stat
+import threading
 import zlib
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
@@ -46,8 +48,8 @@ def iter_text(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> Ge
     text) with the same errors as :func:`read_bytes`; progress goes up to ``progress.DECODED``
     with the share of the file read."""
     with _opened(path) as (f, gz):
-        if gz:
-            yield from _gunzip_pieces(f, max_bytes, Path(path), progress.DECODED)
+        if gz:  # inflated one piece ahead, by a thread (zlib releases the GIL)
+            yield from _read_ahead(_gunzip_pieces(f, max_bytes, Path(path), progress.DECODED))
             return
         size = max(os.fstat(f.fileno()).st_size, 1)
         if size > max_bytes:
@@ -59,6 +61,49 @@ def iter_text(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> Ge
                 raise _too_large(path, max_bytes)
             progress.fraction(progress.DECODED * min(n / size, 1.0))
             yield piece
+
+
+def _read_ahead(pieces: Generator[bytes, None, None]) -> Generator[bytes, None, None]:
+    """``pieces``, produced by a helper thread one piece ahead of the consumer. zlib inflates
+    without holding the GIL, so a gzip trace inflates on a second core while the piece before
+    it is decoded. At most three pieces are alive at once (consumed, queued, being made); the
+    producer's errors are raised here, in order; closing this generator stops the thread
+    before returning (the file it reads from stays open until then)."""
+    ready: queue.Queue = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def offer(item: tuple) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for piece in pieces:
+                if not offer((piece, None)):
+                    return
+            offer((None, None))
+        except BaseException as e:  # handed to the consumer, raised there
+            offer((None, e))
+
+    worker = threading.Thread(target=produce, name="tracekit-inflate", daemon=True)
+    worker.start()
+    try:
+        while True:
+            piece, error = ready.get()
+            if error is not None:
+                raise error
+            if piece is None:
+                return
+            yield piece
+    finally:
+        stop.set()
+        worker.join()
+        pieces.close()
 
 
 def _too_large(path: str | os.PathLike, max_bytes: int) -> TraceError:
@@ -112,7 +157,7 @@ PIECE_BYTES = 1 << 24
 
 def _gunzip_pieces(
     f: io.BufferedReader, max_bytes: int, p: Path, share: float = progress.READ
-) -> Iterator[bytes]:
+) -> Generator[bytes, None, None]:
     """The inflated text, at most ``PIECE_BYTES`` per piece (no bomb-sized temporaries), and
     never more than ``max_bytes`` in all, across concatenated gzip members too."""
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
