@@ -65,6 +65,16 @@ def _int_column(values: list, none: int = -1) -> np.ndarray:
     return out
 
 
+def _categorical(values: list[str]) -> pd.Categorical:
+    """``pd.Categorical(values)`` (categories sorted), built from codes: the distinct values are
+    found by hashing the Python strings, and only they become pandas strings (pandas 3 would
+    otherwise convert every value to an Arrow string first: 4x slower)."""
+    if not values:
+        return pd.Categorical([])
+    codes, distinct = pd.factorize(np.array(values, dtype=object), sort=True)
+    return pd.Categorical.from_codes(codes, categories=distinct)
+
+
 def _fast_int_column(values: list, none: int = -1) -> np.ndarray:
     """Like :func:`_int_column` but vectorised for the common case (all small ints / None)."""
     try:
@@ -169,7 +179,7 @@ class _FrameBuilder:
         self.parts.append(
             {
                 "kind": np.array(sel.kinds, dtype=np.int8),
-                "name": pd.Categorical([e.name or "" for e in keep_ev]),
+                "name": _categorical([e.name or "" for e in keep_ev]),
                 "pid": _int_column([e.pid for e in keep_ev]),
                 "tid": _int_column([e.tid for e in keep_ev]),
                 "ts": times[0],
@@ -177,12 +187,12 @@ class _FrameBuilder:
                 "ts_ok": times[2],
                 "dur_ok": times[3],
                 "flow_id": _int_column([e.id for e in keep_ev]),
-                "flow_ph": pd.Categorical([e.ph if e.ph in ("s", "f", "t") else "" for e in keep_ev]),
+                "flow_ph": _categorical([e.ph if e.ph in ("s", "f", "t") else "" for e in keep_ev]),
                 "corr": _fast_int_column([a.correlation for a in args]),
                 "seq": _fast_int_column([a.seq for a in args]),
                 "fwd_tid": _fast_int_column([a.fwd_tid for a in args]),
                 "stream": _fast_int_column([a.stream for a in args]),
-                "collective": pd.Categorical([a.collective or "" for a in args]),
+                "collective": _categorical([a.collective or "" for a in args]),
                 "bytes": np.array(
                     [b if isinstance(b := a.bytes, (int, float)) else np.nan for a in args], dtype=np.float64
                 ),
