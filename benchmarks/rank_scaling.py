@@ -9,7 +9,11 @@ Not a test: run by hand, on an idle machine.
 
 Rank files are copies of one real rank file (``--src``; ``--tile-mb`` first tiles it with
 ``benchmarks/tile.py``), each with its own ``distributedInfo.rank``, gzipped. Each run is a fresh
-child process that calls ``tracekit.load(dir, cache=False, ...).tables()``:
+child process that calls ``tracekit.load(dir, cache=False, ...).tables()`` (with ``--cache``:
+``cache=True`` into a fresh, empty ``$TRACEKIT_CACHE_DIR``, the default path of a first run:
+workers store each rank's result and send back a handle, not its intervals; with
+``--cache --cached`` the same directory is filled by one run first and the measured run is a
+re-analysis):
 
 * ``pool``: the local process pool, one worker per core (``--jobs``);
 * ``dask``: a Dask ``LocalCluster`` (one single-threaded worker process per core) started by this
@@ -27,11 +31,13 @@ pool's workers are ``RUSAGE_CHILDREN``, reported as ``workers peak``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -55,7 +61,7 @@ work = statistics.median(
     for _ in range(5)
 )
 t, cpu = time.perf_counter(), time.process_time()
-a = tracekit.load(D, cache=False, **KW)
+a = tracekit.load(D, cache=CACHE, **KW)
 a.tables()
 secs, cpu = time.perf_counter() - t, time.process_time() - cpu
 assert len(a.ranks) == N, (len(a.ranks), N)
@@ -95,8 +101,12 @@ def make_ranks(src: Path, n: int, out_dir: Path, tile_mb: float | None) -> Path:
     return d
 
 
-def run(d: Path, n: int, kw: dict) -> dict:
-    code = f"from pathlib import Path\nD=Path({str(d)!r})\nN={n}\nKW={kw!r}\n" + CHILD
+def run(d: Path, n: int, kw: dict, cache: bool = False, cached: bool = False) -> dict:
+    """One measured child; with ``cache`` it uses ``$TRACEKIT_CACHE_DIR`` (set by the caller to
+    a fresh directory, also for the Dask workers it starts), filled first when ``cached``."""
+    code = f"from pathlib import Path\nD=Path({str(d)!r})\nN={n}\nKW={kw!r}\nCACHE={cache!r}\n" + CHILD
+    if cache and cached:  # fill the cache first: the measured run is a re-analysis
+        subprocess.run([sys.executable, "-c", code], check=False, capture_output=True)
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -108,6 +118,22 @@ def run(d: Path, n: int, kw: dict) -> dict:
     return {"ok": True, "wall": wall, **ast.literal_eval(got[0])}
 
 
+@contextlib.contextmanager
+def fresh_cache_dir():
+    """``$TRACEKIT_CACHE_DIR`` set to a new empty directory (removed after), for the children
+    and the Dask workers started meanwhile: --cache runs never touch the user's cache."""
+    old = os.environ.get("TRACEKIT_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="tracekit-bench-cache-") as d:
+        os.environ["TRACEKIT_CACHE_DIR"] = d
+        try:
+            yield d
+        finally:
+            if old is None:
+                os.environ.pop("TRACEKIT_CACHE_DIR", None)
+            else:
+                os.environ["TRACEKIT_CACHE_DIR"] = old
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--src", type=Path, default=DEFAULT_SRC)
@@ -117,6 +143,8 @@ def main() -> None:
     ap.add_argument("--tile-mb", type=float, help="tile --src to this size first (benchmarks/tile.py)")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "bench-data")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--cache", action="store_true", help="cache on, into a fresh empty cache directory")
+    ap.add_argument("--cached", action="store_true", help="with --cache: measure a re-analysis")
     a = ap.parse_args()
     results = []
     print(
@@ -127,15 +155,20 @@ def main() -> None:
         d = make_ranks(a.src, n, a.out_dir, a.tile_mb)
         for engine in a.engines:
             if engine == "pool":
-                r = run(d, n, {"jobs": a.workers})
+                with fresh_cache_dir():
+                    r = run(d, n, {"jobs": a.workers}, a.cache, a.cached)
             else:
                 from distributed import LocalCluster
 
-                with LocalCluster(
-                    n_workers=a.workers, threads_per_worker=1, processes=True, dashboard_address=None
-                ) as cluster:
-                    r = run(d, n, {"scheduler": cluster.scheduler_address})
+                with (
+                    fresh_cache_dir(),
+                    LocalCluster(
+                        n_workers=a.workers, threads_per_worker=1, processes=True, dashboard_address=None
+                    ) as cluster,
+                ):
+                    r = run(d, n, {"scheduler": cluster.scheduler_address}, a.cache, a.cached)
             r.update(ranks=n, engine=engine, workers=a.workers, src=a.src.name, tile_mb=a.tile_mb)
+            r.update(cache=a.cache, cached=a.cached)
             results.append(r)
             if not r["ok"]:
                 print(f"{n:>6} {engine:<6} failed: {r['error']}", flush=True)

@@ -333,3 +333,28 @@ def test_lazy_merge_equals_eager_merge_with_a_cut_edge_step():
     pd.testing.assert_frame_equal(lazy.intervals, eager.intervals)
     assert eager.intervals["step"].tolist() == [2, 3, 4]
     pd.testing.assert_frame_equal(lazy.load_intervals(["x"]), eager.intervals[["x"]])
+
+
+def test_dask_workers_send_handles_and_a_worker_elsewhere_sends_intervals(tmp_path, cachedir):
+    """A LocalCluster's workers (this host, this cache directory: the environment is
+    inherited) send handles; a worker on another host than the parent sends the intervals,
+    since the parent could not read its cache directory."""
+    import distributed  # the test extra installs it
+
+    from tracekit.perfile import tabulate_file
+
+    d = _ranks_dir(tmp_path)
+    cold = tracekit.load(d, cache=False, jobs=1)
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as c:
+        a = tracekit.load(d, scheduler=c.scheduler_address)
+    assert all(att.lazy for att in a.ranks.values())
+    _same_tables(cold.tables(per_step=True), a.tables(per_step=True))
+    f = sorted(d.iterdir())[0]
+    for host in ("another-host.example", None):  # the cached result, then as computed fresh
+        att, tables = tabulate_file(f, Options(host=host))
+        assert att.lazy is (host is None) and tables
+    cache.clear()
+    att, _ = tabulate_file(f, Options(host="another-host.example"))
+    assert not att.lazy and results.load(f, Options()) is not None  # stored for its own use
