@@ -38,18 +38,34 @@ MAX_NAMED = 5
 
 
 def per_rank(phases_by_rank: dict[int, pd.DataFrame]) -> pd.DataFrame:
-    rows = []
-    for rank, ph in sorted(phases_by_rank.items()):
-        by_phase = ph.groupby("phase", observed=True) if len(ph) else None
-        row: dict[str, float] = {"rank": rank}
-        wall = by_phase["wall_ms"].sum() if by_phase is not None else pd.Series(dtype=float)
-        for p in WINDOW_PHASES:
-            row[f"{p}_ms"] = float(wall.get(p, 0.0))
-        row["step_ms"] = sum(row[f"{p}_ms"] for p in WINDOW_PHASES)
-        for col, src in SUMS.items():
-            row[col] = float(ph[src].sum()) if len(ph) and src in ph else 0.0
-        rows.append(row)
-    df = pd.DataFrame(rows, columns=["rank"] + COLUMNS)
+    """One row per rank from its phases table: vectorised over ranks (one pass over all ranks'
+    rows, not a group-by per rank: the parent of hundreds of ranks does this serially)."""
+    ranks = sorted(phases_by_rank)
+    frames = [phases_by_rank[r] for r in ranks]
+    at = np.repeat(np.arange(len(ranks)), [len(f) for f in frames])
+    labels = [f["phase"].astype(str).to_numpy() for f in frames if len(f)]
+    phase = np.concatenate(labels) if labels else np.empty(0, str)
+
+    def summed(col: str, keep: np.ndarray | None = None) -> np.ndarray:
+        """Per rank, the sum of ``col`` over its rows (``keep`` only), NaN skipped."""
+        vals = [f[col].to_numpy(dtype=float) if col in f else np.zeros(len(f)) for f in frames]
+        v = np.nan_to_num(np.concatenate(vals or [np.empty(0)]), nan=0.0)
+        if keep is not None:
+            at_, v = at[keep], v[keep]
+        else:
+            at_ = at
+        return np.bincount(at_, weights=v, minlength=len(ranks)).astype(float)
+
+    data: dict[str, np.ndarray] = {"rank": np.asarray(ranks, dtype=np.int64)}
+    for p in WINDOW_PHASES:
+        data[f"{p}_ms"] = summed("wall_ms", phase == p)
+    step = np.zeros(len(ranks))
+    for p in WINDOW_PHASES:  # in this order, as the phases add up
+        step = step + data[f"{p}_ms"]
+    data["step_ms"] = step
+    for col, src in SUMS.items():
+        data[col] = summed(src)
+    df = pd.DataFrame(data, columns=["rank"] + COLUMNS)
     mean = df["step_ms"].mean() if len(df) else np.nan
     median = df["step_ms"].median() if len(df) else np.nan
     df["vs_mean_pct"] = (df["step_ms"] / mean - 1.0) * 100.0 if mean else 0.0

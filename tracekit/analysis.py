@@ -237,7 +237,7 @@ class Analysis:
             return self.rank_tables()[name]
         if spec.derive is not None and spec.source:
             return _whole_numbers(spec, spec.derive(self.table(spec.source, per_step)))
-        parts = [self._rank_table(name, rank, per_step) for rank in self.ranks]
+        parts = [self._rank_table(name, rank, per_step, copy=False) for rank in self.ranks]
         if not parts:
             return pd.DataFrame()
         out = pd.concat(parts, ignore_index=True)
@@ -245,8 +245,9 @@ class Analysis:
             out.insert(0, "rank", np.repeat(np.fromiter(self.ranks, np.int64), [len(p) for p in parts]))
         return out
 
-    def _rank_table(self, name: str, rank: int, per_step: bool) -> pd.DataFrame:
-        """One rank's table (per step, or its mean over steps), computed once."""
+    def _rank_table(self, name: str, rank: int, per_step: bool, copy: bool = True) -> pd.DataFrame:
+        """One rank's table (per step, or its mean over steps), computed once; the kept frame
+        itself when not ``copy`` (for a caller that only reads it, such as a concatenation)."""
         if per_step:
             return _whole_numbers(REGISTRY[name], self.filters.rows(self._per_step(name, rank)))
         key = ("mean", name, rank)
@@ -257,7 +258,7 @@ class Analysis:
             if spec.finish is not None and not df.empty:
                 df = spec.finish(df)
             self._computed[key] = _whole_numbers(spec, df)
-        return self._computed[key].copy()
+        return self._computed[key].copy() if copy else self._computed[key]
 
     def tables(self, per_step: bool = False) -> dict[str, pd.DataFrame]:
         """Every table of :meth:`names`, in report order (cross-rank tables last)."""
@@ -272,17 +273,18 @@ class Analysis:
         ``rank_summary`` (mean/min/median/max over ranks, slowest rank, stragglers)."""
         from tracekit.analyses import ranks as ranks_table
 
-        per_rank = {rank: self._phase_means(rank) for rank in self.ranks}
+        per_rank = {rank: self._phase_means(rank, copy=False) for rank in self.ranks}
         out = ranks_table.tables(per_rank)
         return {k: _whole_numbers(REGISTRY.get(k), v) for k, v in out.items()}
 
-    def _phase_means(self, rank: int) -> pd.DataFrame:
-        """The rank's phase times, mean per step (what the cross-rank tables compare)."""
+    def _phase_means(self, rank: int, copy: bool = True) -> pd.DataFrame:
+        """The rank's phase times, mean per step (what the cross-rank tables compare); the kept
+        frame itself when not ``copy``."""
         key = ("phase_means", "phases", rank)
         if key not in self._computed:
             df = self.filters.rows(self._per_step("phases", rank))
             self._computed[key] = _mean_over_steps(df, self._n_steps(self.ranks[rank]), ["phase"])
-        return self._computed[key].copy()
+        return self._computed[key].copy() if copy else self._computed[key]
 
     def _per_step(self, name: str, rank: int) -> pd.DataFrame:
         """One rank's per-step table, computed once however often it is asked for."""
