@@ -175,3 +175,23 @@ def test_cli_no_cache_and_cache_commands(trace, tmp_path):
     r = run(main, ["cache", "clear"])
     assert r.exit_code == 0 and "removed 2 files" in r.output
     assert cache.entries() == [] and (tmp_path / "cachedir" / "unrelated.txt").exists()
+
+
+def test_many_stores_do_not_list_the_directory_each_time(tmp_path, monkeypatch):
+    """The bound is kept without listing every entry after every write (quadratic in the entry
+    count for a run of thousands of ranks); a full directory is still brought under it."""
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "c"))
+    traces = [
+        write_trace(tmp_path / f"r{i}.json", make_trace(n_steps=1, n_layers=1, seed=i)[0]) for i in range(12)
+    ]
+    listed = []
+    real = cache.entries
+    monkeypatch.setattr(cache, "entries", lambda: listed.append(1) or real())
+    locs = [_store(t) for t in traces[:8]]
+    assert len(listed) == 1  # the first store lists; the room found covers the next ones
+    size = max(p.stat().st_size for p in locs)
+    monkeypatch.setenv("TRACEKIT_CACHE_MAX_BYTES", str(size * 5))  # a new bound: listed again
+    for t in traces[8:]:
+        _store(t)
+    assert sum(p.stat().st_size for p in real()) <= size * 5
+    assert len(listed) < 1 + 4 + 1

@@ -13,7 +13,7 @@ JSON when the file has not changed:
   expected columns and types, and an in-memory size bounded by the trace's own size; anything
   else (unreadable, forged, foreign) is a miss and is rewritten, never an error;
 * size bound: ``$TRACEKIT_CACHE_MAX_BYTES`` (default 2 GiB), least recently used entries
-  evicted first; ``tracekit cache info`` / ``tracekit cache clear``;
+  evicted first (:func:`after_store`); ``tracekit cache info`` / ``tracekit cache clear``;
 * writes go through :mod:`tracekit.safewrite` (temporary name, fsync, rename).
 
 Parquet holds typed columns only: nothing in a cache file is evaluated or unpickled.
@@ -158,7 +158,7 @@ def store(raw: RawTrace, path: str | os.PathLike, max_bytes: int, key: str) -> P
             pq.write_table(table, f, compression="zstd")
     except Exception:
         return None
-    evict(max_cache_bytes(), keep=loc)
+    after_store(loc)
     return loc
 
 
@@ -171,7 +171,13 @@ def entries() -> list[Path]:
 
 
 def evict(limit: int, keep: Path | None = None) -> int:
-    """Remove least recently used entries until the cache holds at most ``limit`` bytes."""
+    """Remove least recently used entries until the cache holds at most ``limit`` bytes (7/8
+    of it once over it); the number of entries removed."""
+    return _evict(limit, keep)[0]
+
+
+def _evict(limit: int, keep: Path | None) -> tuple[int, int]:
+    """:func:`evict`, and the bytes the cache holds after."""
     sized = []
     for p in entries():
         try:
@@ -180,9 +186,10 @@ def evict(limit: int, keep: Path | None = None) -> int:
             continue
         sized.append((st.st_mtime_ns, st.st_size, p))
     total = sum(s for _, s, _ in sized)
+    target = limit if total <= limit else limit - limit // 8  # room for a few writes before the next scan
     removed = 0
     for _, size, p in sorted(sized):
-        if total <= limit:
+        if total <= target:
             break
         if p == keep:
             continue
@@ -192,7 +199,30 @@ def evict(limit: int, keep: Path | None = None) -> int:
             continue
         total -= size
         removed += 1
-    return removed
+    return removed, total
+
+
+#: Per process: the directory and bound of the last scan, the bytes found, bytes written since.
+_SCAN: dict = {"where": None, "total": 0, "since": 0}
+#: Writers assumed to share the directory at once (a pool's workers): the bound holds for them.
+_WRITERS = max(4, os.cpu_count() or 1)
+
+
+def after_store(loc: Path) -> None:
+    """Keep the size bound after ``loc`` was written (both kinds of entries). The directory is
+    listed (and LRU-evicted) only when this process's writes since its last listing, times
+    :data:`_WRITERS`, could have filled the room it found then: a run storing thousands of
+    entries does not list thousands of entries for each one (quadratic in the entry count)."""
+    limit = max_cache_bytes()
+    try:
+        size = loc.stat().st_size
+    except OSError:
+        size = 0
+    where = (os.fspath(cache_dir()), limit)
+    _SCAN["since"] += size
+    if _SCAN["where"] == where and _SCAN["total"] + _WRITERS * _SCAN["since"] <= limit:
+        return
+    _SCAN.update(where=where, total=_evict(limit, loc)[1], since=0)
 
 
 def info() -> dict:
@@ -215,6 +245,7 @@ def info() -> dict:
 
 def clear() -> int:
     """Remove every entry (and leftover temporaries); the number of files removed."""
+    _SCAN["where"] = None
     n = 0
     try:
         names = [p for p in cache_dir().iterdir() if _ENTRY.fullmatch(p.name) or _TEMP.fullmatch(p.name)]

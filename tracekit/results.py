@@ -20,7 +20,7 @@ Parquet file, ``<sha256 of the key>.result.parquet`` beside the parse cache's en
 * trusted only after the footer shows the right key, the interval columns with plain types
   and every size within the parse cache's bound (64x the trace's size on disk plus 16 MiB,
   the entry file itself included); anything else is a miss and is rewritten;
-* one size bound and LRU over both kinds of entries (:func:`tracekit.cache.evict`).
+* one size bound and LRU over both kinds of entries (:func:`tracekit.cache.after_store`).
 
 A handle whose entry is gone when its intervals are wanted (evicted, cleared, or written on a
 Dask worker whose cache directory this process cannot see) analyses the file again here and
@@ -216,7 +216,7 @@ def store(att: Attributed, tables: dict, path: str | os.PathLike, options: Any, 
         size = os.stat(path).st_size
     except Exception:
         return None
-    cache.evict(cache.max_cache_bytes(), keep=loc)
+    cache.after_store(loc)
     return Stored(os.fspath(loc), key, os.fspath(path), size, options)
 
 
