@@ -13,9 +13,11 @@ Files: ``--sizes`` tiles ``--src`` (a real trace) with ``benchmarks/tile.py`` to
 launch+kernel traces of that many events with ``benchmarks/synth.py``. Each tool runs in a fresh
 child process; ``seconds`` is the work inside the child (imports excluded: they are the same for
 every file size), ``wall`` the child's whole life, and ``peak RSS`` the child's maximum resident
-set (from wait4). Tools:
+set plus the largest of its own helper processes' (tracekit's parallel reader forks; the sum
+bounds what was resident at once). Tools:
 
 * ``tracekit cold``: ``tracekit.load(f, cache=False).tables()`` (read, link, attribute, all tables);
+* ``tracekit serial``: the same with ``TRACEKIT_READ_JOBS=1`` (one process decodes the file);
 * ``tracekit cached``: the same with the Parquet cache already filled by a previous run;
 * ``HTA``: ``TraceAnalysis(trace_dir=...)`` (parse) then ``get_temporal_breakdown()``
   (HolisticTraceAnalysis, the ``bench`` extra);
@@ -51,6 +53,8 @@ DEFAULT_SRC = shared_traces() / "tracelens" / "b200__eager_trace.json.gz"
 
 CHILD = {
     "tracekit cold": "import tracekit\nt=time.perf_counter()\na=tracekit.load(F, cache=False); a.tables()\n",
+    "tracekit serial": "import os\nos.environ['TRACEKIT_READ_JOBS']='1'\nimport tracekit\n"
+    "t=time.perf_counter()\na=tracekit.load(F, cache=False); a.tables()\n",
     "tracekit cached": "import tracekit\nt=time.perf_counter()\na=tracekit.load(F); a.tables()\n",
     "HTA": "from hta.trace_analysis import TraceAnalysis\nt=time.perf_counter()\n"
     "ta=TraceAnalysis(trace_dir=D)\nta.get_temporal_breakdown(visualize=False)\n",
@@ -75,7 +79,9 @@ def run_child(tool: str, f: Path, d: Path, timeout: float) -> dict:
             "t=time.perf_counter()",
             "import resource\nB=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\nt=time.perf_counter()",
         )
-        + "sys.stderr.write('BENCH %.3f %d\\n' % (time.perf_counter()-t, B))\n"
+        + "S=time.perf_counter()-t\nR=resource.getrusage\n"
+        "sys.stderr.write('BENCH %.3f %d %d %d\\n' % (S, B, R(resource.RUSAGE_SELF).ru_maxrss, "
+        "R(resource.RUSAGE_CHILDREN).ru_maxrss))\n"
     )
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as errf:  # a file, not a pipe: a chatty tool cannot block
@@ -98,6 +104,9 @@ def run_child(tool: str, f: Path, d: Path, timeout: float) -> dict:
     got = [x.split()[1:] for x in err.splitlines() if x.startswith("BENCH ")]
     secs = [float(g[0]) for g in got]
     base = int(got[0][1]) / 1024 if got else None
+    # The process's own peak plus its largest helper process's (the parallel reader's children
+    # run at the same time as the parent): an upper bound on the memory the work used at once.
+    own, helpers = (int(got[0][2]) / 1024, int(got[0][3]) / 1024) if got else (ru.ru_maxrss / 1024, 0.0)
     ok = bool(secs) and p.returncode == 0
     error = None if ok else ("not installed" if MISSING in err else " ".join(err.strip().splitlines()[-1:]))
     return {
@@ -105,7 +114,9 @@ def run_child(tool: str, f: Path, d: Path, timeout: float) -> dict:
         "ok": ok,
         "seconds": secs[0] if secs else None,
         "wall": wall,
-        "peak_rss_mb": ru.ru_maxrss / 1024,
+        "peak_rss_mb": own + helpers,
+        "own_peak_rss_mb": own,
+        "helper_peak_rss_mb": helpers,
         "rss_after_imports_mb": base,
         "error": error,
     }
