@@ -83,7 +83,7 @@ def optimizer_ops(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
     hit = free & (_matches(op, OPTIMIZER_OPS) | _matches(top, OPTIMIZER_OPS))
     phase[hit], evidence[hit] = "optimizer", "optimizer_op"
     ev = t.events
-    idx = np.flatnonzero(pd.Series(t.names).str.startswith(ZERO_GRAD_PREFIX).to_numpy())
+    idx = np.flatnonzero(t.name_test(lambda s: s.str.startswith(ZERO_GRAD_PREFIX)))
     if idx.size == 0:
         return
     a = t.acts
@@ -162,7 +162,7 @@ def _engine_frames(t: Trace, free: np.ndarray, phase: np.ndarray, evidence: np.n
     parameter all-gather): traces recorded with Python stacks."""
     ev = t.events
     kind = ev["kind"].to_numpy()
-    codes, uniq = pd.factorize(pd.Series(t.names, dtype=object))  # each distinct name once
+    codes, uniq = t.name_codes  # each distinct name once
     which_name = pd.Series(uniq, dtype=object).str.extract(ENGINE_FRAME, expand=False).fillna("")
     which = which_name.to_numpy(dtype=object)[codes]
     idx = np.flatnonzero((kind == PYTHON) & (which != ""))

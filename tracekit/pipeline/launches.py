@@ -8,7 +8,7 @@ import pandas as pd
 from ..checks import TraceWarning
 from ..nesting import self_pieces
 from ..read import ANNOTATION, CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME
-from .state import Trace, lookup, take
+from .state import Trace, lookup
 
 DEVICE_KINDS = (KERNEL, MEMCPY, MEMSET)
 #: Annotation ranges that are CPU-side collectives (gloo/nccl), activities of CPU-only traces.
@@ -52,15 +52,13 @@ def join_launches(t: Trace) -> Trace:
             "start": start.astype(np.int64),
             "end": stop.astype(np.int64),
             "count": count,
-            "name": pd.Categorical(t.names[act]),
+            "name": t.name_categorical(act),
             "kind": kind[act],
             "stream": ev["stream"].to_numpy()[act] if t.mode == "gpu" else tid[act],
             "bytes": np.where(count > 0, ev["bytes"].to_numpy()[act], 0),
             "corr": ev["corr"].to_numpy()[act] if t.mode == "gpu" else np.full(len(act), -1, np.int64),
             "launch_ev": launch,
-            "runtime": pd.Categorical(
-                take(t.names, launch, "") if t.mode == "gpu" else np.full(len(act), "", object)
-            ),
+            "runtime": t.name_categorical(launch if t.mode == "gpu" else np.full(len(act), -1)),
             "launched": ~no_launch,
             "launch_pid": np.where(no_launch, -1, pid[safe]),
             "launch_tid": np.where(no_launch, -1, tid[safe]),
@@ -106,11 +104,10 @@ def _cpu_self_pieces(t: Trace, kind: np.ndarray) -> tuple[np.ndarray, ...]:
     """The self-time pieces of the CPU ops (not ProfilerStep ranges) and CPU collective ranges:
     (event row, start, end, first piece of its op) per piece."""
     ev = t.events
-    names = pd.Series(t.names)
-    is_step = names.str.startswith("ProfilerStep#").to_numpy()
+    is_step = t.name_test(lambda s: s.str.startswith("ProfilerStep#"))
     cand = np.flatnonzero(
         (kind == CPU_OP) & ~is_step
-        | ((kind == ANNOTATION) & names.str.startswith(CPU_COLLECTIVE_PREFIXES).to_numpy())
+        | ((kind == ANNOTATION) & t.name_test(lambda s: s.str.startswith(CPU_COLLECTIVE_PREFIXES)))
     )
     ts = ev["ts"].to_numpy()[cand]
     owner, start, stop, first = self_pieces(

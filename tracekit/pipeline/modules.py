@@ -44,7 +44,7 @@ def assign_modules(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
     a["module_instance"] = pd.Categorical(
         take(t.modules["instance"].to_numpy(dtype=object), a["module_id"].to_numpy(), "")
     )
-    a["top_op"] = pd.Categorical(take(t.names, top_ev, ""))
+    a["top_op"] = t.name_categorical(top_ev)
     a["top_op_ts"] = take(t.events["ts"].to_numpy(), top_ev, -1)
     a["top_op_id"] = top_ev
     a["rope_frame"] = rope != 0

@@ -8,7 +8,7 @@ import pandas as pd
 from .. import annotations as ann
 from ..nesting import F_BWD, F_COMM, F_EVAL, F_MODULE, F_OP, F_OPT, F_ROPE, own_context, sweep
 from ..read import ANNOTATION, CPU_OP, PYTHON
-from .state import Trace, as_str, lookup, take
+from .state import Trace, as_str, categorical_take, codes_of, lookup, take
 
 OPT_PREFIX = "Optimizer.step#"
 EVAL_PREFIX = "autograd::engine::evaluate_function:"
@@ -37,7 +37,9 @@ def nest_cpu_ops(t: Trace) -> Trace:
     """
     ev, a = t.events, t.acts
     kind = ev["kind"].to_numpy()
-    t.capture_modules = bool(pd.Series(t.names[kind == ANNOTATION]).str.startswith(ann.MODULE_PREFIX).any())
+    t.capture_modules = bool(
+        (t.name_test(lambda s: s.str.startswith(ann.MODULE_PREFIX)) & (kind == ANNOTATION)).any()
+    )
     t.ranges = _ranges(t, kind)
     r = t.ranges
     n_r = len(r)
@@ -62,11 +64,22 @@ def nest_cpu_ops(t: Trace) -> Trace:
         _own_op_context(a, r)
     r_ev = r["ev"].to_numpy()
     a["op_id"] = take(r_ev, a["op_r"].to_numpy(), -1)
-    a["op"] = pd.Categorical(take(t.names, a["op_id"].to_numpy(), ""))
-    comm_ev = take(r_ev, a["comm_r"].to_numpy(), -1)
-    coll = take(as_str(ev["collective"]), comm_ev, "")
-    a["comm_text"] = pd.Categorical(np.where(coll != "", coll, take(t.names, comm_ev, "")))
+    a["op"] = t.name_categorical(a["op_id"].to_numpy())
+    a["comm_text"] = _comm_text(t, take(r_ev, a["comm_r"].to_numpy(), -1))
     return t
+
+
+def _comm_text(t: Trace, comm_ev: np.ndarray) -> pd.Categorical:
+    """Per activity, its collective range's "Collective name", else the range's name ("" none),
+    as a categorical built from the codes of both columns."""
+    c_codes, c_uniq = codes_of(t.events["collective"])
+    n_codes, n_uniq = t.name_codes
+    c_uniq = np.append(c_uniq, "")  # code len(c_uniq) - 1: no range
+    coll = take(c_codes, comm_ev, len(c_uniq) - 1)
+    name = take(n_codes, comm_ev, len(n_uniq))
+    code = np.where(c_uniq[coll] != "", coll, len(c_uniq) + name)
+    values = np.concatenate([c_uniq, n_uniq])
+    return categorical_take(values, code, np.arange(len(code)), "")
 
 
 def _own_op_context(a: pd.DataFrame, r: pd.DataFrame) -> None:
@@ -84,8 +97,9 @@ def _ranges(t: Trace, kind: np.ndarray) -> pd.DataFrame:
     ev = t.events
     rng = np.flatnonzero(np.isin(kind, (CPU_OP, ANNOTATION, PYTHON)))
     seq, fwd_tid = ev["seq"].to_numpy()[rng], ev["fwd_tid"].to_numpy()[rng]
+    codes, uniq = t.name_codes
     flags = range_flags(
-        t.names[rng], kind[rng], seq, fwd_tid, as_str(ev["collective"])[rng], t.capture_modules
+        (codes[rng], uniq), kind[rng], seq, fwd_tid, as_str(ev["collective"])[rng], t.capture_modules
     )
     keep = flags != 0
     rng = rng[keep]
@@ -106,22 +120,22 @@ def _ranges(t: Trace, kind: np.ndarray) -> pd.DataFrame:
 
 
 def range_flags(
-    names: np.ndarray,
+    names: tuple[np.ndarray, np.ndarray],
     kinds: np.ndarray,
     seq: np.ndarray,
     fwd_tid: np.ndarray,
     collective: np.ndarray,
     use_capture_modules: bool,
 ) -> np.ndarray:
-    """Bit flags per range event (:mod:`tracekit.nesting`), vectorised over the names (each
-    distinct name is tested once)."""
-    codes, uniq = pd.factorize(pd.Series(names, dtype=object))
+    """Bit flags per range event (:mod:`tracekit.nesting`), vectorised over the names
+    (``(codes, distinct)``: each distinct name is tested once)."""
+    codes, uniq = names
 
     def per_name(mask: np.ndarray) -> np.ndarray:
         return np.asarray(mask, bool)[codes]
 
     u = pd.Series(uniq, dtype=object)
-    flags = np.zeros(len(names), dtype=np.int64)
+    flags = np.zeros(len(codes), dtype=np.int64)
     # ProfilerStep# recorded as a cpu_op/Operator (torch 1.8-1.13) is a step, not an op.
     is_op = (kinds == CPU_OP) & ~per_name(u.str.startswith("ProfilerStep#"))
     flags |= np.where(is_op, F_OP, 0)

@@ -73,9 +73,7 @@ def _annotated_phase(t: Trace) -> np.ndarray:
     """Phase named by the ``tracekit.phase:`` range around each launch (by time), "" none."""
     ev, a = t.events, t.acts
     kind = ev["kind"].to_numpy()
-    idx = np.flatnonzero(
-        (kind == ANNOTATION) & pd.Series(t.names).str.startswith(ann.PHASE_PREFIX).to_numpy()
-    )
+    idx = np.flatnonzero((kind == ANNOTATION) & t.name_test(lambda s: s.str.startswith(ann.PHASE_PREFIX)))
     names = np.array([ann.parse_phase_range(x) or "" for x in t.names[idx]], dtype=object)
     ts = ev["ts"].to_numpy()[idx]
     of = containing(
@@ -91,7 +89,7 @@ def _annotated_phase(t: Trace) -> np.ndarray:
 def _on_autograd_thread(t: Trace) -> np.ndarray:
     """Launched from a thread that runs autograd's engine and never a ProfilerStep."""
     ev, a = t.events, t.acts
-    m = (ev["kind"].to_numpy() == CPU_OP) & pd.Series(t.names).str.startswith(EVAL_PREFIX).to_numpy()
+    m = (ev["kind"].to_numpy() == CPU_OP) & t.name_test(lambda s: s.str.startswith(EVAL_PREFIX))
     if not m.any():
         return np.zeros(len(a), bool)
     bw = set(zip(ev["pid"].to_numpy()[m].tolist(), ev["tid"].to_numpy()[m].tolist()))
@@ -117,11 +115,8 @@ def assign_stages(t: Trace) -> Trace:
     stage = a["annotated_stage"].to_numpy()
     if not (stage != "").any():
         kind = ev["kind"].to_numpy()
-        names = pd.Series(t.names)
-        srv = (
-            (kind == ANNOTATION)
-            & ~names.str.startswith("ProfilerStep#").to_numpy()
-            & ~names.str.startswith(ann.PHASE_PREFIX).to_numpy()
+        srv = (kind == ANNOTATION) & ~t.name_test(
+            lambda s: s.str.startswith("ProfilerStep#") | s.str.startswith(ann.PHASE_PREFIX)
         )
         ts = ev["ts"].to_numpy()[srv]
         stage = _stages.from_ranges(

@@ -8,6 +8,7 @@ rewrite a column an earlier step added; each documents what it needs, adds and g
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -43,7 +44,26 @@ class Trace:
     @cached_property
     def names(self) -> np.ndarray:
         """Every event's name as an object array of str (decoded once)."""
-        return as_str(self.events["name"])
+        codes, uniq = self.name_codes
+        return uniq[codes]
+
+    @cached_property
+    def name_codes(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(codes, distinct)``: every event's name as a code into an object array of the
+        distinct names (``distinct[codes]`` is :attr:`names`). Tests of names run once per
+        distinct name: see :meth:`name_test`."""
+        return codes_of(self.events["name"])
+
+    def name_test(self, test: Callable[[pd.Series], pd.Series]) -> np.ndarray:
+        """``test`` (a vectorised test of a Series of str, e.g. ``lambda s:
+        s.str.startswith(p)``) per event, evaluated once per distinct name."""
+        codes, uniq = self.name_codes
+        return np.asarray(test(pd.Series(uniq, dtype=object)), dtype=bool)[codes]
+
+    def name_categorical(self, idx: np.ndarray, default: str = "") -> pd.Categorical:
+        """``pd.Categorical(take(self.names, idx, default))``, built from the codes."""
+        codes, uniq = self.name_codes
+        return categorical_take(uniq, codes, idx, default)
 
     @property
     def activities(self) -> pd.DataFrame:
@@ -71,6 +91,34 @@ def as_str(col: pd.Series) -> np.ndarray:
         cats = np.asarray(col.cat.categories.astype(str), dtype=object)
         return cats[col.cat.codes.to_numpy()] if len(cats) else np.full(len(col), "", object)
     return col.astype(str).to_numpy()
+
+
+def codes_of(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, distinct)`` of a string column: ``distinct[codes]`` equals :func:`as_str`
+    of it (``distinct`` an object array of str; a missing value reads "", as the reader
+    stores an event with no name)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = np.asarray(col.cat.categories.astype(str), dtype=object)
+        codes = col.cat.codes.to_numpy().astype(np.intp)
+        if (codes < 0).any():
+            cats, codes = np.append(cats, ""), np.where(codes < 0, len(cats), codes)
+        return codes, cats
+    codes, uniq = pd.factorize(pd.Series(col.fillna("").astype(str).to_numpy(), dtype=object))
+    return codes.astype(np.intp), np.asarray(uniq, dtype=object)
+
+
+def categorical_take(uniq: np.ndarray, codes: np.ndarray, idx: np.ndarray, default: str) -> pd.Categorical:
+    """``pd.Categorical(take(uniq[codes], idx, default))`` (categories: the distinct values
+    present, sorted), computed on the integer codes: no string is hashed per row."""
+    values = np.append(np.asarray(uniq, dtype=object), default)
+    c = take(codes, idx, len(uniq))
+    if len(c) == 0:
+        return pd.Categorical(np.empty(0, object))
+    used = np.flatnonzero(np.bincount(c, minlength=len(values)))
+    cats, inv = np.unique(values[used], return_inverse=True)
+    remap = np.full(len(values), -1, np.int64)
+    remap[used] = inv.ravel()
+    return pd.Categorical.from_codes(remap[c], categories=pd.Index(cats))
 
 
 def lookup(index: pd.Series, keys: np.ndarray) -> np.ndarray:

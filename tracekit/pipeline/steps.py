@@ -74,19 +74,18 @@ def step_ranges(t: Trace) -> tuple[pd.DataFrame, str]:
     """The step ranges of the trace and where they come from (see :func:`find_steps`)."""
     ev = t.events
     kind = ev["kind"].to_numpy()
-    names = pd.Series(t.names)
     is_range = np.isin(kind, (ANNOTATION, CPU_OP))
-    idx = np.flatnonzero(is_range & names.str.startswith(STEP_PREFIX).to_numpy())
+    idx = np.flatnonzero(is_range & t.name_test(lambda s: s.str.startswith(STEP_PREFIX)))
     ts = ev["ts"].to_numpy()
     end = ts + ev["dur"].to_numpy()
     pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
     if idx.size:
-        num = pd.to_numeric(names[idx].str[len(STEP_PREFIX) :], errors="coerce")
+        num = pd.to_numeric(pd.Series(t.names[idx], dtype=object).str[len(STEP_PREFIX) :], errors="coerce")
         num = num.fillna(-1).astype(np.int64).to_numpy()
         source = STEP_PREFIX[:-1]
         start, stop = ts[idx], end[idx]
     else:
-        idx = np.flatnonzero(is_range & names.str.startswith(OPTIMIZER_PREFIX).to_numpy())
+        idx = np.flatnonzero(is_range & t.name_test(lambda s: s.str.startswith(OPTIMIZER_PREFIX)))
         if idx.size < 2:
             return pd.DataFrame({c: np.zeros(0, np.int64) for c in _COLUMNS}), "none"
         idx = idx[np.argsort(end[idx], kind="stable")]
