@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .pipeline.state import Trace as LinkedTrace
-from .pipeline.state import take
+from .pipeline.state import as_str, categorical, categorical_take, codes_of, take
 from .read import MEMCPY, MEMSET
 from .taxonomy import COMM_CATEGORIES, KernelRules, ModuleTaxonomy
 
@@ -45,13 +45,13 @@ def assign_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: Kern
     block = blocks(linked)
     return pd.DataFrame(
         {
-            "group": group,
+            "group": categorical(group),
             "kernel_category": kcat,
             "rule": krule,
             "collective": coll,
-            "module": np.where(compute, module, ""),
-            "module_rule": np.where(compute, mrule, ""),
-            "block": block,
+            "module": categorical(np.where(compute, module, "")),
+            "module_rule": categorical(np.where(compute, mrule, "")),
+            "block": categorical(block),
         },
         index=a.index,
     )
@@ -60,12 +60,12 @@ def assign_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: Kern
 def other_share(iv: pd.DataFrame) -> float:
     """Coverage of the kernel rules: the share of compute-kernel time (sum of durations) that
     no rule names (kernel category Other); 0.0 with no compute kernels."""
-    compute = iv["group"].astype(str).to_numpy() == "compute"
+    compute = as_str(iv["group"]) == "compute"
     dur = (iv["end"] - iv["start"]).to_numpy()[compute]
     total = float(dur.sum())
     if total <= 0:
         return 0.0
-    other = iv["kernel_category"].astype(str).to_numpy()[compute] == "Other"
+    other = as_str(iv["kernel_category"])[compute] == "Other"
     return round(float(dur[other].sum()) / total, 6)
 
 
@@ -89,7 +89,7 @@ def groups(linked: LinkedTrace, rules: KernelRules) -> np.ndarray:
             kind == MEMCPY, "memcpy", np.where(kind == MEMSET, "memset", np.where(is_comm, "comm", "compute"))
         )
     else:
-        is_comm = _matches(a["name"], rules.comm_op) | (a["comm_text"].astype(str).to_numpy() != "")
+        is_comm = _matches(a["name"], rules.comm_op) | (as_str(a["comm_text"]) != "")
         group = np.where(is_comm, "comm", "compute")
     return group.astype(object)
 
@@ -109,24 +109,23 @@ def _kernel_label(
 
 def kernel_categories(
     a: pd.DataFrame, group: np.ndarray, rules: KernelRules
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(kernel_category, rule, collective) per activity; rules applied once per distinct case."""
-    pairs = pd.DataFrame(
-        {
-            "name": a["name"].astype(str),
-            "op": a["top_op"].astype(str),
-            "leaf": a["op"].astype(str),
-            "comm": a["comm_text"].astype(str),
-            "group": group,
-        }
+) -> tuple[pd.Categorical, pd.Categorical, pd.Categorical]:
+    """(kernel_category, rule, collective) per activity; rules applied once per distinct case
+    of (name, top op, op, collective text, group), found on the columns' integer codes."""
+    parts = [codes_of(a[c]) for c in ("name", "top_op", "op", "comm_text")]
+    parts.append(codes_of(pd.Series(group, dtype=object)))
+    key = np.zeros(len(a), np.int64)
+    for codes, uniq in parts:  # one code per distinct combination, kept below len(a)
+        key = pd.factorize(key * (len(uniq) + 1) + codes)[0]
+    # factorize numbers keys by first appearance: key k first appears where the running max reaches k
+    n_keys = int(key.max()) + 1 if len(key) else 0
+    first = np.searchsorted(np.maximum.accumulate(key), np.arange(n_keys))
+    cases = zip(*(uniq[codes[first]] for codes, uniq in parts))
+    labels = [_kernel_label(rules, *case) for case in cases]
+    arange = np.arange(len(key))
+    return tuple(
+        categorical_take(np.array([x[i] for x in labels], dtype=object), key, arange, "") for i in range(3)
     )
-    uniq = pairs.drop_duplicates()
-    labels = [_kernel_label(rules, *row) for row in uniq.itertuples(index=False)]
-    uniq = uniq.assign(
-        kernel_category=[x[0] for x in labels], rule=[x[1] for x in labels], collective=[x[2] for x in labels]
-    )
-    merged = pairs.merge(uniq, on=list(pairs.columns), how="left")
-    return tuple(merged[c].to_numpy(dtype=object) for c in ("kernel_category", "rule", "collective"))
 
 
 def label_modules(mods: pd.DataFrame, taxonomy: ModuleTaxonomy) -> None:
@@ -142,7 +141,9 @@ def label_modules(mods: pd.DataFrame, taxonomy: ModuleTaxonomy) -> None:
     pcls = np.where(parent >= 0, mods["cls"].to_numpy()[np.maximum(parent, 0)], "")
     memo: dict[tuple, tuple[str, str] | None] = {}
     own: list[tuple[str, str] | None] = []
-    for key in zip(mods["cls"], mods["qualname"], pcls, mods["position"], mods["siblings"]):
+    cols = (mods[c].to_numpy(dtype=object).tolist() for c in ("cls", "qualname", "position", "siblings"))
+    cls, qual, pos_, sib_ = cols
+    for key in zip(cls, qual, pcls.tolist(), pos_, sib_):
         if key not in memo:
             c, q, pc, pos, sib = key
             memo[key] = taxonomy.match(c, q, pc, int(pos), int(sib))
@@ -179,7 +180,7 @@ def module_categories(
         rule = take(mods["rule"].to_numpy(dtype=object), mid, "none").astype(object)
     rotary = a["rope_frame"].to_numpy().copy()
     if kcat is not None:
-        rotary |= np.asarray(kcat, dtype=object) == "RoPE"
+        rotary |= np.asarray(kcat == "RoPE", dtype=bool)
     att = cat == "@attention"
     if att.any():
         part = _attention_parts(a, mods, att, taxonomy, rotary[att])
@@ -218,14 +219,14 @@ def _attention_parts(
     sub = pd.DataFrame(
         {
             "mid": np.where(root >= 0, root, mid[att]),
-            "top": a["top_op"].astype(str).to_numpy()[att],
-            "op": a["op"].astype(str).to_numpy()[att],
+            "top": as_str(a["top_op"])[att],
+            "op": as_str(a["op"])[att],
             "top_ts": np.where(top_ts >= 0, top_ts - origin, -1),
             "top_id": a["top_op_id"].to_numpy()[att],
         }
     )
-    fused = sub["top"].str.fullmatch(taxonomy.fused_attention).to_numpy()
-    is_bmm = sub["top"].str.fullmatch(taxonomy.bmm).to_numpy() & ~fused
+    fused = _matches(a["top_op"], taxonomy.fused_attention, full=True)[att]
+    is_bmm = _matches(a["top_op"], taxonomy.bmm, full=True)[att] & ~fused
     bm = sub[is_bmm].drop_duplicates("top_id").sort_values("top_ts")
     bm = bm.assign(nth=bm.groupby("mid").cumcount())
     t0 = bm[bm.nth == 0].set_index("mid")["top_ts"]
@@ -239,7 +240,9 @@ def _attention_parts(
     out[ts == b1] = "Bmm1"
     own_cat = mods["own_category"].to_numpy()[mid[att]]
     out[(own_cat != "@attention") | (sub["top_id"].to_numpy() < 0)] = "Attention other"
-    rotary_op = (sub["top"].str.fullmatch(taxonomy.rope) | sub["op"].str.fullmatch(taxonomy.rope)).to_numpy()
+    rotary_op = (
+        _matches(a["top_op"], taxonomy.rope, full=True) | _matches(a["op"], taxonomy.rope, full=True)
+    )[att]
     out[(rotary | rotary_op) & ~fused] = "RoPE"
     out[fused] = "Attention"
     return out

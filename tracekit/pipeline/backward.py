@@ -8,7 +8,7 @@ import pandas as pd
 from ..checks import TraceWarning
 from ..nesting import F_BWD, F_MODULE, F_OP, MOD_IN_BWD
 from ..read import FLOW_FWDBWD
-from .state import Trace, as_str, lookup, take
+from .state import Trace, as_str, cat_test, categorical, lookup, take
 
 
 def link_backward(t: Trace) -> Trace:
@@ -41,14 +41,15 @@ def link_backward(t: Trace) -> Trace:
         how[use] = np.where(by_flow >= 0, "flow", np.where(by_seq >= 0, "seq", "none"))
         f_op[use] = f
     a["backward_node"] = use
-    a["node"] = pd.Categorical(take(r["name"].to_numpy(), bwd, ""))
+    r_ev = r["ev"].to_numpy()
+    a["node"] = t.name_categorical(take(r_ev, bwd, -1))
     a["node_seq"] = seq
     a["fwd_op_r"] = f_op
-    a["fwd_op_id"] = take(r["ev"].to_numpy(), f_op, -1)
-    a["fwd_op"] = pd.Categorical(take(r["name"].to_numpy(), f_op, ""))
-    a["bwd_link"] = pd.Categorical(how)
+    a["fwd_op_id"] = take(r_ev, f_op, -1)
+    a["fwd_op"] = t.name_categorical(a["fwd_op_id"].to_numpy())
+    a["bwd_link"] = categorical(how)
     a["backward_linked"] = f_op >= 0
-    accumulate = a["node"].astype(str).str.contains("AccumulateGrad", regex=False).to_numpy()
+    accumulate = cat_test(a["node"], lambda s: s.str.contains("AccumulateGrad", regex=False))
     unlinked = int((use & (f_op < 0) & ~accumulate).sum())
     if unlinked and ((r["flags"].to_numpy() & F_MODULE) != 0).any():
         t.warnings.append(

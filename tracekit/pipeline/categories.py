@@ -31,9 +31,9 @@ def assign_categories(t: Trace, taxonomy: ModuleTaxonomy, rules: KernelRules) ->
     a = t.acts
     lab = labels.assign_categories(t, taxonomy, rules)
     for c in lab.columns:
-        a[c] = lab[c].to_numpy()
+        a[c] = lab[c].array
     a["fwd_pass"] = pass_index(t.modules, a["launch_ts"].to_numpy())
-    a["is_gemm"] = (lab["group"].to_numpy() == "compute") & (lab["kernel_category"].to_numpy() == "GEMM")
+    a["is_gemm"] = ((lab["group"] == "compute") & (lab["kernel_category"] == "GEMM")).to_numpy()
     return t
 
 
@@ -41,5 +41,7 @@ def as_categories(frame: pd.DataFrame) -> pd.DataFrame:
     """The label columns as categoricals (of the values present)."""
     for c in CATEGORICAL:
         if c in frame:
-            frame[c] = frame[c].astype("category")
+            col = frame[c]
+            is_cat = isinstance(col.dtype, pd.CategoricalDtype)
+            frame[c] = col.cat.remove_unused_categories() if is_cat else col.astype("category")
     return frame

@@ -43,7 +43,7 @@ import pandas as pd
 
 from ..intervals import containing
 from ..read import PYTHON
-from .state import Trace, take
+from .state import Trace, as_str, codes_of, take
 
 ZERO_GRAD_PREFIX = "Optimizer.zero_grad#"
 #: Ops only an optimizer's update runs (fused / foreach / multi-tensor implementations).
@@ -61,17 +61,19 @@ NO_EVIDENCE = "default"
 ENGINE_FRAME = r"^deepspeed/runtime/engine\.py\(\d+\): (backward|step)$"
 
 
-def _matches(names: np.ndarray, rx: re.Pattern) -> np.ndarray:
-    uniq = pd.unique(names)
-    hit = {n: bool(rx.search(str(n))) for n in uniq}
-    return np.fromiter((hit[n] for n in names), bool, len(names))
+def _matches(names: tuple[np.ndarray, np.ndarray], rx: re.Pattern) -> np.ndarray:
+    """``rx.search`` per row of ``(codes, distinct)`` names, run once per distinct name."""
+    codes, uniq = names
+    return np.array([bool(rx.search(str(n))) for n in uniq] + [False], dtype=bool)[codes]
 
 
-def _op_names(t: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """(innermost op, outermost op) name of each activity's launch ("" none)."""
+def _op_names(t: Trace) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """(innermost op, outermost op) name of each activity's launch ("" none), each as
+    ``(codes, distinct names)``."""
     a, r = t.acts, t.ranges
-    names = r["name"].to_numpy(dtype=object) if len(r) else np.empty(0, object)
-    return a["op"].astype(str).to_numpy(), take(names, a["top_r"].to_numpy(), "")
+    codes, uniq = t.name_codes
+    top_ev = take(r["ev"].to_numpy(), a["top_r"].to_numpy(), -1)
+    return codes_of(a["op"]), (take(codes, top_ev, len(uniq)), np.append(uniq, ""))
 
 
 def optimizer_ops(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
@@ -141,7 +143,7 @@ def step_tail(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
     norm = tail & before_opt & (_matches(op, NORM_OPS) | _matches(top, NORM_OPS))
     t_norm = _per_step(a, norm, "min")
     before_norm = lts < t_norm
-    comm = tail & before_opt & before_norm & (a["comm_text"].astype(str).to_numpy() != "")
+    comm = tail & before_opt & before_norm & (as_str(a["comm_text"]) != "")
     hi = _per_step(a, comm, "max", _BEFORE_ALL)
     reduction = tail & before_opt & before_norm & (lts <= hi)
     phase[reduction], evidence[reduction] = "backward", "gradient_reduction"
@@ -151,7 +153,7 @@ def step_tail(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
     phase[rest], evidence[rest] = "unattributed", "none"
     # After the optimizer's update: ZeRO gathers the updated parameter partitions.
     after = tail & ~before_opt
-    comm_after = after & _matches(a["comm_text"].astype(str).to_numpy(), ALL_GATHER)
+    comm_after = after & _matches(codes_of(a["comm_text"]), ALL_GATHER)
     gather = after & (lts <= _per_step(a, comm_after, "max", _BEFORE_ALL))
     phase[gather], evidence[gather] = "optimizer", "param_gather"
 

@@ -11,7 +11,7 @@ from .. import annotations as ann
 from ..nesting import F_MODULE, F_ROPE
 from ..taxonomy import ModuleTaxonomy
 from .nest import MODULE_PREFIX
-from .state import Trace, lookup, take
+from .state import Trace, categorical, lookup, take
 
 
 def assign_modules(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
@@ -41,7 +41,7 @@ def assign_modules(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
     top_ev = take(r["ev"].to_numpy(), top, -1)
     mod_row = lookup(pd.Series(np.arange(len(t.modules)), index=t.modules["local"].to_numpy()), mod)
     a["module_id"] = np.where(mod >= 0, mod_row, -1)
-    a["module_instance"] = pd.Categorical(
+    a["module_instance"] = categorical(
         take(t.modules["instance"].to_numpy(dtype=object), a["module_id"].to_numpy(), "")
     )
     a["top_op"] = t.name_categorical(top_ev)

@@ -12,7 +12,7 @@ from ..nesting import F_EVAL, F_OPT, MOD_IN_BWD
 from ..read import ANNOTATION, CPU_OP
 from .evidence import optimizer_ops, step_tail
 from .nest import EVAL_PREFIX
-from .state import Trace, take
+from .state import Trace, as_str, categorical, take
 
 #: Phase labels, in the order their wall windows run in a step.
 PHASES = ["forward", "backward", "unattributed", "optimizer"]
@@ -63,8 +63,8 @@ def assign_phases(t: Trace) -> Trace:
     step_tail(t, phase, evidence)
     # Activation recomputation: a forward module range running again inside a backward node.
     a["recompute"] = (phase == "backward") & ((bits & MOD_IN_BWD) != 0)
-    a["phase"] = pd.Categorical(phase, categories=PHASES)
-    a["phase_evidence"] = pd.Categorical(evidence)
+    a["phase"] = categorical(phase, PHASES)
+    a["phase_evidence"] = categorical(evidence)
     a["annotated_stage"] = stage
     return t
 
@@ -129,7 +129,7 @@ def assign_stages(t: Trace) -> Trace:
         )
         if not (stage != "").any():
             stage = _stages.from_passes(
-                t.modules, a["launch_ts"].to_numpy(), a["step"].to_numpy(), a["phase"].astype(str).to_numpy()
+                t.modules, a["launch_ts"].to_numpy(), a["step"].to_numpy(), as_str(a["phase"])
             )
-    a["stage"] = pd.Categorical(stage)
+    a["stage"] = categorical(stage)
     return t

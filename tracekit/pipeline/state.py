@@ -93,6 +93,25 @@ def as_str(col: pd.Series) -> np.ndarray:
     return col.astype(str).to_numpy()
 
 
+def categorical(values, categories=None) -> pd.Categorical:
+    """``pd.Categorical(values, categories)`` of an array of str, each value hashed once as a
+    Python object (pandas 3 would first convert the whole array to arrow strings)."""
+    values = np.asarray(values, dtype=object)
+    if len(values) == 0:
+        return pd.Categorical(values, categories=categories)
+    codes, uniq = pd.factorize(values)
+    cats = pd.Index(np.sort(uniq) if categories is None else np.asarray(categories, dtype=object))
+    pos = cats.get_indexer(uniq)
+    return pd.Categorical.from_codes(np.where(codes >= 0, pos[codes], -1), categories=cats)
+
+
+def cat_test(col: pd.Series, test: Callable[[pd.Series], pd.Series]) -> np.ndarray:
+    """``test`` (a vectorised test of a Series of str) per row of a string column, evaluated
+    once per distinct value."""
+    codes, uniq = codes_of(col)
+    return np.asarray(test(pd.Series(uniq, dtype=object)), dtype=bool)[codes]
+
+
 def codes_of(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """``(codes, distinct)`` of a string column: ``distinct[codes]`` equals :func:`as_str`
     of it (``distinct`` an object array of str; a missing value reads "", as the reader

@@ -8,7 +8,7 @@ import pandas as pd
 from ..checks import TraceWarning
 from ..intervals import containing
 from ..read import ANNOTATION, CPU_OP
-from .state import Trace, take
+from .state import Trace, categorical, take
 
 STEP_PREFIX = "ProfilerStep#"
 OPTIMIZER_PREFIX = "Optimizer.step#"
@@ -59,10 +59,10 @@ def find_steps(t: Trace) -> Trace:
         )
     if len(rng):
         a["step"] = take(rng["step"].to_numpy(), step_of, -1)
-        a["step_by"] = pd.Categorical(by)
+        a["step_by"] = categorical(by)
     else:
         a["step"] = np.zeros(len(a), dtype=np.int64)
-        a["step_by"] = pd.Categorical(np.full(len(a), "trace", object))
+        a["step_by"] = categorical(np.full(len(a), "trace", object))
     t.step_ranges = rng
     t.meta["has_profiler_steps"] = source == "ProfilerStep"
     t.meta["step_source"] = source
