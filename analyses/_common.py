@@ -6,12 +6,54 @@ import numpy as np
 import pandas as pd
 
 from tracekit.intervals import measure, measure_by
+from tracekit.pipeline.state import categorical_take, codes_of
 
 NS_PER_MS = 1e6
 PHASES = ["forward", "backward", "optimizer"]
 #: Every phase window of a step, in time order: the paper's phases and the tail with no
 #: phase evidence (``unattributed``), which tables show only where a rank has some.
 WINDOW_PHASES = ["forward", "backward", "unattributed", "optimizer"]
+
+
+def text(col: pd.Series, replace: dict[str, str] | None = None) -> pd.Categorical:
+    """``col.astype(str).replace(replace)`` as a categorical of str (categories sorted, so
+    group order is that of the strings), computed once per distinct value: tables build and
+    group their frames on it, then turn the few result rows to str (:func:`as_text`)."""
+    codes, uniq = codes_of(col)
+    if replace:
+        uniq = np.array([replace.get(u, u) for u in uniq], dtype=object)
+    return categorical_take(uniq, codes, np.arange(len(codes)), "")
+
+
+def as_text(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """The (few) result rows' label columns back as str, as tables give them."""
+    for c in cols:
+        if c in df.columns and isinstance(df[c].dtype, pd.CategoricalDtype):
+            df[c] = df[c].astype(str)
+    return df
+
+
+def text_index(idx: pd.Index) -> pd.Index:
+    """A (Multi)Index grouped on categoricals, with its levels as str (the labels of the few
+    result rows)."""
+    if isinstance(idx, pd.MultiIndex):
+        levels = [lv.astype(str) if isinstance(lv, pd.CategoricalIndex) else lv for lv in idx.levels]
+        return idx.set_levels(levels)
+    return idx.astype(str) if isinstance(idx, pd.CategoricalIndex) else idx
+
+
+def labelled_spans(intervals: pd.DataFrame, mask: np.ndarray | None = None) -> pd.DataFrame:
+    """``step``, ``phase`` (:func:`text`), ``start``, ``end`` of the intervals (of ``mask``):
+    the narrow frame the union measures group."""
+    m = slice(None) if mask is None else mask
+    return pd.DataFrame(
+        {
+            "step": intervals["step"].to_numpy()[m],
+            "phase": text(intervals["phase"])[m],
+            "start": intervals["start"].to_numpy()[m],
+            "end": intervals["end"].to_numpy()[m],
+        }
+    )
 
 
 def ms(ns) -> float:
@@ -27,7 +69,9 @@ def union_ms(frame: pd.DataFrame) -> float:
 
 def union_ms_by(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
     """Measure (ms) of the union of ``[start, end)`` intervals per group of ``keys``."""
-    return measure_by(frame, keys) / NS_PER_MS
+    out = measure_by(frame, keys) / NS_PER_MS
+    out.index = text_index(out.index)
+    return out
 
 
 def step_windows(windows: pd.DataFrame) -> pd.DataFrame:
@@ -63,21 +107,24 @@ def window_shares(intervals: pd.DataFrame) -> pd.DataFrame:
     group, module, recompute (activation recomputation), share_ms. Rows with no share are
     dropped."""
     parts = []
+    group, module = text(intervals["group"]), text(intervals["module"])
+    recompute, step = _recompute(intervals), intervals["step"].to_numpy()
+    phases = sorted(WINDOW_PHASES)  # categories in string order: groups sort as the strings
     for ph in WINDOW_PHASES:
-        col = intervals[share_column(ph)]
-        keep = (col > 0).to_numpy()
+        col = intervals[share_column(ph)].to_numpy()
+        keep = col > 0
         if not keep.any():
             continue
-        sub = intervals.loc[keep]
+        n = int(keep.sum())
         parts.append(
             pd.DataFrame(
                 {
-                    "step": sub["step"].to_numpy(),
-                    "phase": ph,
-                    "group": sub["group"].astype(str).to_numpy(),
-                    "module": sub["module"].astype(str).to_numpy(),
-                    "recompute": _recompute(sub),
-                    "share_ms": col[keep].to_numpy() / NS_PER_MS,
+                    "step": step[keep],
+                    "phase": pd.Categorical.from_codes(np.full(n, phases.index(ph)), categories=phases),
+                    "group": group[keep],
+                    "module": module[keep],
+                    "recompute": recompute[keep],
+                    "share_ms": col[keep] / NS_PER_MS,
                 }
             )
         )
@@ -102,9 +149,7 @@ def phases_present(intervals: pd.DataFrame, windows: pd.DataFrame) -> list[str]:
     """The phases a rank's tables show: the paper's three, and ``unattributed`` where some
     activity has that label or some complete step has an unattributed window."""
     w = windows[(windows["window"] == "unattributed").to_numpy() & windows["complete"].to_numpy()]
-    has = bool(((w["end"] - w["start"]) > 0).any()) or bool(
-        (intervals["phase"].astype(str) == "unattributed").any()
-    )
+    has = bool(((w["end"] - w["start"]) > 0).any()) or bool((intervals["phase"] == "unattributed").any())
     return WINDOW_PHASES if has else PHASES
 
 

@@ -16,7 +16,7 @@ ORDER = ["prefill", "mixed", "decode", "other"]
 
 
 def has_stages(intervals: pd.DataFrame) -> bool:
-    return "stage" in intervals and bool((intervals["stage"].astype(str) != "").any())
+    return "stage" in intervals and bool((intervals["stage"] != "").any())
 
 
 def split(iv: pd.DataFrame, staged: bool) -> Iterator[tuple[str | None, pd.DataFrame]]:

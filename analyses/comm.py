@@ -16,7 +16,7 @@ import pandas as pd
 
 from tracekit.intervals import minus_measure_by
 
-from ._common import NS_PER_MS, percent, step_windows
+from ._common import NS_PER_MS, as_text, percent, step_windows, text
 from ._registry import COUNT, MS, PCT, register
 
 
@@ -36,8 +36,8 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     c = pd.DataFrame(
         {
             "step": comm["step"].to_numpy(),
-            "phase": comm["phase"].astype(str).to_numpy(),
-            "collective": comm["collective"].astype(str).to_numpy(),
+            "phase": text(comm["phase"]),
+            "collective": text(comm["collective"]),
             "start": comm["start"].to_numpy(),
             "end": comm["end"].to_numpy(),
             "count": comm["count"].to_numpy(),
@@ -45,10 +45,10 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     )
     c["dur"] = c["end"] - c["start"]
     compute = intervals[intervals["group"] == "compute"]
-    out = c.groupby(keys).agg(count=("count", "sum"), time_ns=("dur", "sum"))
+    out = c.groupby(keys, observed=True).agg(count=("count", "sum"), time_ns=("dur", "sum"))
     exposed = minus_measure_by(c, compute[["step", "start", "end"]], keys, ["step"])
     out["exposed_ms"] = exposed.reindex(out.index).to_numpy() / NS_PER_MS
-    out = out.reset_index()
+    out = as_text(out.reset_index(), ["phase", "collective"])
     out["time_ms"] = out["time_ns"] / NS_PER_MS
     window = step_windows(windows).set_index("step")["window_ms"]
     out["percent"] = percent(out["time_ms"], window.reindex(out["step"]).to_numpy())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ._common import WINDOW_PHASES, percent, phases_present, step_windows, union_ms_by
+from ._common import WINDOW_PHASES, labelled_spans, percent, phases_present, step_windows, union_ms_by
 from ._registry import MS, PCT, register
 
 
@@ -23,9 +23,9 @@ from ._registry import MS, PCT, register
 )
 def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     key = ["step", "phase"]
-    compute = intervals[intervals["group"] == "compute"]
-    compute = compute.assign(phase=compute["phase"].astype(str))
-    gemm = union_ms_by(compute[compute["is_gemm"]], key)
+    is_compute = (intervals["group"] == "compute").to_numpy()
+    compute = labelled_spans(intervals, is_compute)
+    gemm = union_ms_by(compute[intervals["is_gemm"].to_numpy(bool)[is_compute]], key)
     total = union_ms_by(compute, key)
     done = step_windows(windows)["step"].to_numpy()
     idx = pd.MultiIndex.from_product([done, phases_present(intervals, windows)], names=key)

@@ -27,7 +27,7 @@ import pandas as pd
 
 from tracekit.taxonomy import COMM_CATEGORIES, KERNEL_CATEGORIES
 
-from ._common import WINDOW_PHASES, percent, share_column, step_windows
+from ._common import WINDOW_PHASES, percent, share_column, step_windows, text, text_index
 from ._registry import COUNT, MS, PCT, STAGE_MEAN, register
 from ._stages import ORDER, has_stages
 
@@ -60,8 +60,8 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     frame = pd.DataFrame(
         {
             "step": iv["step"].to_numpy(),
-            "group": iv["group"].astype(str).replace({"memset": "memcpy"}).to_numpy(),
-            "category": iv["kernel_category"].astype(str).to_numpy(),
+            "group": text(iv["group"], {"memset": "memcpy"}),
+            "category": text(iv["kernel_category"]),
             "share": sum(iv[share_column(p)].to_numpy() for p in WINDOW_PHASES) / 1e6,
             "dur": (iv["end"] - iv["start"]).to_numpy() / 1e6,
             "count": iv["count"].to_numpy(),
@@ -70,9 +70,10 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
         }
     )
     if staged:
-        frame["stage"] = iv["stage"].astype(str).replace({"": "other"}).to_numpy()
-        span = frame.groupby(keys)
+        frame["stage"] = text(iv["stage"], {"": "other"})
+        span = frame.groupby(keys, observed=True)
         window = (span["end"].max() - span["start"].min()) / 1e6
+        window.index = text_index(window.index)
         order = {s: i for i, s in enumerate(ORDER)}
         present = sorted(window.index, key=lambda k: (k[0], order.get(k[1], len(order))))
     else:
@@ -83,9 +84,10 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
         present = list(window.index)
     if not present:
         return pd.DataFrame(columns=cols)
-    agg = frame.groupby(keys + ["group", "category"]).agg(
+    agg = frame.groupby(keys + ["group", "category"], observed=True).agg(
         count=("count", "sum"), time_ms=("share", "sum"), kernel_ms=("dur", "sum")
     )
+    agg.index = text_index(agg.index)
     busy = agg["time_ms"].groupby(level=keys).sum()
     prefix = [k if isinstance(k, tuple) else (k,) for k in present]
     idx = pd.MultiIndex.from_tuples([p + r for p in prefix for r in ROWS], names=keys + ["group", "category"])

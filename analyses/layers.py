@@ -22,6 +22,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.pipeline.state import categorical_take, codes_of
+
+from ._common import as_text, text
 from ._registry import COUNT, INDEX, MS, PCT, TableSpec, declare, register
 from ._stages import ORDER as STAGE_ORDER
 from ._stages import has_stages
@@ -66,15 +69,15 @@ def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     keys = ["step"] + (["stage"] if staged else []) + ["phase", "layer"]
     cols = keys + ["count", "time_ms", "vs_mean_pct"]
     complete = steps.loc[steps["complete"].to_numpy(), "step"].unique()
-    iv = intervals[
-        (intervals["group"].astype(str) == "compute").to_numpy() & intervals["step"].isin(complete).to_numpy()
-    ]
+    iv = intervals[(intervals["group"] == "compute").to_numpy() & intervals["step"].isin(complete).to_numpy()]
     iv = iv[(iv["layer"] >= 0).to_numpy()]
     if iv.empty:
         return pd.DataFrame(columns=cols)
-    phase = iv["phase"].astype(str).replace({"": "unattributed"}).to_numpy()
+    codes, uniq = codes_of(iv["phase"])
+    uniq = np.array([{"": "unattributed"}.get(u, u) for u in uniq] + ["recompute"], dtype=object)
     if "recompute" in iv.columns:  # activation recomputation: its own row, as in DESIGN.md
-        phase = np.where(iv["recompute"].fillna(False).to_numpy(bool), "recompute", phase)
+        codes = np.where(iv["recompute"].fillna(False).to_numpy(bool), len(uniq) - 1, codes)
+    phase = categorical_take(uniq, codes, np.arange(len(codes)), "")
     frame = pd.DataFrame(
         {
             "step": iv["step"].to_numpy(),
@@ -85,9 +88,9 @@ def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         }
     )
     if staged:
-        frame["stage"] = iv["stage"].astype(str).replace({"": "other"}).to_numpy()
-    out = frame.groupby(keys, sort=False).agg(count=("count", "sum"), time_ms=("dur", "sum"))
-    out = out.reset_index()
+        frame["stage"] = text(iv["stage"], {"": "other"})
+    out = frame.groupby(keys, sort=False, observed=True).agg(count=("count", "sum"), time_ms=("dur", "sum"))
+    out = as_text(out.reset_index(), ["phase", "stage"])
     out["count"] = out["count"].astype("int64")
     return _finish(out)[cols]
 

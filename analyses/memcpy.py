@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 
-from ._common import NS_PER_MS, percent, step_windows
+from tracekit.pipeline.state import categorical_take, codes_of
+
+from ._common import NS_PER_MS, as_text, percent, step_windows
 from ._registry import BYTES, COUNT, MS, PCT, register
 
 _DIRECTION = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP)")
@@ -37,22 +40,23 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     mem = intervals[intervals["group"].isin(["memcpy", "memset"])]
     if mem.empty:
         return pd.DataFrame(columns=cols)
-    names = mem["name"].astype(str)
-    kinds = {n: direction(n) for n in names.unique()}
+    codes, names = codes_of(mem["name"])
+    kinds = np.array([direction(n) for n in names], dtype=object)  # once per distinct name
     frame = pd.DataFrame(
         {
             "step": mem["step"].to_numpy(),
-            "kind": names.map(kinds).to_numpy(),
+            "kind": categorical_take(kinds, codes, np.arange(len(codes)), ""),
             "dur": (mem["end"] - mem["start"]).to_numpy(),
             "count": mem["count"].to_numpy(),
             "bytes": mem["bytes"].fillna(0).to_numpy(),
         }
     )
     out = (
-        frame.groupby(["step", "kind"])
+        frame.groupby(["step", "kind"], observed=True)
         .agg(count=("count", "sum"), time_ns=("dur", "sum"), bytes=("bytes", "sum"))
         .reset_index()
     )
+    out = as_text(out, ["kind"])
     out["time_ms"] = out["time_ns"] / NS_PER_MS
     window = step_windows(windows).set_index("step")["window_ms"]
     out["percent"] = percent(out["time_ms"], window.reindex(out["step"]).to_numpy())

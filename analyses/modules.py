@@ -30,6 +30,17 @@ from ._common import percent, phase_windows, phases_present, window_shares
 from ._registry import MS, PCT, register
 
 ROWS = MODULE_CATEGORIES + ["Other", "Exposed communication", "Idle"]
+_OTHER, _EXPOSED = ROWS.index("Other"), ROWS.index("Exposed communication")
+
+
+def _rows(shares: pd.DataFrame, compute: np.ndarray) -> np.ndarray:
+    """Per share, its row (position in ROWS): a compute kernel's module category (Other
+    outside the categories), exposed communication, else Other (copies)."""
+    module = shares["module"].astype("category")
+    known = pd.Index(MODULE_CATEGORIES).get_indexer(module.cat.categories)
+    known = np.append(known, -1)[module.cat.codes.to_numpy()]
+    comm = (shares["group"] == "comm").to_numpy()
+    return np.where(compute, np.where(known >= 0, known, _OTHER), np.where(comm, _EXPOSED, _OTHER))
 
 
 @register(
@@ -44,26 +55,34 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     win = phase_windows(windows)
     win = win[win["phase"].isin(phases_present(intervals, windows)).to_numpy()].reset_index(drop=True)
     shares = window_shares(intervals)
-    group = shares["group"].to_numpy()
-    module = shares["module"].to_numpy()
-    row = np.where(
-        group == "compute",
-        np.where(np.isin(module, MODULE_CATEGORIES), module, "Other"),
-        np.where(group == "comm", "Exposed communication", "Other"),
+    compute = (shares["group"] == "compute").to_numpy()
+    row = _rows(shares, compute)  # positions in ROWS
+    phase = shares["phase"].astype("category")
+    keys = [shares["step"].to_numpy(), phase.cat.codes.to_numpy(), row]
+    summed = shares["share_ms"].groupby(keys).sum()  # grouped on integers, labelled below
+    p_code = pd.Index(phase.cat.categories).get_indexer(win["phase"].to_numpy())
+    idx = pd.MultiIndex.from_arrays(
+        [
+            np.repeat(win["step"].to_numpy(), len(ROWS)),
+            np.repeat(p_code, len(ROWS)),
+            np.tile(np.arange(len(ROWS)), len(win)),
+        ]
     )
-    summed = shares.groupby([shares["step"], shares["phase"], row])["share_ms"].sum()
-    idx = pd.MultiIndex.from_tuples(
-        [(s, p, m) for s, p in zip(win["step"], win["phase"]) for m in ROWS],
-        names=["step", "phase", "module"],
+    out = pd.DataFrame(
+        {
+            "step": idx.get_level_values(0),
+            "phase": np.repeat(win["phase"].to_numpy(), len(ROWS)),
+            "module": np.tile(np.array(ROWS, dtype=object), len(win)),
+            "time_ms": summed.reindex(idx).fillna(0.0).to_numpy(),
+        }
     )
-    out = summed.reindex(idx).fillna(0.0).rename("time_ms").reset_index()
     wall = np.repeat(win["wall_ms"].to_numpy(), len(ROWS))
     per_window = out.groupby(["step", "phase"], sort=False)["time_ms"].transform("sum").to_numpy()
     idle = out["module"].to_numpy() == "Idle"
     out.loc[idle, "time_ms"] = np.maximum(wall[idle] - per_window[idle], 0.0)
     out["percent"] = percent(out["time_ms"], wall)
-    rec = shares["recompute"].to_numpy(bool) & (group == "compute")
-    redone = shares[rec].groupby([shares["step"][rec], shares["phase"][rec], row[rec]])["share_ms"].sum()
+    rec = shares["recompute"].to_numpy(bool) & compute
+    redone = shares["share_ms"][rec].groupby([k[rec] for k in keys]).sum()
     out["recompute_ms"] = redone.reindex(idx).fillna(0.0).to_numpy()
     out["module"] = pd.Categorical(out["module"], categories=ROWS)
     return out[["step", "phase", "module", "time_ms", "percent", "recompute_ms"]]

@@ -24,6 +24,7 @@ import pandas as pd
 
 from ._common import (
     WINDOW_PHASES,
+    labelled_spans,
     percent,
     phase_windows,
     phases_present,
@@ -61,11 +62,11 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     shares = window_shares(intervals)
     busy = shares.groupby(key)["share_ms"].sum()
     exposed = shares[shares["group"] == "comm"].groupby(key)["share_ms"].sum()
-    labelled = intervals.assign(phase=intervals["phase"].astype(str))
-    compute = union_ms_by(labelled[labelled["group"] == "compute"], key)
-    comm = union_ms_by(labelled[labelled["group"] == "comm"], key)
-    rec = labelled[(labelled["group"] == "compute").to_numpy() & _recomputed(labelled)]
-    recompute = union_ms_by(rec, key)
+    labelled = labelled_spans(intervals)
+    is_compute = (intervals["group"] == "compute").to_numpy()
+    compute = union_ms_by(labelled[is_compute], key)
+    comm = union_ms_by(labelled[(intervals["group"] == "comm").to_numpy()], key)
+    recompute = union_ms_by(labelled[is_compute & _recomputed(intervals)], key)
     idx = pd.MultiIndex.from_frame(win[key])
 
     def col(series: pd.Series) -> pd.Series:

@@ -26,7 +26,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ._common import percent, phase_windows
+from tracekit.pipeline.state import codes_of
+
+from ._common import percent, phase_windows, text, text_index
 from ._registry import COUNT, MS, PCT, STAGE_MEAN, register
 from ._stages import ORDER, has_stages
 
@@ -51,7 +53,7 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
         + (["passes"] if staged else [])
         + ["time_ms", "percent"]
     )
-    if not intervals["block"].astype(str).isin(["attention", "ffn"]).any():
+    if not intervals["block"].isin(["attention", "ffn"]).any():
         return pd.DataFrame(columns=cols)
     fw = phase_windows(windows)
     fw = fw[fw["phase"] == "forward"].drop_duplicates("step").set_index("step")
@@ -68,15 +70,18 @@ def _spans(iv: pd.DataFrame, fw: pd.DataFrame, staged: bool) -> pd.DataFrame:
     """One row per activity, sorted by (step, stage, start) (ties in table order), with its
     group's window [lo, hi) and ``span_ms``: from its start to the next activity's start of its
     (step, stage) group (the last: to ``hi``), clipped to the window."""
-    stage = iv["stage"].astype(str).replace({"": "other"}).to_numpy() if staged else np.full(len(iv), "")
-    rank = pd.Categorical(stage, categories=ORDER if staged else [""]).codes
+    if staged:  # position in ORDER (-1: a stage outside it), from the stages' codes
+        codes, uniq = codes_of(iv["stage"])
+        rank = pd.Index(ORDER).get_indexer([{"": "other"}.get(u, u) for u in uniq])[codes]
+    else:
+        rank = np.zeros(len(iv), np.int64)
     g = pd.DataFrame(
         {
             "step": iv["step"].to_numpy(),
             "stage_rank": rank,
             "start": iv["start"].to_numpy(np.int64),
             "end": iv["end"].to_numpy(np.int64),
-            "block": iv["block"].astype(str).replace({"": "after"}).to_numpy(),
+            "block": text(iv["block"], {"": "after"}),
             "layer": iv["layer"].to_numpy(),
             "fwd_pass": iv["fwd_pass"].to_numpy() if "fwd_pass" in iv else 0,
         }
@@ -113,7 +118,8 @@ def _block_rows(g: pd.DataFrame, staged: bool) -> pd.DataFrame:
         passes = lay.groupby(key)["fwd_pass"].nunique().reindex(groups.index, fill_value=0).clip(lower=1)
     else:
         passes = pd.Series(1, index=groups.index)
-    t = g.groupby(key + ["block"], sort=False)["span_ms"].sum()
+    t = g.groupby(key + ["block"], sort=False, observed=True)["span_ms"].sum()
+    t.index = text_index(t.index)
     n = len(groups)
     out = pd.DataFrame(
         {

@@ -19,7 +19,7 @@ import re
 
 import pandas as pd
 
-from ._common import percent
+from ._common import as_text, percent, text
 from ._registry import COUNT, MS, PCT, US, register
 
 #: Rows kept per step; the rest are summed into one "(other kernels)" row.
@@ -161,19 +161,20 @@ def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     frame = pd.DataFrame(
         {
             "step": iv["step"].to_numpy(),
-            "name": iv["name"].astype(str).to_numpy(),
-            "category": iv["kernel_category"].astype(str).to_numpy(),
-            "module": iv["module"].astype(str).replace({"": "Other"}).to_numpy(),
-            "phase": iv["phase"].astype(str).replace({"": "unattributed"}).to_numpy(),
+            "name": text(iv["name"]),
+            "category": text(iv["kernel_category"]),
+            "module": text(iv["module"], {"": "Other"}),
+            "phase": text(iv["phase"], {"": "unattributed"}),
             "dur": (iv["end"] - iv["start"]).to_numpy() / 1e6,
             "count": iv["count"].to_numpy(),
         }
     )
     out = (
-        frame.groupby(["step", "name", "category", "module", "phase"], sort=False)
+        frame.groupby(["step", "name", "category", "module", "phase"], sort=False, observed=True)
         .agg(count=("count", "sum"), total_ms=("dur", "sum"))
         .reset_index()
     )
+    out = as_text(out, ["name", "category", "module", "phase"])
     out = _keep_top(out)
     out["count"] = out["count"].astype("int64")
     out["mean_us"] = out["total_ms"] * 1000.0 / out["count"]

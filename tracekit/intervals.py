@@ -50,17 +50,29 @@ def measure_by(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
             if len(keys) > 1
             else pd.Index([], name=keys[0]),
         )
-    f = frame[keys + ["start", "end"]].sort_values(keys + ["start"], kind="stable")
-    groups = [f[k] for k in keys]
-    first = ~f.duplicated(keys, keep="first").to_numpy()
-    first[0] = True
-    end = f["end"].to_numpy(np.int64)
+    # Sorted by the keys' codes (in the keys' order) and start; rows with a missing key are
+    # left out, as a group-by leaves them.
+    codes = [pd.factorize(frame[k], sort=True)[0] for k in keys]
+    ok = np.flatnonzero(np.logical_and.reduce([c >= 0 for c in codes]))
+    start = frame["start"].to_numpy(np.int64)[ok]
+    order = ok[np.lexsort([start] + [c[ok] for c in reversed(codes)])]
+    first = np.zeros(len(order), bool)
+    first[:1] = True
+    for c in codes:
+        first[1:] |= c[order][1:] != c[order][:-1]
+    end = frame["end"].to_numpy(np.int64)[order]
     prev = np.empty_like(end)
     prev[1:] = end[:-1]
     prev[first] = np.iinfo(np.int64).min
-    reach = pd.Series(prev, index=f.index).groupby(groups, observed=True, sort=False).cummax()
-    added = np.clip(end - np.maximum(f["start"].to_numpy(np.int64), reach.to_numpy(np.int64)), 0, None)
-    return pd.Series(added, index=f.index).groupby(groups, observed=True).sum()
+    gid = np.cumsum(first) - 1
+    reach = pd.Series(prev).groupby(gid, sort=False).cummax().to_numpy(np.int64)
+    added = np.clip(end - np.maximum(frame["start"].to_numpy(np.int64)[order], reach), 0, None)
+    heads = np.flatnonzero(first)
+    total = np.add.reduceat(added, heads) if len(heads) else added[:0]
+    at = order[heads]
+    index = [frame[k].iloc[at] for k in keys]
+    idx = pd.MultiIndex.from_arrays(index, names=keys) if len(keys) > 1 else pd.Index(index[0], name=keys[0])
+    return pd.Series(total.astype(np.int64), index=idx)
 
 
 def minus_measure_by(a: pd.DataFrame, b: pd.DataFrame, keys: list[str], on: list[str]) -> pd.Series:

@@ -1,0 +1,46 @@
+"""measure_by: the union's measure per group equals a per-group union, whatever the key types."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.intervals import measure, measure_by
+
+
+def _brute(frame: pd.DataFrame, keys: list[str]) -> dict:
+    out = {}
+    for key, g in frame.groupby(keys, observed=True):
+        out[key] = measure(g["start"].to_numpy(), g["end"].to_numpy())
+    return out
+
+
+def test_measure_by_matches_per_group_union() -> None:
+    rng = np.random.default_rng(7)
+    n = 400
+    start = rng.integers(1_700_000_000_000_000_000, 1_700_000_000_000_100_000, n)
+    frame = pd.DataFrame(
+        {
+            "step": rng.integers(0, 4, n),
+            "phase": pd.Categorical(rng.choice(["forward", "backward", "optimizer"], n)),
+            "coll": rng.choice(np.array(["AllReduce", "AllGather", ""], dtype=object), n),
+            "start": start,
+            "end": start + rng.integers(0, 5_000, n),
+        }
+    )
+    for keys in (["step"], ["step", "phase"], ["step", "phase", "coll"]):
+        got = measure_by(frame, keys)
+        want = _brute(frame, keys)
+        assert got.dtype == np.int64 and list(got.index.names) == keys
+        assert {(k if isinstance(k, tuple) else (k,)): v for k, v in got.items()} == {
+            (k if isinstance(k, tuple) else (k,)): v for k, v in want.items()
+        }
+        assert list(got.index) == sorted(got.index)  # sorted by the keys, as a group-by sorts
+
+
+def test_measure_by_leaves_out_missing_keys() -> None:
+    frame = pd.DataFrame(
+        {"phase": pd.Categorical(["a", None, "a"]), "start": [0, 0, 5], "end": [10, 100, 20]}
+    )
+    got = measure_by(frame, ["phase"])
+    assert got.to_dict() == {"a": 20}
