@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .pipeline.modules import inherit
 from .pipeline.state import Trace as LinkedTrace
 from .pipeline.state import as_str, categorical, categorical_take, codes_of, take
 from .read import MEMCPY, MEMSET
@@ -148,19 +149,22 @@ def label_modules(mods: pd.DataFrame, taxonomy: ModuleTaxonomy) -> None:
             c, q, pc, pos, sib = key
             memo[key] = taxonomy.match(c, q, pc, int(pos), int(sib))
         own.append(memo[key])
-    n = len(mods)
-    got: list[tuple[str, str] | None] = [None] * n
-    att_root = np.full(n, -1, np.int64)
-    for i in np.argsort(mods["start"].to_numpy(), kind="stable"):  # parents start first
-        p = parent[i]
-        got[i] = own[i] if own[i] is not None else (got[p] if p >= 0 else None)
-        up = att_root[p] if p >= 0 else -1
-        att_root[i] = up if up >= 0 else (i if own[i] and own[i][0] == "@attention" else -1)
-    mods["category"] = [g[0] if g else "Other" for g in got]
-    mods["rule"] = [g[1] if g else "none" for g in got]
-    mods["own_category"] = [o[0] if o else "" for o in own]
-    mods["own_rule"] = [o[1] if o else "" for o in own]
-    mods["att_root"] = att_root
+    # Distinct matches, and per module the one it inherits (nearest labelled ancestor-or-self)
+    # and its outermost attention ancestor-or-self, visited by start (parents start first).
+    found = [m for m in memo.values() if m is not None]
+    ids = {m: k for k, m in enumerate(dict.fromkeys(found))}
+    own_id = np.array([ids[o] if o is not None else -1 for o in own], dtype=np.int64)
+    cats = np.array([m[0] for m in ids] + ["Other", ""], dtype=object)
+    rules_ = np.array([m[1] for m in ids] + ["none", ""], dtype=object)
+    start = mods["start"].to_numpy()
+    got = inherit(parent, start, own_id)
+    rows = np.arange(len(mods), dtype=np.int64)
+    is_att = np.append(cats[: len(ids)] == "@attention", False)[own_id]
+    mods["category"] = cats[np.where(got >= 0, got, len(ids))]
+    mods["rule"] = rules_[np.where(got >= 0, got, len(ids))]
+    mods["own_category"] = cats[np.where(own_id >= 0, own_id, len(ids) + 1)]
+    mods["own_rule"] = rules_[np.where(own_id >= 0, own_id, len(ids) + 1)]
+    mods["att_root"] = inherit(parent, start, np.where(is_att, rows, -1), outermost=True)
 
 
 def module_categories(

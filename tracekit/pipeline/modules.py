@@ -77,15 +77,16 @@ def module_table(t: Trace, taxonomy: ModuleTaxonomy) -> pd.DataFrame:
     (categories are assigned by :func:`tracekit.labels.assign_categories`)."""
     r = t.ranges
     local = np.flatnonzero((r["flags"].to_numpy() & F_MODULE) != 0)
-    raw = r["name"].to_numpy()[local]
+    codes, raw = pd.factorize(r["name"].to_numpy(dtype=object)[local])  # each distinct name once
     if t.capture_modules:
         parsed = [ann.parse_module_range(x) or ("", "") for x in raw]
-        cls, qual = [c for c, _ in parsed], [q for _, q in parsed]
-        inst = qual
+        cls = np.array([c for c, _ in parsed], dtype=object)[codes]
+        inst = qual = np.array([q for _, q in parsed], dtype=object)[codes]
     else:
         split = [_split_module_name(x) for x in raw]
-        cls, inst = [c for c, _ in split], [i for _, i in split]
-        qual = [""] * len(split)
+        cls = np.array([c for c, _ in split], dtype=object)[codes]
+        inst = np.array([i for _, i in split], dtype=object)[codes]
+        qual = np.full(len(codes), "", dtype=object)
     df = pd.DataFrame(
         {
             "local": local,
@@ -115,13 +116,10 @@ def module_table(t: Trace, taxonomy: ModuleTaxonomy) -> pd.DataFrame:
 def _layers(df: pd.DataFrame, taxonomy: ModuleTaxonomy) -> None:
     """Add ``is_layer`` (a decoder layer class) and ``layer`` (the enclosing decoder layer
     instance, a row of ``df``; -1 outside layers)."""
-    parent = df["parent"].to_numpy()
-    is_layer = df["cls"].map(lambda c: bool(taxonomy.decoder_layer.fullmatch(c))).to_numpy()
-    layer = np.full(len(df), -1, np.int64)
-    for i in np.argsort(df["start"].to_numpy(), kind="stable"):  # parents start first
-        p = parent[i]
-        layer[i] = i if is_layer[i] else (layer[p] if p >= 0 else -1)
-    df["layer"] = layer
+    codes, cls = pd.factorize(df["cls"].to_numpy(dtype=object))
+    is_layer = np.array([bool(taxonomy.decoder_layer.fullmatch(c)) for c in cls] + [False])[codes]
+    rows = np.arange(len(df), dtype=np.int64)
+    df["layer"] = inherit(df["parent"].to_numpy(), df["start"].to_numpy(), np.where(is_layer, rows, -1))
     df["is_layer"] = is_layer
     df["layer_index"] = layer_index(df)
 
@@ -166,6 +164,29 @@ def layer_index(df: pd.DataFrame) -> np.ndarray:
     for r in np.flatnonzero((inside < 0) & (qual != "")) if by_name else ():
         out[r] = _extends(qual[r], by_name)
     return out
+
+
+def inherit(parent: np.ndarray, start: np.ndarray, own: np.ndarray, outermost: bool = False) -> np.ndarray:
+    """Per module row, ``own`` (>= 0: a value; -1: none) of the nearest module at or above it
+    that has one (``outermost``: of the outermost such module), -1 when none has.
+
+    The same as visiting the rows by start (stable) and taking a parent's value only when the
+    parent was visited first (parents start first), one tree level per vectorised pass.
+    """
+    pos = np.empty(len(start), np.int64)
+    pos[np.argsort(start, kind="stable")] = np.arange(len(start))
+    p = np.maximum(parent, 0)
+    up = (parent >= 0) & (pos[p] < pos)  # the parent visited before its child
+    val = own.copy()
+    for _ in range(len(own) + 1):  # a level per pass: module trees are shallow
+        from_up = up & (val[p] >= 0)
+        new = (
+            np.where(from_up, val[p], own) if outermost else np.where(own >= 0, own, np.where(up, val[p], -1))
+        )
+        if np.array_equal(new, val):
+            break
+        val = new
+    return val
 
 
 def _extends(qualname: str, layers: dict[str, int]) -> int:
