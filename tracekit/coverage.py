@@ -27,6 +27,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .pipeline.state import as_str
+
 #: phase_evidence values that are not evidence.
 NO_EVIDENCE = ("default", "", "none")
 
@@ -42,7 +44,7 @@ def measure(acts: pd.DataFrame) -> dict:
 
     step = acts["step"].to_numpy()
     if "step_by" in acts:
-        by = acts["step_by"].astype(str).to_numpy()
+        by = as_str(acts["step_by"])
         by_time, outside = by == "time", by == "none"
     else:
         by_time, outside = (step >= 0) & ~acts["launched"].to_numpy(bool), step < 0
@@ -57,11 +59,11 @@ def measure(acts: pd.DataFrame) -> dict:
         "by_time": share(by_time),
         "outside": share(outside),
     }
-    phase = acts["phase"].astype(str).to_numpy()
+    phase = as_str(acts["phase"])
     out["unattributed"] = share(phase == "unattributed")
     out["training_phases"] = share(np.isin(phase, ("backward", "optimizer")))
     if "phase_evidence" in acts:
-        none = np.isin(acts["phase_evidence"].astype(str).to_numpy(), NO_EVIDENCE)
+        none = np.isin(as_str(acts["phase_evidence"]), NO_EVIDENCE)
         out["phase_evidence"] = share(~none & (phase != "unattributed"))
         out["phase_default"] = share(none & (phase == "forward"))
     return out

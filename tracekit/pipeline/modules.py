@@ -77,7 +77,7 @@ def module_table(t: Trace, taxonomy: ModuleTaxonomy) -> pd.DataFrame:
     (categories are assigned by :func:`tracekit.labels.assign_categories`)."""
     r = t.ranges
     local = np.flatnonzero((r["flags"].to_numpy() & F_MODULE) != 0)
-    codes, raw = pd.factorize(r["name"].to_numpy(dtype=object)[local])  # each distinct name once
+    codes, raw = pd.factorize(t.names[r["ev"].to_numpy()[local]])  # each distinct name once
     if t.capture_modules:
         parsed = [ann.parse_module_range(x) or ("", "") for x in raw]
         cls = np.array([c for c, _ in parsed], dtype=object)[codes]

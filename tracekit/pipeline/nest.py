@@ -107,7 +107,7 @@ def _ranges(t: Trace, kind: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "ev": rng,
-            "name": t.names[rng],
+            "name": t.name_categorical(rng),
             "pid": ev["pid"].to_numpy()[rng],
             "tid": ev["tid"].to_numpy()[rng],
             "start": ts,
