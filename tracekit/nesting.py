@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .intervals import unique
+
 # Flags of a range (bit values shared with link.py).
 F_OP, F_MODULE, F_OPT, F_EVAL, F_BWD, F_COMM, F_ROPE = (1 << i for i in range(7))
 #: Context bit: the innermost module range is nested inside the innermost backward node.
@@ -108,7 +110,7 @@ def _one_axis(pid, tid, start, end):
     of one thread can contain another thread's. Returns (start, end) on that axis, and the
     sorted distinct times with the width: a position x on the axis is time ``times[x % width]``."""
     n = len(start)
-    times, rank = np.unique(np.concatenate([start, end]), return_inverse=True)
+    times, rank = unique(np.concatenate([start, end]), return_inverse=True)
     width = len(times) + 1
     new = np.r_[True, (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])] if n else np.zeros(0, bool)
     shift = (np.cumsum(new) - 1) * width

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.intervals import measure, measure_by
+from tracekit.intervals import measure, measure_by, unique
 
 
 def _brute(frame: pd.DataFrame, keys: list[str]) -> dict:
@@ -44,3 +44,13 @@ def test_measure_by_leaves_out_missing_keys() -> None:
     )
     got = measure_by(frame, ["phase"])
     assert got.to_dict() == {"a": 20}
+
+
+def test_unique_equals_numpy_unique() -> None:
+    rng = np.random.default_rng(1)
+    for n in (0, 1, 5, 1000):
+        a = rng.integers(-5, 5, n)
+        u, inv = unique(a, return_inverse=True)
+        want, want_inv = np.unique(a, return_inverse=True)
+        assert np.array_equal(u, want) and np.array_equal(inv, want_inv.ravel())
+        assert np.array_equal(unique(a), want)
