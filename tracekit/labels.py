@@ -114,7 +114,8 @@ def kernel_categories(
     """(kernel_category, rule, collective) per activity; rules applied once per distinct case
     of (name, top op, op, collective text, group), found on the columns' integer codes."""
     parts = [codes_of(a[c]) for c in ("name", "top_op", "op", "comm_text")]
-    parts.append(codes_of(pd.Series(group, dtype=object)))
+    g_codes, g_uniq = pd.factorize(group)
+    parts.append((g_codes, np.asarray(g_uniq, dtype=object)))
     key = np.zeros(len(a), np.int64)
     for codes, uniq in parts:  # one code per distinct combination, kept below len(a)
         key = pd.factorize(key * (len(uniq) + 1) + codes)[0]

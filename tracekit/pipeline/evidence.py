@@ -57,6 +57,27 @@ NORM_OPS = re.compile(r"(?:^|::)(?:linalg_vector_norm|norm|_foreach_norm|frobeni
 #: A collective that gathers (ZeRO rebuilds updated parameters with all-gather).
 ALL_GATHER = re.compile(r"all_?gather", re.IGNORECASE)
 NO_EVIDENCE = "default"
+#: Phase labels, in the order their wall windows run in a step; ``phase`` arrays hold their codes.
+PHASES = ["forward", "backward", "unattributed", "optimizer"]
+PH = {p: i for i, p in enumerate(PHASES)}
+#: Every evidence label; ``evidence`` arrays hold their codes (weakest first, as applied).
+EVIDENCE = [
+    NO_EVIDENCE,
+    "evaluate_function",
+    "backward_node",
+    "autograd_thread",
+    "optimizer_range",
+    "optimizer_op",
+    "zero_grad",
+    "annotation",
+    "engine_backward",
+    "engine_step",
+    "gradient_reduction",
+    "grad_norm",
+    "none",
+    "param_gather",
+]
+EV = {e: i for i, e in enumerate(EVIDENCE)}
 #: DeepSpeed's engine.backward / engine.step frames (``with_stack`` traces).
 ENGINE_FRAME = r"^deepspeed/runtime/engine\.py\(\d+\): (backward|step)$"
 
@@ -78,12 +99,12 @@ def _op_names(t: Trace) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray
 
 def optimizer_ops(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
     """Optimizer ops and post-backward ``zero_grad`` launched outside ``Optimizer.step#``."""
-    free = evidence == NO_EVIDENCE
+    free = evidence == EV[NO_EVIDENCE]
     if not free.any():
         return
     op, top = _op_names(t)
     hit = free & (_matches(op, OPTIMIZER_OPS) | _matches(top, OPTIMIZER_OPS))
-    phase[hit], evidence[hit] = "optimizer", "optimizer_op"
+    phase[hit], evidence[hit] = PH["optimizer"], EV["optimizer_op"]
     ev = t.events
     idx = np.flatnonzero(t.name_test(lambda s: s.str.startswith(ZERO_GRAD_PREFIX)))
     if idx.size == 0:
@@ -100,9 +121,9 @@ def optimizer_ops(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
         )
         >= 0
     )
-    after = a["launch_ts"].to_numpy() > _per_step(a, phase == "backward", "min")
-    hit = (evidence == NO_EVIDENCE) & inside & after
-    phase[hit], evidence[hit] = "optimizer", "zero_grad"
+    after = a["launch_ts"].to_numpy() > _per_step(a, phase == PH["backward"], "min")
+    hit = (evidence == EV[NO_EVIDENCE]) & inside & after
+    phase[hit], evidence[hit] = PH["optimizer"], EV["zero_grad"]
 
 
 _NEVER = np.iinfo(np.int64).max
@@ -123,21 +144,21 @@ def _per_step(a: pd.DataFrame, mask: np.ndarray, how: str, missing: int = _NEVER
 def step_tail(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
     """Work with no evidence after the step's last backward activity (see the module doc)."""
     a = t.acts
-    free = (evidence == NO_EVIDENCE) & (a["step"].to_numpy() >= 0) & a["launched"].to_numpy(bool)
+    free = (evidence == EV[NO_EVIDENCE]) & (a["step"].to_numpy() >= 0) & a["launched"].to_numpy(bool)
     _engine_frames(t, free, phase, evidence)
     lts = a["launch_ts"].to_numpy(np.int64)
-    last_bwd = _per_step(a, phase == "backward", "max")  # no backward: no tail
+    last_bwd = _per_step(a, phase == PH["backward"], "max")  # no backward: no tail
     # Only launches the file records: a device activity placed by time has no launch to order.
     tail = (
-        (evidence == NO_EVIDENCE)
+        (evidence == EV[NO_EVIDENCE])
         & (a["step"].to_numpy() >= 0)
         & (lts > last_bwd)
         & a["launched"].to_numpy(bool)
     )
     if not tail.any():
         return
-    tail &= evidence == NO_EVIDENCE
-    first_opt = _per_step(a, phase == "optimizer", "min")
+    tail &= evidence == EV[NO_EVIDENCE]
+    first_opt = _per_step(a, phase == PH["optimizer"], "min")
     before_opt = lts < first_opt
     op, top = _op_names(t)
     norm = tail & before_opt & (_matches(op, NORM_OPS) | _matches(top, NORM_OPS))
@@ -146,16 +167,16 @@ def step_tail(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
     comm = tail & before_opt & before_norm & (as_str(a["comm_text"]) != "")
     hi = _per_step(a, comm, "max", _BEFORE_ALL)
     reduction = tail & before_opt & before_norm & (lts <= hi)
-    phase[reduction], evidence[reduction] = "backward", "gradient_reduction"
+    phase[reduction], evidence[reduction] = PH["backward"], EV["gradient_reduction"]
     grad_norm = tail & before_opt & ~before_norm
-    phase[grad_norm], evidence[grad_norm] = "optimizer", "grad_norm"
+    phase[grad_norm], evidence[grad_norm] = PH["optimizer"], EV["grad_norm"]
     rest = tail & before_opt & ~reduction & ~grad_norm
-    phase[rest], evidence[rest] = "unattributed", "none"
+    phase[rest], evidence[rest] = PH["unattributed"], EV["none"]
     # After the optimizer's update: ZeRO gathers the updated parameter partitions.
     after = tail & ~before_opt
     comm_after = after & _matches(codes_of(a["comm_text"]), ALL_GATHER)
     gather = after & (lts <= _per_step(a, comm_after, "max", _BEFORE_ALL))
-    phase[gather], evidence[gather] = "optimizer", "param_gather"
+    phase[gather], evidence[gather] = PH["optimizer"], EV["param_gather"]
 
 
 def _engine_frames(t: Trace, free: np.ndarray, phase: np.ndarray, evidence: np.ndarray) -> None:
@@ -182,4 +203,4 @@ def _engine_frames(t: Trace, free: np.ndarray, phase: np.ndarray, evidence: np.n
     frame = take(which[idx], of, "")
     for name, ph in (("backward", "backward"), ("step", "optimizer")):
         hit = free & (frame == name)
-        phase[hit], evidence[hit] = ph, f"engine_{name}"
+        phase[hit], evidence[hit] = PH[ph], EV[f"engine_{name}"]

@@ -10,12 +10,9 @@ from .. import stages as _stages
 from ..intervals import containing
 from ..nesting import F_EVAL, F_OPT, MOD_IN_BWD
 from ..read import ANNOTATION, CPU_OP
-from .evidence import optimizer_ops, step_tail
+from .evidence import EV, EVIDENCE, NO_EVIDENCE, PH, PHASES, optimizer_ops, step_tail
 from .nest import EVAL_PREFIX
-from .state import Trace, as_str, categorical, take
-
-#: Phase labels, in the order their wall windows run in a step.
-PHASES = ["forward", "backward", "unattributed", "optimizer"]
+from .state import Trace, as_str, categorical, categorical_take, take
 
 
 def assign_phases(t: Trace) -> Trace:
@@ -41,8 +38,9 @@ def assign_phases(t: Trace) -> Trace:
     a = t.acts
     n = len(a)
     bits = a["ctx_bits"].to_numpy()
-    evidence = np.full(n, "default", dtype=object)
-    phase = np.full(n, "forward", dtype=object)
+    # Codes into PHASES and EVIDENCE (tracekit.pipeline.evidence), labelled once at the end.
+    evidence = np.full(n, EV[NO_EVIDENCE], dtype=np.int64)
+    phase = np.full(n, PH["forward"], dtype=np.int64)
     rules = [
         ((bits & F_EVAL) != 0, "backward", "evaluate_function"),
         (a["bwd_r"].to_numpy() >= 0, "backward", "backward_node"),
@@ -50,22 +48,22 @@ def assign_phases(t: Trace) -> Trace:
         ((bits & F_OPT) != 0, "optimizer", "optimizer_range"),
     ]
     for mask, ph, why in rules:
-        phase[mask], evidence[mask] = ph, why
+        phase[mask], evidence[mask] = PH[ph], EV[why]
     optimizer_ops(t, phase, evidence)
     annotated = _annotated_phase(t)
     for p in ann.TRAIN_PHASES:
         m = annotated == p
-        phase[m], evidence[m] = p, "annotation"
+        phase[m], evidence[m] = PH[p], EV["annotation"]
     stage = np.full(n, "", dtype=object)
     for p in ("prefill", "decode"):
         m = annotated == p
-        phase[m], evidence[m], stage[m] = "forward", "annotation", p
+        phase[m], evidence[m], stage[m] = PH["forward"], EV["annotation"], p
     step_tail(t, phase, evidence)
     # Activation recomputation: a forward module range running again inside a backward node.
-    a["recompute"] = (phase == "backward") & ((bits & MOD_IN_BWD) != 0)
-    a["phase"] = categorical(phase, PHASES)
-    a["phase_evidence"] = categorical(evidence)
-    a["annotated_stage"] = stage
+    a["recompute"] = (phase == PH["backward"]) & ((bits & MOD_IN_BWD) != 0)
+    a["phase"] = pd.Categorical.from_codes(phase, categories=pd.Index(PHASES))
+    a["phase_evidence"] = categorical_take(np.array(EVIDENCE, dtype=object), evidence, np.arange(n), "")
+    a["annotated_stage"] = categorical(stage)
     return t
 
 
@@ -112,7 +110,7 @@ def assign_stages(t: Trace) -> Trace:
     model passes; the first that marks any activity decides for the whole trace.
     """
     ev, a = t.events, t.acts
-    stage = a["annotated_stage"].to_numpy()
+    stage = as_str(a["annotated_stage"])
     if not (stage != "").any():
         kind = ev["kind"].to_numpy()
         srv = (kind == ANNOTATION) & ~t.name_test(
