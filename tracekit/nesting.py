@@ -81,15 +81,18 @@ def _thread_parents(s: np.ndarray, e: np.ndarray, cand: np.ndarray):
     whether the candidate ranges nest properly."""
     m = s.size
     before = np.cumsum(cand) - cand
-    closed = np.searchsorted(np.sort(e[cand]), s, side="right")
+    closed = _merged_search(np.sort(e[cand], kind="stable"), s, "right")
     depth = (before - closed).astype(np.int64)
     parent = np.full(m, -1, np.int64)
     has = depth > 0
     if has.any():
         cpos = np.flatnonzero(cand)
-        comp = np.sort(depth[cpos] * m + cpos)
-        q = (depth[has] - 1) * m + np.flatnonzero(has)
-        at = np.searchsorted(comp, q) - 1
+        d = depth[cpos]
+        comp = (d * m + cpos)[_by_small_key(d)]  # sorted: by depth, then position
+        by = _by_small_key(depth[has] - 1)  # q in sorted order: by depth, then position
+        q = ((depth[has] - 1) * m + np.flatnonzero(has))[by]
+        at = np.empty(q.size, np.int64)
+        at[by] = _merged_search(comp, q, "left") - 1
         ok = at >= 0
         hit = np.where(ok, comp[np.maximum(at, 0)], -1)
         good = ok & (hit // m == depth[has] - 1)
@@ -101,6 +104,52 @@ def _thread_parents(s: np.ndarray, e: np.ndarray, cand: np.ndarray):
     if rc.any():
         proper = bool((e[rc] <= e[parent[rc]]).all())
     return depth, parent, proper
+
+
+def _merged_search(a: np.ndarray, v: np.ndarray, side: str) -> np.ndarray:
+    """``np.searchsorted(a, v, side)`` for sorted ``a`` and sorted ``v``, by one stable merge
+    of the two runs (linear) instead of a binary search per value (``v`` unsorted: the
+    binary search)."""
+    if v.size > 1 and (v[1:] < v[:-1]).any():
+        return np.searchsorted(a, v, side=side)  # type: ignore[call-overload]
+    if side == "right":  # a's values first among equals: they count
+        flags = np.r_[np.ones(a.size, bool), np.zeros(v.size, bool)]
+        merged = np.argsort(np.concatenate([a, v]), kind="stable")
+    else:
+        flags = np.r_[np.zeros(v.size, bool), np.ones(a.size, bool)]
+        merged = np.argsort(np.concatenate([v, a]), kind="stable")
+    is_a = flags[merged]
+    before = np.cumsum(is_a)
+    out = np.empty(v.size, np.int64)
+    out[merged[~is_a] - (a.size if side == "right" else 0)] = before[~is_a]
+    return out
+
+
+def _by_small_key(key: np.ndarray) -> np.ndarray:
+    """``np.argsort(key, kind="stable")``; as int16 when the values fit (a radix sort)."""
+    if key.size and key.min() >= 0 and key.max() < np.iinfo(np.int16).max:
+        key = key.astype(np.int16)
+    return np.argsort(key, kind="stable")
+
+
+def _shifted_axis(pid, tid, start, end):
+    """Like :func:`_one_axis` for the sweep, without ranking the times: each thread's times
+    (sorted by thread) are shifted onto their own stretch of one axis, after the previous
+    thread's, so no element of one thread can contain another's and order and ties within a
+    thread are kept. None when the shifted times would not fit in int64."""
+    n = len(start)
+    if n == 0:
+        return start, end
+    new = np.r_[True, (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])]
+    heads = np.flatnonzero(new)
+    lo = np.minimum.reduceat(np.minimum(start, end), heads)
+    hi = np.maximum.reduceat(np.maximum(start, end), heads)
+    if float((hi.astype(float) - lo.astype(float) + 1).sum()) > 2.0**62:
+        return None
+    span = hi - lo + 1
+    base = np.concatenate([[0], np.cumsum(span)[:-1]])
+    shift = np.repeat(base - lo, np.diff(np.r_[heads, n]))
+    return start + shift, end + shift
 
 
 def _one_axis(pid, tid, start, end):
@@ -122,7 +171,9 @@ def sweep(pid, tid, start, end, is_range, flags):
     n = len(start)
     order = sweep_order(pid, tid, start, end, is_range)
     R, F = is_range[order], np.where(is_range[order], flags[order], 0)
-    S, E, _, _ = _one_axis(pid[order], tid[order], start[order], end[order])
+    args = pid[order], tid[order], start[order], end[order]
+    axis = _shifted_axis(*args)
+    S, E = axis if axis is not None else _one_axis(*args)[:2]
     depth, parent, proper = _thread_parents(S, E, R & (E > S))
     if not proper:
         return sweep_loop(pid, tid, start, end, is_range, flags)
@@ -132,7 +183,7 @@ def sweep(pid, tid, start, end, is_range, flags):
     in_bits = np.zeros(n, np.int64)
     self_op, self_top, self_mod, self_bwd, self_comm = (np.full(n, -1, np.int64) for _ in range(5))
     self_bits = np.zeros(n, np.int64)
-    by_level = np.argsort(depth, kind="stable")
+    by_level = _by_small_key(depth)
     cuts = np.flatnonzero(np.diff(depth[by_level])) + 1
     for K in np.split(by_level, cuts) if n else []:
         p = parent[K]

@@ -54,3 +54,14 @@ def test_unique_equals_numpy_unique() -> None:
         want, want_inv = np.unique(a, return_inverse=True)
         assert np.array_equal(u, want) and np.array_equal(inv, want_inv.ravel())
         assert np.array_equal(unique(a), want)
+
+
+def test_merged_search_equals_searchsorted() -> None:
+    from tracekit.nesting import _merged_search
+
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 10, 1000):
+        a = np.sort(rng.integers(0, 50, n))
+        for v in (np.sort(rng.integers(0, 50, n + 3)), rng.integers(0, 50, n + 3)):
+            for side in ("left", "right"):
+                assert np.array_equal(_merged_search(a, v, side), np.searchsorted(a, v, side=side))
