@@ -497,10 +497,15 @@ def test_copies_are_not_ranks_warning(box):
 def test_ctrl_c_with_jobs_is_one_line_and_exit_130(box):
     d = box / "in" / "big"
     d.mkdir()
-    for r in range(4):
-        tr = make_trace(n_layers=8, n_steps=6, seed=r)[0]
-        tr["distributedInfo"] = {"rank": r, "world_size": 4}
-        write_trace(d / f"rank{r}.json", tr)
+    # Enough ranks that the pool is still busy when the signal arrives (a few ranks finished
+    # before it once the analysis got faster, and the run exited 0).
+    tr = make_trace(n_layers=8, n_steps=6, seed=0)[0]
+    tr["distributedInfo"] = {"rank": 123456789, "world_size": 48}
+    write_trace(d / "rank0.json", tr)
+    text = (d / "rank0.json").read_bytes()
+    assert text.count(b"123456789") == 1
+    for r in range(48):
+        (d / f"rank{r}.json").write_bytes(text.replace(b"123456789", str(r).encode()))
     p = subprocess.Popen(
         [sys.executable, "-m", "tracekit.cli", "analyze", str(d), "-j", "2", "--no-cache"],
         stdout=subprocess.PIPE,
