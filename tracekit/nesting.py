@@ -167,32 +167,60 @@ def _one_axis(pid, tid, start, end):
 
 
 def sweep(pid, tid, start, end, is_range, flags):
-    """Same result as :func:`sweep_loop`, vectorised where each thread's ranges nest properly."""
+    """Same result as :func:`sweep_loop`, vectorised where each thread's ranges nest properly.
+
+    Memory: the per-level context arrays hold sorted positions, as int32 when they fit, and
+    every temporary is dropped as soon as it is used (the sweep of a 1 GB trace runs over
+    about a million elements, so each int64 column is 8 MB)."""
     n = len(start)
     order = sweep_order(pid, tid, start, end, is_range)
-    R, F = is_range[order], np.where(is_range[order], flags[order], 0)
-    args = pid[order], tid[order], start[order], end[order]
-    axis = _shifted_axis(*args)
-    S, E = axis if axis is not None else _one_axis(*args)[:2]
-    depth, parent, proper = _thread_parents(S, E, R & (E > S))
+    R = is_range[order]
+    F = np.where(R, flags[order], 0)
+    depth, parent, proper = _sorted_parents(pid[order], tid[order], start[order], end[order], R)
+    del R
     if not proper:
         return sweep_loop(pid, tid, start, end, is_range, flags)
+    inherited = _flow_down(depth, parent, F)
+    del depth, parent, F
+    out = []
+    for x in inherited[:5]:  # sorted positions -> input indices
+        o = np.empty(n, np.int64)
+        o[order] = np.where(x >= 0, order[np.maximum(x, 0)], -1)
+        out.append(o)
+    bits = np.empty(n, np.int64)
+    bits[order] = inherited[5]
+    return (*out, bits)
 
-    # Contexts flow down one depth level at a time (sorted positions).
-    in_op, in_top, in_mod, in_bwd, in_comm = (np.full(n, -1, np.int64) for _ in range(5))
-    in_bits = np.zeros(n, np.int64)
-    self_op, self_top, self_mod, self_bwd, self_comm = (np.full(n, -1, np.int64) for _ in range(5))
-    self_bits = np.zeros(n, np.int64)
+
+def _sorted_parents(pid, tid, start, end, R):
+    """Depth, parent and properness of the sorted elements (:func:`_thread_parents`), every
+    thread on one axis."""
+    axis = _shifted_axis(pid, tid, start, end)
+    S, E = axis if axis is not None else _one_axis(pid, tid, start, end)[:2]
+    del pid, tid, start, end, axis
+    return _thread_parents(S, E, R & (E > S))
+
+
+def _flow_down(depth, parent, F):
+    """The context inherited by each sorted element: (op, top, mod, bwd, comm) as sorted
+    positions (-1 none) and the inherited bits, flowing down one depth level at a time."""
+    n = len(depth)
+    pos = np.int32 if n < np.iinfo(np.int32).max else np.int64
+    inh = [np.full(n, -1, pos) for _ in range(5)] + [np.zeros(n, np.int32)]
+    own = [np.full(n, -1, pos) for _ in range(5)] + [np.zeros(n, np.int32)]
+    in_op, in_top, in_mod, in_bwd, in_comm, in_bits = inh
+    self_op, self_top, self_mod, self_bwd, self_comm, self_bits = own
     by_level = _by_small_key(depth)
     cuts = np.flatnonzero(np.diff(depth[by_level])) + 1
     for K in np.split(by_level, cuts) if n else []:
+        K = K.astype(pos, copy=False)
         p = parent[K]
         has = p >= 0
         if has.any():
             pk = p[has]
             Kh = K[has]
-            in_op[Kh], in_top[Kh], in_mod[Kh] = self_op[pk], self_top[pk], self_mod[pk]
-            in_bwd[Kh], in_comm[Kh], in_bits[Kh] = self_bwd[pk], self_comm[pk], self_bits[pk]
+            for i, s in zip(inh, own):
+                i[Kh] = s[pk]
         f = F[K]
         is_mod = (f & F_MODULE) != 0
         is_op = (f & F_OP) != 0
@@ -206,15 +234,7 @@ def sweep(pid, tid, start, end, is_range, flags):
         bits = in_bits[K] | np.where(is_mod, MOD_IN_BWD, 0)
         bits = np.where(is_bwd, bits & ~MOD_IN_BWD, bits)
         self_bits[K] = bits | (f & _INHERITED)
-
-    def back(x):  # sorted positions -> input indices
-        return np.where(x >= 0, order[np.maximum(x, 0)], -1)
-
-    out = [np.empty(n, np.int64) for _ in range(6)]
-    for o, x in zip(out[:5], (in_op, in_top, in_mod, in_bwd, in_comm)):
-        o[order] = back(x)
-    out[5][order] = in_bits
-    return tuple(out)
+    return inh
 
 
 def own_context(flags, op, top, mod, bwd, comm, bits):
