@@ -16,6 +16,18 @@ walk per thread:
   backward, the module of the node's creator, the LAST forward op with the node's sequence
   number that started before the node.
 
+A collective's own work is CPU time too: gloo runs each collective a ``c10d::*`` op queued on a
+worker thread (``pt_gloo_runloop``), recorded as a ``gloo:*`` range outside every op of that
+thread. Such a range counts like an op (its self time), and its step, phase and module are those
+of the op that queued it: the collective op of its process that started last before it (the
+work cannot start before it is queued; DeepSpeed and DDP wait for one phase's collectives
+before the next phase queues any).
+
+:func:`truth` is thread time (what the labelled intervals sum to); :func:`busy` is wall time per
+step and phase, the measure of the union of those self-time pieces over every thread (what the
+phases table's busy time is: a worker's collective that runs while the main thread is inside
+an op of the same phase is not counted twice).
+
 Used by tests/test_cpu_truth.py, which compares tracekit with it.
 """
 
@@ -27,6 +39,10 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 MODULE = "nn.Module: "
+#: Ranges of a collective's own work (gloo's worker threads; nccl's CPU ranges).
+COLLECTIVE = ("gloo:", "nccl:")
+#: Ops that queue a collective.
+QUEUES = ("c10d::", "record_param_comms")
 #: DeepSpeed's engine.backward and engine.step Python frames ("deepspeed/runtime/engine.py(N): step").
 ENGINE = {"backward": "backward", "step": "optimizer"}
 
@@ -41,7 +57,7 @@ def _kind(e: dict) -> str | None:
     cat, name = str(e.get("cat", "")).lower(), e.get("name", "")
     if name.startswith("ProfilerStep#"):
         return None
-    if cat in ("cpu_op", "operator"):
+    if cat in ("cpu_op", "operator") or name.startswith(COLLECTIVE):
         return "op"
     if name.startswith("Optimizer.step#"):
         return "opt"
@@ -65,11 +81,13 @@ def _walk(events: list[dict]) -> list[dict]:
         stack: list[tuple[str, dict, dict | None]] = []
         for k, e in items:
             stack = [s for s in stack if s[1]["ts"] + s[1]["dur"] > e["ts"]]
-            rec = {"e": e, "ctx": [(sk, se) for sk, se, _ in stack], "self": e["dur"]} if k == "op" else None
+            ctx = [(sk, se) for sk, se, _ in stack]
+            rec = {"e": e, "ctx": ctx, "self": e["dur"], "kids": []} if k == "op" else None
             if rec is not None:
                 parent = next((r for sk, _, r in reversed(stack) if sk == "op"), None)
                 if parent is not None:
                     parent["self"] -= e["dur"]
+                    parent["kids"].append((e["ts"], e["ts"] + e["dur"]))
                 ops.append(rec)
             stack.append((k, e, rec))
     return ops
@@ -80,9 +98,8 @@ def _is_node(e: dict) -> bool:
     return a.get("Fwd thread id", 0) > 0 or e["name"].startswith("autograd::engine::evaluate_function")
 
 
-def truth(path: Path) -> Counter:
-    """Self time in microseconds per (step, phase, module instance); phase in forward,
-    backward, recompute, optimizer; the instance is the frame's name without "nn.Module: "."""
+def _labelled(path: Path) -> list[tuple[tuple, dict]]:
+    """Every op record with its (step, phase, module instance); step None outside every step."""
     events = _events(path)
     steps = [
         (e["ts"], e["ts"] + e["dur"], int(e["name"][13:]))
@@ -97,25 +114,64 @@ def truth(path: Path) -> Counter:
         rec["module"] = mods[-1] if mods else ""
         if a.get("Sequence number", -1) >= 0 and not _is_node(e):
             creators[a["Sequence number"]].append((e["ts"], rec["module"]))
-    out: Counter = Counter()
+    labels = {}
     for rec in ops:
-        e, ctx = rec["e"], rec["ctx"] + [("op", rec["e"])]
-        nodes = [i for i, (k, x) in enumerate(ctx) if k == "op" and _is_node(x)]
-        mods = [i for i, (k, _) in enumerate(ctx) if k == "mod"]
-        module = rec["module"]
-        engine = [ENGINE[x["name"].rpartition(": ")[2]] for k, x in ctx if k == "engine"]
-        if any(k == "opt" for k, _ in ctx):
-            phase = "optimizer"
-        elif not nodes:
-            phase = engine[-1] if engine else "forward"
-        elif mods and mods[-1] > nodes[-1]:
-            phase = "recompute"
-        else:
-            phase, node = "backward", ctx[nodes[-1]][1]
-            seq = node.get("args", {}).get("Sequence number", -1)
-            before = [m for t, m in creators.get(seq, []) if t < node["ts"]]
-            module = before[-1] if before else ""
-        step = next((s for lo, hi, s in steps if lo <= e["ts"] < hi), None)
-        if step is not None:
-            out[(step, phase, module)] += rec["self"]
+        phase, module = _phase_and_module(rec, creators)
+        step = next((s for lo, hi, s in steps if lo <= rec["e"]["ts"] < hi), None)
+        labels[id(rec)] = (step, phase, module)
+    queued = sorted((r["e"]["pid"], r["e"]["ts"], id(r)) for r in ops if r["e"]["name"].startswith(QUEUES))
+    for rec in ops:
+        e = rec["e"]
+        if e["name"].startswith(COLLECTIVE) and not any(k == "op" for k, _ in rec["ctx"]):
+            by = [q for p, ts, q in queued if p == e["pid"] and ts <= e["ts"]]
+            if by:
+                labels[id(rec)] = labels[by[-1]]
+    return [(labels[id(rec)], rec) for rec in ops]
+
+
+def _phase_and_module(rec: dict, creators: dict) -> tuple[str, str]:
+    ctx = rec["ctx"] + [("op", rec["e"])]
+    nodes = [i for i, (k, x) in enumerate(ctx) if k == "op" and _is_node(x)]
+    mods = [i for i, (k, _) in enumerate(ctx) if k == "mod"]
+    engine = [ENGINE[x["name"].rpartition(": ")[2]] for k, x in ctx if k == "engine"]
+    if any(k == "opt" for k, _ in ctx):
+        return "optimizer", rec["module"]
+    if not nodes:
+        return (engine[-1] if engine else "forward"), rec["module"]
+    if mods and mods[-1] > nodes[-1]:
+        return "recompute", rec["module"]
+    node = ctx[nodes[-1]][1]
+    seq = node.get("args", {}).get("Sequence number", -1)
+    before = [m for t, m in creators.get(seq, []) if t < node["ts"]]
+    return "backward", before[-1] if before else ""
+
+
+def truth(path: Path) -> Counter:
+    """Self time in microseconds per (step, phase, module instance); phase in forward,
+    backward, recompute, optimizer; the instance is the frame's name without "nn.Module: "."""
+    out: Counter = Counter()
+    for key, rec in _labelled(path):
+        if key[0] is not None:
+            out[key] += rec["self"]
+    return out
+
+
+def busy(path: Path) -> Counter:
+    """Wall time in microseconds per (step, phase): the measure of the union of the phase's
+    self-time pieces (an op's interval minus its children's) over every thread."""
+    pieces: dict = defaultdict(list)
+    for (step, phase, _), rec in _labelled(path):
+        if step is None:
+            continue
+        lo = rec["e"]["ts"]
+        for a, b in sorted(rec["kids"]) + [(rec["e"]["ts"] + rec["e"]["dur"],) * 2]:
+            if a > lo:
+                pieces[(step, phase)].append((lo, a))
+            lo = max(lo, b)
+    out: Counter = Counter()
+    for key, spans in pieces.items():
+        end = float("-inf")
+        for a, b in sorted(spans):
+            out[key] += max(0.0, b - max(a, end))
+            end = max(end, b)
     return out

@@ -83,10 +83,11 @@ def _comm_text(t: Trace, comm_ev: np.ndarray) -> pd.Categorical:
 
 
 def _own_op_context(a: pd.DataFrame, r: pd.DataFrame) -> None:
-    """CPU mode: every self-time piece of an op takes the context the op gives its own body
-    (the op pushed onto its enclosing context), so all pieces of one op share one context."""
+    """CPU mode: every self-time piece of an op takes the context its launching op (the op
+    itself, or the collective op that issued a worker thread's collective range) gives its own
+    body (the op pushed onto its enclosing context), so all pieces of one op share one context."""
     r_ev = r["ev"].to_numpy()
-    own = lookup(pd.Series(np.arange(len(r)), index=r_ev), a["ev"].to_numpy())
+    own = lookup(pd.Series(np.arange(len(r)), index=r_ev), a["launch_ev"].to_numpy())
     ctx = own_context(r["flags"].to_numpy(), *(r[c].to_numpy() for c in CONTEXT + ("bits",)))
     for col, x in zip(CONTEXT + ("ctx_bits",), ctx):
         a[col] = take(x, own, 0 if col == "ctx_bits" else -1)
