@@ -1,7 +1,8 @@
 """Tables of the paper, one module each: pure functions of the labelled interval table.
 
 Every table function takes ``(intervals, windows)`` from :mod:`tracekit.pipeline` (the
-labelled interval table and the time engine's windows table) and returns a DataFrame with one
+labelled interval table and the time engine's :class:`~tracekit.pipeline.windows.Windows`,
+framed once per rank) and returns a DataFrame with one
 row per step and key (a ``step`` column); :mod:`tracekit.analysis` aggregates over complete
 steps as the table's spec says. Times are milliseconds.
 

@@ -7,6 +7,7 @@ import pandas as pd
 
 from tracekit.intervals import measure, measure_by
 from tracekit.pipeline.state import categorical_take, codes_of
+from tracekit.pipeline.windows import Windows
 
 NS_PER_MS = 1e6
 PHASES = ["forward", "backward", "optimizer"]
@@ -74,34 +75,6 @@ def union_ms_by(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
     return out
 
 
-def step_windows(windows: pd.DataFrame) -> pd.DataFrame:
-    """The complete steps' device windows: step, start, end (ns), window_ms."""
-    w = windows[(windows["window"] == "step").to_numpy() & windows["complete"].to_numpy()]
-    w = w[["step", "start", "end"]].reset_index(drop=True)
-    w["window_ms"] = (w["end"] - w["start"]) / NS_PER_MS
-    return w
-
-
-def phase_windows(windows: pd.DataFrame) -> pd.DataFrame:
-    """Long frame of the complete steps' phase windows: step, phase, lo, hi, wall_ms,
-    window_ms (the step's whole window)."""
-    w = windows[windows["complete"].to_numpy()]
-    whole = w[w["window"] == "step"].set_index("step")
-    ph = w[w["window"] != "step"]
-    out = pd.DataFrame(
-        {
-            "step": ph["step"].to_numpy(),
-            "phase": ph["window"].to_numpy(),
-            "lo": ph["start"].to_numpy(),
-            "hi": ph["end"].to_numpy(),
-        }
-    )
-    out["wall_ms"] = (out["hi"] - out["lo"]) / NS_PER_MS
-    span = (whole["end"] - whole["start"]) / NS_PER_MS
-    out["window_ms"] = span.reindex(out["step"]).to_numpy()
-    return out
-
-
 def window_shares(intervals: pd.DataFrame) -> pd.DataFrame:
     """Long frame of each activity's share (ms) in each phase window: step, phase (the window),
     group, module, recompute (activation recomputation), share_ms. Rows with no share are
@@ -145,11 +118,10 @@ def percent(part, whole) -> np.ndarray:
     return np.divide(part * 100.0, whole, out=np.zeros(np.broadcast(part, whole).shape), where=whole > 0)
 
 
-def phases_present(intervals: pd.DataFrame, windows: pd.DataFrame) -> list[str]:
+def phases_present(intervals: pd.DataFrame, windows: Windows) -> list[str]:
     """The phases a rank's tables show: the paper's three, and ``unattributed`` where some
     activity has that label or some complete step has an unattributed window."""
-    w = windows[(windows["window"] == "unattributed").to_numpy() & windows["complete"].to_numpy()]
-    has = bool(((w["end"] - w["start"]) > 0).any()) or bool((intervals["phase"] == "unattributed").any())
+    has = windows.has_unattributed() or bool((intervals["phase"] == "unattributed").any())
     return WINDOW_PHASES if has else PHASES
 
 

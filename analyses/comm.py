@@ -15,8 +15,9 @@ from __future__ import annotations
 import pandas as pd
 
 from tracekit.intervals import minus_measure_by
+from tracekit.pipeline.windows import Windows
 
-from ._common import NS_PER_MS, as_text, percent, step_windows, text
+from ._common import NS_PER_MS, as_text, percent, text
 from ._registry import COUNT, MS, PCT, register
 
 
@@ -27,7 +28,7 @@ from ._registry import COUNT, MS, PCT, register
     keys=("phase", "collective"),
     values={"count": COUNT, "time_ms": MS, "exposed_ms": MS, "percent": PCT},
 )
-def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     cols = ["step", "phase", "collective", "count", "time_ms", "exposed_ms", "percent"]
     comm = intervals[intervals["group"] == "comm"]
     if comm.empty:
@@ -50,6 +51,6 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     out["exposed_ms"] = exposed.reindex(out.index).to_numpy() / NS_PER_MS
     out = as_text(out.reset_index(), ["phase", "collective"])
     out["time_ms"] = out["time_ns"] / NS_PER_MS
-    window = step_windows(windows).set_index("step")["window_ms"]
+    window = windows.steps.set_index("step")["window_ms"]
     out["percent"] = percent(out["time_ms"], window.reindex(out["step"]).to_numpy())
     return out[cols]

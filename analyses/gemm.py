@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ._common import WINDOW_PHASES, labelled_spans, percent, phases_present, step_windows, union_ms_by
+from tracekit.pipeline.windows import Windows
+
+from ._common import WINDOW_PHASES, labelled_spans, percent, phases_present, union_ms_by
 from ._registry import MS, PCT, register
 
 
@@ -21,13 +23,13 @@ from ._registry import MS, PCT, register
     keys=("phase",),
     values={"gemm_ms": MS, "compute_ms": MS, "percent": PCT},
 )
-def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     key = ["step", "phase"]
     is_compute = (intervals["group"] == "compute").to_numpy()
     compute = labelled_spans(intervals, is_compute)
     gemm = union_ms_by(compute[intervals["is_gemm"].to_numpy(bool)[is_compute]], key)
     total = union_ms_by(compute, key)
-    done = step_windows(windows)["step"].to_numpy()
+    done = windows.steps["step"].to_numpy()
     idx = pd.MultiIndex.from_product([done, phases_present(intervals, windows)], names=key)
     g = gemm.reindex(idx).fillna(0.0).to_numpy()
     t = total.reindex(idx).fillna(0.0).to_numpy()

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ._common import percent, step_windows, union_ms_by
+from tracekit.pipeline.windows import Windows
+
+from ._common import percent, union_ms_by
 from ._registry import MS, PCT, register
 
 
@@ -20,8 +22,8 @@ from ._registry import MS, PCT, register
     values={"window_ms": MS, "busy_ms": MS, "idle_ms": MS, "percent": PCT},
     chart="none",
 )
-def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
-    win = step_windows(windows)
+def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
+    win = windows.steps
     busy = union_ms_by(intervals, ["step"]).reindex(win["step"]).fillna(0.0).to_numpy()
     window = win["window_ms"].to_numpy()
     idle = window - busy

@@ -25,9 +25,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.pipeline.windows import Windows
 from tracekit.taxonomy import COMM_CATEGORIES, KERNEL_CATEGORIES
 
-from ._common import WINDOW_PHASES, percent, share_column, step_windows, text, text_index
+from ._common import WINDOW_PHASES, percent, share_column, text, text_index
 from ._registry import COUNT, MS, PCT, STAGE_MEAN, register
 from ._stages import ORDER, has_stages
 
@@ -51,11 +52,11 @@ ROWS = [(g, c) for g, cats in GROUPS.items() for c in cats]
     compare="time_ms",
     values={"count": COUNT, "time_ms": MS, "kernel_ms": MS, "percent": PCT},
 )
-def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     staged = has_stages(intervals)
     keys = ["step"] + (["stage"] if staged else [])
     cols = keys + ["group", "category", "count", "time_ms", "kernel_ms", "percent"]
-    done = step_windows(windows)
+    done = windows.steps
     iv = intervals[intervals["step"].isin(done["step"])]
     frame = pd.DataFrame(
         {

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.pipeline.state import categorical_take, codes_of
+from tracekit.pipeline.windows import Windows
 
 from ._common import as_text, text
 from ._registry import COUNT, INDEX, MS, PCT, TableSpec, declare, register
@@ -64,11 +65,11 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
     aggregate="stage-mean",
     chart="bar",
 )
-def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     staged = has_stages(intervals)
     keys = ["step"] + (["stage"] if staged else []) + ["phase", "layer"]
     cols = keys + ["count", "time_ms", "vs_mean_pct"]
-    complete = steps.loc[steps["complete"].to_numpy(), "step"].unique()
+    complete = windows.steps["step"].unique()
     iv = intervals[(intervals["group"] == "compute").to_numpy() & intervals["step"].isin(complete).to_numpy()]
     iv = iv[(iv["layer"] >= 0).to_numpy()]
     if iv.empty:

@@ -15,8 +15,9 @@ import numpy as np
 import pandas as pd
 
 from tracekit.pipeline.state import categorical_take, codes_of
+from tracekit.pipeline.windows import Windows
 
-from ._common import NS_PER_MS, as_text, percent, step_windows
+from ._common import NS_PER_MS, as_text, percent
 from ._registry import BYTES, COUNT, MS, PCT, register
 
 _DIRECTION = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP)")
@@ -35,7 +36,7 @@ def direction(name: str) -> str:
     chart="none",
     values={"count": COUNT, "time_ms": MS, "bytes": BYTES, "percent": PCT},
 )
-def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     cols = ["step", "kind", "count", "time_ms", "bytes", "percent"]
     mem = intervals[intervals["group"].isin(["memcpy", "memset"])]
     if mem.empty:
@@ -58,7 +59,7 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     )
     out = as_text(out, ["kind"])
     out["time_ms"] = out["time_ns"] / NS_PER_MS
-    window = step_windows(windows).set_index("step")["window_ms"]
+    window = windows.steps.set_index("step")["window_ms"]
     out["percent"] = percent(out["time_ms"], window.reindex(out["step"]).to_numpy())
     out["bytes"] = out["bytes"].astype(float)
     return out[cols]

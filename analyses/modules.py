@@ -24,9 +24,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.pipeline.windows import Windows
 from tracekit.taxonomy import MODULE_CATEGORIES
 
-from ._common import percent, phase_windows, phases_present, window_shares
+from ._common import percent, phases_present, window_shares
 from ._registry import MS, PCT, register
 
 ROWS = MODULE_CATEGORIES + ["Other", "Exposed communication", "Idle"]
@@ -51,8 +52,8 @@ def _rows(shares: pd.DataFrame, compute: np.ndarray) -> np.ndarray:
     compare="time_ms",
     values={"time_ms": MS, "percent": PCT, "recompute_ms": MS},
 )
-def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
-    win = phase_windows(windows)
+def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
+    win = windows.phases
     win = win[win["phase"].isin(phases_present(intervals, windows)).to_numpy()].reset_index(drop=True)
     shares = window_shares(intervals)
     compute = (shares["group"] == "compute").to_numpy()

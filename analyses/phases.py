@@ -22,11 +22,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.pipeline.windows import Windows
+
 from ._common import (
     WINDOW_PHASES,
     labelled_spans,
     percent,
-    phase_windows,
     phases_present,
     union_ms_by,
     window_shares,
@@ -55,8 +56,8 @@ def _recomputed(iv: pd.DataFrame):
         "idle_ms": MS,
     },
 )
-def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
-    win = phase_windows(windows)
+def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
+    win = windows.phases
     win = win[win["phase"].isin(phases_present(intervals, windows)).to_numpy()]
     key = ["step", "phase"]
     shares = window_shares(intervals)

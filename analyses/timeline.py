@@ -27,8 +27,9 @@ import numpy as np
 import pandas as pd
 
 from tracekit.pipeline.state import codes_of
+from tracekit.pipeline.windows import Windows
 
-from ._common import percent, phase_windows, text, text_index
+from ._common import percent, text, text_index
 from ._registry import COUNT, MS, PCT, STAGE_MEAN, register
 from ._stages import ORDER, has_stages
 
@@ -44,7 +45,7 @@ BLOCKS = ["before", "attention", "ffn", "after"]
     aggregate=STAGE_MEAN,
     values={"count": COUNT, "passes": COUNT, "time_ms": MS, "percent": PCT},
 )
-def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     staged = has_stages(intervals)
     cols = (
         ["step"]
@@ -55,7 +56,7 @@ def table(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     )
     if not intervals["block"].isin(["attention", "ffn"]).any():
         return pd.DataFrame(columns=cols)
-    fw = phase_windows(windows)
+    fw = windows.phases
     fw = fw[fw["phase"] == "forward"].drop_duplicates("step").set_index("step")
     iv = intervals[
         (intervals["window"] == "forward").to_numpy() & intervals["step"].isin(fw.index).to_numpy()

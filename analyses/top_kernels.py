@@ -19,6 +19,8 @@ import re
 
 import pandas as pd
 
+from tracekit.pipeline.windows import Windows
+
 from ._common import as_text, percent, text
 from ._registry import COUNT, MS, PCT, US, register
 
@@ -108,14 +110,6 @@ def short_name(name: str) -> str:
     return s if len(s) <= SHORT else s[: SHORT - 1] + "\u2026"
 
 
-def _step_windows(steps: pd.DataFrame) -> pd.Series:
-    """Device window (ms) of each complete step, by step (a steps or a windows table)."""
-    w = steps[steps["complete"].to_numpy()]
-    if "window" in w.columns:
-        w = w[(w["window"] == "step").to_numpy()]
-    return pd.Series(((w["end"] - w["start"]) / 1e6).to_numpy(), index=w["step"].to_numpy())
-
-
 def _finish(df: pd.DataFrame) -> pd.DataFrame:
     """``mean_us`` from the aggregated total and count; largest total first."""
     df = df.copy()
@@ -153,8 +147,8 @@ COLUMNS = ["step", "name", "category", "module", "phase", "count", "total_ms", "
     shorten={"name": short_name},
     chart="bar",
 )
-def table(intervals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    window = _step_windows(steps)
+def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
+    window = windows.steps.set_index("step")["window_ms"]
     iv = intervals[intervals["step"].isin(window.index).to_numpy()]
     if iv.empty:
         return pd.DataFrame(columns=COLUMNS)

@@ -10,10 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 from tracekit.analyses import timeline
-from tracekit.analyses._common import percent, phase_windows
+from tracekit.analyses._common import percent
 from tracekit.analyses._stages import has_stages, split
 
 import tracekit
+from tracekit.pipeline.windows import frame_windows
 
 sys.path.insert(0, str(Path(__file__).parent))
 from synthetic import make_trace, write_trace
@@ -25,7 +26,7 @@ def reference(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     """One step and stage at a time: cut the window at every activity start, each piece to
     the block of the activity that starts it."""
     staged = has_stages(intervals)
-    fw = phase_windows(windows)
+    fw = frame_windows(windows).phases
     fw = fw[fw["phase"] == "forward"].set_index("step")
     rows = []
     for step, iv in intervals[intervals["window"] == "forward"].groupby("step", observed=True):
@@ -61,7 +62,7 @@ def test_training_steps_equal_the_reference(tmp_path: Path, n_steps: int, seed: 
     trace, _ = make_trace(n_steps=n_steps, n_layers=3, seed=seed)
     a = tracekit.load(write_trace(tmp_path / "t.json", trace), cache=False, jobs=1)
     att = a.ranks[0]
-    got = timeline.table(att.intervals, att.windows)
+    got = timeline.table(att.intervals, frame_windows(att.windows))
     assert len(got) == 4 * len(att.meta["complete_steps"]) > 0
     pd.testing.assert_frame_equal(got, reference(att.intervals, att.windows))
 
@@ -71,7 +72,7 @@ def test_inference_stages_equal_the_reference() -> None:
     if not run.is_dir():
         pytest.skip("sample_traces/tiny-infer not present")
     att = tracekit.load(run, cache=False, jobs=1).ranks[0]
-    got = timeline.table(att.intervals, att.windows)
+    got = timeline.table(att.intervals, frame_windows(att.windows))
     assert "stage" in got and got["stage"].nunique() > 1
     pd.testing.assert_frame_equal(got, reference(att.intervals, att.windows))
 

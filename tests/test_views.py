@@ -24,6 +24,7 @@ from tracekit.analyses.top_kernels import short_name
 import tracekit
 from tracekit.cli import main
 from tracekit.filters import Filters, parse_steps
+from tracekit.pipeline.windows import frame_windows
 from tracekit.render import formats
 from tracekit.render.html import figures, render_report
 from tracekit.render.terminal import render
@@ -177,19 +178,21 @@ def _layer_intervals(
             t += int(ms * 1e6) + 10
     iv = pd.DataFrame(rows)
     iv = pd.concat([iv, iv.iloc[:1].assign(layer=-1, start=t, end=t + 5)], ignore_index=True)
-    steps = pd.DataFrame({"step": [1], "start": [0], "end": [t + 5], "complete": [True]})
-    return iv, steps
+    windows = pd.DataFrame(
+        {"step": [1], "window": ["step"], "start": [0], "end": [t + 5], "complete": [True]}
+    )
+    return iv, frame_windows(windows)
 
 
 def test_layers_show_the_slow_layer():
     times = {("forward", i): 1.0 for i in range(4)} | {("backward", i): 2.0 for i in range(4)}
     times[("forward", 2)] = 3.0
     times[("recompute", 1)] = 0.5
-    iv, steps = _layer_intervals(times, passes=2)
+    iv, windows = _layer_intervals(times, passes=2)
     # recomputed forward work runs inside backward: the pipeline's `recompute` column says so
     iv["recompute"] = iv["phase"] == "recompute"
     iv.loc[iv["recompute"], "phase"] = "backward"
-    t = layers_table.table(iv, steps)
+    t = layers_table.table(iv, windows)
     fwd = t[t["phase"] == "forward"].set_index("layer")
     assert list(fwd.index) == [0, 1, 2, 3]
     assert fwd.loc[2, "time_ms"] == pytest.approx(6.0)  # two passes of 3 ms

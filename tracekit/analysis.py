@@ -25,6 +25,7 @@ from .checks import TraceWarning, as_warning, check_rank
 from .errors import TraceError
 from .filters import Filters
 from .pipeline import Attributed, run
+from .pipeline.windows import Windows, frame_windows
 from .ranks import directory_warnings, files_of_rank, group_results, host_of, process_of
 from .read import DEFAULT_MAX_BYTES, read_trace, trace_listing
 from .taxonomy import kernel_rules, module_taxonomy
@@ -290,12 +291,16 @@ class Analysis:
         """One rank's per-step table, computed once however often it is asked for."""
         key = ("step", name, rank)
         if key not in self._computed:
-            att = self.ranks[rank]
-            spec = REGISTRY[name]
-            windows = self.filters.windows(att.windows)
-            iv = self.filters.intervals(self._rank_intervals(rank), spec)
-            self._computed[key] = TABLES[name](iv, windows)
+            iv = self.filters.intervals(self._rank_intervals(rank), REGISTRY[name])
+            self._computed[key] = TABLES[name](iv, self._windows(rank))
         return self._computed[key].copy()
+
+    def _windows(self, rank: int) -> Windows:
+        """The rank's (step-filtered) windows, framed once for every table (:func:`frame_windows`)."""
+        key = ("windows", "", rank)
+        if key not in self._computed:
+            self._computed[key] = frame_windows(self.filters.windows(self.ranks[rank].windows))
+        return self._computed[key]
 
 
 def load(

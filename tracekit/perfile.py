@@ -74,8 +74,8 @@ def tables_of(att: Attributed, path: str | os.PathLike) -> dict:
     one._phase_means(0)
     # Per-step tables stay here: the report needs only the means (and --per-step recomputes
     # them from the intervals); shipping them would add a third to what the parent unpickles
-    # and keeps per rank.
-    return {k[:2]: v for k, v in one._computed.items() if k[0] != "step"}
+    # and keeps per rank. The framed windows are the parent's to derive (from the rank's windows).
+    return {k[:2]: v for k, v in one._computed.items() if k[0] not in ("step", "windows")}
 
 
 def analyse_only(path: str | os.PathLike, options: Options) -> tuple[Attributed, dict]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -18,6 +20,8 @@ WINDOWS = ["step"] + PHASES
 CUT_FRACTION = 0.1
 #: A step is judged against the median only when the file (or rank) has this many steps.
 CUT_MIN_STEPS = 3
+#: Nanoseconds per millisecond (window lengths are reported in ms).
+NS_PER_MS = 1e6
 CUT_MESSAGE = (
     "the step looks cut by the profiling window (under 10% of the median step); left out of the means"
 )
@@ -127,3 +131,58 @@ def windows_of(steps: pd.DataFrame) -> pd.DataFrame:
     out["order"] = out["window"].map({w: i for i, w in enumerate(WINDOWS)})
     out = out.sort_values(["step", "order"], kind="stable").drop(columns="order")
     return out.reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class Windows:
+    """A rank's windows in the shapes the tables read, derived once (:func:`frame_windows`).
+
+    ``table``: the long windows table (:func:`find_windows`); ``steps``: the complete steps'
+    device windows (``step``, ``start``, ``end`` in ns, ``window_ms``); ``phases``: the complete
+    steps' phase windows, long (``step``, ``phase``, ``lo``, ``hi`` in ns, ``wall_ms``, and
+    ``window_ms``: the step's whole window).
+    """
+
+    table: pd.DataFrame
+    steps: pd.DataFrame
+    phases: pd.DataFrame
+
+    def has_unattributed(self) -> bool:
+        """Whether some complete step has a non-empty ``unattributed`` window."""
+        p = self.phases
+        return bool(((p["hi"] - p["lo"])[(p["phase"] == "unattributed").to_numpy()] > 0).any())
+
+
+def frame_windows(windows: pd.DataFrame) -> Windows:
+    """The step of the time engine that the tables start from: windows computed once.
+
+    Needs: a windows table (``step``, ``window``, ``start``, ``end``, ``complete``; one rank's,
+    after its files are merged and its steps cut, see :mod:`tracekit.ranks`).
+    Adds: :class:`Windows`: its complete steps' device windows and phase windows.
+    Guarantees: computed once per rank (and filter) by :class:`tracekit.analysis.Analysis`, and
+    every table reads its windows from it: no table derives windows itself.
+    """
+    done = windows[windows["complete"].to_numpy()]
+    is_step = (done["window"] == "step").to_numpy()
+    whole = done[is_step]
+    steps = pd.DataFrame(
+        {
+            "step": whole["step"].to_numpy(),
+            "start": whole["start"].to_numpy(),
+            "end": whole["end"].to_numpy(),
+        }
+    )
+    steps["window_ms"] = (steps["end"] - steps["start"]) / NS_PER_MS
+    ph = done[~is_step]
+    phases = pd.DataFrame(
+        {
+            "step": ph["step"].to_numpy(),
+            "phase": ph["window"].to_numpy(),
+            "lo": ph["start"].to_numpy(),
+            "hi": ph["end"].to_numpy(),
+        }
+    )
+    phases["wall_ms"] = (phases["hi"] - phases["lo"]) / NS_PER_MS
+    span = steps.set_index("step")["window_ms"]
+    phases["window_ms"] = span.reindex(phases["step"]).to_numpy()
+    return Windows(table=windows, steps=steps, phases=phases)
