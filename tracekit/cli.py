@@ -339,23 +339,24 @@ def _add_paper(tables: dict, meta: dict) -> tuple[dict, dict]:
     return with_paper(tables), {**meta, "paper": citation_meta()}
 
 
-def _add_capture() -> None:
+def _capture() -> click.Command:
+    """``tracekit capture``, imported when it is run (the capture layer's imports cost
+    ``analyze`` nothing); without the capture extra, a command that explains itself."""
     try:
         from tracekit.capture.cli import capture
     except ImportError:  # capture layer not installed: `tracekit capture` explains itself
 
-        @main.command(context_settings={"ignore_unknown_options": True})
+        @click.command(context_settings={"ignore_unknown_options": True})
         @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-        def capture(args):
+        def missing(args):
             """Capture traces (needs: pip install 'tracekit[capture]')."""
             fail("capture needs the capture extra: pip install 'tracekit[capture]'")
 
-        return
-    main.add_command(capture)
+        return missing
+    return capture
 
 
-_add_capture()
-
+main.add_lazy("capture", _capture)
 main.add_command(cache_group)
 
 

@@ -25,7 +25,26 @@ from .safetext import TERMINAL_NAME_CHARS, bounded, clean_obj, clean_tables
 class TracekitGroup(click.Group):
     """Every command runs inside one error handler: a usage error, a bad trace, an output that
     cannot be written, an unforeseen failure or Ctrl-C is one line on stderr, never a traceback
-    (``--debug`` shows the traceback of an unforeseen failure)."""
+    (``--debug`` shows the traceback of an unforeseen failure).
+
+    A command added with :meth:`add_lazy` is imported only when it is run (or help lists it):
+    its imports cost the other commands nothing."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self._lazy: dict[str, Callable[[], click.Command]] = {}
+
+    def add_lazy(self, name: str, load: Callable[[], click.Command]) -> None:
+        """Command ``name``, given by ``load()`` the first time it is looked up."""
+        self._lazy[name] = load
+
+    def list_commands(self, ctx) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._lazy})
+
+    def get_command(self, ctx, cmd_name: str):
+        if cmd_name in self._lazy:
+            self.add_command(self._lazy.pop(cmd_name)(), cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
