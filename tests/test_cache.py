@@ -26,8 +26,10 @@ SRC = SHARED / "hta" / "trace_filter__sampled_rank-0.json.gz"
 
 @pytest.fixture
 def trace(tmp_path, monkeypatch):
-    """A real trace when ../shared is here, else a synthetic one: the cache is tested either way."""
+    """A real trace when ../shared is here, else a synthetic one: the cache is tested either way
+    (as a big file: a small file's parsed columns are not stored beside its result)."""
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cachedir"))
+    monkeypatch.setattr("tracekit.perfile.SMALL_FILE", -1)
     (tmp_path / "t").mkdir()
     if SRC.is_file():
         p = tmp_path / "t" / SRC.name
@@ -38,6 +40,23 @@ def trace(tmp_path, monkeypatch):
 
 def _listing(folder: Path) -> set[str]:
     return {p.name for p in folder.iterdir()}
+
+
+def test_a_small_file_is_cached_as_its_result_only(tmp_path, monkeypatch):
+    """One entry per small file (the result), and a re-analysis with other rule files (a
+    result miss) reads the file again: the parse cache would save little for a small file."""
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cachedir"))
+    p = write_trace(tmp_path / "rank0.pt.trace.json.gz", make_trace(n_steps=2)[0])
+    fresh = tracekit.load(p, cache=False).tables()
+    first = tracekit.load(p).tables()
+    assert [e.name.endswith(".result.parquet") for e in cache.entries()] == [True]
+    rules = tmp_path / "rules.toml"
+    rules.write_text("")
+    again = tracekit.load(p, kernel_rules=str(rules)).tables()
+    assert len(cache.entries()) == 2 and all(e.name.endswith(".result.parquet") for e in cache.entries())
+    for name in fresh:
+        pd.testing.assert_frame_equal(fresh[name], first[name])
+        pd.testing.assert_frame_equal(fresh[name], again[name])
 
 
 def _store(trace: Path) -> Path:

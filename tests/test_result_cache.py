@@ -211,6 +211,7 @@ def test_oversized_entry_is_refused_from_its_size(trace, monkeypatch):
 
 
 def test_one_lru_bound_over_both_kinds(tmp_path, cachedir, monkeypatch):
+    monkeypatch.setattr("tracekit.perfile.SMALL_FILE", -1)  # both kinds of entries, each file
     traces = [write_trace(tmp_path / f"r{i}.json", make_trace(n_steps=2, seed=i)[0]) for i in range(3)]
     tracekit.load(traces[0])
     one = sum(p.stat().st_size for p in cache.entries())  # a parse and a result entry

@@ -44,11 +44,12 @@ class Options:
     host: str | None = None
 
 
-def analyse_file(path: str | os.PathLike, options: Options) -> Attributed:
-    """Read one trace file and run the pipeline (:mod:`tracekit.pipeline`) on it."""
+def analyse_file(path: str | os.PathLike, options: Options, store_parsed: bool = True) -> Attributed:
+    """Read one trace file and run the pipeline (:mod:`tracekit.pipeline`) on it; its parsed
+    columns are stored in the parse cache only when ``store_parsed``."""
     tax = module_taxonomy(options.taxonomy)
     rules = kernel_rules(options.kernel_rules)
-    raw = _read(path, options)
+    raw = _read(path, options, store_parsed)
     progress.fraction(progress.DECODED)
     att = run(raw, tax, rules)
     att.warnings[:0] = raw.warnings
@@ -59,8 +60,9 @@ def analyse_file(path: str | os.PathLike, options: Options) -> Attributed:
     return att
 
 
-def _read(path: str | os.PathLike, options: Options):
-    """The parsed columns of ``path``: from its Parquet cache when valid, else read (and cached)."""
+def _read(path: str | os.PathLike, options: Options, store: bool = True):
+    """The parsed columns of ``path``: from its Parquet cache when valid, else read (and
+    cached, when ``store``)."""
     if not options.cache:
         return read_trace(path, options.max_bytes, options.read_jobs)
     from . import cache
@@ -68,7 +70,7 @@ def _read(path: str | os.PathLike, options: Options):
     raw = cache.load(path, options.max_bytes)
     if raw is None:
         try:  # the identity of the bytes about to be read; checked again before storing
-            key = cache.file_key(path, options.max_bytes)
+            key = cache.file_key(path, options.max_bytes) if store else None
         except OSError:
             key = None
         raw = read_trace(path, options.max_bytes, options.read_jobs)

@@ -154,7 +154,7 @@ def store(raw: RawTrace, path: str | os.PathLike, max_bytes: int, key: str) -> P
         table = table.replace_schema_metadata({_META_KEY: info})
         loc = _entry(key)
         loc.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with atomic_file(loc) as f:
+        with atomic_file(loc, sync_dir=False) as f:
             pq.write_table(table, f, compression="zstd")
     except Exception:
         return None

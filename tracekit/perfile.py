@@ -52,17 +52,31 @@ def tabulate_file(path: str | os.PathLike, options: Options, keep: bool = False)
     return tabulate_fresh(path, options, keep or elsewhere)
 
 
+#: A file at most this big on disk is kept in the cache as its result only (one entry, not a
+#: parse cache entry as well): decoding it again, when its result cannot be used (other rule
+#: files), costs about what writing and reading its parsed columns would.
+SMALL_FILE = 4 << 20
+
+
 def tabulate_fresh(path: str | os.PathLike, options: Options, keep: bool) -> tuple[Attributed, dict]:
-    """:func:`tabulate_file` without looking in the result cache (but storing in it)."""
+    """:func:`tabulate_file` without looking in the result cache (but storing in it; a small
+    file's parsed columns are not stored, see :data:`SMALL_FILE`)."""
     from . import results
 
     key = results.result_key(path, options) if options.cache else None
-    att = analysis.analyse_file(path, options)
+    att = analysis.analyse_file(path, options, store_parsed=key is None or not _small(path))
     tables = tables_of(att, path)
     stored = results.store(att, tables, path, options, key) if key is not None else None
     if stored is not None and not keep:
         att = replace(att, intervals=stored)
     return att, tables
+
+
+def _small(path: str | os.PathLike) -> bool:
+    try:
+        return os.stat(path).st_size <= SMALL_FILE
+    except OSError:
+        return False
 
 
 def tables_of(att: Attributed, path: str | os.PathLike) -> dict:

@@ -211,7 +211,7 @@ def store(att: Attributed, tables: dict, path: str | os.PathLike, options: Any, 
         table = _arrow(att.intervals).replace_schema_metadata(_footer(att, tables, key))
         loc = entry(key)
         loc.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with atomic_file(loc) as f:
+        with atomic_file(loc, sync_dir=False) as f:
             pq.write_table(table, f, compression="zstd")
         size = os.stat(path).st_size
     except Exception:

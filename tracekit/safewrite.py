@@ -65,8 +65,10 @@ def _failed(path: Path, e: OSError) -> OutputError:
 
 
 @contextmanager
-def atomic_file(path: str | os.PathLike) -> Iterator[IO[bytes]]:
-    """A binary file object whose content appears at ``path`` only if the block completes."""
+def atomic_file(path: str | os.PathLike, sync_dir: bool = True) -> Iterator[IO[bytes]]:
+    """A binary file object whose content appears at ``path`` only if the block completes.
+    ``sync_dir=False`` (cache entries) skips the fsync of the directory after the rename: the
+    content is whole either way, only the rename may be lost in a crash (a cache miss)."""
     path = Path(path)
     check_file_target(path)
     folder = path.parent if str(path.parent) else Path(".")
@@ -89,7 +91,8 @@ def atomic_file(path: str | os.PathLike) -> Iterator[IO[bytes]]:
         if isinstance(e, OSError) and not isinstance(e, TraceError):
             raise _failed(path, e) from None
         raise
-    _fsync_dir(folder)
+    if sync_dir:
+        _fsync_dir(folder)
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
