@@ -17,7 +17,7 @@ import pandas as pd
 from tracekit.intervals import minus_measure_by
 from tracekit.pipeline.windows import Windows
 
-from ._common import NS_PER_MS, as_text, percent, text
+from ._common import NS_PER_MS, as_text, narrow, percent, text
 from ._registry import COUNT, MS, PCT, register
 
 
@@ -30,7 +30,11 @@ from ._registry import COUNT, MS, PCT, register
 )
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     cols = ["step", "phase", "collective", "count", "time_ms", "exposed_ms", "percent"]
-    comm = intervals[intervals["group"] == "comm"]
+    comm = narrow(
+        intervals,
+        ["step", "phase", "collective", "start", "end", "count"],
+        (intervals["group"] == "comm").to_numpy(),
+    )
     if comm.empty:
         return pd.DataFrame(columns=cols)
     keys = ["step", "phase", "collective"]
@@ -45,7 +49,7 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
         }
     )
     c["dur"] = c["end"] - c["start"]
-    compute = intervals[intervals["group"] == "compute"]
+    compute = narrow(intervals, ["step", "start", "end"], (intervals["group"] == "compute").to_numpy())
     out = c.groupby(keys, observed=True).agg(count=("count", "sum"), time_ns=("dur", "sum"))
     exposed = minus_measure_by(c, compute[["step", "start", "end"]], keys, ["step"])
     out["exposed_ms"] = exposed.reindex(out.index).to_numpy() / NS_PER_MS

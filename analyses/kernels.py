@@ -28,7 +28,7 @@ import pandas as pd
 from tracekit.pipeline.windows import Windows
 from tracekit.taxonomy import COMM_CATEGORIES, KERNEL_CATEGORIES
 
-from ._common import WINDOW_PHASES, percent, share_column, text, text_index
+from ._common import WINDOW_PHASES, narrow, percent, share_column, text, text_index
 from ._registry import COUNT, MS, PCT, STAGE_MEAN, register
 from ._stages import ORDER, has_stages
 
@@ -57,7 +57,9 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     keys = ["step"] + (["stage"] if staged else [])
     cols = keys + ["group", "category", "count", "time_ms", "kernel_ms", "percent"]
     done = windows.steps
-    iv = intervals[intervals["step"].isin(done["step"])]
+    used = ["step", "stage", "group", "kernel_category", "count", "start", "end"]
+    used += [share_column(p) for p in WINDOW_PHASES]
+    iv = narrow(intervals, used, intervals["step"].isin(done["step"]).to_numpy())
     frame = pd.DataFrame(
         {
             "step": iv["step"].to_numpy(),

@@ -25,7 +25,7 @@ import pandas as pd
 from tracekit.pipeline.state import categorical_take, codes_of
 from tracekit.pipeline.windows import Windows
 
-from ._common import as_text, text
+from ._common import as_text, narrow, text
 from ._registry import COUNT, INDEX, MS, PCT, TableSpec, declare, register
 from ._stages import ORDER as STAGE_ORDER
 from ._stages import has_stages
@@ -70,8 +70,10 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     keys = ["step"] + (["stage"] if staged else []) + ["phase", "layer"]
     cols = keys + ["count", "time_ms", "vs_mean_pct"]
     complete = windows.steps["step"].unique()
-    iv = intervals[(intervals["group"] == "compute").to_numpy() & intervals["step"].isin(complete).to_numpy()]
-    iv = iv[(iv["layer"] >= 0).to_numpy()]
+    keep = (intervals["group"] == "compute").to_numpy() & intervals["step"].isin(complete).to_numpy()
+    keep &= (intervals["layer"] >= 0).to_numpy()
+    used = ["step", "stage", "phase", "layer", "recompute", "start", "end", "count"]
+    iv = narrow(intervals, used, keep)
     if iv.empty:
         return pd.DataFrame(columns=cols)
     codes, uniq = codes_of(iv["phase"])

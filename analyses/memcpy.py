@@ -17,7 +17,7 @@ import pandas as pd
 from tracekit.pipeline.state import categorical_take, codes_of
 from tracekit.pipeline.windows import Windows
 
-from ._common import NS_PER_MS, as_text, percent
+from ._common import NS_PER_MS, as_text, narrow, percent
 from ._registry import BYTES, COUNT, MS, PCT, register
 
 _DIRECTION = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP)")
@@ -38,7 +38,8 @@ def direction(name: str) -> str:
 )
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     cols = ["step", "kind", "count", "time_ms", "bytes", "percent"]
-    mem = intervals[intervals["group"].isin(["memcpy", "memset"])]
+    is_mem = intervals["group"].isin(["memcpy", "memset"]).to_numpy()
+    mem = narrow(intervals, ["step", "name", "start", "end", "count", "bytes"], is_mem)
     if mem.empty:
         return pd.DataFrame(columns=cols)
     codes, names = codes_of(mem["name"])

@@ -29,7 +29,7 @@ import pandas as pd
 from tracekit.pipeline.state import codes_of
 from tracekit.pipeline.windows import Windows
 
-from ._common import percent, text, text_index
+from ._common import narrow, percent, text, text_index
 from ._registry import COUNT, MS, PCT, STAGE_MEAN, register
 from ._stages import ORDER, has_stages
 
@@ -58,9 +58,8 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     fw = windows.phases
     fw = fw[fw["phase"] == "forward"].drop_duplicates("step").set_index("step")
-    iv = intervals[
-        (intervals["window"] == "forward").to_numpy() & intervals["step"].isin(fw.index).to_numpy()
-    ]
+    keep = (intervals["window"] == "forward").to_numpy() & intervals["step"].isin(fw.index).to_numpy()
+    iv = narrow(intervals, ["step", "stage", "start", "end", "block", "layer", "fwd_pass"], keep)
     if iv.empty:
         return pd.DataFrame(columns=cols)
     g = _spans(iv, fw, staged)

@@ -21,7 +21,7 @@ import pandas as pd
 
 from tracekit.pipeline.windows import Windows
 
-from ._common import as_text, percent, text
+from ._common import as_text, narrow, percent, text
 from ._registry import COUNT, MS, PCT, US, register
 
 #: Rows kept per step; the rest are summed into one "(other kernels)" row.
@@ -149,7 +149,8 @@ COLUMNS = ["step", "name", "category", "module", "phase", "count", "total_ms", "
 )
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     window = windows.steps.set_index("step")["window_ms"]
-    iv = intervals[intervals["step"].isin(window.index).to_numpy()]
+    used = ["step", "name", "kernel_category", "module", "phase", "start", "end", "count"]
+    iv = narrow(intervals, used, intervals["step"].isin(window.index).to_numpy())
     if iv.empty:
         return pd.DataFrame(columns=COLUMNS)
     frame = pd.DataFrame(
