@@ -203,16 +203,23 @@ def _sorted_parents(pid, tid, start, end, R):
 
 def _flow_down(depth, parent, F):
     """The context inherited by each sorted element: (op, top, mod, bwd, comm) as sorted
-    positions (-1 none) and the inherited bits, flowing down one depth level at a time."""
+    positions (-1 none) and the inherited bits, flowing down one depth level at a time.
+
+    Only the ranges something nests in go level by level (their own context is what their
+    children inherit); every other element (launches, leaf ops: most of them) then takes its
+    parent's own context in one gather."""
     n = len(depth)
     pos = np.int32 if n < np.iinfo(np.int32).max else np.int64
     inh = [np.full(n, -1, pos) for _ in range(5)] + [np.zeros(n, np.int32)]
     own = [np.full(n, -1, pos) for _ in range(5)] + [np.zeros(n, np.int32)]
     in_op, in_top, in_mod, in_bwd, in_comm, in_bits = inh
     self_op, self_top, self_mod, self_bwd, self_comm, self_bits = own
-    by_level = _by_small_key(depth)
+    is_parent = np.zeros(n, bool)
+    is_parent[parent[parent >= 0]] = True
+    ranges = np.flatnonzero(is_parent)
+    by_level = ranges[_by_small_key(depth[ranges])]
     cuts = np.flatnonzero(np.diff(depth[by_level])) + 1
-    for K in np.split(by_level, cuts) if n else []:
+    for K in np.split(by_level, cuts) if by_level.size else []:
         K = K.astype(pos, copy=False)
         p = parent[K]
         has = p >= 0
@@ -234,6 +241,10 @@ def _flow_down(depth, parent, F):
         bits = in_bits[K] | np.where(is_mod, MOD_IN_BWD, 0)
         bits = np.where(is_bwd, bits & ~MOD_IN_BWD, bits)
         self_bits[K] = bits | (f & _INHERITED)
+    leaf = np.flatnonzero(~is_parent & (parent >= 0))
+    pk = parent[leaf]
+    for i, s in zip(inh, own):
+        i[leaf] = s[pk]
     return inh
 
 
