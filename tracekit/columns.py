@@ -15,20 +15,17 @@ from pandas.api.types import union_categoricals
 
 from .errors import TraceError
 from .schema import (
-    _CATEGORY_KIND,
-    _KNOWN_UNUSED,
-    _PYTHON_KEEP_ENGINE,
-    _PYTHON_KEEP_PREFIX,
-    ANNOTATION,
     CPU_OP,
-    FLOW_LAUNCH,
     KERNEL,
     MEMCPY,
     MEMSET,
-    PYTHON,
+    METADATA,
+    UNKNOWN,
     Args,
     Event,
     TextTimeEvent,
+    event_class,
+    flow_phase,
 )
 from .timetext import number_times, text_times
 
@@ -50,19 +47,24 @@ def _int_column(values: list, none: int = -1) -> np.ndarray:
             pass
     out = np.full(len(values), none, dtype=np.int64)
     for i, v in enumerate(values):
-        if v is None:
-            continue
-        if isinstance(v, float):
-            v = int(v)
-        elif isinstance(v, str):
-            try:
-                v = int(v)
-            except ValueError:
-                continue
-        if v >= 1 << 63 or v < -(1 << 63):
-            v = ((v + (1 << 63)) % (1 << 64)) - (1 << 63)
-        out[i] = v
+        out[i] = _one_int(v, none)
     return out
+
+
+def _one_int(v: Any, none: int = -1) -> int:
+    """One id as :func:`_int_column` stores it."""
+    if v is None:
+        return none
+    if isinstance(v, float):
+        v = int(v)
+    elif isinstance(v, str):
+        try:
+            v = int(v)
+        except ValueError:
+            return none
+    if v >= 1 << 63 or v < -(1 << 63):
+        v = ((v + (1 << 63)) % (1 << 64)) - (1 << 63)
+    return v
 
 
 def _categorical(values: list[str]) -> pd.Categorical:
@@ -73,6 +75,16 @@ def _categorical(values: list[str]) -> pd.Categorical:
         return pd.Categorical([])
     codes, distinct = pd.factorize(np.array(values, dtype=object), sort=True)
     return pd.Categorical.from_codes(codes, categories=distinct)
+
+
+def _categorical_codes(codes: np.ndarray, value: Any) -> pd.Categorical:
+    """``_categorical([value(c) for c in codes])`` for small non-negative int codes, with one
+    call of ``value`` per distinct code (several codes may have one value)."""
+    used = np.flatnonzero(np.bincount(codes))
+    sub, distinct = pd.factorize(np.array([value(int(c)) for c in used], dtype=object), sort=True)
+    remap = np.zeros(len(used) and int(used[-1]) + 1, dtype=np.int64)
+    remap[used] = sub
+    return pd.Categorical.from_codes(remap[codes], categories=distinct)
 
 
 def _fast_int_column(values: list, none: int = -1) -> np.ndarray:
@@ -86,46 +98,41 @@ def _fast_int_column(values: list, none: int = -1) -> np.ndarray:
 
 class _Selection:
     """The events of a slice that tracekit keeps, their kinds, and what the others say: thread
-    and process names (metadata events) and counts of unknown categories."""
+    and process names (metadata events) and counts of unknown categories. Which is which is
+    :func:`tracekit.schema.event_class`'s call, once per distinct (ph, cat, name)."""
 
-    def __init__(self, events: list[Event] | list[TextTimeEvent]) -> None:
+    def __init__(self) -> None:
         self.unknown: dict[str, int] = {}
         self.thread_names: dict[tuple, str] = {}
         self.process_names: dict[Any, str] = {}
         self.kept: list = []
         self.kinds: list[int] = []
-        unknown, keep_ev, kinds = self.unknown, self.kept, self.kinds
-        cat_kind = _CATEGORY_KIND
+
+    @classmethod
+    def of(cls, events: list[Event] | list[TextTimeEvent]) -> _Selection:
+        sel = cls()
+        unknown, keep_ev, kinds = sel.unknown, sel.kept, sel.kinds
+        classes: dict[tuple, int] = {}
         for ev in events:
-            ph = ev.ph
-            if ph == "M":
-                if ev.args is not None and ev.args.name is not None:
-                    if ev.name == "thread_name":
-                        self.thread_names[(ev.pid, ev.tid)] = ev.args.name
-                    elif ev.name == "process_name":
-                        self.process_names[ev.pid] = ev.args.name
-                continue
-            cat = ev.cat
-            if cat is None:
-                continue
-            kind = cat_kind.get(cat)
-            if kind is None:
-                kind = cat_kind.get(cat.lower())
-                if kind is None:
-                    if cat.lower() not in _KNOWN_UNUSED:
-                        unknown[cat] = unknown.get(cat, 0) + 1
-                    continue
-            if kind == PYTHON:
-                name = ev.name or ""
-                if not (name.startswith((_PYTHON_KEEP_PREFIX, _PYTHON_KEEP_ENGINE)) or "rotary" in name):
-                    continue  # ("apply_rotary_pos_emb" contains "rotary": _PYTHON_KEEP_SUBSTR)
-            elif kind <= CPU_OP or kind == ANNOTATION:
-                if ph != "X":
-                    continue
-            elif kind == FLOW_LAUNCH or ph not in ("s", "f", "t"):
-                continue  # launches are linked by correlation id, not by flow events
-            keep_ev.append(ev)
-            kinds.append(kind)
+            key = (ev.ph, ev.cat, ev.name)
+            c = classes.get(key)
+            if c is None:
+                c = classes[key] = event_class(*key)
+            if c >= 0:
+                keep_ev.append(ev)
+                kinds.append(c)
+            elif c == UNKNOWN:
+                unknown[ev.cat] = unknown.get(ev.cat, 0) + 1  # type: ignore[index,arg-type]
+            elif c == METADATA and ev.args is not None and ev.args.name is not None:
+                sel.name(ev.name, ev.pid, ev.tid, ev.args.name)
+        return sel
+
+    def name(self, event_name: str | None, pid: Any, tid: Any, value: str) -> None:
+        """A metadata event named ``event_name`` whose ``args.name`` is ``value``."""
+        if event_name == "thread_name":
+            self.thread_names[(pid, tid)] = value
+        elif event_name == "process_name":
+            self.process_names[pid] = value
 
 
 def _slice_times(kept: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
@@ -162,43 +169,49 @@ class _FrameBuilder:
     def add(self, events: list[Event] | list[TextTimeEvent]) -> bool:
         """Add one slice. ``False`` (and nothing added) when its float times are too large for
         float64 to keep their nanoseconds: decode the slice again as ``TextTimeEvent``."""
-        sel = _Selection(events)
+        sel = _Selection.of(events)
         keep_ev = sel.kept
         times = _slice_times(keep_ev) if keep_ev else None
         if keep_ev and times is None:
             return False
-        self.n_events += len(events)
+        if not keep_ev or times is None:
+            self.add_part(len(events), sel, None)
+            return True
+        no_args = _NO_ARGS
+        args = [e.args or no_args for e in keep_ev]
+        part = {
+            "kind": np.array(sel.kinds, dtype=np.int8),
+            "name": _categorical([e.name or "" for e in keep_ev]),
+            "pid": _int_column([e.pid for e in keep_ev]),
+            "tid": _int_column([e.tid for e in keep_ev]),
+            "ts": times[0],
+            "dur": times[1],
+            "ts_ok": times[2],
+            "dur_ok": times[3],
+            "flow_id": _int_column([e.id for e in keep_ev]),
+            "flow_ph": _categorical([flow_phase(e.ph) for e in keep_ev]),
+            "corr": _fast_int_column([a.correlation for a in args]),
+            "seq": _fast_int_column([a.seq for a in args]),
+            "fwd_tid": _fast_int_column([a.fwd_tid for a in args]),
+            "stream": _fast_int_column([a.stream for a in args]),
+            "collective": _categorical([a.collective or "" for a in args]),
+            "bytes": np.array(
+                [b if isinstance(b := a.bytes, (int, float)) else np.nan for a in args], dtype=np.float64
+            ),
+        }
+        self.add_part(len(events), sel, part)
+        return True
+
+    def add_part(self, n_events: int, sel: _Selection, part: dict | None) -> None:
+        """Add what one slice of ``n_events`` events gave: ``sel``'s names and unknown
+        categories, and the columns of its kept events (``part``: every column but none)."""
+        self.n_events += n_events
         for cat, k in sel.unknown.items():
             self.unknown[cat] = self.unknown.get(cat, 0) + k
         self.thread_names.update(sel.thread_names)
         self.process_names.update(sel.process_names)
-        if not keep_ev or times is None:
-            return True
-        no_args = _NO_ARGS
-        args = [e.args or no_args for e in keep_ev]
-        self.parts.append(
-            {
-                "kind": np.array(sel.kinds, dtype=np.int8),
-                "name": _categorical([e.name or "" for e in keep_ev]),
-                "pid": _int_column([e.pid for e in keep_ev]),
-                "tid": _int_column([e.tid for e in keep_ev]),
-                "ts": times[0],
-                "dur": times[1],
-                "ts_ok": times[2],
-                "dur_ok": times[3],
-                "flow_id": _int_column([e.id for e in keep_ev]),
-                "flow_ph": _categorical([e.ph if e.ph in ("s", "f", "t") else "" for e in keep_ev]),
-                "corr": _fast_int_column([a.correlation for a in args]),
-                "seq": _fast_int_column([a.seq for a in args]),
-                "fwd_tid": _fast_int_column([a.fwd_tid for a in args]),
-                "stream": _fast_int_column([a.stream for a in args]),
-                "collective": _categorical([a.collective or "" for a in args]),
-                "bytes": np.array(
-                    [b if isinstance(b := a.bytes, (int, float)) else np.nan for a in args], dtype=np.float64
-                ),
-            }
-        )
-        return True
+        if part is not None:
+            self.parts.append(part)
 
     def absorb(self, other: _FrameBuilder) -> None:
         """Append what ``other`` collected from the events that follow this builder's (a later

@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 import pandas as pd
 
+from . import native
 from .columns import _COLUMNS, _FrameBuilder
 from .errors import TraceError
 from .files import DEFAULT_MAX_BYTES, TRACE_SUFFIXES, iter_text, read_bytes, trace_files, trace_listing
@@ -49,7 +50,7 @@ from .schema import (
     RUNTIME,
     TraceDoc,
 )
-from .streaming import stream_decode
+from .streaming import _head, decode_rest, stream_decode
 from .timetext import MAX_US as _MAX_US
 
 #: Re-exported: the rest of tracekit imports the event kinds and the file helpers from here.
@@ -153,13 +154,34 @@ CHUNK_BYTES = 32 << 20
 
 
 def _decode_whole(data: bytes | bytearray, path: str | os.PathLike, builder: _FrameBuilder) -> TraceDoc:
-    """The document of ``data``, its events added to ``builder`` (its ``traceEvents`` emptied)."""
+    """The document of ``data``, its events added to ``builder`` (its ``traceEvents`` emptied):
+    scanned natively when it is a well-formed trace, else decoded by msgspec (with its errors)."""
+    if native.enabled():
+        got = _native_whole(data, path, builder)
+        if got is not None:
+            return got
     doc = decode(bytes(data), path)
     if not builder.add(doc.traceEvents):  # epoch-scale float times: decode them as text
         doc = decode(bytes(data), path, text_times=True)
         builder.add(doc.traceEvents)
     doc.traceEvents = []
     return doc
+
+
+def _native_whole(
+    data: bytes | bytearray, path: str | os.PathLike, builder: _FrameBuilder
+) -> TraceDoc | None:
+    """:func:`_decode_whole` by the native scanner; ``None`` (nothing added) when it declines."""
+    start = 3 if data[:3] == b"\xef\xbb\xbf" else 0
+    try:
+        _check_text(bytes(data[start : start + 4096]), path)
+    except TraceError:
+        return None
+    with memoryview(data) as mv:
+        head = _head(mv[start:])
+    if head is None:
+        return None
+    return decode_rest(data, start + len(head) + 1, head, builder, False)
 
 
 def rank_of(doc: TraceDoc, path: str | os.PathLike) -> int | None:

@@ -126,3 +126,38 @@ _PYTHON_KEEP_PREFIX = "nn.Module: "
 _PYTHON_KEEP_SUBSTR = ("apply_rotary_pos_emb", "rotary")
 #: DeepSpeed engine frames: engine.backward / engine.step are phase evidence (pipeline/evidence).
 _PYTHON_KEEP_ENGINE = "deepspeed/runtime/engine.py("
+
+#: What :func:`event_class` says of events that are not kept as a kind: metadata (process and
+#: thread names), skipped quietly, or of an unknown category (counted in a warning).
+METADATA, SKIP, UNKNOWN = -1, -2, -3
+
+
+def event_class(ph: str | None, cat: str | None, name: str | None) -> int:
+    """The kind of an event with this ``ph``, ``cat`` and ``name`` (``None`` when absent or
+    null), or :data:`METADATA`, :data:`SKIP` or :data:`UNKNOWN`: the one definition of which
+    events tracekit keeps, for the msgspec reader (per event) and the native one (per distinct
+    triple)."""
+    if ph == "M":
+        return METADATA
+    if cat is None:
+        return SKIP
+    kind = _CATEGORY_KIND.get(cat)
+    if kind is None:
+        kind = _CATEGORY_KIND.get(cat.lower())
+        if kind is None:
+            return SKIP if cat.lower() in _KNOWN_UNUSED else UNKNOWN
+    if kind == PYTHON:
+        name = name or ""
+        if name.startswith((_PYTHON_KEEP_PREFIX, _PYTHON_KEEP_ENGINE)) or "rotary" in name:
+            return kind  # ("apply_rotary_pos_emb" contains "rotary": _PYTHON_KEEP_SUBSTR)
+        return SKIP
+    if kind <= CPU_OP or kind == ANNOTATION:
+        return kind if ph == "X" else SKIP
+    if kind == FLOW_LAUNCH or ph not in ("s", "f", "t"):
+        return SKIP  # launches are linked by correlation id, not by flow events
+    return kind
+
+
+def flow_phase(ph: str | None) -> str:
+    """The ``flow_ph`` column's value for an event's ``ph``."""
+    return ph if ph in ("s", "f", "t") else ""

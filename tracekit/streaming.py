@@ -15,11 +15,13 @@ So memory holds about two slices of text plus the columns, whatever the file's s
 from __future__ import annotations
 
 import itertools
+import os
 import re
 from collections.abc import Iterable, Iterator
 
 import msgspec
 
+from . import native
 from .columns import _FrameBuilder
 from .schema import _DECODER, _TEXT_TIME_DECODER, Event, TextTimeEvent, TraceDoc
 
@@ -28,6 +30,10 @@ _TEXT_EVENTS_DECODER = msgspec.json.Decoder(list[TextTimeEvent])
 _TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _EVENT_GAP = re.compile(rb"\}\s*,\s*\{")
 _BOM = b"\xef\xbb\xbf"
+#: Stands for the scanned event array in the rest of the document, to see that it is the one
+#: msgspec takes as ``traceEvents`` (no text can guess the name).
+_SENTINEL_NAME = f"tracekit-native-{os.urandom(8).hex()}"
+_SENTINEL = b'[{"name": "%s"}]' % _SENTINEL_NAME.encode()
 #: Cuts that fell inside strings, per file, before giving up on slicing it.
 _MAX_MISSES = 256
 
@@ -41,7 +47,7 @@ class _Slicer:
         self.eof = False
         self.builder = builder
         self.chunk = chunk_bytes
-        self.decoder: msgspec.json.Decoder = _EVENTS_DECODER
+        self.text = False  # times read from their text (float64 lost nanoseconds before)
         self.misses = 0
         self.peak = 0
         self.slices = 0
@@ -66,7 +72,7 @@ class _Slicer:
                 return pos  # no gap yet: more text first
             cut = g.start() + 1  # just after the '}'
             try:
-                events = self.decode(pos, cut, self.decoder)
+                self.add(pos, cut)
             except msgspec.DecodeError:
                 # A gap inside a string ("}, {" in a name): cut at the next one instead.
                 self.misses += 1
@@ -75,13 +81,26 @@ class _Slicer:
                 search_from = cut + 1
                 continue
             self.slices += 1
-            if not self.builder.add(events):  # epoch-scale float times: from now on, as text
-                self.decoder = _TEXT_EVENTS_DECODER
-                self.builder.add(self.decode(pos, cut, self.decoder))
-            del events
             pos = buf.index(b",", cut) + 1
             search_from = pos + chunk
         return pos
+
+    def add(self, pos: int, cut: int) -> None:
+        """The events between ``pos`` and ``cut`` into the builder: scanned by the native
+        reader, or else decoded by msgspec (which raises when the text does not decode)."""
+        scanned = native.scan(self.buf, pos, cut, self.text)
+        if scanned is not None:
+            self.text = scanned.text
+            scanned.add_to(self.builder)
+            return
+        events = self.decode(pos, cut, self.decoder)
+        if not self.builder.add(events):  # epoch-scale float times: from now on, as text
+            self.text = True
+            self.builder.add(self.decode(pos, cut, self.decoder))
+
+    @property
+    def decoder(self) -> msgspec.json.Decoder:
+        return _TEXT_EVENTS_DECODER if self.text else _EVENTS_DECODER
 
     def decode(self, pos: int, cut: int, decoder: msgspec.json.Decoder) -> list:
         """The events between ``pos`` and ``cut`` decoded in place, as a JSON array: the byte
@@ -103,9 +122,11 @@ class _Slicer:
         """The rest of the array and the document's tail, decoded with the head."""
         text = self.buf
         self.buf = bytearray()
+        doc = decode_rest(text, pos, head, self.builder, self.text)
+        if doc is not None:
+            return doc
         text[:pos] = head + b"["  # in place: the rest of the text is not copied
-        text_times = self.decoder is _TEXT_EVENTS_DECODER
-        doc = (_TEXT_TIME_DECODER if text_times else _DECODER).decode(text)
+        doc = (_TEXT_TIME_DECODER if self.text else _DECODER).decode(text)
         if not self.builder.add(doc.traceEvents):
             doc = _TEXT_TIME_DECODER.decode(text)
             self.builder.add(doc.traceEvents)
@@ -162,13 +183,34 @@ def decode_events(pieces: Iterable[bytes], builder: _FrameBuilder, chunk_bytes: 
         if pos > 1:
             del s.buf[: pos - 1]
             pos = 1
-    end = len(s.buf) - 1  # the closing ']'
-    if not builder.add(s.decode(pos, end, s.decoder)):
-        builder.add(s.decode(pos, end, _TEXT_EVENTS_DECODER))
+    s.add(pos, len(s.buf) - 1)  # up to the closing ']'
     return s.peak
 
 
-def _head(buf: bytearray) -> bytes | None:
+def decode_rest(text: bytes | bytearray, pos: int, head: bytes, builder: _FrameBuilder, text_times: bool):
+    """The document whose event array's rest starts at ``text[pos]``, ``head`` (before the
+    array's ``[``) being its start: the events up to the array's close scanned natively into
+    ``builder``, the small rest of the document (``head``, and what follows the array) decoded
+    by msgspec, its ``traceEvents`` emptied. ``None`` (nothing added) when the scanner declines,
+    the document does not decode, or the array is not the one msgspec takes as ``traceEvents``
+    (another one follows it): decode it all with msgspec then."""
+    scanned = native.scan(text, pos, None, text_times)
+    if scanned is None:
+        return None
+    with memoryview(text) as mv:
+        doc_text = b"".join((head, _SENTINEL, mv[scanned.end + 1 :]))
+    try:
+        doc = _DECODER.decode(doc_text)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    if len(doc.traceEvents) != 1 or doc.traceEvents[0].name != _SENTINEL_NAME:
+        return None
+    scanned.add_to(builder)
+    doc.traceEvents = []
+    return doc
+
+
+def _head(buf: bytearray | memoryview) -> bytes | None:
     """The text before the ``[`` of a top-level ``traceEvents`` in the first MiB, else None."""
     m = _TRACE_EVENTS_KEY.search(buf, 0, 1 << 20)
     if m is None:

@@ -1,0 +1,23 @@
+"""The optional C extension: tracekit/_kineto.c (the reader's fast path, tracekit/native.py).
+
+Everything else is declared in pyproject.toml. ``optional=True``: where it cannot be compiled
+(no compiler, no Python headers), the install still succeeds and the reader decodes with msgspec.
+"""
+
+import os
+
+from setuptools import Extension, setup
+
+#: gcc/clang: no fused multiply-add or fast math, so float times round exactly as numpy's do.
+_FLAGS = [] if os.name == "nt" else ["-O2", "-std=c11", "-fno-fast-math", "-ffp-contract=off"]
+
+setup(
+    ext_modules=[
+        Extension(
+            "tracekit._kineto",
+            ["tracekit/_kineto.c"],
+            extra_compile_args=_FLAGS,
+            optional=True,
+        )
+    ]
+)

@@ -1,0 +1,450 @@
+"""The native reader (tracekit/_kineto.c through tracekit/native.py) == the msgspec reader.
+
+Whatever the input -- every shared real trace, the sample traces, synthetic and builder traces,
+the broken inputs of test_bad_input, and hypothesis-generated and mutated event texts (escapes,
+unicode, huge ints, odd floats, missing fields, wrong types, truncations, deep nesting) --
+reading it with the native fast path gives exactly what ``TRACEKIT_NATIVE=0`` (msgspec) gives:
+the same columns, metadata and warnings, or the same one-line error; decoded whole and in small
+slices. Where the scanner declines a run of events it must be because msgspec would fail on it
+or because it is odd; it must never accept what msgspec refuses, nor differ from it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pandas as pd
+import pytest
+from bad_inputs import mini_trace
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from shared_traces import params
+from synthetic import make_trace
+from test_bad_input import BROKEN
+
+import tracekit.files as F
+import tracekit.native as N
+import tracekit.read as R
+from tracekit.columns import _FrameBuilder
+from tracekit.errors import TraceError
+from tracekit.streaming import _EVENTS_DECODER, _TEXT_EVENTS_DECODER
+from tracekit.testing.strategies import planted_traces
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+EXAMPLES = int(os.environ.get("TRACEKIT_FUZZ_EXAMPLES", "100"))
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
+
+
+@pytest.fixture
+def scans(monkeypatch):
+    """How often the scanner took a run of events, and how often it declined."""
+    seen = {"took": 0, "declined": 0}
+    real = N.scan
+
+    def spy(*args):
+        got = real(*args)
+        if N.enabled():
+            seen["took" if got is not None else "declined"] += 1
+        return got
+
+    monkeypatch.setattr(N, "scan", spy)
+    return seen
+
+
+def _outcome(path, native: bool, chunk: int | None = None, jobs: int = 1):
+    """What reading ``path`` gives: (events, meta, warnings), or the error line."""
+    env = os.environ.get("TRACEKIT_NATIVE")
+    os.environ["TRACEKIT_NATIVE"] = "1" if native else "0"
+    saved = R.CHUNK_BYTES, F.PIECE_BYTES
+    if chunk is not None:
+        R.CHUNK_BYTES, F.PIECE_BYTES = chunk, max(64, chunk // 4)
+    try:
+        got = R.read_trace(path, jobs=jobs)
+        return got.events, got.meta, got.warnings
+    except TraceError as e:
+        return str(e)
+    finally:
+        R.CHUNK_BYTES, F.PIECE_BYTES = saved
+        if env is None:
+            del os.environ["TRACEKIT_NATIVE"]
+        else:
+            os.environ["TRACEKIT_NATIVE"] = env
+
+
+def _same_outcome(a, b) -> None:
+    if isinstance(a, str) or isinstance(b, str):
+        assert a == b
+        return
+    pd.testing.assert_frame_equal(a[0], b[0])
+    assert a[1] == b[1]
+    assert list(a[1].get("thread_names", {}).items()) == list(b[1].get("thread_names", {}).items())
+    assert a[2] == b[2]
+
+
+def _check_file(path, chunks=(None, 1 << 14)) -> None:
+    for chunk in chunks:
+        _same_outcome(_outcome(path, True, chunk), _outcome(path, False, chunk))
+
+
+def test_the_extension_is_built():
+    """``pip install -e .`` compiles tracekit/_kineto.c; without it every other test here would
+    only compare msgspec with itself."""
+    assert N._kineto is not None, "tracekit._kineto is not compiled: pip install -e ."
+    assert N.enabled()
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("path", params())
+def test_shared_traces_read_the_same(path, scans):
+    _check_file(path)
+    assert scans["took"] > 0 and scans["declined"] <= scans["took"] // 4, scans  # cuts in strings
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("path", params())
+def test_shared_traces_read_the_same_in_parallel(path, tmp_path, monkeypatch, scans):
+    """Forked children and the parent scan their ranges natively: == msgspec's serial read."""
+    import tracekit.parallel_read as P
+
+    raw = open(path, "rb").read()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    if len(raw) < 1 << 20:
+        pytest.skip("small: one range")
+    p = tmp_path / "t.json"
+    p.write_bytes(raw)
+    monkeypatch.setattr(P, "MIN_BYTES", 0)
+    monkeypatch.setattr(P.threading, "active_count", lambda: 1)
+    taken: list = []
+    real = R.read_parallel
+    monkeypatch.setattr(R, "read_parallel", lambda *a: taken.append(real(*a)) or taken[-1])
+    _same_outcome(_outcome(p, True, 1 << 17, jobs=3), _outcome(p, False, None))
+    assert taken and taken[-1] is not None
+
+
+def test_sample_traces_read_the_same(scans):
+    paths = sorted(p for p in SAMPLES.glob("*/*.json*") if "manifest" not in p.name)
+    assert paths
+    for p in paths:
+        _check_file(p)
+    assert scans["took"] >= len(paths) and scans["declined"] == 0
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"ts_format": "int"},
+        {"big_ids": True, "old_categories": True, "shuffle": True},
+        {"module_source": "both", "backward_thread": "main", "fwd_thread_id": "tid"},
+    ],
+    ids=["float", "int", "big-ids-old-cats", "both-modules"],
+)
+def test_synthetic_traces_read_the_same(options, tmp_path, scans):
+    trace, _ = make_trace(**options)
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(trace))
+    _check_file(p, chunks=(None, 1 << 12))
+    assert scans["took"] > 0 and scans["declined"] == 0
+
+
+@FUZZ
+@given(planted_traces(max_steps=2, max_units=4))
+def test_planted_traces_read_the_same(tmp_path_factory, built):
+    p = built.write(tmp_path_factory.mktemp("planted") / "t.json")
+    _check_file(p, chunks=(None, 1 << 11))
+
+
+@pytest.mark.parametrize("name,data,needles", [pytest.param(n, d, k, id=i) for i, n, d, k in BROKEN])
+def test_broken_inputs_fail_the_same(tmp_path, name, data, needles):
+    p = tmp_path / name
+    p.write_bytes(data)
+    _check_file(p, chunks=(None, 256))
+
+
+def _mini_with(events: list, **extra) -> bytes:
+    doc = mini_trace()
+    doc["traceEvents"] = events + doc["traceEvents"]
+    doc.update(extra)
+    return json.dumps(doc, ensure_ascii=False).encode()
+
+
+# Odd but valid traces, each with the mini trace's valid kernels (so the columns are compared,
+# not just a "nothing to analyse" error).
+ODD = {
+    "epoch-floats": _mini_with([{"ph": "X", "cat": "kernel", "name": "k", "ts": 1.7e15 + 0.123, "dur": 1.5}]),
+    "epoch-ints-and-a-float": _mini_with(
+        [
+            {"ph": "X", "cat": "cpu_op", "name": "a", "ts": 2**44, "dur": 1},
+            {"ph": "X", "cat": "kernel", "ts": 0.5},
+        ]
+    ),
+    "float-ties": _mini_with(
+        [{"ph": "X", "cat": "kernel", "name": "t", "ts": 1.0005, "dur": 2.0015}]
+        + [{"ph": "X", "cat": "kernel", "name": "e", "ts": 1.7e15, "dur": 0.0025}]
+    ),
+    "big-and-string-ids": _mini_with(
+        [
+            {"ph": "X", "cat": "kernel", "name": "k", "pid": "7", "tid": "x", "ts": 1, "id": 2**64 + 5},
+            {"ph": "f", "cat": "fwdbwd", "id": -(2**70), "ts": 2, "pid": " 12 ", "tid": "1_0"},
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "ts": 3,
+                "args": {"correlation": "99", "stream": 2**63, "bytes": "9"},
+            },
+        ]
+    ),
+    "names-and-escapes": _mini_with(
+        [
+            {"ph": "M", "name": "thread_name", "pid": "1", "tid": 2, "args": {"name": "caf\u00e9 \u2028"}},
+            {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "\U0001f600"}},
+            {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": None}},
+            {"ph": "X", "cat": "Kernel", "name": 'a"b\\c\n\t\u0001\u00e9\U0001f600', "ts": 1, "dur": 2},
+            {"ph": "X", "cat": "KERNEL", "name": "", "ts": 1},
+        ]
+    ).replace(b'"cat": "KERNEL"', b'"cat": "KER\\u004eEL"'),
+    "unknown-and-odd-categories": _mini_with(
+        [
+            {"ph": "X", "cat": "Odd", "ts": 1},
+            {"ph": "X", "cat": "odd", "ts": 1},
+            {"ph": "i", "cat": "Trace", "ts": 1},
+            {"ph": "X", "cat": None, "ts": 1},
+            {"ph": None, "cat": "kernel", "ts": 1},
+            {"ph": "X", "cat": "python_function", "name": "nn.Module: X", "ts": 1, "dur": 1},
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "name": "deepspeed/runtime/engine.py(1): backward",
+                "ts": 1,
+            },
+            {"ph": "X", "cat": "python_function", "name": "f.py(1): g", "ts": 1},
+            {"ph": "s", "cat": "ac2g", "id": 3, "ts": 1},
+            {"ph": "t", "cat": "fwdbwd", "id": 3, "ts": 1},
+        ]
+    ),
+    "odd-times": _mini_with(
+        [
+            {"ph": "X", "cat": "kernel", "ts": None, "dur": None},
+            {"ph": "X", "cat": "kernel", "dur": -5},
+            {"ph": "X", "cat": "kernel", "ts": 4 * 10**15, "dur": 2**60},
+            {"ph": "X", "cat": "kernel", "ts": -1.5, "dur": 1e-300},
+            {"ph": "X", "cat": "kernel", "ts": 3999999999999999.9, "dur": 1e300},
+        ]
+    ).replace(b'"ts": -1.5', b'"ts": -15e-1'),
+    "bytes-and-collectives": _mini_with(
+        [
+            {"ph": "X", "cat": "kernel", "ts": 1, "args": {"bytes": 1.5, "Collective name": "allreduce"}},
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "ts": 1,
+                "args": {"bytes": 123456789012345678, "Collective name": None},
+            },
+            {"ph": "X", "cat": "kernel", "ts": 1, "args": {"bytes": None, "Input Dims": [[[1, [2]]]]}},
+        ]
+    ),
+    "two-traceEvents": b'{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1}], "traceEvents": []}',
+    "two-traceEvents-last-wins": b'{"traceEvents": [], "traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1}]}',
+    "bom": b"\xef\xbb\xbf" + _mini_with([]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ODD))
+def test_odd_traces_read_the_same(name, tmp_path):
+    p = tmp_path / "t.json"
+    p.write_bytes(ODD[name])
+    _check_file(p, chunks=(None, 128))
+    gz = tmp_path / "t.json.gz"
+    gz.write_bytes(gzip.compress(ODD[name]))
+    _check_file(gz, chunks=(None, 128))
+
+
+# ----------------------------------------------------------------------------- the scan alone
+
+
+def _msgspec_builder(text: bytes) -> _FrameBuilder | None:
+    """A builder fed the events of ``text`` (a run of events) by msgspec, None if that fails."""
+    b = _FrameBuilder()
+    try:
+        if not b.add(_EVENTS_DECODER.decode(b"[" + text + b"]")):
+            b.add(_TEXT_EVENTS_DECODER.decode(b"[" + text + b"]"))
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, OverflowError, RecursionError):
+        return None
+    return b
+
+
+def _same_builders(a: _FrameBuilder, b: _FrameBuilder) -> None:
+    assert a.n_events == b.n_events
+    assert a.unknown == b.unknown
+    assert list(a.thread_names.items()) == list(b.thread_names.items())
+    assert list(a.process_names.items()) == list(b.process_names.items())
+    assert len(a.parts) == len(b.parts)
+    for pa, pb in zip(a.parts, b.parts):
+        assert pa.keys() == pb.keys()
+        for k in pa:
+            x, y = pa[k], pb[k]
+            if isinstance(x, pd.Categorical):
+                assert list(x.categories) == list(y.categories), k
+                np.testing.assert_array_equal(x.codes, y.codes, err_msg=k)
+            else:
+                assert x.dtype == y.dtype, k
+                np.testing.assert_array_equal(x, y, err_msg=k)
+
+
+def check_scan(text: bytes) -> str:
+    """The scanner on a run of events: it declines, or it gives msgspec's builder exactly; and
+    it never accepts what msgspec refuses. Returns what happened."""
+    want = _msgspec_builder(text)
+    got = N.scan(text, 0, len(text), False)
+    if got is None:
+        return "declined"
+    assert want is not None, "the scanner accepted text msgspec refuses"
+    b = _FrameBuilder()
+    got.add_to(b)
+    _same_builders(b, want)
+    return "took"
+
+
+NUMBER_TEXTS = st.sampled_from(
+    [
+        "0", "-0", "-0.0", "1e3", "1.5E+2", "15e-1", "0.0005", "1.0005", "2.0015", "-2.0025", "1700000000000000.123",
+        "1.7e15", "8796093022208.5", "8796093022207.9995", "123456789012345678", "1234567890123456789",
+        "123456789012345678901", "18446744073709551616", "-9223372036854775809", "1e400", "-1e400", "1e-400",
+        "4e15", "3999999999999999.9995", "4000000000000000", "-3999999999999999", "0.1234567890123456789012345",
+        "12345.678901234567890123456789012345", "01", "1.", ".5", "-", "1e", "NaN", "Infinity", "-Infinity", "0x10",
+    ]
+)  # fmt: skip
+FLOAT_TEXTS = st.floats(allow_nan=False, allow_infinity=False).map(repr) | st.floats(
+    allow_nan=False, allow_infinity=False
+).map(lambda f: f"{f:.6e}")
+NUMBERS = NUMBER_TEXTS | st.integers(-(2**70), 2**70).map(str) | FLOAT_TEXTS
+STRINGS = st.builds(
+    json.dumps,
+    st.text(max_size=12) | st.sampled_from(["X", "s", "f", "t", "M", "kernel", "Kernel", "cpu_op", "python_function", "nn.Module: A", "thread_name", "process_name", "12", " 7", "x"]),
+    ensure_ascii=st.booleans(),
+)  # fmt: skip
+RAW_STRINGS = st.sampled_from(
+    [
+        r'"\ud800"',
+        r'"\udc00x"',
+        r'"\ud800\u0041"',
+        '"\\q"',
+        '"a\x01"',
+        '"\xff"',
+        r'"\u00e9\u004b"',
+        r'"\/\b\f"',
+    ]
+)
+SCALARS = NUMBERS | STRINGS | RAW_STRINGS | st.sampled_from(["null", "true", "false"])
+
+
+@st.composite
+def values(draw, depth: int = 0) -> str:
+    if depth > 3 or draw(st.integers(0, 3)):
+        return draw(SCALARS)
+    items = draw(st.lists(values(depth + 1), max_size=3))
+    if draw(st.booleans()):
+        return "[" + ",".join(items) + "]"
+    keys = draw(st.lists(STRINGS, min_size=len(items), max_size=len(items)))
+    return "{" + ", ".join(f"{k}: {v}" for k, v in zip(keys, items)) + "}"
+
+
+EVENT_KEYS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "args", "bp", "p\\u0068"]
+ARG_KEYS = [
+    "correlation",
+    "Sequence number",
+    "Fwd thread id",
+    "stream",
+    "Collective name",
+    "bytes",
+    "name",
+    "x",
+]
+
+
+_SPACES = ["", " ", "\n"]
+
+
+@st.composite
+def objects(draw, keys: list[str], inner=None) -> str:
+    members = []
+    for key in draw(st.lists(st.sampled_from(keys), max_size=8)):
+        v = draw(inner) if inner is not None and key == "args" and draw(st.booleans()) else draw(values())
+        members.append(f'"{key}"{draw(st.sampled_from(_SPACES))}:{v}')
+    return "{" + draw(st.sampled_from([",", ", "])).join(members) + "}"
+
+
+EVENTS = st.lists(objects(EVENT_KEYS, objects(ARG_KEYS)), min_size=1, max_size=6).map(", ".join)
+
+
+@FUZZ
+@given(EVENTS)
+def test_scanned_events_equal_msgspec_or_are_declined(text):
+    check_scan(text.encode())
+
+
+@FUZZ
+@given(EVENTS, st.data())
+def test_mutated_event_text_equal_msgspec_or_declined(text, data):
+    raw = bytearray(text.encode())
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(0, max(0, len(raw) - 1)))
+        what = data.draw(st.sampled_from(["flip", "delete", "insert", "truncate", "deep"]))
+        if what == "flip" and raw:
+            raw[i] = data.draw(st.integers(0, 255))
+        elif what == "delete":
+            del raw[i : i + data.draw(st.integers(1, 8))]
+        elif what == "insert":
+            raw[i:i] = data.draw(
+                st.sampled_from([b"[", b"{", b'"', b"\\", b",", b"}", b"]", b"\xc3", b"\x00", b"1e9"])
+            )
+        elif what == "truncate":
+            del raw[i:]
+        else:
+            raw[i:i] = b"[" * 70 + b"]" * 70
+    check_scan(bytes(raw))
+
+
+def test_the_scan_takes_valid_text_and_declines_the_rest():
+    """Plain anchors for the properties above (so they cannot pass by declining everything)."""
+    ok = b'{"ph": "X", "cat": "kernel", "name": "k\\u00e9", "pid": 1, "tid": "7", "ts": 1.5, "dur": 2}'
+    assert check_scan(ok) == "took"
+    assert (
+        check_scan(ok + b', {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "m"}}')
+        == "took"
+    )
+    for bad in [
+        ok[:-1],  # truncated
+        ok.replace(b'"ts": 1.5', b'"ts": NaN'),
+        ok.replace(b'"pid": 1', b'"pid": 1.0'),  # msgspec: a float is not an int | str
+        ok.replace(b'"ph": "X"', b'"ph": "X", "ph": "X"'),  # duplicate key
+        ok.replace(b"k\\u00e9", b"k\\ud800"),  # lone surrogate
+        ok.replace(b"k\\u00e9", b"k\xff"),  # invalid UTF-8
+        ok.replace(b'"dur": 2', b'"dur": 2, "x": ' + b"[" * 100 + b"]" * 100),  # deep
+    ]:
+        assert check_scan(bad) == "declined", bad
+
+
+def test_huge_runs_and_hash_collisions_stay_linear():
+    """Many distinct strings (each interned once) and a long run scan to the same builder."""
+    evs = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": f"p{i % 7}", "ts": i, "dur": 1}
+        for i in range(20000)
+    ]
+    text = json.dumps(evs)[1:-1].encode()
+    assert check_scan(text) == "took"

@@ -1,0 +1,1424 @@
+/*
+ * tracekit/_kineto.c -- one pass over the text of Kineto's "traceEvents", straight to columns.
+ *
+ * Design
+ * ------
+ * scan(text, start, end, text_times) reads the events in text[start:end]: a run of whole events
+ * "{...}, {...}" cut out of the traceEvents array, as tracekit/streaming.py slices it (with
+ * end=None: the events up to the array's closing "]", whose offset is returned). It returns a
+ * dict of columns, one entry per event, as bytes (numpy views them without a copy):
+ *
+ *   triple      int32   code of the event's (ph, cat, name) in "triples" (int32 x 3 string
+ *                       codes each, -1 for absent or null): which events are kept, and as what
+ *                       kind, is decided per distinct triple in Python by tracekit/schema.py's
+ *                       rules (tracekit/native.py). No rule is written twice.
+ *   pid tid flow_id corr seq fwd_tid stream
+ *               int64   ints modulo 2**64 (as tracekit.columns wraps them), -1 when absent or
+ *                       null; a string value stores its string code and sets bit k of "idstr"
+ *                       (k = the column's position in that list): Python converts it.
+ *   ts dur      int64   nanoseconds, with bits in "tflags" (valid, was a float, is beyond
+ *                       2**43 us): exactly tracekit/timetext.py's number_times per value, or
+ *                       with text_times its text_times (the Python side decides per slice,
+ *                       as tracekit.columns does, which of the two applies).
+ *   bytes       float64 args.bytes when a number, else NaN.
+ *   collective  int32   string code of args["Collective name"], -1 when absent or null.
+ *   meta        list    (index, pid, tid, args.name) for each event with a string args.name
+ *                       (metadata events naming processes and threads), pid and tid as msgspec
+ *                       decodes them (int, str or None).
+ *   strings     list    the distinct strings, one Python str each, indexed by the codes.
+ *
+ * Strings are interned by their raw bytes in an open-addressing hash table (a seeded hash,
+ * and a probe budget: a table that probes too much gives up, so hostile collisions cannot
+ * make the scan quadratic); only distinct values become Python objects.
+ *
+ * Exactness by refusal: the scanner validates the whole run strictly as JSON (grammar, UTF-8,
+ * escapes and surrogate pairs, control characters, nesting up to MAX_DEPTH) and the types
+ * tracekit.schema's msgspec structs accept. Anything it does not handle exactly as the msgspec
+ * path does -- malformed or truncated JSON, a value of the wrong type, a duplicate or escaped
+ * key, NaN/Infinity, numbers out of range or longer than it converts, exponents in text times,
+ * deep nesting -- makes scan() return None, and the caller decodes that run with msgspec,
+ * which gives today's columns, errors and warnings. So scan() succeeds only where msgspec
+ * would, with the same values.
+ *
+ * Safety: every read is checked against the end of the run; recursion is bounded by
+ * MAX_DEPTH; memory grows with the number of events in the run (each event is at least two
+ * bytes of text); the buffer is held through the buffer protocol for the whole scan.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OK 0
+#define FAIL (-1)  /* not handled here: the caller decodes the run with msgspec */
+#define NOMEM (-2) /* out of memory: MemoryError */
+#define TRY(x)              \
+    do {                    \
+        int r_ = (x);       \
+        if (r_ != OK)       \
+            return r_;      \
+    } while (0)
+
+#define MAX_DEPTH 64
+#define MAX_US 4000000000000000LL       /* tracekit.timetext.MAX_US */
+#define EXACT_FLOAT_US 8796093022208.0  /* 2**43: tracekit.timetext.EXACT_FLOAT_US */
+#define TEXT_WIDE 32                    /* tracekit.timetext._WIDE */
+#define MAX_INT_DIGITS 64               /* longer ints in typed fields: msgspec's business */
+
+/* Bits of tflags. */
+#define TS_OK 1
+#define DUR_OK 2
+#define TS_FLOAT 4
+#define TS_BIG 8
+#define DUR_FLOAT 16
+#define DUR_BIG 32
+
+/* The id columns, in the order of the idstr bits. */
+enum { I_PID, I_TID, I_ID, I_CORR, I_SEQ, I_FWD, I_STREAM, N_IDS };
+static const char *const ID_NAMES[N_IDS] = {"pid", "tid", "flow_id", "corr", "seq", "fwd_tid", "stream"};
+
+/* ------------------------------------------------------------------ growable arrays */
+
+static int
+grow(void **arr, size_t elem, size_t need, size_t *cap)
+{
+    if (need <= *cap)
+        return OK;
+    size_t n = *cap ? *cap : 256;
+    while (n < need)
+        n *= 2;
+    if (n > PY_SSIZE_T_MAX / elem)
+        return NOMEM;
+    void *p = realloc(*arr, n * elem);
+    if (!p)
+        return NOMEM;
+    *arr = p;
+    *cap = n;
+    return OK;
+}
+
+/* ------------------------------------------------------------------ string interning */
+
+typedef struct {
+    const uint8_t *s; /* raw bytes between the quotes (escapes not decoded) */
+    Py_ssize_t len;
+    uint64_t hash;
+    int esc;
+} StrEnt;
+
+typedef struct {
+    StrEnt *ents;
+    size_t n, cap;
+    int32_t *slots; /* index into ents, -1: empty */
+    size_t nslots;
+} Interner;
+
+typedef struct {
+    int32_t *keys; /* ph, cat, name codes */
+    size_t n, cap;
+    int32_t *slots;
+    size_t nslots;
+} Triples;
+
+static uint64_t
+mix64(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h;
+}
+
+static uint64_t
+hash_bytes(const uint8_t *p, Py_ssize_t n, uint64_t seed)
+{
+    uint64_t h = seed ^ ((uint64_t)n * 0x9e3779b97f4a7c15ULL);
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0x9fb21c651e98df25ULL;
+        h ^= h >> 29;
+        p += 8;
+        n -= 8;
+    }
+    if (n > 0) {
+        uint64_t w = 0;
+        memcpy(&w, p, (size_t)n);
+        h = (h ^ w) * 0x9fb21c651e98df25ULL;
+    }
+    return mix64(h);
+}
+
+/* Allocate a slot table of at least twice `want` entries, all empty. */
+static int
+new_slots(int32_t **slots, size_t *nslots, size_t want)
+{
+    size_t n = 1024;
+    while (n < 2 * want)
+        n *= 2;
+    int32_t *s = malloc(n * sizeof(int32_t));
+    if (!s)
+        return NOMEM;
+    memset(s, 0xff, n * sizeof(int32_t));
+    free(*slots);
+    *slots = s;
+    *nslots = n;
+    return OK;
+}
+
+/* ------------------------------------------------------------------ the scan's state */
+
+typedef enum { TOK_NONE, TOK_INT, TOK_STR } TokType;
+
+typedef struct {
+    TokType type;
+    const uint8_t *s; /* TOK_INT: the digits' text */
+    Py_ssize_t len;
+    int32_t code; /* TOK_STR */
+} Tok;
+
+typedef struct {
+    size_t index;
+    Tok pid, tid;
+    int32_t argname;
+} MetaEnt;
+
+typedef struct {
+    size_t n, cap;
+    int32_t *triple;
+    int64_t *ids[N_IDS];
+    uint8_t *idstr;
+    int64_t *ts, *dur;
+    uint8_t *tflags;
+    double *nbytes;
+    int32_t *coll;
+} Cols;
+
+typedef struct {
+    const uint8_t *p, *end;
+    int text_times;
+    uint64_t seed;
+    size_t probes, lookups; /* the hash tables' work, against a budget */
+    Interner strs;
+    Triples triples;
+    Cols cols;
+    MetaEnt *meta;
+    size_t nmeta, metacap;
+} Ctx;
+
+/* Hash tables may probe this many times per lookup on average (plus a constant) before the
+ * scan gives up: a well-spread table needs ~1.5. */
+#define PROBE_BUDGET(c) (16 * (c)->lookups + 65536)
+
+static int
+rehash_strings(Interner *t)
+{
+    TRY(new_slots(&t->slots, &t->nslots, t->n + 1));
+    size_t mask = t->nslots - 1;
+    for (size_t i = 0; i < t->n; i++) {
+        size_t j = t->ents[i].hash & mask;
+        while (t->slots[j] >= 0)
+            j = (j + 1) & mask;
+        t->slots[j] = (int32_t)i;
+    }
+    return OK;
+}
+
+/* The code of the string with raw bytes s[0:len], added when new. */
+static int
+intern(Ctx *c, const uint8_t *s, Py_ssize_t len, int esc, int32_t *code)
+{
+    Interner *t = &c->strs;
+    if (2 * (t->n + 1) > t->nslots)
+        TRY(rehash_strings(t));
+    uint64_t h = hash_bytes(s, len, c->seed);
+    size_t mask = t->nslots - 1, j = h & mask;
+    c->lookups++;
+    for (;;) {
+        int32_t k = t->slots[j];
+        if (k < 0)
+            break;
+        StrEnt *e = &t->ents[k];
+        if (e->hash == h && e->len == len && memcmp(e->s, s, (size_t)len) == 0) {
+            *code = k;
+            return OK;
+        }
+        j = (j + 1) & mask;
+        if (++c->probes > PROBE_BUDGET(c))
+            return FAIL;
+    }
+    if (t->n >= INT32_MAX)
+        return FAIL;
+    TRY(grow((void **)&t->ents, sizeof(StrEnt), t->n + 1, &t->cap));
+    t->ents[t->n] = (StrEnt){s, len, h, esc};
+    t->slots[j] = (int32_t)t->n;
+    *code = (int32_t)t->n++;
+    return OK;
+}
+
+static uint64_t
+hash_triple(const int32_t *k, uint64_t seed)
+{
+    uint64_t h = seed;
+    for (int i = 0; i < 3; i++)
+        h = mix64(h ^ (uint32_t)k[i]) + 0x9e3779b97f4a7c15ULL;
+    return h;
+}
+
+static int
+rehash_triples(Ctx *c)
+{
+    Triples *t = &c->triples;
+    TRY(new_slots(&t->slots, &t->nslots, t->n + 1));
+    size_t mask = t->nslots - 1;
+    for (size_t i = 0; i < t->n; i++) {
+        size_t j = hash_triple(t->keys + 3 * i, c->seed) & mask;
+        while (t->slots[j] >= 0)
+            j = (j + 1) & mask;
+        t->slots[j] = (int32_t)i;
+    }
+    return OK;
+}
+
+/* The code of the (ph, cat, name) triple, added when new. */
+static int
+triple_code(Ctx *c, int32_t ph, int32_t cat, int32_t name, int32_t *code)
+{
+    Triples *t = &c->triples;
+    if (2 * (t->n + 1) > t->nslots)
+        TRY(rehash_triples(c));
+    int32_t key[3] = {ph, cat, name};
+    size_t mask = t->nslots - 1, j = hash_triple(key, c->seed) & mask;
+    c->lookups++;
+    for (;;) {
+        int32_t k = t->slots[j];
+        if (k < 0)
+            break;
+        if (memcmp(t->keys + 3 * (size_t)k, key, sizeof key) == 0) {
+            *code = k;
+            return OK;
+        }
+        j = (j + 1) & mask;
+        if (++c->probes > PROBE_BUDGET(c))
+            return FAIL;
+    }
+    if (t->n >= INT32_MAX)
+        return FAIL;
+    TRY(grow((void **)&t->keys, 3 * sizeof(int32_t), t->n + 1, &t->cap));
+    memcpy(t->keys + 3 * t->n, key, sizeof key);
+    t->slots[j] = (int32_t)t->n;
+    *code = (int32_t)t->n++;
+    return OK;
+}
+
+/* ------------------------------------------------------------------ JSON tokens */
+
+/* Bytes that may stand in a string as they are: printable ASCII but '"' and '\\'. */
+static uint8_t PLAIN[256];
+
+static void
+init_tables(void)
+{
+    for (int i = 0x20; i < 0x80; i++)
+        PLAIN[i] = 1;
+    PLAIN['"'] = PLAIN['\\'] = 0;
+}
+
+#define IS_DIGIT(ch) ((uint8_t)((ch) - '0') < 10)
+
+static inline void
+skip_ws(Ctx *c)
+{
+    const uint8_t *p = c->p, *end = c->end;
+    if (p < end && *p > ' ') /* the common case: no whitespace */
+        return;
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+        p++;
+    c->p = p;
+}
+
+/* Expect byte ch (after whitespace) and step over it. */
+static int
+expect(Ctx *c, uint8_t ch)
+{
+    skip_ws(c);
+    if (c->p >= c->end || *c->p != ch)
+        return FAIL;
+    c->p++;
+    return OK;
+}
+
+static int
+hex4(const uint8_t *p, const uint8_t *end, unsigned *out)
+{
+    if (end - p < 4)
+        return FAIL;
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        uint8_t ch = p[i];
+        unsigned d;
+        if (IS_DIGIT(ch))
+            d = ch - '0';
+        else if ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'f')
+            d = (ch | 0x20) - 'a' + 10;
+        else
+            return FAIL;
+        v = v * 16 + d;
+    }
+    *out = v;
+    return OK;
+}
+
+/* The escape at *pp (a backslash): checked, and stepped over. Lone surrogates are refused. */
+static int
+check_escape(const uint8_t **pp, const uint8_t *end)
+{
+    const uint8_t *p = *pp;
+    if (end - p < 2)
+        return FAIL;
+    switch (p[1]) {
+    case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+        *pp = p + 2;
+        return OK;
+    case 'u': {
+        unsigned u, lo;
+        TRY(hex4(p + 2, end, &u));
+        if (u >= 0xdc00 && u <= 0xdfff)
+            return FAIL;
+        if (u >= 0xd800 && u <= 0xdbff) {
+            if (end - p < 12 || p[6] != '\\' || p[7] != 'u')
+                return FAIL;
+            TRY(hex4(p + 8, end, &lo));
+            if (lo < 0xdc00 || lo > 0xdfff)
+                return FAIL;
+            *pp = p + 12;
+            return OK;
+        }
+        *pp = p + 6;
+        return OK;
+    }
+    default:
+        return FAIL;
+    }
+}
+
+/* Length of the valid UTF-8 sequence at p (a byte >= 0x80), 0 if invalid (as Python's
+ * decoder judges: no overlong forms, no surrogates, nothing above U+10FFFF). */
+static int
+utf8_len(const uint8_t *p, const uint8_t *end)
+{
+    uint8_t b0 = p[0];
+    Py_ssize_t left = end - p;
+#define CONT(x) (((x) & 0xc0) == 0x80)
+    if (b0 >= 0xc2 && b0 <= 0xdf)
+        return left >= 2 && CONT(p[1]) ? 2 : 0;
+    if (b0 >= 0xe0 && b0 <= 0xef) {
+        if (left < 3 || !CONT(p[1]) || !CONT(p[2]))
+            return 0;
+        if (b0 == 0xe0 && p[1] < 0xa0)
+            return 0;
+        if (b0 == 0xed && p[1] > 0x9f)
+            return 0;
+        return 3;
+    }
+    if (b0 >= 0xf0 && b0 <= 0xf4) {
+        if (left < 4 || !CONT(p[1]) || !CONT(p[2]) || !CONT(p[3]))
+            return 0;
+        if (b0 == 0xf0 && p[1] < 0x90)
+            return 0;
+        if (b0 == 0xf4 && p[1] > 0x8f)
+            return 0;
+        return 4;
+    }
+    return 0;
+#undef CONT
+}
+
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+/* The first byte from p that is not PLAIN (or end). Eight bytes at a time: a byte of w is
+ * flagged when it is '"', '\\', below 0x20 or at least 0x80 (the zero-byte tests flag exactly
+ * from the lowest such byte up, so the lowest flag is exact). */
+static inline const uint8_t *
+skip_plain(const uint8_t *p, const uint8_t *end)
+{
+    while (end - p >= 8) {
+        uint64_t w, q, b;
+        memcpy(&w, p, 8);
+        q = w ^ (ONES * '"');
+        b = w ^ (ONES * '\\');
+        uint64_t flag = ((q - ONES) & ~q) | ((b - ONES) & ~b) | ((w - ONES * 0x20) & ~w) | w;
+        flag &= HIGHS;
+        if (flag) {
+#if PY_LITTLE_ENDIAN && defined(__GNUC__)
+            return p + (__builtin_ctzll(flag) >> 3);
+#else
+            break;
+#endif
+        }
+        p += 8;
+    }
+    while (p < end && PLAIN[*p])
+        p++;
+    return p;
+}
+
+typedef struct {
+    const uint8_t *s; /* the raw bytes between the quotes */
+    Py_ssize_t len;
+    int esc;
+} Str;
+
+/* The string at c->p (its opening quote), checked, and stepped over. */
+static int
+parse_string(Ctx *c, Str *out)
+{
+    const uint8_t *p = c->p + 1, *end = c->end;
+    int esc = 0;
+    for (;;) {
+        p = skip_plain(p, end);
+        if (p >= end)
+            return FAIL;
+        uint8_t ch = *p;
+        if (ch == '"')
+            break;
+        if (ch == '\\') {
+            TRY(check_escape(&p, end));
+            esc = 1;
+        }
+        else if (ch < 0x20) {
+            return FAIL;
+        }
+        else {
+            int k = utf8_len(p, end);
+            if (!k)
+                return FAIL;
+            p += k;
+        }
+    }
+    out->s = c->p + 1;
+    out->len = p - out->s;
+    out->esc = esc;
+    c->p = p + 1;
+    return OK;
+}
+
+typedef struct {
+    const uint8_t *s; /* the number's text */
+    Py_ssize_t len;
+    int neg, is_int, has_exp;
+    uint64_t wrapped; /* ints: the value modulo 2**64 */
+} Num;
+
+static const uint8_t *
+skip_digits(const uint8_t *p, const uint8_t *end)
+{
+    while (p < end && IS_DIGIT(*p))
+        p++;
+    return p;
+}
+
+/* The number at c->p, checked against JSON's grammar, and stepped over. */
+static int
+parse_number(Ctx *c, Num *n)
+{
+    const uint8_t *p = c->p, *end = c->end;
+    uint64_t v = 0;
+    n->s = p;
+    n->neg = *p == '-';
+    n->is_int = 1;
+    n->has_exp = 0;
+    p += n->neg;
+    if (p >= end || !IS_DIGIT(*p))
+        return FAIL;
+    if (*p == '0')
+        p++;
+    else
+        for (; p < end && IS_DIGIT(*p); p++)
+            v = v * 10 + (uint64_t)(*p - '0');
+    if (p < end && *p == '.') {
+        n->is_int = 0;
+        if (++p >= end || !IS_DIGIT(*p))
+            return FAIL;
+        p = skip_digits(p, end);
+    }
+    if (p < end && (*p | 0x20) == 'e') {
+        n->is_int = 0;
+        n->has_exp = 1;
+        if (++p < end && (*p == '+' || *p == '-'))
+            p++;
+        if (p >= end || !IS_DIGIT(*p))
+            return FAIL;
+        p = skip_digits(p, end);
+    }
+    n->wrapped = n->neg ? 0 - v : v;
+    n->len = p - n->s;
+    c->p = p;
+    return OK;
+}
+
+static int
+parse_literal(Ctx *c, const char *word)
+{
+    size_t k = strlen(word);
+    if ((size_t)(c->end - c->p) < k || memcmp(c->p, word, k) != 0)
+        return FAIL;
+    c->p += k;
+    return OK;
+}
+
+static int skip_value(Ctx *c, int depth);
+
+/* The object or array at c->p, checked and stepped over (close is '}' or ']'). */
+static int
+skip_container(Ctx *c, int depth, uint8_t close)
+{
+    c->p++;
+    skip_ws(c);
+    if (c->p < c->end && *c->p == close) {
+        c->p++;
+        return OK;
+    }
+    for (;;) {
+        skip_ws(c);
+        if (close == '}') {
+            Str key;
+            if (c->p >= c->end || *c->p != '"')
+                return FAIL;
+            TRY(parse_string(c, &key));
+            TRY(expect(c, ':'));
+            skip_ws(c);
+        }
+        TRY(skip_value(c, depth + 1));
+        skip_ws(c);
+        if (c->p >= c->end)
+            return FAIL;
+        if (*c->p == ',') {
+            c->p++;
+            continue;
+        }
+        if (*c->p != close)
+            return FAIL;
+        c->p++;
+        return OK;
+    }
+}
+
+/* Any JSON value at c->p, checked and stepped over; depth bounds the recursion. */
+static int
+skip_value(Ctx *c, int depth)
+{
+    if (depth > MAX_DEPTH || c->p >= c->end)
+        return FAIL;
+    switch (*c->p) {
+    case '"': {
+        Str s;
+        return parse_string(c, &s);
+    }
+    case '{':
+        return skip_container(c, depth, '}');
+    case '[':
+        return skip_container(c, depth, ']');
+    case 't':
+        return parse_literal(c, "true");
+    case 'f':
+        return parse_literal(c, "false");
+    case 'n':
+        return parse_literal(c, "null");
+    default: {
+        Num n;
+        if (*c->p != '-' && !IS_DIGIT(*c->p))
+            return FAIL;
+        return parse_number(c, &n);
+    }
+    }
+}
+
+/* ------------------------------------------------------------------ numbers to values */
+
+static const double POW10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* The correctly rounded double of a long or extreme number: Python's own parser. */
+static int
+slow_double(const Num *n, double *out)
+{
+    char buf[400];
+    if (n->len >= (Py_ssize_t)sizeof buf)
+        return FAIL;
+    memcpy(buf, n->s, (size_t)n->len);
+    buf[n->len] = 0;
+    char *stop = NULL;
+    double d = PyOS_string_to_double(buf, &stop, NULL);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return FAIL;
+    }
+    if (stop != buf + n->len)
+        return FAIL;
+    *out = d;
+    return OK;
+}
+
+/* The number as msgspec decodes a float: correctly rounded (Clinger's exact fast path, else
+ * Python's parser). Infinite (beyond float range) is refused: msgspec rejects it. */
+static int
+num_double(const Num *n, double *out)
+{
+    const uint8_t *p = n->s + n->neg, *e = n->s + n->len;
+    uint64_t m = 0;
+    int nd = 0, slow = 0;
+    long nfrac = 0, exp10 = 0;
+    for (; p < e && IS_DIGIT(*p); p++)
+        if (nd || *p != '0') {
+            m = m * 10 + (uint64_t)(*p - '0');
+            slow |= ++nd > 19;
+        }
+    if (p < e && *p == '.')
+        for (p++; p < e && IS_DIGIT(*p); p++) {
+            nfrac++;
+            if (nd || *p != '0') {
+                m = m * 10 + (uint64_t)(*p - '0');
+                slow |= ++nd > 19;
+            }
+        }
+    if (p < e) { /* the exponent */
+        int eneg = 0;
+        p++;
+        if (*p == '+' || *p == '-')
+            eneg = *p++ == '-';
+        for (; p < e; p++)
+            if (exp10 < 100000)
+                exp10 = exp10 * 10 + (*p - '0');
+        if (eneg)
+            exp10 = -exp10;
+    }
+    double d;
+    long e10 = exp10 - nfrac;
+    if (!slow && m == 0)
+        d = 0.0;
+    else if (!slow && m <= (1ULL << 53) && e10 >= -22 && e10 <= 22)
+        d = e10 < 0 ? (double)m / POW10[-e10] : (double)m * POW10[e10];
+    else {
+        TRY(slow_double(n, out));
+        if (isinf(*out))
+            return FAIL;
+        return OK;
+    }
+    *out = n->neg ? -d : d;
+    return OK;
+}
+
+/* Microseconds as tracekit.timetext.number_times converts one decoded value. */
+static int
+time_number(const Num *n, int64_t *ns, uint8_t *flags, uint8_t okbit, uint8_t floatbit, uint8_t bigbit)
+{
+    *ns = 0;
+    if (n->is_int) {
+        if (n->len - n->neg > 18) /* beyond int64: msgspec makes a big int, numpy balks */
+            return FAIL;
+        int64_t v = (int64_t)n->wrapped;
+        if (v > -MAX_US && v < MAX_US) {
+            *ns = v * 1000;
+            *flags |= okbit;
+            if (v >= (1LL << 43) || v <= -(1LL << 43))
+                *flags |= bigbit;
+        }
+        return OK;
+    }
+    double f;
+    TRY(num_double(n, &f));
+    *flags |= floatbit;
+    if (f > -(double)MAX_US && f < (double)MAX_US) {
+        *flags |= okbit;
+        if (fabs(f) >= EXACT_FLOAT_US)
+            *flags |= bigbit;
+        double whole = trunc(f); /* as numpy does it: whole and fraction apart */
+        *ns = (int64_t)whole * 1000 + (int64_t)rint((f - whole) * 1000.0);
+    }
+    return OK;
+}
+
+/* Microseconds as tracekit.timetext.text_times converts one number's text (its _plain_ns:
+ * exact, ties to even). Exponents and wide numbers (Decimal there) are left to it. */
+static int
+time_text(const Num *n, int64_t *ns, int *ok)
+{
+    const uint8_t *p = n->s + n->neg, *e = n->s + n->len;
+    *ns = 0;
+    *ok = 0;
+    if (n->has_exp || n->len > TEXT_WIDE)
+        return FAIL;
+    int64_t whole = 0;
+    int nint = 0;
+    for (; p < e && *p != '.'; p++, nint++)
+        if (nint < 17)
+            whole = whole * 10 + (*p - '0');
+    if (nint > 16 || whole >= MAX_US)
+        return OK;
+    int dig[4] = {0, 0, 0, 0}, beyond = 0;
+    if (p < e)
+        p++; /* the '.' */
+    for (int k = 0; p < e; p++, k++) {
+        if (k < 4)
+            dig[k] = *p - '0';
+        else
+            beyond |= *p != '0';
+    }
+    int64_t frac = dig[0] * 100 + dig[1] * 10 + dig[2];
+    int up = dig[3] > 5 || (dig[3] == 5 && (beyond || (frac & 1)));
+    int64_t mag = whole * 1000 + frac + up;
+    *ns = n->neg ? -mag : mag;
+    *ok = 1;
+    return OK;
+}
+
+/* ------------------------------------------------------------------ events */
+
+typedef enum { T_MISSING, T_NULL, T_NUM } TimeTag;
+
+typedef struct {
+    int32_t ph, cat, name, coll, argname;
+    int64_t ids[N_IDS];
+    uint8_t idstr;
+    Tok pid, tid;
+    TimeTag ts_tag, dur_tag;
+    Num ts, dur;
+    double nbytes;
+} Ev;
+
+enum { K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_ID, K_ARGS, K_OTHER };
+enum { A_CORR, A_SEQ, A_FWD, A_STREAM, A_COLL, A_BYTES, A_NAME, A_OTHER };
+
+#define KEY_IS(s, len, lit) ((len) == (Py_ssize_t)(sizeof(lit) - 1) && memcmp((s), (lit), (len)) == 0)
+
+static int
+event_key(const Str *k)
+{
+    const uint8_t *s = k->s;
+    Py_ssize_t n = k->len;
+    if (n < 2 || n > 4)
+        return K_OTHER;
+    if (KEY_IS(s, n, "ph"))
+        return K_PH;
+    if (KEY_IS(s, n, "ts"))
+        return K_TS;
+    if (KEY_IS(s, n, "id"))
+        return K_ID;
+    if (KEY_IS(s, n, "cat"))
+        return K_CAT;
+    if (KEY_IS(s, n, "pid"))
+        return K_PID;
+    if (KEY_IS(s, n, "tid"))
+        return K_TID;
+    if (KEY_IS(s, n, "dur"))
+        return K_DUR;
+    if (KEY_IS(s, n, "name"))
+        return K_NAME;
+    if (KEY_IS(s, n, "args"))
+        return K_ARGS;
+    return K_OTHER;
+}
+
+static int
+args_key(const Str *k)
+{
+    const uint8_t *s = k->s;
+    Py_ssize_t n = k->len;
+    if (KEY_IS(s, n, "correlation"))
+        return A_CORR;
+    if (KEY_IS(s, n, "Sequence number"))
+        return A_SEQ;
+    if (KEY_IS(s, n, "Fwd thread id"))
+        return A_FWD;
+    if (KEY_IS(s, n, "stream"))
+        return A_STREAM;
+    if (KEY_IS(s, n, "Collective name"))
+        return A_COLL;
+    if (KEY_IS(s, n, "bytes"))
+        return A_BYTES;
+    if (KEY_IS(s, n, "name"))
+        return A_NAME;
+    return A_OTHER;
+}
+
+/* A `str | None` field: its string code, -1 for null. */
+static int
+parse_str_or_null(Ctx *c, int32_t *code)
+{
+    if (c->p < c->end && *c->p == '"') {
+        Str s;
+        TRY(parse_string(c, &s));
+        return intern(c, s.s, s.len, s.esc, code);
+    }
+    *code = -1;
+    return parse_literal(c, "null");
+}
+
+/* An `int | str | None` id field (ints modulo 2**64, strings by code and an idstr bit). */
+static int
+parse_id(Ctx *c, Ev *ev, int slot, Tok *tok)
+{
+    Tok t = {TOK_NONE, NULL, 0, -1};
+    uint8_t ch = c->p < c->end ? *c->p : 0;
+    if (ch == '"') {
+        TRY(parse_str_or_null(c, &t.code));
+        t.type = TOK_STR;
+        ev->ids[slot] = t.code;
+        ev->idstr |= (uint8_t)(1u << slot);
+    }
+    else if (ch == '-' || IS_DIGIT(ch)) {
+        Num n;
+        TRY(parse_number(c, &n));
+        if (!n.is_int || n.len - n.neg > MAX_INT_DIGITS)
+            return FAIL;
+        ev->ids[slot] = (int64_t)n.wrapped;
+        t = (Tok){TOK_INT, n.s, n.len, -1};
+    }
+    else {
+        TRY(parse_literal(c, "null"));
+    }
+    if (tok)
+        *tok = t;
+    return OK;
+}
+
+/* An `int | float | None` time field. */
+static int
+parse_time(Ctx *c, TimeTag *tag, Num *n)
+{
+    if (c->p < c->end && (*c->p == '-' || IS_DIGIT(*c->p))) {
+        *tag = T_NUM;
+        return parse_number(c, n);
+    }
+    *tag = T_NULL;
+    return parse_literal(c, "null");
+}
+
+/* args.bytes: `int | float | str | None`; the column holds the numbers, NaN otherwise. */
+static int
+parse_bytes(Ctx *c, double *out)
+{
+    uint8_t ch = c->p < c->end ? *c->p : 0;
+    *out = NAN;
+    if (ch == '"') {
+        Str s;
+        return parse_string(c, &s);
+    }
+    if (ch == '-' || IS_DIGIT(ch)) {
+        Num n;
+        TRY(parse_number(c, &n));
+        if (!n.is_int)
+            return num_double(&n, out);
+        if (n.len - n.neg > 18)
+            return FAIL;
+        *out = (double)(int64_t)n.wrapped;
+        return OK;
+    }
+    return parse_literal(c, "null");
+}
+
+static int
+parse_args_field(Ctx *c, Ev *ev, int key)
+{
+    switch (key) {
+    case A_CORR:
+        return parse_id(c, ev, I_CORR, NULL);
+    case A_SEQ:
+        return parse_id(c, ev, I_SEQ, NULL);
+    case A_FWD:
+        return parse_id(c, ev, I_FWD, NULL);
+    case A_STREAM:
+        return parse_id(c, ev, I_STREAM, NULL);
+    case A_COLL:
+        return parse_str_or_null(c, &ev->coll);
+    case A_BYTES:
+        return parse_bytes(c, &ev->nbytes);
+    case A_NAME:
+        return parse_str_or_null(c, &ev->argname);
+    default:
+        return skip_value(c, 3);
+    }
+}
+
+/* The members of an object at c->p ('{'): each key read unescaped (an escaped key could
+ * spell a field's name: refused), handed to field(key) with c->p at its value. */
+typedef int (*FieldFn)(Ctx *c, Ev *ev, const Str *key, unsigned *seen);
+
+static int
+parse_members(Ctx *c, Ev *ev, FieldFn field)
+{
+    unsigned seen = 0;
+    c->p++;
+    skip_ws(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+        return OK;
+    }
+    for (;;) {
+        Str key;
+        skip_ws(c);
+        if (c->p >= c->end || *c->p != '"')
+            return FAIL;
+        TRY(parse_string(c, &key));
+        if (key.esc)
+            return FAIL;
+        TRY(expect(c, ':'));
+        skip_ws(c);
+        TRY(field(c, ev, &key, &seen));
+        skip_ws(c);
+        if (c->p >= c->end)
+            return FAIL;
+        if (*c->p == ',') {
+            c->p++;
+            continue;
+        }
+        if (*c->p != '}')
+            return FAIL;
+        c->p++;
+        return OK;
+    }
+}
+
+/* A duplicate of a field the reader uses: msgspec keeps the last, which is left to it. */
+static int
+first_time(unsigned *seen, int key, int other)
+{
+    if (key == other)
+        return OK;
+    if (*seen & (1u << key))
+        return FAIL;
+    *seen |= 1u << key;
+    return OK;
+}
+
+static int
+args_field(Ctx *c, Ev *ev, const Str *key, unsigned *seen)
+{
+    int k = args_key(key);
+    TRY(first_time(seen, k, A_OTHER));
+    return parse_args_field(c, ev, k);
+}
+
+static int
+event_field(Ctx *c, Ev *ev, const Str *key, unsigned *seen)
+{
+    int k = event_key(key);
+    TRY(first_time(seen, k, K_OTHER));
+    switch (k) {
+    case K_PH:
+        return parse_str_or_null(c, &ev->ph);
+    case K_CAT:
+        return parse_str_or_null(c, &ev->cat);
+    case K_NAME:
+        return parse_str_or_null(c, &ev->name);
+    case K_PID:
+        return parse_id(c, ev, I_PID, &ev->pid);
+    case K_TID:
+        return parse_id(c, ev, I_TID, &ev->tid);
+    case K_ID:
+        return parse_id(c, ev, I_ID, NULL);
+    case K_TS:
+        return parse_time(c, &ev->ts_tag, &ev->ts);
+    case K_DUR:
+        return parse_time(c, &ev->dur_tag, &ev->dur);
+    case K_ARGS:
+        if (c->p < c->end && *c->p == '{')
+            return parse_members(c, ev, args_field);
+        return parse_literal(c, "null");
+    default:
+        return skip_value(c, 2);
+    }
+}
+
+/* ts and dur of one event, as the Python side expects them for this scan's mode. */
+static int
+event_times(Ctx *c, const Ev *ev, int64_t *ts, int64_t *dur, uint8_t *flags)
+{
+    *ts = *dur = 0;
+    *flags = 0;
+    if (c->text_times) {
+        int ok = 0;
+        if (ev->ts_tag == T_NUM) {
+            TRY(time_text(&ev->ts, ts, &ok));
+            *flags |= ok ? TS_OK : 0;
+        }
+        ok = 1; /* a missing or null dur is 0 */
+        if (ev->dur_tag == T_NUM)
+            TRY(time_text(&ev->dur, dur, &ok));
+        *flags |= ok ? DUR_OK : 0;
+        return OK;
+    }
+    if (ev->ts_tag == T_NUM)
+        TRY(time_number(&ev->ts, ts, flags, TS_OK, TS_FLOAT, TS_BIG));
+    if (ev->dur_tag == T_NUM)
+        TRY(time_number(&ev->dur, dur, flags, DUR_OK, DUR_FLOAT, DUR_BIG));
+    else
+        *flags |= DUR_OK; /* None is 0 (an int) */
+    return OK;
+}
+
+static int
+grow_cols(Cols *k, size_t need)
+{
+    if (need <= k->cap)
+        return OK;
+    size_t cap = k->cap, c2;
+#define G(arr)                                                 \
+    c2 = cap;                                                  \
+    TRY(grow((void **)&(arr), sizeof(*(arr)), need, &c2));
+    G(k->triple);
+    for (int i = 0; i < N_IDS; i++) {
+        G(k->ids[i]);
+    }
+    G(k->idstr);
+    G(k->ts);
+    G(k->dur);
+    G(k->tflags);
+    G(k->nbytes);
+    G(k->coll);
+#undef G
+    k->cap = c2;
+    return OK;
+}
+
+/* The event at c->p ('{'), parsed and appended to the columns. */
+static int
+parse_event(Ctx *c)
+{
+    Ev ev;
+    memset(&ev, 0, sizeof ev);
+    ev.ph = ev.cat = ev.name = ev.coll = ev.argname = -1;
+    for (int i = 0; i < N_IDS; i++)
+        ev.ids[i] = -1;
+    ev.nbytes = NAN;
+    TRY(parse_members(c, &ev, event_field));
+    Cols *k = &c->cols;
+    size_t i = k->n;
+    TRY(grow_cols(k, i + 1));
+    TRY(triple_code(c, ev.ph, ev.cat, ev.name, &k->triple[i]));
+    TRY(event_times(c, &ev, &k->ts[i], &k->dur[i], &k->tflags[i]));
+    for (int j = 0; j < N_IDS; j++)
+        k->ids[j][i] = ev.ids[j];
+    k->idstr[i] = ev.idstr;
+    k->nbytes[i] = ev.nbytes;
+    k->coll[i] = ev.coll;
+    if (ev.argname >= 0) {
+        TRY(grow((void **)&c->meta, sizeof(MetaEnt), c->nmeta + 1, &c->metacap));
+        c->meta[c->nmeta++] = (MetaEnt){i, ev.pid, ev.tid, ev.argname};
+    }
+    k->n = i + 1;
+    return OK;
+}
+
+/* The events from c->p: "{...}, {...}" to the end (closed=0), or to a ']' (closed=1, c->p
+ * left on it). */
+static int
+scan_events(Ctx *c, int closed)
+{
+    skip_ws(c);
+    if (closed ? (c->p < c->end && *c->p == ']') : c->p == c->end)
+        return OK;
+    for (;;) {
+        if (c->p >= c->end || *c->p != '{')
+            return FAIL;
+        TRY(parse_event(c));
+        skip_ws(c);
+        if (c->p < c->end && *c->p == ',') {
+            c->p++;
+            skip_ws(c);
+            continue;
+        }
+        if (closed)
+            return c->p < c->end && *c->p == ']' ? OK : FAIL;
+        return c->p == c->end ? OK : FAIL;
+    }
+}
+
+/* ------------------------------------------------------------------ results */
+
+/* A string's decoded text: escapes resolved into buf (at least len bytes). */
+static Py_ssize_t
+unescape(const uint8_t *s, Py_ssize_t len, char *buf)
+{
+    Py_ssize_t o = 0;
+    for (Py_ssize_t i = 0; i < len;) {
+        if (s[i] != '\\') {
+            buf[o++] = (char)s[i++];
+            continue;
+        }
+        uint8_t e = s[i + 1];
+        if (e != 'u') { /* checked: one of the simple escapes */
+            static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+            buf[o++] = to[strchr(from, e) - from];
+            i += 2;
+            continue;
+        }
+        unsigned u = 0, lo = 0;
+        hex4(s + i + 2, s + len, &u);
+        i += 6;
+        if (u >= 0xd800 && u <= 0xdbff) { /* checked: a low surrogate follows */
+            hex4(s + i + 2, s + len, &lo);
+            u = 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00);
+            i += 6;
+        }
+        if (u < 0x80)
+            buf[o++] = (char)u;
+        else if (u < 0x800) {
+            buf[o++] = (char)(0xc0 | (u >> 6));
+            buf[o++] = (char)(0x80 | (u & 0x3f));
+        }
+        else if (u < 0x10000) {
+            buf[o++] = (char)(0xe0 | (u >> 12));
+            buf[o++] = (char)(0x80 | ((u >> 6) & 0x3f));
+            buf[o++] = (char)(0x80 | (u & 0x3f));
+        }
+        else {
+            buf[o++] = (char)(0xf0 | (u >> 18));
+            buf[o++] = (char)(0x80 | ((u >> 12) & 0x3f));
+            buf[o++] = (char)(0x80 | ((u >> 6) & 0x3f));
+            buf[o++] = (char)(0x80 | (u & 0x3f));
+        }
+    }
+    return o;
+}
+
+static PyObject *
+make_str(const StrEnt *e)
+{
+    if (!e->esc)
+        return PyUnicode_DecodeUTF8((const char *)e->s, e->len, "strict");
+    char *buf = malloc((size_t)e->len + 1); /* an escape never decodes longer than itself */
+    if (!buf)
+        return PyErr_NoMemory();
+    Py_ssize_t n = unescape(e->s, e->len, buf);
+    PyObject *s = PyUnicode_DecodeUTF8(buf, n, "strict");
+    free(buf);
+    return s;
+}
+
+static PyObject *
+make_strings(Ctx *c)
+{
+    PyObject *list = PyList_New((Py_ssize_t)c->strs.n);
+    if (!list)
+        return NULL;
+    for (size_t i = 0; i < c->strs.n; i++) {
+        PyObject *s = make_str(&c->strs.ents[i]);
+        if (!s) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, s);
+    }
+    return list;
+}
+
+static PyObject *
+tok_object(const Tok *t, PyObject *strings)
+{
+    if (t->type == TOK_STR) {
+        PyObject *s = PyList_GET_ITEM(strings, t->code);
+        Py_INCREF(s);
+        return s;
+    }
+    if (t->type == TOK_INT) { /* at most MAX_INT_DIGITS digits and a sign */
+        char buf[MAX_INT_DIGITS + 2];
+        memcpy(buf, t->s, (size_t)t->len);
+        buf[t->len] = 0;
+        return PyLong_FromString(buf, NULL, 10);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+make_meta(Ctx *c, PyObject *strings)
+{
+    PyObject *list = PyList_New((Py_ssize_t)c->nmeta);
+    if (!list)
+        return NULL;
+    for (size_t i = 0; i < c->nmeta; i++) {
+        MetaEnt *m = &c->meta[i];
+        PyObject *name = PyList_GET_ITEM(strings, m->argname), *t = NULL;
+        PyObject *pid = tok_object(&m->pid, strings), *tid = pid ? tok_object(&m->tid, strings) : NULL;
+        if (tid)
+            t = Py_BuildValue("(nOOO)", (Py_ssize_t)m->index, pid, tid, name);
+        Py_XDECREF(pid);
+        Py_XDECREF(tid);
+        if (!t) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+    }
+    return list;
+}
+
+/* d[key] = bytes of n elements of size elem at p. */
+static int
+put_bytes(PyObject *d, const char *key, const void *p, size_t n, size_t elem)
+{
+    PyObject *b = PyBytes_FromStringAndSize(n ? (const char *)p : "", (Py_ssize_t)(n * elem));
+    if (!b)
+        return -1;
+    int r = PyDict_SetItemString(d, key, b);
+    Py_DECREF(b);
+    return r;
+}
+
+static int
+put_columns(PyObject *d, const Ctx *c)
+{
+    const Cols *k = &c->cols;
+    size_t n = k->n;
+    for (int i = 0; i < N_IDS; i++)
+        if (put_bytes(d, ID_NAMES[i], k->ids[i], n, sizeof(int64_t)) < 0)
+            return -1;
+    if (put_bytes(d, "triple", k->triple, n, sizeof(int32_t)) < 0 ||
+        put_bytes(d, "triples", c->triples.keys, 3 * c->triples.n, sizeof(int32_t)) < 0 ||
+        put_bytes(d, "idstr", k->idstr, n, 1) < 0 || put_bytes(d, "ts", k->ts, n, sizeof(int64_t)) < 0 ||
+        put_bytes(d, "dur", k->dur, n, sizeof(int64_t)) < 0 || put_bytes(d, "tflags", k->tflags, n, 1) < 0 ||
+        put_bytes(d, "bytes", k->nbytes, n, sizeof(double)) < 0 ||
+        put_bytes(d, "collective", k->coll, n, sizeof(int32_t)) < 0)
+        return -1;
+    return 0;
+}
+
+/* The result dict of a successful scan. */
+static PyObject *
+make_result(Ctx *c, Py_ssize_t stop)
+{
+    PyObject *d = PyDict_New(), *strings = NULL, *meta = NULL, *v = NULL;
+    if (!d || !(strings = make_strings(c)) || !(meta = make_meta(c, strings)))
+        goto error;
+    if (PyDict_SetItemString(d, "strings", strings) < 0 || PyDict_SetItemString(d, "meta", meta) < 0)
+        goto error;
+    if (!(v = PyLong_FromSize_t(c->cols.n)) || PyDict_SetItemString(d, "n", v) < 0)
+        goto error;
+    Py_CLEAR(v);
+    if (!(v = PyLong_FromSsize_t(stop)) || PyDict_SetItemString(d, "end", v) < 0)
+        goto error;
+    Py_CLEAR(v);
+    if (put_columns(d, c) < 0)
+        goto error;
+    Py_DECREF(strings);
+    Py_DECREF(meta);
+    return d;
+error:
+    Py_XDECREF(v);
+    Py_XDECREF(strings);
+    Py_XDECREF(meta);
+    Py_XDECREF(d);
+    return NULL;
+}
+
+static void
+free_ctx(Ctx *c)
+{
+    free(c->strs.ents);
+    free(c->strs.slots);
+    free(c->triples.keys);
+    free(c->triples.slots);
+    free(c->cols.triple);
+    for (int i = 0; i < N_IDS; i++)
+        free(c->cols.ids[i]);
+    free(c->cols.idstr);
+    free(c->cols.ts);
+    free(c->cols.dur);
+    free(c->cols.tflags);
+    free(c->cols.nbytes);
+    free(c->cols.coll);
+    free(c->meta);
+}
+
+static uint64_t SEED;
+
+PyDoc_STRVAR(scan_doc,
+             "scan(text, start, end, text_times) -> dict | None\n\n"
+             "Columns of the events in text[start:end] (end=None: up to the array's closing ']',\n"
+             "whose offset is the result's 'end'); None when the run is not handled here (decode\n"
+             "it with msgspec). See tracekit/_kineto.c and tracekit/native.py.");
+
+static PyObject *
+scan(PyObject *self, PyObject *args)
+{
+    PyObject *text, *end_obj;
+    Py_ssize_t start, end;
+    (void)self;
+    int text_times;
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "OnOp:scan", &text, &start, &end_obj, &text_times))
+        return NULL;
+    if (PyObject_GetBuffer(text, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    int closed = end_obj == Py_None;
+    end = closed ? view.len : PyLong_AsSsize_t(end_obj);
+    if (end == -1 && PyErr_Occurred()) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (start < 0 || start > end || end > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "scan: range outside the text");
+        return NULL;
+    }
+    Ctx c;
+    memset(&c, 0, sizeof c);
+    c.p = (const uint8_t *)view.buf + start;
+    c.end = (const uint8_t *)view.buf + end;
+    c.text_times = text_times;
+    c.seed = SEED;
+    int r = scan_events(&c, closed);
+    PyObject *result = NULL;
+    if (r == OK)
+        result = make_result(&c, c.p - (const uint8_t *)view.buf);
+    else if (r == NOMEM)
+        PyErr_NoMemory();
+    else
+        result = Py_NewRef(Py_None);
+    free_ctx(&c);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS, scan_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_kineto", "Kineto traceEvents text to columns (see tracekit/native.py).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__kineto(void)
+{
+    init_tables();
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    PyObject *os = PyImport_ImportModule("os");
+    PyObject *rnd = os ? PyObject_CallMethod(os, "urandom", "i", 8) : NULL;
+    Py_XDECREF(os);
+    if (!rnd) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    memcpy(&SEED, PyBytes_AS_STRING(rnd), 8);
+    Py_DECREF(rnd);
+    if (PyModule_AddIntConstant(m, "TS_OK", TS_OK) < 0 || PyModule_AddIntConstant(m, "DUR_OK", DUR_OK) < 0 ||
+        PyModule_AddIntConstant(m, "TS_FLOAT", TS_FLOAT) < 0 || PyModule_AddIntConstant(m, "TS_BIG", TS_BIG) < 0 ||
+        PyModule_AddIntConstant(m, "DUR_FLOAT", DUR_FLOAT) < 0 ||
+        PyModule_AddIntConstant(m, "DUR_BIG", DUR_BIG) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
