@@ -374,18 +374,20 @@ def load(
 
 
 def files_to_read(
-    p: Path, rank: int | None, strict: bool, max_bytes: int
+    p: Path, rank: int | None, strict: bool, max_bytes: int, lowest: bool = False
 ) -> tuple[list[Path], list[tuple[Path, str]], str | None]:
     """The files to read, the entries skipped, and (when ``rank`` was picked by the files'
-    heads) how the directory's files group into ranks: only rank ``rank``'s files are read
-    when every file's rank can be told from its head (:func:`~tracekit.ranks.files_of_rank`).
+    heads) how the directory's files group into ranks: only rank ``rank``'s files (with
+    ``lowest`` and no ``rank``, the lowest rank's) are read when every file's rank can be told
+    from its head (:func:`~tracekit.ranks.files_of_rank`); else every file.
     Shared by :func:`load` and ``tracekit explain`` (:func:`tracekit.explain.rank_traces`)."""
     if not p.exists():
         raise TraceError(p, "no such file or directory")
     files, skipped = trace_listing(p) if p.is_dir() else ([p], [])
     if skipped and strict:
         raise TraceError(skipped[0][0], skipped[0][1])
-    heads = files_of_rank(p, files, rank, max_bytes) if rank is not None and p.is_dir() else None
+    one = rank is not None or (lowest and bool(files))
+    heads = files_of_rank(p, files, rank, max_bytes) if one and p.is_dir() else None
     if heads is None:
         return files, skipped, None
     files, found, how = heads

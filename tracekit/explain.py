@@ -83,14 +83,14 @@ def matching(names: pd.Series, rx: re.Pattern) -> np.ndarray:
 def rank_traces(path: str | os.PathLike, rank: int | None, read, max_bytes: int) -> list[RawTrace]:
     """The raw traces of ``rank`` (default: the lowest) of a file or a directory, ranks grouped
     as ``tracekit.load`` groups them (:mod:`tracekit.ranks`): every file of the rank (successive
-    windows of one process), each with ``meta["rank"]``. With ``rank`` given, only that rank's
-    files are read when every file's rank can be told from its head, as for ``tracekit analyze
-    --rank`` (:func:`tracekit.analysis.files_to_read`)."""
+    windows of one process), each with ``meta["rank"]``. Only that rank's files (without
+    ``rank``, the lowest rank's) are read when every file's rank can be told from its head, as
+    for ``tracekit analyze --rank`` (:func:`tracekit.analysis.files_to_read`)."""
     from .analysis import files_to_read
     from .ranks import FileIdentity, group_files, host_of, manifest_ranks, process_of
 
     p = Path(path)
-    files, _, _ = files_to_read(p, rank, False, max_bytes)
+    files, _, _ = files_to_read(p, rank, False, max_bytes, lowest=True)
     raws = [read(f) for f in files]
     from_manifest = manifest_ranks(p) if p.is_dir() else {}
     ids = [

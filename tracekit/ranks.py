@@ -98,9 +98,10 @@ def manifest_ranks(directory: Path) -> dict[str, int]:
 
 
 def files_of_rank(
-    directory: Path, files: list[Path], rank: int, max_bytes: int
+    directory: Path, files: list[Path], rank: int | None, max_bytes: int
 ) -> tuple[list[Path], list[int], str] | None:
-    """The files of ``rank`` in ``directory``, told from each file's head (or tail) and the
+    """The files of ``rank`` (``None``: the lowest rank found) in ``directory``, told from each
+    file's head (or tail) and the
     capture manifest without reading any events (:mod:`tracekit.rankhead`), with every rank
     found and the grouping sentence; ``None`` when some file's rank cannot be told so (no
     ``distributedInfo``, not named by a manifest, or unreadable): then the ranks come from the
@@ -119,6 +120,8 @@ def files_of_rank(
             return None
         ids.append(FileIdentity(rank=r, pid=None, host=None))
     groups, how = group_files(ids)
+    if rank is None:
+        rank = min(groups, default=-1)
     return [files[i] for i in groups.get(rank, [])], sorted(groups), how
 
 
