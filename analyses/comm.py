@@ -17,7 +17,7 @@ import pandas as pd
 from tracekit.intervals import minus_measure_by
 from tracekit.pipeline.windows import Windows
 
-from ._common import NS_PER_MS, as_text, narrow, percent, text
+from ._common import NS_PER_MS, as_text, narrow, percent, sums, text
 from ._registry import COUNT, MS, PCT, register
 
 
@@ -50,7 +50,7 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     )
     c["dur"] = c["end"] - c["start"]
     compute = narrow(intervals, ["step", "start", "end"], (intervals["group"] == "compute").to_numpy())
-    out = c.groupby(keys, observed=True).agg(count=("count", "sum"), time_ns=("dur", "sum"))
+    out = sums(c, keys, {"count": "count", "time_ns": "dur"}, observed=True)
     exposed = minus_measure_by(c, compute[["step", "start", "end"]], keys, ["step"])
     out["exposed_ms"] = exposed.reindex(out.index).to_numpy() / NS_PER_MS
     out = as_text(out.reset_index(), ["phase", "collective"])

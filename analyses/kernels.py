@@ -28,7 +28,7 @@ import pandas as pd
 from tracekit.pipeline.windows import Windows
 from tracekit.taxonomy import COMM_CATEGORIES, KERNEL_CATEGORIES
 
-from ._common import WINDOW_PHASES, narrow, percent, share_column, text, text_index
+from ._common import WINDOW_PHASES, narrow, percent, share_column, sums, text, text_index
 from ._registry import COUNT, MS, PCT, STAGE_MEAN, register
 from ._stages import ORDER, has_stages
 
@@ -87,9 +87,8 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
         present = list(window.index)
     if not present:
         return pd.DataFrame(columns=cols)
-    agg = frame.groupby(keys + ["group", "category"], observed=True).agg(
-        count=("count", "sum"), time_ms=("share", "sum"), kernel_ms=("dur", "sum")
-    )
+    named = {"count": "count", "time_ms": "share", "kernel_ms": "dur"}
+    agg = sums(frame, keys + ["group", "category"], named, observed=True)
     agg.index = text_index(agg.index)
     busy = agg["time_ms"].groupby(level=keys).sum()
     prefix = [k if isinstance(k, tuple) else (k,) for k in present]

@@ -17,7 +17,7 @@ import pandas as pd
 from tracekit.pipeline.state import categorical_take, codes_of
 from tracekit.pipeline.windows import Windows
 
-from ._common import NS_PER_MS, as_text, narrow, percent
+from ._common import NS_PER_MS, as_text, narrow, percent, sums
 from ._registry import BYTES, COUNT, MS, PCT, register
 
 _DIRECTION = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP)")
@@ -53,11 +53,8 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
             "bytes": mem["bytes"].fillna(0).to_numpy(),
         }
     )
-    out = (
-        frame.groupby(["step", "kind"], observed=True)
-        .agg(count=("count", "sum"), time_ns=("dur", "sum"), bytes=("bytes", "sum"))
-        .reset_index()
-    )
+    named = {"count": "count", "time_ns": "dur", "bytes": "bytes"}
+    out = sums(frame, ["step", "kind"], named, observed=True).reset_index()
     out = as_text(out, ["kind"])
     out["time_ms"] = out["time_ns"] / NS_PER_MS
     window = windows.steps.set_index("step")["window_ms"]

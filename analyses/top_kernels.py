@@ -21,7 +21,7 @@ import pandas as pd
 
 from tracekit.pipeline.windows import Windows
 
-from ._common import as_text, narrow, percent, text
+from ._common import as_text, narrow, percent, sums, text
 from ._registry import COUNT, MS, PCT, US, register
 
 #: Rows kept per step; the rest are summed into one "(other kernels)" row.
@@ -127,7 +127,7 @@ def _keep_top(rows: pd.DataFrame) -> pd.DataFrame:
     top, rest = rows[(rank <= KEEP).to_numpy()], rows[(rank > KEEP).to_numpy()]
     if rest.empty:
         return top
-    other = rest.groupby("step", sort=False).agg(count=("count", "sum"), total_ms=("total_ms", "sum"))
+    other = sums(rest, "step", {"count": "count", "total_ms": "total_ms"}, sort=False)
     other = other.reset_index().assign(name=OTHER, category="", module="", phase="")
     return pd.concat([top, other[top.columns]], ignore_index=True)
 
@@ -164,11 +164,8 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
             "count": iv["count"].to_numpy(),
         }
     )
-    out = (
-        frame.groupby(["step", "name", "category", "module", "phase"], sort=False, observed=True)
-        .agg(count=("count", "sum"), total_ms=("dur", "sum"))
-        .reset_index()
-    )
+    keys = ["step", "name", "category", "module", "phase"]
+    out = sums(frame, keys, {"count": "count", "total_ms": "dur"}, sort=False, observed=True).reset_index()
     out = as_text(out, ["name", "category", "module", "phase"])
     out = _keep_top(out)
     out["count"] = out["count"].astype("int64")

@@ -100,7 +100,11 @@ def minus_measure_by(a: pd.DataFrame, b: pd.DataFrame, keys: list[str], on: list
     bb = b[on + ["start", "end"]].merge(groups, on=on)
     both = pd.concat([a[keys + ["start", "end"]], bb[keys + ["start", "end"]]], ignore_index=True)
     total = measure_by(both, keys)
-    hidden = measure_by(bb, keys).reindex(total.index).fillna(0).astype(np.int64)
+    # The union of b is the same for every group sharing the ``on`` columns: measured once.
+    by_on = measure_by(b[on + ["start", "end"]], on)
+    levels = [total.index.get_level_values(k) for k in on]
+    at = levels[0] if len(on) == 1 else pd.MultiIndex.from_arrays(levels)
+    hidden = by_on.reindex(at).fillna(0).astype(np.int64).to_numpy()
     return total - hidden
 
 
