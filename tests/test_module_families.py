@@ -202,6 +202,15 @@ FAMILIES = {
             ),
         ],
     ),
+    # serving stacks (vLLM, SGLang): the LM head is applied inside LogitsProcessor
+    "serving": (
+        "Qwen3ForCausalLM",
+        "model",
+        [
+            leaf("RMSNorm", "norm", "RMSNorm"),
+            leaf("LogitsProcessor", "logits_processor", "Linear"),
+        ],
+    ),
     "bert": (
         "BertLayer",
         "bert.encoder.layer.0",
