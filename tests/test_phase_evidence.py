@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import tracekit
-from tracekit.testing import TraceBuilder
+from tracekit.testing import TraceBuilder, write_trace
 from tracekit.testing.kernels import GEMM_A, GEMM_NN, K_ADAM, K_MUL
 
 EXACT = 1e-9
@@ -143,3 +143,32 @@ def test_real_deepspeed_phases_without_annotations(tmp_path: Path, also_frames: 
             assert (got == want).all()
     ph = bare.table("phases")
     assert (ph["exposed_comm_ms"] <= ph["comm_ms"] + EXACT).all()
+
+
+def test_autograd_thread_without_evaluate_function(tmp_path: Path) -> None:
+    """Torch 1.9 records backward nodes (ops with a forward thread id) but no
+    ``autograd::engine::evaluate_function`` ranges. The engine's own work on its thread outside
+    any node (``AccumulateGrad``'s gradient add, input-buffer adds of branching graphs) is
+    backward: the thread runs backward nodes and no ProfilerStep. Real: the kineto resnet50
+    sample's 161 AccumulateGrad kernels per step were forward (default)."""
+    b = TraceBuilder(old_categories=True)
+    with b.step():
+        with b.module("LlamaMLP", "model.layers.0.mlp"):
+            mm = b.kernel(GEMM_A, 10, op="aten::mm", at_us=10)
+        with b.backward():
+            b.kernel(GEMM_NN, 20, op="aten::mm", creator=mm, at_us=30)
+            with b.op("torch::autograd::AccumulateGrad"):
+                grad = b.kernel(K_MUL, 3, op="aten::add_", at_us=55)
+            b.kernel(GEMM_NN, 20, op="aten::mm", creator=mm, at_us=60)
+        with b.optimizer():
+            b.kernel(K_ADAM, 5, op="aten::_fused_adam_", at_us=90)
+    doc = b.trace()
+    eval_prefix = "autograd::engine::evaluate_function"
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not e.get("name", "").startswith(eval_prefix)]
+    a = tracekit.load(write_trace(tmp_path / "t.pt.trace.json", doc), cache=False, jobs=1)
+    iv = a.intervals
+    row = iv[iv["start"] == grad.start].iloc[0]
+    assert (row["phase"], row["phase_evidence"]) == ("backward", "autograd_thread")
+    ph = a.table("phases").set_index("phase")
+    assert ph.at["forward", "compute_ms"] == pytest.approx(0.010, abs=EXACT)
+    assert ph.at["backward", "compute_ms"] == pytest.approx(0.043, abs=EXACT)

@@ -8,10 +8,9 @@ import pandas as pd
 from .. import annotations as ann
 from .. import stages as _stages
 from ..intervals import containing
-from ..nesting import F_EVAL, F_OPT, MOD_IN_BWD
-from ..read import ANNOTATION, CPU_OP
+from ..nesting import F_BWD, F_EVAL, F_OPT, MOD_IN_BWD
+from ..read import ANNOTATION
 from .evidence import EV, EVIDENCE, NO_EVIDENCE, PH, PHASES, optimizer_ops, step_tail
-from .nest import EVAL_PREFIX
 from .state import Trace, as_str, categorical, categorical_take, take
 
 
@@ -85,12 +84,15 @@ def _annotated_phase(t: Trace) -> np.ndarray:
 
 
 def _on_autograd_thread(t: Trace) -> np.ndarray:
-    """Launched from a thread that runs autograd's engine and never a ProfilerStep."""
-    ev, a = t.events, t.acts
-    m = (ev["kind"].to_numpy() == CPU_OP) & t.name_test(lambda s: s.str.startswith(EVAL_PREFIX))
+    """Launched from a thread that runs autograd's engine and never a ProfilerStep: a thread
+    running backward nodes (``evaluate_function``, or ops with a forward thread id, as traces
+    older than ``evaluate_function`` (torch 1.9) record them), so work the engine runs outside
+    any node's op there (``AccumulateGrad``, gradient hooks) is backward too."""
+    a, r = t.acts, t.ranges
+    m = (r["flags"].to_numpy() & F_BWD) != 0
     if not m.any():
         return np.zeros(len(a), bool)
-    bw = set(zip(ev["pid"].to_numpy()[m].tolist(), ev["tid"].to_numpy()[m].tolist()))
+    bw = set(zip(r["pid"].to_numpy()[m].tolist(), r["tid"].to_numpy()[m].tolist()))
     main = set(zip(t.step_ranges["pid"].tolist(), t.step_ranges["tid"].tolist()))
     threads = bw - main
     if not threads:
