@@ -10,13 +10,16 @@ range's length (5278.6 vs 5037.9 us), within 2% only while the range is short.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 import tracekit
+from tracekit.cli import main
 from tracekit.testing import TraceBuilder
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -120,3 +123,22 @@ def test_worker_collective_takes_the_queueing_ops_phase(tmp_path: Path) -> None:
     for phase in ("backward", "optimizer"):
         mine = comm[comm["phase"] == phase]
         assert table.at[phase, "comm_ms"] == pytest.approx(((mine["end"] - mine["start"]).sum()) / 1e6)
+
+
+def test_explain_names_the_queueing_op(tmp_path: Path) -> None:
+    b = TraceBuilder(autograd_thread=False)
+    with b.step():
+        _forward_backward(b)
+        with b.optimizer("Optimizer.step#SGD.step"):
+            with b.op("c10d::broadcast_"):
+                b.cpu(3)
+            b.worker_collective("gloo:broadcast", 30, delay=1)
+            b.cpu(35)
+    path = b.write(tmp_path / "t.json")
+    run = CliRunner().invoke(main, ["explain", str(path), "gloo", "--no-cache", "--format", "json"])
+    assert run.exit_code == 0, run.output
+    (chain,) = json.loads(run.stdout)["chains"]
+    assert chain["launch"]["runtime"] == "c10d::broadcast_"
+    assert chain["phase"] == {"phase": "optimizer", "evidence": "optimizer_range"}
+    text = CliRunner().invoke(main, ["explain", str(path), "gloo", "--no-cache"]).output
+    assert "queued by c10d::broadcast_" in text

@@ -25,7 +25,8 @@ def join_launches(t: Trace) -> Trace:
     Adds: ``t.mode`` ("gpu" when the trace has device activity, else "cpu") and ``t.acts`` with
     ``ev`` (event row), ``start``, ``end``, ``count``, ``name``, ``kind``, ``stream``, ``bytes``,
     ``corr`` (correlation id, -1 none), ``launch_ev`` (the runtime call's event row, -1 none),
-    ``runtime`` (its name), ``launched``, ``launch_pid``, ``launch_tid``, ``launch_ts`` (the
+    ``runtime`` (its name; CPU mode: the op that queued a worker's collective range, else ""),
+    ``launched``, ``launch_pid``, ``launch_tid``, ``launch_ts`` (the
     call's; for an activity with no launch: pid/tid -1 and its own start).
     Guarantees: a GPU activity is joined by the ``correlation`` arg only, never by flows or
     time; the first runtime call of a duplicated id is used (and a warning says so). In CPU mode
@@ -65,7 +66,8 @@ def join_launches(t: Trace) -> Trace:
             "bytes": np.where(count > 0, ev["bytes"].to_numpy()[act], 0),
             "corr": ev["corr"].to_numpy()[act] if t.mode == "gpu" else np.full(len(act), -1, np.int64),
             "launch_ev": launch,
-            "runtime": t.name_categorical(launch if t.mode == "gpu" else np.full(len(act), -1)),
+            # CPU mode: the issuing collective op of a worker thread's range, else none
+            "runtime": t.name_categorical(launch if t.mode == "gpu" else np.where(launch != act, launch, -1)),
             "launched": ~no_launch,
             "launch_pid": np.where(no_launch, -1, pid[safe]),
             "launch_tid": np.where(no_launch, -1, tid[safe]),

@@ -136,10 +136,12 @@ def _launch_lines(c: dict) -> list[str]:
     ln = c["launch"]
     if ln is not None:
         corr = "" if ln["correlation"] is None else f", correlation {ln['correlation']}"
+        # CPU traces: an op launches itself; a gloo worker's range is queued by a c10d op
+        who = ln["runtime"] if corr or not ln["runtime"] else f"queued by {ln['runtime']}"
         return [
             _row(
                 "launch",
-                f"{ln['runtime'] or 'the op itself'}{corr}, at {_ms(ln['ts_ms'])} on thread {ln['tid']}",
+                f"{who or 'the op itself'}{corr}, at {_ms(ln['ts_ms'])} on thread {ln['tid']}",
             )
         ]
     why, evidence = MISSING.get(c.get("launch_missing") or "", ("not recorded", ""))
