@@ -7,6 +7,15 @@ reading it with the native fast path gives exactly what ``TRACEKIT_NATIVE=0`` (m
 the same columns, metadata and warnings, or the same one-line error; decoded whole and in small
 slices. Where the scanner declines a run of events it must be because msgspec would fail on it
 or because it is odd; it must never accept what msgspec refuses, nor differ from it.
+
+Under AddressSanitizer and UndefinedBehaviorSanitizer (not in CI), from a copy of the tree:
+
+    gcc -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -std=c11 -fPIC \
+        -shared -I$(python -c 'import sysconfig; print(sysconfig.get_paths()["include"])') \
+        tracekit/_kineto.c -o tracekit/_kineto$(python3-config --extension-suffix)
+    TRACEKIT_TEST_INSTALLED=1 ASAN_OPTIONS=detect_leaks=0 TRACEKIT_FUZZ_EXAMPLES=1500 \
+        LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)" \
+        python -m pytest tests/test_native_reader.py
 """
 
 from __future__ import annotations
