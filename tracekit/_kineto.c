@@ -65,6 +65,13 @@
             return r_;      \
     } while (0)
 
+/* The scanner's small steps, inlined into the event loop (a function pointer is resolved then). */
+#if defined(__GNUC__)
+#define HOT static inline __attribute__((always_inline))
+#else
+#define HOT static inline
+#endif
+
 #define MAX_DEPTH 64
 #define MAX_US 4000000000000000LL       /* tracekit.timetext.MAX_US */
 #define EXACT_FLOAT_US 8796093022208.0  /* 2**43: tracekit.timetext.EXACT_FLOAT_US */
@@ -137,7 +144,7 @@ mix64(uint64_t h)
     return h;
 }
 
-static uint64_t
+HOT uint64_t
 hash_bytes(const uint8_t *p, Py_ssize_t n, uint64_t seed)
 {
     uint64_t h = seed ^ ((uint64_t)n * 0x9e3779b97f4a7c15ULL);
@@ -248,7 +255,7 @@ rehash_strings(Interner *t)
 }
 
 /* The code of the string with raw bytes s[0:len], added when new. */
-static int
+HOT int
 intern(Ctx *c, const uint8_t *s, Py_ssize_t len, int esc, int32_t *code)
 {
     Interner *t = &c->strs;
@@ -361,7 +368,7 @@ skip_ws(Ctx *c)
 }
 
 /* Expect byte ch (after whitespace) and step over it. */
-static int
+HOT int
 expect(Ctx *c, uint8_t ch)
 {
     skip_ws(c);
@@ -508,7 +515,7 @@ typedef struct {
 } Str;
 
 /* The string at c->p (its opening quote), checked, and stepped over. */
-static int
+HOT int
 parse_string(Ctx *c, Str *out)
 {
     const uint8_t *p = c->p + 1, *end = c->end;
@@ -557,7 +564,7 @@ skip_digits(const uint8_t *p, const uint8_t *end)
 }
 
 /* The number at c->p, checked against JSON's grammar, and stepped over. */
-static int
+HOT int
 parse_number(Ctx *c, Num *n)
 {
     const uint8_t *p = c->p, *end = c->end;
@@ -595,7 +602,7 @@ parse_number(Ctx *c, Num *n)
     return OK;
 }
 
-static int
+HOT int
 parse_literal(Ctx *c, const char *word)
 {
     size_t k = strlen(word);
@@ -700,13 +707,13 @@ slow_double(const Num *n, double *out)
 
 /* The number as msgspec decodes a float: correctly rounded (Clinger's exact fast path, else
  * Python's parser). Infinite (beyond float range) is refused: msgspec rejects it. */
-static int
+HOT int
 num_double(const Num *n, double *out)
 {
     const uint8_t *p = n->s + n->neg, *e = n->s + n->len;
     uint64_t m = 0;
     int nd = 0, slow = 0;
-    long nfrac = 0, exp10 = 0;
+    int64_t nfrac = 0, exp10 = 0;
     for (; p < e && IS_DIGIT(*p); p++)
         if (nd || *p != '0') {
             m = m * 10 + (uint64_t)(*p - '0');
@@ -732,7 +739,7 @@ num_double(const Num *n, double *out)
             exp10 = -exp10;
     }
     double d;
-    long e10 = exp10 - nfrac;
+    int64_t e10 = exp10 - nfrac;
     if (!slow && m == 0)
         d = 0.0;
     else if (!slow && m <= (1ULL << 53) && e10 >= -22 && e10 <= 22)
@@ -748,7 +755,7 @@ num_double(const Num *n, double *out)
 }
 
 /* Microseconds as tracekit.timetext.number_times converts one decoded value. */
-static int
+HOT int
 time_number(const Num *n, int64_t *ns, uint8_t *flags, uint8_t okbit, uint8_t floatbit, uint8_t bigbit)
 {
     *ns = 0;
@@ -830,7 +837,7 @@ enum { A_CORR, A_SEQ, A_FWD, A_STREAM, A_COLL, A_BYTES, A_NAME, A_OTHER };
 
 #define KEY_IS(s, len, lit) ((len) == (Py_ssize_t)(sizeof(lit) - 1) && memcmp((s), (lit), (len)) == 0)
 
-static int
+HOT int
 event_key(const Str *k)
 {
     const uint8_t *s = k->s;
@@ -854,7 +861,7 @@ event_key(const Str *k)
     }
 }
 
-static int
+HOT int
 args_key(const Str *k)
 {
     const uint8_t *s = k->s;
@@ -877,7 +884,7 @@ args_key(const Str *k)
 }
 
 /* A `str | None` field: its string code, -1 for null. */
-static int
+HOT int
 parse_str_or_null(Ctx *c, int32_t *code)
 {
     if (c->p < c->end && *c->p == '"') {
@@ -891,7 +898,7 @@ parse_str_or_null(Ctx *c, int32_t *code)
 
 /* parse_str_or_null for a field whose value often repeats the previous event's (ph, cat,
  * name): that one is compared first, and the hash table is skipped when it is the same. */
-static int
+HOT int
 parse_repeated(Ctx *c, LastStr *last, int32_t *code)
 {
     if (c->p < c->end && *c->p == '"') {
@@ -910,7 +917,7 @@ parse_repeated(Ctx *c, LastStr *last, int32_t *code)
 }
 
 /* An `int | str | None` id field (ints modulo 2**64, strings by code and an idstr bit). */
-static int
+HOT int
 parse_id(Ctx *c, Ev *ev, int slot, Tok *tok)
 {
     Tok t = {TOK_NONE, NULL, 0, -1};
@@ -938,7 +945,7 @@ parse_id(Ctx *c, Ev *ev, int slot, Tok *tok)
 }
 
 /* An `int | float | None` time field. */
-static int
+HOT int
 parse_time(Ctx *c, TimeTag *tag, Num *n)
 {
     if (c->p < c->end && (*c->p == '-' || IS_DIGIT(*c->p))) {
@@ -950,7 +957,7 @@ parse_time(Ctx *c, TimeTag *tag, Num *n)
 }
 
 /* args.bytes: `int | float | str | None`; the column holds the numbers, NaN otherwise. */
-static int
+HOT int
 parse_bytes(Ctx *c, double *out)
 {
     uint8_t ch = c->p < c->end ? *c->p : 0;
@@ -972,7 +979,7 @@ parse_bytes(Ctx *c, double *out)
     return parse_literal(c, "null");
 }
 
-static int
+HOT int
 parse_args_field(Ctx *c, Ev *ev, int key)
 {
     switch (key) {
@@ -999,7 +1006,7 @@ parse_args_field(Ctx *c, Ev *ev, int key)
  * spell a field's name: refused), handed to field(key) with c->p at its value. */
 typedef int (*FieldFn)(Ctx *c, Ev *ev, const Str *key, unsigned *seen);
 
-static int
+HOT int
 parse_members(Ctx *c, Ev *ev, FieldFn field)
 {
     unsigned seen = 0;
@@ -1035,7 +1042,7 @@ parse_members(Ctx *c, Ev *ev, FieldFn field)
 }
 
 /* A duplicate of a field the reader uses: msgspec keeps the last, which is left to it. */
-static int
+HOT int
 first_time(unsigned *seen, int key, int other)
 {
     if (key == other)
@@ -1046,7 +1053,7 @@ first_time(unsigned *seen, int key, int other)
     return OK;
 }
 
-static int
+HOT int
 args_field(Ctx *c, Ev *ev, const Str *key, unsigned *seen)
 {
     int k = args_key(key);
@@ -1054,7 +1061,7 @@ args_field(Ctx *c, Ev *ev, const Str *key, unsigned *seen)
     return parse_args_field(c, ev, k);
 }
 
-static int
+HOT int
 event_field(Ctx *c, Ev *ev, const Str *key, unsigned *seen)
 {
     int k = event_key(key);
@@ -1086,7 +1093,7 @@ event_field(Ctx *c, Ev *ev, const Str *key, unsigned *seen)
 }
 
 /* ts and dur of one event, as the Python side expects them for this scan's mode. */
-static int
+HOT int
 event_times(Ctx *c, const Ev *ev, int64_t *ts, int64_t *dur, uint8_t *flags)
 {
     *ts = *dur = 0;
@@ -1137,7 +1144,7 @@ grow_cols(Cols *k, size_t need)
 }
 
 /* The event at c->p ('{'), parsed and appended to the columns. */
-static int
+HOT int
 parse_event(Ctx *c)
 {
     Ev ev;
