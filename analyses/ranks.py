@@ -21,6 +21,8 @@ the slowest rank and its excess over the mean is where the job's time goes.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -42,14 +44,38 @@ def per_rank(phases_by_rank: dict[int, pd.DataFrame]) -> pd.DataFrame:
     rows, not a group-by per rank: the parent of hundreds of ranks does this serially)."""
     ranks = sorted(phases_by_rank)
     frames = [phases_by_rank[r] for r in ranks]
-    at = np.repeat(np.arange(len(ranks)), [len(f) for f in frames])
     labels = [f["phase"].astype(str).to_numpy() for f in frames if len(f)]
     phase = np.concatenate(labels) if labels else np.empty(0, str)
 
+    def column(col: str) -> np.ndarray:
+        vals = [f[col].to_numpy(dtype=float) if col in f else np.zeros(len(f)) for f in frames]
+        return np.concatenate(vals or [np.empty(0)])
+
+    return _per_rank(ranks, [len(f) for f in frames], phase, column)
+
+
+def per_rank_of_rows(ranks: list[int], lengths: list[int], rows: pd.DataFrame) -> pd.DataFrame:
+    """:func:`per_rank` of the ranks' phases tables given concatenated (``rows``; rank
+    ``ranks[i]`` has the next ``lengths[i]`` rows), every column present in each."""
+    order = np.argsort(ranks, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(lengths)])[:-1].astype(np.int64)
+    take = np.concatenate([np.arange(starts[i], starts[i] + lengths[i]) for i in order] or [np.empty(0, int)])
+    phase = rows["phase"].astype(str).to_numpy()[take] if len(take) else np.empty(0, str)
+
+    def column(col: str) -> np.ndarray:
+        return rows[col].to_numpy(dtype=float)[take] if col in rows else np.zeros(len(take))
+
+    return _per_rank([ranks[i] for i in order], [lengths[i] for i in order], phase, column)
+
+
+def _per_rank(ranks: list[int], lengths: list[int], phase: np.ndarray, column: Any) -> pd.DataFrame:
+    """The rows of :func:`per_rank` from every rank's rows in rank order: ``phase`` labels and
+    ``column(name)`` values (float, NaN counted as 0), ``lengths[i]`` rows for ``ranks[i]``."""
+    at = np.repeat(np.arange(len(ranks)), lengths)
+
     def summed(col: str, keep: np.ndarray | None = None) -> np.ndarray:
         """Per rank, the sum of ``col`` over its rows (``keep`` only), NaN skipped."""
-        vals = [f[col].to_numpy(dtype=float) if col in f else np.zeros(len(f)) for f in frames]
-        v = np.nan_to_num(np.concatenate(vals or [np.empty(0)]), nan=0.0)
+        v = np.nan_to_num(column(col), nan=0.0)
         if keep is not None:
             at_, v = at[keep], v[keep]
         else:
@@ -144,6 +170,12 @@ SUMMARY_COLUMNS = [
 
 def tables(phases_by_rank: dict[int, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     r = per_rank(phases_by_rank)
+    return {"ranks": r, "rank_summary": summary(r)}
+
+
+def tables_of_rows(ranks: list[int], lengths: list[int], rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """:func:`tables` of the phases tables given concatenated (:func:`per_rank_of_rows`)."""
+    r = per_rank_of_rows(ranks, lengths, rows)
     return {"ranks": r, "rank_summary": summary(r)}
 
 

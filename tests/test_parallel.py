@@ -125,3 +125,46 @@ def test_small_files_go_in_batches(tmp_path):
     with open(big, "wb") as f:
         f.truncate(SMALL_FILE + 1)
     assert batch_size([big] * 100, 2) == 1
+
+
+def _kept_by_parent(d, n: int, monkeypatch) -> tuple[int, int]:
+    """Bytes (tracemalloc) and pandas frames the parent still holds after a cached pool run
+    over ``n`` copies of one rank file in ``d`` and every table and the meta computed."""
+    import gc
+    import tracemalloc
+
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(d.parent / f"cache{n}"))
+    gc.collect()
+    tracemalloc.start()
+    try:
+        a = tracekit.load(d, jobs=2)
+        a.tables()
+        assert len(a.ranks) == n and a.meta["ranks"] == list(range(n))
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    frames = sum(isinstance(o, pd.DataFrame) for o in gc.get_objects())
+    del a
+    return held, frames
+
+
+def test_the_parent_keeps_no_frames_per_rank(tmp_path, monkeypatch):
+    """The per-rank state the parent keeps does not grow with the rank count as pandas frames
+    (which cost 7-40 KB each whatever their rows): a rank's tables, steps and windows are kept
+    as rows of columns over all ranks (tracekit.gathered); what is left per rank (meta, a
+    handle to its cache entry, its rows) is a few KB. Before: ~16 frames, ~130 KB per rank."""
+    trace, _ = make_trace(n_steps=2, seed=3)
+    kept = {}
+    for n in (4, 16):
+        d = tmp_path / f"r{n}"
+        d.mkdir()
+        for i in range(n):
+            trace["distributedInfo"] = {"rank": i, "world_size": n}
+            write_trace(d / f"rank{i}.pt.trace.json.gz", trace)
+        if n == 4:  # warm: what the first run loads once (modules, rule tables) is not per rank
+            _kept_by_parent(d, n, monkeypatch)
+        kept[n] = _kept_by_parent(d, n, monkeypatch)
+    per_rank = (kept[16][0] - kept[4][0]) / 12
+    assert kept[16][1] <= kept[4][1], kept  # no frame per rank
+    assert per_rank < 16 * 1024, (per_rank, kept)

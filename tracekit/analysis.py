@@ -12,6 +12,7 @@ import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,6 +25,7 @@ from .aggregate import whole_numbers as _whole_numbers
 from .checks import TraceWarning, as_warning, check_rank
 from .errors import TraceError
 from .filters import Filters
+from .gathered import Computed, RankTables
 from .pipeline import Attributed, run
 from .pipeline.windows import Windows, frame_windows
 from .ranks import directory_warnings, files_of_rank, group_results, host_of, process_of
@@ -93,7 +95,9 @@ class Analysis:
     #: Files of a directory that were skipped (unreadable, not traces, not regular files):
     #: ``[{"file": name, "problem": why}]``; the result is then partial.
     skipped: list[dict] = field(default_factory=list)
-    _computed: dict = field(default_factory=dict, repr=False, compare=False)
+    #: Tables computed once: ``{(kind, name, rank): frame}``, with the tables the workers
+    #: computed for ranks of one file kept compact (:class:`~tracekit.gathered.Computed`).
+    _computed: Any = field(default_factory=Computed, repr=False, compare=False)
     #: The one lazy rank whose intervals are held (:meth:`_rank_intervals`): {rank: DataFrame}.
     _held: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -201,7 +205,7 @@ class Analysis:
         modules = [a.load_intervals(["module"])["module"] for a in self.ranks.values()]
         present = {c for m in modules for c in m.astype(str).unique()}
         out = copy.copy(self)
-        out.filters, out._computed, out._held = filters.resolved(present), {}, {}
+        out.filters, out._computed, out._held = filters.resolved(present), Computed(), {}
         return out
 
     def names(self) -> list[str]:
@@ -240,12 +244,16 @@ class Analysis:
             return self.rank_tables()[name]
         if spec.derive is not None and spec.source:
             return _whole_numbers(spec, spec.derive(self.table(spec.source, per_step)))
-        parts = [self._rank_table(name, rank, per_step, copy=False) for rank in self.ranks]
-        if not parts:
-            return pd.DataFrame()
-        out = pd.concat(parts, ignore_index=True)
+        whole = None if per_step else self._computed.concat("mean", name, list(self.ranks))
+        if whole is not None:  # every rank's, gathered compact: decoded at once
+            out, lengths = whole
+        else:
+            parts = [self._rank_table(name, rank, per_step, copy=False) for rank in self.ranks]
+            if not parts:
+                return pd.DataFrame()
+            out, lengths = pd.concat(parts, ignore_index=True), [len(p) for p in parts]
         if self.multi_rank:
-            out.insert(0, "rank", np.repeat(np.fromiter(self.ranks, np.int64), [len(p) for p in parts]))
+            out.insert(0, "rank", np.repeat(np.fromiter(self.ranks, np.int64), lengths))
         return out
 
     def _rank_table(self, name: str, rank: int, per_step: bool, copy: bool = True) -> pd.DataFrame:
@@ -276,8 +284,11 @@ class Analysis:
         ``rank_summary`` (mean/min/median/max over ranks, slowest rank, stragglers)."""
         from tracekit.analyses import ranks as ranks_table
 
-        per_rank = {rank: self._phase_means(rank, copy=False) for rank in self.ranks}
-        out = ranks_table.tables(per_rank)
+        whole = self._computed.concat("phase_means", "phases", list(self.ranks))
+        if whole is not None:  # every rank's, gathered compact: decoded at once
+            out = ranks_table.tables_of_rows(list(self.ranks), whole[1], whole[0])
+        else:
+            out = ranks_table.tables({rank: self._phase_means(rank, copy=False) for rank in self.ranks})
         return {k: _whole_numbers(REGISTRY.get(k), v) for k, v in out.items()}
 
     def _phase_means(self, rank: int, copy: bool = True) -> pd.DataFrame:
@@ -343,6 +354,7 @@ def load(
     parallel = scheduler is not None or (workers > 1 and len(files) > 1)
     if not parallel:  # one process: its file's decode may use the cores instead
         options.read_jobs = read_jobs() if jobs is None else max(1, jobs)
+    store = RankTables()
     done = map_ranks(
         per_file(parallel, cache, len(files)),
         files,
@@ -350,14 +362,15 @@ def load(
         keep_errors=p.is_dir(),
         jobs=workers,
         scheduler=scheduler,
+        gather=lambda i, got: got if isinstance(got, TraceError) else store.gather(i, *got),
     )
     failed = [(f, e) for f, e in zip(files, done) if isinstance(e, TraceError)]
     if failed and (strict or len(failed) == len(done)):
         raise failed[0][1]
     skipped += [(f, e.problem) for f, e in failed]
-    files = [f for f, got in zip(files, done) if not isinstance(got, TraceError)]
-    done = [got for got in done if not isinstance(got, TraceError)]
-    ranks, grouping, computed = group_results(p, files, done)
+    kept = [i for i, got in enumerate(done) if not isinstance(got, TraceError)]
+    files, done = [files[i] for i in kept], [done[i] for i in kept]
+    ranks, grouping, alone = group_results(p, files, done)
     grouping = head_grouping or grouping
     if rank is not None:
         if rank not in ranks:
@@ -367,9 +380,9 @@ def load(
         path=os.fspath(p),
         ranks=dict(sorted(ranks.items())),
         grouping=grouping,
-        warnings=directory_warnings([att for att, _ in done], skipped),
+        warnings=directory_warnings(done, skipped),
         skipped=[{"file": f.name, "problem": why} for f, why in skipped],
-        _computed={k: v for k, v in computed.items() if k[2] in ranks},
+        _computed=Computed(store, {r: kept[j] for r, j in alone.items() if r in ranks}),
     )
 
 

@@ -90,18 +90,31 @@ def _ignore_sigint() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
+def _as_is(i: int, result: Any) -> Any:
+    return result
+
+
 def map_ranks(
-    fn: Callable, files: Sequence[Any], *args, jobs: int = 1, scheduler: Any = None, keep_errors: bool = False
+    fn: Callable,
+    files: Sequence[Any],
+    *args,
+    jobs: int = 1,
+    scheduler: Any = None,
+    keep_errors: bool = False,
+    gather: Callable[[int, Any], Any] = _as_is,
 ) -> list:
-    """``[fn(f, *args) for f in files]``, in order, run as asked."""
+    """``[gather(i, fn(f, *args)) for i, f in enumerate(files)]``, in order, run as asked.
+    ``gather`` runs here, on each result as it arrives: it can fold what the caller keeps
+    compact at once, so the results of all files are never held whole together."""
     files = list(files)
     attempt = _Attempt(fn, args, keep_errors)
     if scheduler is not None:
-        return _map_dask(attempt, files, scheduler)
+        return _map_dask(attempt, files, scheduler, gather)
     out: list = [None] * len(files)
     if jobs <= 1 or len(files) <= 1:
         for item in enumerate(files):
-            i, out[i] = attempt(item)
+            i, result = attempt(item)
+            out[i] = gather(i, result)
             progress.file_done()
         return out
     pool = None
@@ -115,7 +128,7 @@ def map_ranks(
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
         chunk = batch_size(files, min(jobs, len(files)))
         for i, result in pool.imap_unordered(attempt, enumerate(files), chunksize=chunk):
-            out[i] = result
+            out[i] = gather(i, result)
             progress.file_done()
         pool.close()
     except BaseException:
@@ -128,7 +141,7 @@ def map_ranks(
     return out
 
 
-def _map_dask(attempt: _Attempt, files: list, scheduler: Any) -> list:
+def _map_dask(attempt: _Attempt, files: list, scheduler: Any, gather: Callable[[int, Any], Any]) -> list:
     try:
         from distributed import Client
     except ImportError:
@@ -147,7 +160,7 @@ def _map_dask(attempt: _Attempt, files: list, scheduler: Any) -> list:
         out: list = [None] * len(files)
         for fut in as_completed(futures):
             for i, result in fut.result():
-                out[i] = result
+                out[i] = gather(i, result)
                 progress.file_done()
             fut.release()
         return out

@@ -14,6 +14,8 @@ import socket
 from collections.abc import Callable
 from dataclasses import replace
 
+import pandas as pd
+
 from tracekit.analyses import REGISTRY
 
 from . import analysis
@@ -66,6 +68,9 @@ def tabulate_fresh(path: str | os.PathLike, options: Options, keep: bool) -> tup
     key = results.result_key(path, options) if options.cache else None
     att = analysis.analyse_file(path, options, store_parsed=key is None or not _small(path))
     tables = tables_of(att, path)
+    # Module instances are read by no table or view after the pipeline: neither stored nor
+    # sent back (they were a tenth of what the parent kept per rank).
+    att = replace(att, modules=pd.DataFrame())
     stored = results.store(att, tables, path, options, key) if key is not None else None
     if stored is not None and not keep:
         att = replace(att, intervals=stored)

@@ -317,15 +317,14 @@ def _first_time(part: Any) -> int:
     return int(iv["start"].min()) if len(iv) else 0
 
 
-def group_results(
-    p: Path, files: list[Path], done: list[tuple[Any, dict]]
-) -> tuple[dict[int, Any], str, dict]:
+def group_results(p: Path, files: list[Path], done: list[Any]) -> tuple[dict[int, Any], str, dict[int, int]]:
     """The files' analyses grouped into ranks (:mod:`tracekit.ranks`): files of one process are
-    successive windows of one rank. With them, the tables of each rank that is one file
-    (a rank of several windows is computed again from its merged intervals)."""
+    successive windows of one rank. With them, ``{rank: index in files}`` of each rank that is
+    one file (whose tables the worker computed; a rank of several windows is computed again
+    from its merged intervals)."""
     from_manifest = manifest_ranks(p) if p.is_dir() else {}
     ids = []
-    for f, (att, _) in zip(files, done):
+    for f, att in zip(files, done):
         r = att.meta.get("rank")
         ids.append(
             FileIdentity(
@@ -335,14 +334,14 @@ def group_results(
             )
         )
     groups, how = group_files(ids)
-    ranks, computed = {}, {}
+    ranks, alone = {}, {}
     for r, idx in groups.items():
-        merged = copy.copy(merge_windows([done[i][0] for i in idx]))  # replace() would load lazy intervals
+        merged = copy.copy(merge_windows([done[i] for i in idx]))  # replace() would load lazy intervals
         merged.meta = {**merged.meta, "rank": r}
         ranks[r] = merged
         if len(idx) == 1:
-            computed.update({(kind, name, r): df for (kind, name), df in done[idx[0]][1].items()})
-    return ranks, how, computed
+            alone[r] = idx[0]
+    return ranks, how, alone
 
 
 def directory_warnings(done: list[Any], skipped: list[tuple[Path, str]]) -> list:

@@ -2,7 +2,7 @@
 
 The parse cache (:mod:`tracekit.cache`) saves the decode; this saves everything after it. An
 entry holds what :func:`tracekit.perfile.tabulate_file` computes for one file: its
-:class:`~tracekit.pipeline.Attributed` (intervals, steps, windows, module instances, meta,
+:class:`~tracekit.pipeline.Attributed` (intervals, steps, windows, meta,
 warnings) and its tables as one rank (the means over steps and the self-checks). It is one
 Parquet file, ``<sha256 of the key>.result.parquet`` beside the parse cache's entries:
 
@@ -48,11 +48,13 @@ from .errors import TraceError
 from .pipeline import INTERVAL_COLUMNS, Attributed
 
 #: Version of a result entry's layout; bump when what is stored changes shape.
-RESULT_FORMAT = "tracekit-result-1"
+RESULT_FORMAT = "tracekit-result-2"
 SUFFIX = ".result.parquet"
 _INFO = b"tracekit-result"
 _FRAME = b"tracekit-frame:"
-_FRAMES = ("steps", "windows", "modules")
+#: The frames of the Attributed stored (its module instances are not: no table or view reads
+#: them after the pipeline, see :func:`tracekit.perfile.tabulate_fresh`).
+_FRAMES = ("steps", "windows")
 _RULES_MAX_BYTES = 16 << 20
 
 
@@ -277,7 +279,6 @@ def load(path: str | os.PathLike, options: Any) -> tuple[Attributed, dict] | Non
             intervals=Stored(os.fspath(loc), key, os.fspath(path), size, options),
             steps=frames["steps"],
             windows=frames["windows"],
-            modules=frames["modules"],
             meta=info["meta"],
             warnings=[_warning(w) for w in info.get("warnings", [])],
         )

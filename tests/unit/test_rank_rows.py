@@ -45,3 +45,30 @@ def test_per_rank_equals_a_group_by_per_rank():
             )
             tables[int(rank)] = df.iloc[:0] if rng.random() < 0.1 else df
         pd.testing.assert_frame_equal(per_rank(tables), reference(tables), check_exact=True)
+
+
+def test_per_rank_of_concatenated_rows_equals_per_rank():
+    """The parent's fast path (every rank's phases gathered as one frame) gives the same rows."""
+    from tracekit.analyses.ranks import per_rank_of_rows
+
+    rng = np.random.default_rng(11)
+    for _ in range(100):
+        ranks = [int(r) for r in rng.permutation(int(rng.integers(1, 9)))]
+        frames = []
+        for _r in ranks:
+            n = int(rng.integers(0, 5))
+            phases = list(rng.choice([*WINDOW_PHASES, "other"], n))
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "phase": pd.Categorical(phases, categories=[*WINDOW_PHASES, "other"]),
+                        "wall_ms": rng.random(n),
+                        "compute_ms": np.where(rng.random(n) < 0.2, np.nan, rng.random(n)),
+                        "exposed_comm_ms": rng.random(n),
+                        "idle_ms": rng.random(n),
+                    }
+                )
+            )
+        rows = pd.concat(frames, ignore_index=True)
+        got = per_rank_of_rows(ranks, [len(f) for f in frames], rows)
+        pd.testing.assert_frame_equal(got, per_rank(dict(zip(ranks, frames))), check_exact=True)

@@ -123,6 +123,24 @@ def _set_intervals(self: Attributed, value) -> None:
 Attributed.intervals = property(_get_intervals, _set_intervals)
 
 
+def _frame_field(name: str) -> property:
+    """``steps`` / ``windows``: a DataFrame, or a holder of one (``load() -> DataFrame``, e.g.
+    a gathering parent's compact copy, :mod:`tracekit.gathered`) read on access."""
+
+    def get(self: Attributed) -> pd.DataFrame:
+        held = self.__dict__["_" + name]
+        return held if isinstance(held, pd.DataFrame) else held.load()
+
+    def put(self: Attributed, value) -> None:
+        self.__dict__["_" + name] = value
+
+    return property(get, put)
+
+
+Attributed.steps = _frame_field("steps")
+Attributed.windows = _frame_field("windows")
+
+
 def link(raw: RawTrace, taxonomy: ModuleTaxonomy) -> Trace:
     """The linking steps: who launched each activity, in which op stack, module, step, phase."""
     t = Trace(path=raw.path, events=raw.events)

@@ -1,0 +1,72 @@
+"""tracekit.gathered: the parent's compact copy of every rank's small tables gives back exactly
+the frames that were added (values, dtypes, category order, column index), one at a time or
+concatenated as pd.concat would."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.gathered import Computed, RankTables
+
+
+def _frame(rng: np.random.Generator, n: int, cats: list[str]) -> pd.DataFrame:
+    names = np.array(["a", "b", "ccc", "k" * 40, "é"], dtype=object)
+    s = pd.Series(names[rng.integers(0, 5, n)], dtype="str")
+    s[rng.random(n) < 0.2] = np.nan
+    return pd.DataFrame(
+        {
+            "name": s,
+            "phase": pd.Categorical(rng.choice(cats, n), categories=cats),
+            "label": pd.Series(list(names[rng.integers(0, 5, n)]), dtype=object),
+            "count": rng.integers(0, 9, n).astype(np.int64),
+            "ms": np.where(rng.random(n) < 0.1, np.nan, rng.random(n)),
+            "ok": rng.random(n) < 0.5,
+        }
+    )
+
+
+def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(a, b, check_exact=True, check_categorical=True)
+    assert list(a.dtypes) == list(b.dtypes) and a.columns.dtype == b.columns.dtype
+    for c in a.columns:
+        if isinstance(a[c].dtype, pd.CategoricalDtype):
+            assert list(a[c].cat.categories) == list(b[c].cat.categories)
+
+
+def test_frames_come_back_exactly():
+    rng = np.random.default_rng(5)
+    store, added = RankTables(), {}
+    for slot in range(40):
+        cats = ["forward", "backward", "optimizer"] if slot % 3 else ["optimizer", "forward", "backward"]
+        tables = {("mean", "t"): _frame(rng, int(rng.integers(0, 30)), cats)}
+        tables[("mean", "empty")] = pd.DataFrame(columns=["phase", "count"])  # object columns
+        tables[("mean", "index")] = pd.DataFrame({"x": [1.0, 2.0]}, index=[5, 6])  # kept whole
+        tables[("checks", "")] = ["a warning"] if slot % 5 == 0 else []
+        store.add(slot, tables)
+        added[slot] = tables
+    for slot, tables in added.items():
+        for key, want in tables.items():
+            got = store.frame(key, slot)
+            if isinstance(want, pd.DataFrame):
+                _same(want, got)
+            else:
+                assert got == want
+
+
+def test_concat_is_pd_concat_when_all_alike_and_none_otherwise():
+    rng = np.random.default_rng(6)
+    store, frames = RankTables(), {}
+    for slot in range(12):
+        frames[slot] = _frame(rng, int(rng.integers(0, 10)), ["x", "y"])
+        store.add(slot, {("mean", "t"): frames[slot]})
+    order = [3, 0, 11, 5, 7]
+    got, lengths = store.concat(("mean", "t"), order)
+    _same(pd.concat([frames[s] for s in order], ignore_index=True), got)
+    assert lengths == [len(frames[s]) for s in order]
+    store.add(12, {("mean", "t"): _frame(rng, 3, ["y", "x"])})  # other category order: other schema
+    assert store.concat(("mean", "t"), [0, 12]) is None
+    computed = Computed(store, {10: 0, 20: 12})
+    assert ("mean", "t", 10) in computed and ("mean", "t", 30) not in computed
+    computed[("mean", "t", 10)] = "own"
+    assert computed[("mean", "t", 10)] == "own" and computed.concat("mean", "t", [10]) is None

@@ -1,0 +1,244 @@
+"""The small tables of many ranks, kept compact by the process that gathers them.
+
+Each rank's tables (its means over steps, ``phase_means``; :func:`tracekit.perfile.tables_of`)
+arrive from a worker as DataFrames of a few dozen rows. Kept as they are, each costs the
+parent 7-40 KB of pandas objects (index, block manager, one Python string per label) whatever
+its rows: about 150 KB per rank, 75 MB at 512 ranks. :class:`RankTables` keeps them instead as
+columns over all ranks: numbers as arrays, labels as int32 codes into one vocabulary per table
+and column (a kernel name is stored once, not once per rank), each rank a range of rows; a
+rank's frame is built again when it is asked for. :class:`Computed` is ``Analysis._computed``
+over such a store.
+
+:meth:`RankTables.add`: Needs: a slot (a file's index) and its tables ``{(kind, name): frame}``.
+Guarantees: :meth:`RankTables.frame` gives back a frame equal to the one added (values, dtypes,
+categories and their order, column index); a frame of a shape this does not encode (another
+index, non-string labels in an object column, other dtypes) is kept whole instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+_NO_MODULES = pd.DataFrame()
+#: Consolidate a column's chunks into one array once it has this many (amortised appends).
+_CHUNKS = 32
+
+
+def _tag(s: pd.Series) -> tuple | None:
+    """How a column is encoded (a hashable key of its dtype), or None when it cannot be."""
+    dt = s.dtype
+    if isinstance(dt, pd.CategoricalDtype):
+        cats = dt.categories
+        if cats.dtype != object and not isinstance(cats.dtype, pd.StringDtype):
+            return None
+        return ("cat", tuple(cats), str(cats.dtype), bool(dt.ordered))
+    if isinstance(dt, pd.StringDtype):
+        return ("str", str(dt), dt.storage, repr(dt.na_value))
+    if isinstance(dt, np.dtype) and dt.kind in "biuf":
+        return ("num", dt.str)
+    if isinstance(dt, np.dtype) and dt.kind == "O" and all(type(v) is str for v in s.to_numpy()):
+        return ("obj",)
+    return None
+
+
+class _Schema:
+    """The columns of frames encoded alike, and their rows over the ranks so far."""
+
+    def __init__(self, df: pd.DataFrame, tags: tuple):
+        self.columns, self.tags = df.columns, tags
+        self.dtypes = [df[c].dtype for c in df.columns]
+        self.chunks: list[list[np.ndarray]] = [[] for _ in tags]
+        self.rows = 0
+
+    def append(self, arrays: list[np.ndarray]) -> tuple[int, int]:
+        start = self.rows
+        for chunks, a in zip(self.chunks, arrays):
+            chunks.append(a)
+            if len(chunks) > _CHUNKS:
+                chunks[:] = [np.concatenate(chunks)]
+        self.rows += len(arrays[0]) if arrays else 0
+        return start, self.rows
+
+    def column(self, i: int) -> np.ndarray:
+        chunks = self.chunks[i]
+        if len(chunks) != 1:
+            chunks[:] = [np.concatenate(chunks) if chunks else np.empty(0)]
+        return chunks[0]
+
+
+class _Table:
+    """One table (``(kind, name)``) of every slot: schemas, rows, label vocabularies."""
+
+    def __init__(self) -> None:
+        self.schemas: dict[tuple, _Schema] = {}
+        self.where: dict[int, tuple[_Schema, int, int]] = {}
+        self.whole: dict[int, Any] = {}
+        self.vocab: dict[str, dict[str, int]] = {}
+        self.words: dict[str, np.ndarray] = {}
+
+    def add(self, slot: int, df: Any) -> None:
+        tags = _tags(df)
+        if tags is None:
+            self.whole[slot] = df
+            return
+        key = (tuple(df.columns), str(df.columns.dtype), df.columns.name, tags)
+        schema = self.schemas.get(key)
+        if schema is None:
+            schema = self.schemas[key] = _Schema(df, tags)
+        arrays = [self._encode(c, df[c], t) for c, t in zip(df.columns, tags)]
+        self.where[slot] = (schema, *schema.append(arrays))
+
+    def _encode(self, name: str, s: pd.Series, tag: tuple) -> np.ndarray:
+        if tag[0] == "num":
+            return s.to_numpy(copy=True)
+        if tag[0] == "cat":
+            return s.cat.codes.to_numpy(np.int32)
+        vocab = self.vocab.setdefault(name, {})
+        values = s.to_numpy(dtype=object, na_value=None)
+        return np.fromiter(
+            (-1 if v is None else vocab.setdefault(v, len(vocab)) for v in values), np.int32, len(values)
+        )
+
+    def _decode(self, name: str, codes: np.ndarray, tag: tuple, dtype: Any) -> Any:
+        if tag[0] == "num":
+            return codes.copy()
+        if tag[0] == "cat":
+            return pd.Categorical.from_codes(codes, dtype=dtype)
+        vocab = self.vocab.get(name, {})
+        words = self.words.get(name)
+        if words is None or len(words) != len(vocab):
+            words = self.words[name] = np.array(list(vocab), dtype=object)
+        out = words[np.maximum(codes, 0)] if len(words) else np.empty(len(codes), object)
+        if tag[0] == "obj":
+            return out
+        out[codes < 0] = None
+        return pd.array(out, dtype=dtype)
+
+    def frame(self, schema: _Schema, rows: Any) -> pd.DataFrame:
+        """The frame of ``rows`` (a slice or positions) of ``schema``'s columns."""
+        cols = {}
+        for i, (c, tag, dt) in enumerate(zip(schema.columns, schema.tags, schema.dtypes)):
+            cols[i] = pd.Series(self._decode(c, schema.column(i)[rows], tag, dt), dtype=dt, copy=False)
+        out = pd.DataFrame(cols, copy=False)
+        out.columns = schema.columns
+        return out
+
+
+def _tags(df: Any) -> tuple | None:
+    if not isinstance(df, pd.DataFrame) or not isinstance(df.index, pd.RangeIndex):
+        return None
+    if df.index.start != 0 or df.index.step != 1 or df.index.name is not None:
+        return None
+    if df.columns.has_duplicates or (len(df.columns) == 0 and len(df)):
+        return None
+    if not all(isinstance(c, str) for c in df.columns):
+        return None
+    tags = tuple(_tag(df[c]) for c in df.columns)
+    return None if any(t is None for t in tags) else tags
+
+
+class RankTables:
+    """Per slot (a file's index) and table key ``(kind, name)``, the frames of many ranks,
+    compact (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self._tables: dict[tuple, _Table] = {}
+
+    def add(self, slot: int, tables: dict) -> None:
+        for key, df in tables.items():
+            self._tables.setdefault(key, _Table()).add(slot, df)
+
+    def gather(self, slot: int, att: Any, tables: dict) -> Any:
+        """What a worker returned for file ``slot``: its tables added here, and its analysis
+        back with its ``steps`` and ``windows`` kept here too (read back when asked for)."""
+        self.add(slot, tables)
+        self.add(slot, {("att", "steps"): att.steps, ("att", "windows"): att.windows})
+        att.steps, att.windows = _Held(self, ("att", "steps"), slot), _Held(self, ("att", "windows"), slot)
+        att.modules = _NO_MODULES  # read by no view (and not sent: an empty frame, one per rank)
+        return att
+
+    def has(self, key: tuple, slot: int) -> bool:
+        t = self._tables.get(key)
+        return t is not None and (slot in t.where or slot in t.whole)
+
+    def frame(self, key: tuple, slot: int) -> Any:
+        """The frame added for ``slot`` under ``key`` (a new one each time); KeyError if none."""
+        t = self._tables[key]
+        if slot in t.whole:
+            return t.whole[slot]
+        schema, start, stop = t.where[slot]
+        return t.frame(schema, slice(start, stop))
+
+    def concat(self, key: tuple, slots: list[int]) -> tuple[pd.DataFrame, list[int]] | None:
+        """The frames of ``slots`` concatenated (what ``pd.concat(..., ignore_index=True)``
+        gives) and their lengths, decoded at once; None unless all are encoded alike."""
+        t = self._tables.get(key)
+        if t is None or not slots or not all(s in t.where for s in slots):
+            return None
+        where = [t.where[s] for s in slots]
+        if any(w[0] is not where[0][0] for w in where):
+            return None
+        rows = np.concatenate([np.arange(a, b) for _, a, b in where])
+        return t.frame(where[0][0], rows), [b - a for _, a, b in where]
+
+    def __iter__(self) -> Iterator[tuple]:
+        return iter(self._tables)
+
+
+class _Held:
+    """One frame of a :class:`RankTables`, as an Attributed holds its steps or windows."""
+
+    __slots__ = ("key", "slot", "store")
+
+    def __init__(self, store: RankTables, key: tuple, slot: int):
+        self.store, self.key, self.slot = store, key, slot
+
+    def load(self) -> pd.DataFrame:
+        return self.store.frame(self.key, self.slot)
+
+
+class Computed:
+    """``Analysis._computed``: what was computed in this process (a dict), and for each rank
+    that is one file, the tables a worker computed, read from a :class:`RankTables` (a new
+    frame each time: nothing decoded is kept)."""
+
+    def __init__(self, store: RankTables | None = None, slots: dict[int, int] | None = None):
+        self._own: dict = {}
+        self._store = store or RankTables()
+        self._slots = slots or {}
+
+    def __contains__(self, key: object) -> bool:
+        if key in self._own:
+            return True
+        if not (isinstance(key, tuple) and len(key) == 3):
+            return False
+        slot = self._slots.get(key[2])
+        return slot is not None and self._store.has(key[:2], slot)
+
+    def __getitem__(self, key: tuple) -> Any:
+        if key in self._own:
+            return self._own[key]
+        if key in self:
+            return self._store.frame(key[:2], self._slots[key[2]])
+        raise KeyError(key)
+
+    def __setitem__(self, key: tuple, value: Any) -> None:
+        self._own[key] = value
+
+    def concat(self, kind: str, name: str, ranks: list[int]) -> tuple[pd.DataFrame, list[int]] | None:
+        """The ranks' gathered frames concatenated, and their lengths (:meth:`RankTables.concat`);
+        None when some rank's is not gathered (or was computed here) or they differ in shape."""
+        if any((kind, name, r) in self._own or r not in self._slots for r in ranks):
+            return None
+        return self._store.concat((kind, name), [self._slots[r] for r in ranks])
+
+    def items(self) -> Iterator[tuple[tuple, Any]]:
+        yield from self._own.items()
+        for key in self._store:
+            for rank, slot in self._slots.items():
+                if self._store.has(key, slot) and (*key, rank) not in self._own:
+                    yield (*key, rank), self._store.frame(key, slot)
