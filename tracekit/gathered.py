@@ -48,10 +48,9 @@ def _tag(s: pd.Series) -> tuple | None:
 class _Schema:
     """The columns of frames encoded alike, and their rows over the ranks so far."""
 
-    def __init__(self, df: pd.DataFrame, tags: tuple):
-        self.columns, self.tags = df.columns, tags
-        self.dtypes = [df[c].dtype for c in df.columns]
-        self.chunks: list[list[np.ndarray]] = [[] for _ in tags]
+    def __init__(self, p: Packed):
+        self.columns, self.tags, self.dtypes = p.columns, p.tags, p.dtypes
+        self.chunks: list[list[np.ndarray]] = [[] for _ in p.tags]
         self.rows = 0
 
     def append(self, arrays: list[np.ndarray]) -> tuple[int, int]:
@@ -80,28 +79,24 @@ class _Table:
         self.vocab: dict[str, dict[str, int]] = {}
         self.words: dict[str, np.ndarray] = {}
 
-    def add(self, slot: int, df: Any) -> None:
-        tags = _tags(df)
-        if tags is None:
-            self.whole[slot] = df
+    def add(self, slot: int, frame: Any) -> None:
+        """``frame`` (a DataFrame, or :func:`pack` of one) as ``slot``'s rows."""
+        p = frame if isinstance(frame, Packed) else pack(frame)
+        if not isinstance(p, Packed):
+            self.whole[slot] = frame
             return
-        key = (tuple(df.columns), str(df.columns.dtype), df.columns.name, tags)
+        key = (tuple(p.columns), str(p.columns.dtype), p.columns.name, p.tags)
         schema = self.schemas.get(key)
         if schema is None:
-            schema = self.schemas[key] = _Schema(df, tags)
-        arrays = [self._encode(c, df[c], t) for c, t in zip(df.columns, tags)]
+            schema = self.schemas[key] = _Schema(p)
+        arrays = [a if w is None else self._codes(c, a, w) for c, a, w in zip(p.columns, p.arrays, p.words)]
         self.where[slot] = (schema, *schema.append(arrays))
 
-    def _encode(self, name: str, s: pd.Series, tag: tuple) -> np.ndarray:
-        if tag[0] == "num":
-            return s.to_numpy(copy=True)
-        if tag[0] == "cat":
-            return s.cat.codes.to_numpy(np.int32)
+    def _codes(self, name: str, local: np.ndarray, words: list[str]) -> np.ndarray:
+        """Codes into this table's vocabulary of ``name`` from codes into ``words``."""
         vocab = self.vocab.setdefault(name, {})
-        values = s.to_numpy(dtype=object, na_value=None)
-        return np.fromiter(
-            (-1 if v is None else vocab.setdefault(v, len(vocab)) for v in values), np.int32, len(values)
-        )
+        ids = np.fromiter((vocab.setdefault(w, len(vocab)) for w in words), np.int32, len(words))
+        return np.append(ids, np.int32(-1))[local]
 
     def _decode(self, name: str, codes: np.ndarray, tag: tuple, dtype: Any) -> Any:
         if tag[0] == "num":
@@ -128,17 +123,65 @@ class _Table:
         return out
 
 
-def _tags(df: Any) -> tuple | None:
+class Packed:
+    """One frame's columns encoded (what a worker sends back instead of the frame: cheaper to
+    pickle and to gather): numbers as arrays, categories as codes, labels as codes into
+    ``words``; :meth:`load` gives the frame back."""
+
+    __slots__ = ("arrays", "columns", "dtypes", "tags", "words")
+
+    def __init__(self, columns: pd.Index, dtypes: list, tags: tuple, arrays: list, words: list):
+        self.columns, self.dtypes, self.tags, self.arrays, self.words = columns, dtypes, tags, arrays, words
+
+    def load(self) -> pd.DataFrame:
+        t = _Table()
+        t.add(0, self)
+        return t.frame(t.where[0][0], slice(None))
+
+
+def pack(df: Any) -> Any:
+    """``df`` as a :class:`Packed`, or ``df`` itself when it is not encoded (see the module)."""
+    got = _columns(df)
+    if got is None:
+        return df
+    series, tags = got
+    arrays: list[np.ndarray] = []
+    words: list[list[str] | None] = []
+    for s, tag in zip(series, tags):
+        if tag[0] == "num":
+            arrays.append(s.to_numpy(copy=True))
+            words.append(None)
+        elif tag[0] == "cat":
+            arrays.append(s.cat.codes.to_numpy(np.int32))
+            words.append(None)
+        else:
+            codes, uniques = pd.factorize(s)  # missing: -1
+            arrays.append(codes.astype(np.int32))
+            words.append(list(uniques))
+    return Packed(df.columns, [s.dtype for s in series], tags, arrays, words)
+
+
+def pack_tables(att: Any, tables: dict) -> tuple[Any, dict]:
+    """A worker's result (:func:`tracekit.perfile.tabulate_file`) with its tables, steps and
+    windows packed: what :meth:`RankTables.gather` folds in cheapest."""
+    att.steps, att.windows = pack(att.steps), pack(att.windows)
+    return att, {k: pack(v) for k, v in tables.items()}
+
+
+def _columns(df: Any) -> tuple[list[pd.Series], tuple] | None:
+    """The frame's columns and their encodings; None when it is not encoded (kept whole)."""
     if not isinstance(df, pd.DataFrame) or not isinstance(df.index, pd.RangeIndex):
         return None
     if df.index.start != 0 or df.index.step != 1 or df.index.name is not None:
         return None
-    if df.columns.has_duplicates or (len(df.columns) == 0 and len(df)):
+    names = list(df.columns)
+    if len(set(names)) != len(names) or (not names and len(df)):
         return None
-    if not all(isinstance(c, str) for c in df.columns):
+    if not all(isinstance(c, str) for c in names):
         return None
-    tags = tuple(_tag(df[c]) for c in df.columns)
-    return None if any(t is None for t in tags) else tags
+    series = [s for _, s in df.items()]
+    tags = tuple(_tag(s) for s in series)
+    return None if any(t is None for t in tags) else (series, tags)
 
 
 class RankTables:
@@ -156,7 +199,9 @@ class RankTables:
         """What a worker returned for file ``slot``: its tables added here, and its analysis
         back with its ``steps`` and ``windows`` kept here too (read back when asked for)."""
         self.add(slot, tables)
-        self.add(slot, {("att", "steps"): att.steps, ("att", "windows"): att.windows})
+        self.add(
+            slot, {("att", "steps"): att.__dict__["_steps"], ("att", "windows"): att.__dict__["_windows"]}
+        )
         att.steps, att.windows = _Held(self, ("att", "steps"), slot), _Held(self, ("att", "windows"), slot)
         att.modules = _NO_MODULES  # read by no view (and not sent: an empty frame, one per rank)
         return att

@@ -29,7 +29,15 @@ def per_file(parallel: bool, cache: bool, n_files: int) -> Callable:
     :func:`analyse_only` (no cache: tables are computed when asked for)."""
     if not (parallel or cache):
         return analyse_only
-    return functools.partial(tabulate_file, keep=not parallel and n_files == 1)
+    return functools.partial(tabulate_packed, keep=not parallel and n_files == 1)
+
+
+def tabulate_packed(path: str | os.PathLike, options: Options, keep: bool = False) -> tuple[Attributed, dict]:
+    """:func:`tabulate_file` with its tables, steps and windows packed
+    (:func:`tracekit.gathered.pack_tables`): cheaper to send back and to gather than frames."""
+    from .gathered import pack_tables
+
+    return pack_tables(*tabulate_file(path, options, keep))
 
 
 def tabulate_file(path: str | os.PathLike, options: Options, keep: bool = False) -> tuple[Attributed, dict]:

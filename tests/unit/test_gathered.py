@@ -70,3 +70,17 @@ def test_concat_is_pd_concat_when_all_alike_and_none_otherwise():
     assert ("mean", "t", 10) in computed and ("mean", "t", 30) not in computed
     computed[("mean", "t", 10)] = "own"
     assert computed[("mean", "t", 10)] == "own" and computed.concat("mean", "t", [10]) is None
+
+
+def test_a_packed_frame_is_the_frame():
+    """What a worker sends (pack) loads back as the frame, and gathers as the frame would."""
+    from tracekit.gathered import pack
+
+    rng = np.random.default_rng(7)
+    store = RankTables()
+    for slot in range(6):
+        df = _frame(rng, int(rng.integers(0, 12)), ["b", "a"])
+        _same(df, pack(df).load())
+        store.add(slot, {("mean", "t"): pack(df) if slot % 2 else df})
+        _same(df, store.frame(("mean", "t"), slot))
+    assert pack(pd.DataFrame({"x": [1]}, index=[3])).index.tolist() == [3]  # not packed: itself
