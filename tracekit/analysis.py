@@ -28,8 +28,8 @@ from .filters import Filters
 from .gathered import Computed, RankTables
 from .pipeline import Attributed, run
 from .pipeline.windows import Windows, frame_windows
-from .ranks import directory_warnings, files_of_rank, group_results, host_of, process_of
-from .read import DEFAULT_MAX_BYTES, read_trace, trace_listing
+from .ranks import directory_warnings, files_to_read, group_results, host_of, process_of
+from .read import DEFAULT_MAX_BYTES, read_trace
 from .taxonomy import kernel_rules, module_taxonomy
 
 
@@ -95,8 +95,7 @@ class Analysis:
     #: Files of a directory that were skipped (unreadable, not traces, not regular files):
     #: ``[{"file": name, "problem": why}]``; the result is then partial.
     skipped: list[dict] = field(default_factory=list)
-    #: Tables computed once: ``{(kind, name, rank): frame}``, with the tables the workers
-    #: computed for ranks of one file kept compact (:class:`~tracekit.gathered.Computed`).
+    #: ``{(kind, name, rank): frame}`` computed once (workers' tables: :mod:`tracekit.gathered`).
     _computed: Any = field(default_factory=Computed, repr=False, compare=False)
     #: The one lazy rank whose intervals are held (:meth:`_rank_intervals`): {rank: DataFrame}.
     _held: dict = field(default_factory=dict, repr=False, compare=False)
@@ -384,26 +383,3 @@ def load(
         skipped=[{"file": f.name, "problem": why} for f, why in skipped],
         _computed=Computed(store, {r: kept[j] for r, j in alone.items() if r in ranks}),
     )
-
-
-def files_to_read(
-    p: Path, rank: int | None, strict: bool, max_bytes: int, lowest: bool = False
-) -> tuple[list[Path], list[tuple[Path, str]], str | None]:
-    """The files to read, the entries skipped, and (when ``rank`` was picked by the files'
-    heads) how the directory's files group into ranks: only rank ``rank``'s files (with
-    ``lowest`` and no ``rank``, the lowest rank's) are read when every file's rank can be told
-    from its head (:func:`~tracekit.ranks.files_of_rank`); else every file.
-    Shared by :func:`load` and ``tracekit explain`` (:func:`tracekit.explain.rank_traces`)."""
-    if not p.exists():
-        raise TraceError(p, "no such file or directory")
-    files, skipped = trace_listing(p) if p.is_dir() else ([p], [])
-    if skipped and strict:
-        raise TraceError(skipped[0][0], skipped[0][1])
-    one = rank is not None or (lowest and bool(files))
-    heads = files_of_rank(p, files, rank, max_bytes) if one and p.is_dir() else None
-    if heads is None:
-        return files, skipped, None
-    files, found, how = heads
-    if not files:
-        raise TraceError(p, f"no rank {rank}; ranks here: {', '.join(map(str, found))}")
-    return files, skipped, how

@@ -85,7 +85,7 @@ def rank_traces(path: str | os.PathLike, rank: int | None, read, max_bytes: int)
     as ``tracekit.load`` groups them (:mod:`tracekit.ranks`): every file of the rank (successive
     windows of one process), each with ``meta["rank"]``. Only that rank's files (without
     ``rank``, the lowest rank's) are read when every file's rank can be told from its head, as
-    for ``tracekit analyze --rank`` (:func:`tracekit.analysis.files_to_read`)."""
+    for ``tracekit analyze --rank`` (:func:`tracekit.ranks.files_to_read`)."""
     from .analysis import files_to_read
     from .ranks import FileIdentity, group_files, host_of, manifest_ranks, process_of
 

@@ -39,8 +39,9 @@ import numpy as np
 import pandas as pd
 
 from .checks import TraceWarning
+from .errors import TraceError
 from .pipeline.windows import CUT_FRACTION, CUT_MESSAGE, CUT_MIN_STEPS
-from .read import ANNOTATION, CPU_OP, PYTHON, RUNTIME
+from .read import ANNOTATION, CPU_OP, PYTHON, RUNTIME, trace_listing
 
 #: ``tensorboard_trace_handler`` names files ``{hostname}_{pid}.{time_ns}.pt.trace.json``.
 _HANDLER_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json(\.gz)?$")
@@ -357,3 +358,26 @@ def directory_warnings(done: list[Any], skipped: list[tuple[Path, str]]) -> list
             )
         )
     return out
+
+
+def files_to_read(
+    p: Path, rank: int | None, strict: bool, max_bytes: int, lowest: bool = False
+) -> tuple[list[Path], list[tuple[Path, str]], str | None]:
+    """The files to read, the entries skipped, and (when ``rank`` was picked by the files'
+    heads) how the directory's files group into ranks: only rank ``rank``'s files (with
+    ``lowest`` and no ``rank``, the lowest rank's) are read when every file's rank can be told
+    from its head (:func:`files_of_rank`); else every file.
+    Shared by :func:`load` and ``tracekit explain`` (:func:`tracekit.explain.rank_traces`)."""
+    if not p.exists():
+        raise TraceError(p, "no such file or directory")
+    files, skipped = trace_listing(p) if p.is_dir() else ([p], [])
+    if skipped and strict:
+        raise TraceError(skipped[0][0], skipped[0][1])
+    one = rank is not None or (lowest and bool(files))
+    heads = files_of_rank(p, files, rank, max_bytes) if one and p.is_dir() else None
+    if heads is None:
+        return files, skipped, None
+    files, found, how = heads
+    if not files:
+        raise TraceError(p, f"no rank {rank}; ranks here: {', '.join(map(str, found))}")
+    return files, skipped, how
