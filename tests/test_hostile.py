@@ -230,8 +230,11 @@ def test_forged_cache_is_a_miss_and_repaired(box, monkeypatch):
     key = cache.file_key(t, DEFAULT_MAX_BYTES)
     info = json.dumps({"key": key, "meta": {}, "warnings": []}).encode()
     pq.write_table(pa.table({"x": [1]}).replace_schema_metadata({b"tracekit": info}), cache._entry(key))
+    # Files of at most perfile.SMALL_FILE keep only their result entry; store the parsed
+    # columns too here, so that the forged entry is read, refused and rewritten.
+    monkeypatch.setattr("tracekit.perfile.SMALL_FILE", -1)
     for _ in range(2):
-        p = run(box, "analyze", t, "--format", "json")
+        p = inproc(box, "analyze", t, "--format", "json")
         assert p.returncode == 0 and p.err == "", p.err
     assert cache.load(t, DEFAULT_MAX_BYTES) is not None  # rewritten
 
