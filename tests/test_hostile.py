@@ -236,12 +236,7 @@ def test_forged_cache_is_a_miss_and_repaired(box, monkeypatch):
     for _ in range(2):
         p = inproc(box, "analyze", t, "--format", "json")
         assert p.returncode == 0 and p.err == "", p.err
-    # A miss both times; a small file is then cached as its result only (perfile.SMALL_FILE),
-    # a bigger one's parsed columns are rewritten.
-    from tracekit import perfile
-
-    small = t.stat().st_size <= perfile.SMALL_FILE
-    assert cache.load(t, DEFAULT_MAX_BYTES) is None if small else cache.load(t, DEFAULT_MAX_BYTES) is not None
+    assert cache.load(t, DEFAULT_MAX_BYTES) is not None  # rewritten
     assert any(e.name.endswith(".result.parquet") for e in cache.entries())
 
 
