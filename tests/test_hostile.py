@@ -342,11 +342,11 @@ def test_numpy_warnings_are_one_line(box, tmp_path, monkeypatch):
 
     real = tracekit.analysis.analyse_file
 
-    def noisy(path, options):
+    def noisy(path, options, **kw):
         import numpy as np
 
         np.float64(1e308) * np.float64(10)  # RuntimeWarning: overflow
-        return real(path, options)
+        return real(path, options, **kw)
 
     monkeypatch.setattr(tracekit.analysis, "analyse_file", noisy)
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "c"))
