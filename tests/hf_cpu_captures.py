@@ -1,7 +1,8 @@
 """Capture tiny HF models on CPU under torch.profiler, as a stranger would (no tracekit code):
 ``python hf_cpu_captures.py OUT_DIR NAME...``; writes OUT_DIR/NAME.json per capture.
 
-Names: an architecture (llama, gpt2, opt, phi, qwen2, mistral, gemma, bloom, gpt_neox, falcon),
+Names: an architecture (llama, gpt2, opt, phi, qwen2, mistral, gemma, bloom, gpt_neox, falcon,
+qwen3_moe, deepseek_v3),
 optionally suffixed ``+ckpt`` (non-reentrant checkpointing), ``+ckpt_reentrant``, ``+lora``,
 ``+compile``, ``+zero2`` or ``+zero3`` (a DeepSpeed engine on one gloo rank); or
 ``llama+generate``. Random weights from a config: nothing is downloaded.
@@ -39,6 +40,30 @@ CONFIGS = {
     "gpt_neox": lambda: T.GPTNeoXConfig(**SMALL),
     "falcon": lambda: T.FalconConfig(
         hidden_size=64, num_attention_heads=4, num_hidden_layers=2, vocab_size=256
+    ),
+    "qwen3_moe": lambda: T.Qwen3MoeConfig(
+        **SMALL,
+        num_key_value_heads=2,
+        head_dim=16,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+    ),
+    # multi-head latent attention (low-rank q and kv), a dense first layer, then MoE
+    "deepseek_v3": lambda: T.DeepseekV3Config(
+        **SMALL,
+        num_key_value_heads=4,
+        q_lora_rank=16,
+        kv_lora_rank=16,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=8,
+        v_head_dim=16,
+        moe_intermediate_size=32,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        first_k_dense_replace=1,
+        n_group=1,
+        topk_group=1,
     ),
 }
 

@@ -34,6 +34,8 @@ CAPTURES = [
     "bloom",
     "gpt_neox",
     "falcon",
+    "qwen3_moe",
+    "deepseek_v3",
     "llama+ckpt",
     "gpt2+ckpt_reentrant",
     "llama+lora",
@@ -97,3 +99,20 @@ def test_phases_table_matches_the_independent_truth(captures: Path, name: str) -
     }
     wrong = {k: v for k, v in checks.items() if not _close(v[0], v[1], total)}
     assert not wrong, f"phase: (tracekit ms, truth ms): {wrong}"
+
+
+@pytest.mark.parametrize(("name", "layers"), [("qwen3_moe", 2), ("deepseek_v3", 2)])
+def test_projections_and_lm_head_of_moe_and_latent_attention(captures: Path, name: str, layers: int) -> None:
+    """Every attention module's last Linear is its output projection and the ones before it
+    its q/k/v projections (four in DeepSeek's latent attention, with their own norms between);
+    the model's last Linear is the LM head, even when the model class names an MoE family."""
+    iv = tracekit.load(captures / f"{name}.json", cache=False, jobs=1).intervals
+    fw = iv[(iv["phase"] == "forward") & (iv["step"] == iv["step"].min())]
+    linear = fw[fw["module_instance"].astype(str).str.fullmatch(r"Linear_\d+")]
+    cats = linear.groupby(linear["module_instance"].astype(str))["module"].agg(lambda s: set(s.astype(str)))
+    by_index = {int(k.rsplit("_", 1)[1]): v for k, v in cats.items()}
+    assert by_index[max(by_index)] == {"Linear"}, by_index
+    counts = Counter(c for v in by_index.values() for c in v)
+    qkv = 4 if name == "deepseek_v3" else 3
+    assert counts["Output"] == layers and counts["QKV"] == qkv * layers, counts
+    assert counts["MoE routing"] == 0, counts  # their routers are router classes, not Linear

@@ -202,6 +202,96 @@ FAMILIES = {
             ),
         ],
     ),
+    # an MoE family's model class (Qwen3MoeForCausalLM) is not an MoE block: its Linear is the LM
+    # head, not a router
+    "qwen3_moe": (
+        "Qwen3MoeForCausalLM",
+        "model",
+        [
+            (
+                "Qwen3MoeDecoderLayer",
+                "model.layers.0",
+                None,
+                [
+                    (
+                        "Qwen3MoeSparseMoeBlock",
+                        "mlp",
+                        None,
+                        [
+                            leaf(L, "gate", "MoE routing"),
+                            (
+                                "Qwen3MoeMLP",
+                                "experts.0",
+                                None,
+                                [
+                                    leaf(L, "gate_proj", "MLP"),
+                                    leaf(L, "up_proj", "MLP"),
+                                    leaf(L, "down_proj", "MLP"),
+                                ],
+                            ),
+                        ],
+                    ),
+                ],
+            ),
+            leaf("Qwen3MoeRMSNorm", "model.norm", "RMSNorm"),
+            leaf(L, "lm_head", "Linear"),
+        ],
+    ),
+    # multi-head latent attention: low-rank q and kv projections with their own norms
+    "deepseek_v3": (
+        "DeepseekV3DecoderLayer",
+        "model.layers.0",
+        [
+            (
+                "DeepseekV3Attention",
+                "self_attn",
+                None,
+                [
+                    leaf(L, "q_a_proj", "QKV"),
+                    leaf("DeepseekV3RMSNorm", "q_a_layernorm", "RMSNorm"),
+                    leaf(L, "q_b_proj", "QKV"),
+                    leaf(L, "kv_a_proj_with_mqa", "QKV"),
+                    leaf("DeepseekV3RMSNorm", "kv_a_layernorm", "RMSNorm"),
+                    leaf(L, "kv_b_proj", "QKV"),
+                    leaf(L, "o_proj", "Output"),
+                ],
+            ),
+            (
+                "DeepseekV3MoE",
+                "mlp",
+                None,
+                [
+                    leaf("DeepseekV3TopkRouter", "gate", "MoE routing"),
+                    leaf("DeepseekV3NaiveMoe", "experts", "MLP"),
+                ],
+            ),
+        ],
+    ),
+    # Megatron-Core with TransformerEngine: the input norms are fused into the first GEMMs
+    "megatron_te": (
+        "TransformerLayer",
+        "decoder.layers.0",
+        [
+            (
+                "SelfAttention",
+                "self_attention",
+                None,
+                [
+                    leaf("TELayerNormColumnParallelLinear", "linear_qkv", "QKV"),
+                    leaf("TERowParallelLinear", "linear_proj", "Output"),
+                ],
+            ),
+            (
+                "MLP",
+                "mlp",
+                None,
+                [
+                    leaf("TELayerNormColumnParallelLinear", "linear_fc1", "MLP"),
+                    leaf("TERowParallelLinear", "linear_fc2", "MLP"),
+                ],
+            ),
+        ],
+    ),
     # serving stacks (vLLM, SGLang): the LM head is applied inside LogitsProcessor
     "serving": (
         "Qwen3ForCausalLM",
