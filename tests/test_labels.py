@@ -125,6 +125,30 @@ def test_attention_glue_is_not_rope(tmp_path):
     assert (got["Bmm0"], got["Softmax"], got["Bmm1"]) == pytest.approx((0.010, 0.005, 0.009))
 
 
+@pytest.mark.parametrize("modules", ["nn_module", "capture"])
+def test_attention_child_modules_without_a_rule_are_split_by_place(tmp_path, modules):
+    """GPT-J/CodeGen/BLOOM/NeoX attention runs its softmax and attention dropout in child
+    modules (nn.Softmax, nn.Dropout) that have no category of their own: between the two
+    matmuls they are Softmax (scale, mask, softmax, dropout), after the second the block's
+    glue (the residual dropout), like the block's own ops in those places."""
+    from tracekit.testing.kernels import BMM, K_COPY, K_SOFTMAX
+
+    b = TraceBuilder(modules=modules)
+    with b.step():
+        with b.module("CodeGenAttention", "transformer.h.0.attn"):
+            b.kernel(BMM, 10, op="aten::matmul")
+            with b.module("Softmax", "transformer.h.0.attn.softmax"):
+                b.kernel(K_SOFTMAX, 5, op="aten::softmax")
+            with b.module("Dropout", "transformer.h.0.attn.attn_dropout"):
+                b.kernel(K_COPY, 2, op="aten::dropout")
+            b.kernel(BMM, 9, op="aten::matmul")
+            with b.module("Dropout", "transformer.h.0.attn.resid_dropout"):
+                b.kernel(K_COPY, 3, op="aten::dropout")
+    got = _module_ms(tracekit.load(b.write(tmp_path / "rank0.pt.trace.json"), cache=False))
+    assert (got["Bmm0"], got["Softmax"], got["Bmm1"]) == pytest.approx((0.010, 0.007, 0.009))
+    assert got["Attention other"] == pytest.approx(0.003)
+
+
 def test_compiled_region_is_compute_of_its_module_or_its_own_row(tmp_path):
     """torch.compile: kernels launched (cuLaunchKernel) inside a compiled region with no module
     around them are the 'Compiled region' row, forward and backward (CompiledFunctionBackward);

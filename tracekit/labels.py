@@ -214,8 +214,8 @@ def _attention_parts(
     """Category of activities inside an attention module: the first matmul is Bmm0, the ops
     between the two matmuls Softmax, the second Bmm1; a fused attention op is Attention; rotary
     work (``rotary``, or a rotary op) is RoPE; everything else (q/k/v views and transposes,
-    KV-cache writes, the output's reshape, child modules that only inherit the attention
-    category) is the block's glue, Attention other."""
+    KV-cache writes, the output's reshape) is the block's glue, Attention other. Ops of child
+    modules with no category of their own (nn.Softmax, nn.Dropout) are placed the same way."""
     mid = a["module_id"].to_numpy()
     # Times relative to an origin: comparisons below go through float64.
     top_ts = a["top_op_ts"].to_numpy()[att]
@@ -243,8 +243,7 @@ def _attention_parts(
     out[~np.isnan(b0) & (ts > b0) & (np.isnan(b1) | (ts < b1))] = "Softmax"
     out[ts == b0] = "Bmm0"
     out[ts == b1] = "Bmm1"
-    own_cat = mods["own_category"].to_numpy()[mid[att]]
-    out[(own_cat != "@attention") | (sub["top_id"].to_numpy() < 0)] = "Attention other"
+    out[sub["top_id"].to_numpy() < 0] = "Attention other"
     rotary_op = (
         _matches(a["top_op"], taxonomy.rope, full=True) | _matches(a["op"], taxonomy.rope, full=True)
     )[att]
