@@ -18,7 +18,7 @@ import pandas as pd
 
 from .pipeline.modules import inherit
 from .pipeline.state import Trace as LinkedTrace
-from .pipeline.state import as_str, categorical, categorical_take, codes_of, take
+from .pipeline.state import as_str, categorical, categorical_take, codes_of, distinct_rows, take
 from .read import MEMCPY, MEMSET
 from .taxonomy import COMM_CATEGORIES, KernelRules, ModuleTaxonomy
 
@@ -116,12 +116,7 @@ def kernel_categories(
     parts = [codes_of(a[c]) for c in ("name", "top_op", "op", "comm_text")]
     g_codes, g_uniq = pd.factorize(group)
     parts.append((g_codes, np.asarray(g_uniq, dtype=object)))
-    key = np.zeros(len(a), np.int64)
-    for codes, uniq in parts:  # one code per distinct combination, kept below len(a)
-        key = pd.factorize(key * (len(uniq) + 1) + codes)[0]
-    # factorize numbers keys by first appearance: key k first appears where the running max reaches k
-    n_keys = int(key.max()) + 1 if len(key) else 0
-    first = np.searchsorted(np.maximum.accumulate(key), np.arange(n_keys))
+    key, first = distinct_rows(*(codes for codes, _ in parts))
     cases = zip(*(uniq[codes[first]] for codes, uniq in parts))
     labels = [_kernel_label(rules, *case) for case in cases]
     arange = np.arange(len(key))
@@ -140,21 +135,25 @@ def label_modules(mods: pd.DataFrame, taxonomy: ModuleTaxonomy) -> None:
         mods["att_root"] = pd.Series(dtype=np.int64)
         return
     parent = mods["parent"].to_numpy()
-    pcls = np.where(parent >= 0, mods["cls"].to_numpy()[np.maximum(parent, 0)], "")
-    memo: dict[tuple, tuple[str, str] | None] = {}
-    own: list[tuple[str, str] | None] = []
-    cols = (mods[c].to_numpy(dtype=object).tolist() for c in ("cls", "qualname", "position", "siblings"))
-    cls, qual, pos_, sib_ = cols
-    for key in zip(cls, qual, pcls.tolist(), pos_, sib_):
-        if key not in memo:
-            c, q, pc, pos, sib = key
-            memo[key] = taxonomy.match(c, q, pc, int(pos), int(sib))
-        own.append(memo[key])
+    cls_codes, cls_uniq = codes_of(mods["cls"])
+    qual_codes, qual_uniq = codes_of(mods["qualname"])
+    pcls_codes = take(cls_codes, parent, len(cls_uniq))  # the parent's class ("" at the top)
+    pcls_uniq = np.append(cls_uniq, "")
+    pos, sib = mods["position"].to_numpy(), mods["siblings"].to_numpy()
+    # The rules run once per distinct (class, name, parent class, position, siblings).
+    key, first = distinct_rows(cls_codes, qual_codes, pcls_codes, pos, sib)
+    cases = zip(
+        cls_uniq[cls_codes[first]].tolist(),
+        qual_uniq[qual_codes[first]].tolist(),
+        pcls_uniq[pcls_codes[first]].tolist(),
+        pos[first].tolist(),
+        sib[first].tolist(),
+    )
+    matched = [taxonomy.match(*case) for case in cases]
     # Distinct matches, and per module the one it inherits (nearest labelled ancestor-or-self)
     # and its outermost attention ancestor-or-self, visited by start (parents start first).
-    found = [m for m in memo.values() if m is not None]
-    ids = {m: k for k, m in enumerate(dict.fromkeys(found))}
-    own_id = np.array([ids[o] if o is not None else -1 for o in own], dtype=np.int64)
+    ids = {m: k for k, m in enumerate(dict.fromkeys(m for m in matched if m is not None))}
+    own_id = np.array([ids[m] if m is not None else -1 for m in matched], dtype=np.int64)[key]
     cats = np.array([m[0] for m in ids] + ["Other", ""], dtype=object)
     rules_ = np.array([m[1] for m in ids] + ["none", ""], dtype=object)
     start = mods["start"].to_numpy()

@@ -126,6 +126,20 @@ def codes_of(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return codes.astype(np.intp), np.asarray(uniq, dtype=object)
 
 
+def distinct_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(key, first)``: per row the number of its combination of the columns' values (numbered
+    0, 1, ... by first appearance), and per number the row where it first appears. Work to do
+    once per distinct combination runs on the rows ``first``; ``result[key]`` spreads it back."""
+    n = len(columns[0]) if columns else 0
+    key = np.zeros(n, np.int64)
+    for col in columns:  # one code per distinct combination, kept below n
+        codes, uniq = pd.factorize(col)
+        key = pd.factorize(key * (len(uniq) + 1) + codes)[0]
+    # factorize numbers keys by first appearance: key k first appears where the running max reaches k
+    n_keys = int(key.max()) + 1 if n else 0
+    return key, np.searchsorted(np.maximum.accumulate(key), np.arange(n_keys))
+
+
 def categorical_take(uniq: np.ndarray, codes: np.ndarray, idx: np.ndarray, default: str) -> pd.Categorical:
     """``pd.Categorical(take(uniq[codes], idx, default))`` (categories: the distinct values
     present, sorted), computed on the integer codes: no string is hashed per row."""
