@@ -1,7 +1,9 @@
-"""The optional C extension: tracekit/_kineto.c (the reader's fast path, tracekit/native.py).
+"""The optional C extensions: tracekit/_kineto.c (the reader's fast path, tracekit/native.py) and
+tracekit/_nesting.c (the link step's enclosing-range sweep, tracekit/nesting.py).
 
 Everything else is declared in pyproject.toml. ``optional=True``: where it cannot be compiled
-(no compiler, no Python headers), the install still succeeds and the reader decodes with msgspec.
+(no compiler, no Python headers), the install still succeeds: the reader then decodes with msgspec
+and the sweep runs its numpy form.
 """
 
 import os
@@ -18,6 +20,7 @@ setup(
             ["tracekit/_kineto.c"],
             extra_compile_args=_FLAGS,
             optional=True,
-        )
+        ),
+        Extension("tracekit._nesting", ["tracekit/_nesting.c"], extra_compile_args=_FLAGS, optional=True),
     ]
 )

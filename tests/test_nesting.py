@@ -1,12 +1,16 @@
-"""The vectorised enclosing-range sweep equals the reference stack sweep, on any input."""
+"""The vectorised and the C enclosing-range sweeps equal the reference stack sweep, on any input."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracekit.nesting import sweep, sweep_loop
+from tracekit import nesting
+from tracekit.nesting import sweep, sweep_loop, sweep_numpy
 
 
 def _nested(draw, lo, hi, depth, out):
@@ -49,10 +53,11 @@ def elements(draw, proper: bool):
 
 
 def _same(args):
-    a = sweep(*args)
     b = sweep_loop(*args)
-    for x, y in zip(a, b):
-        assert (x == y).all()
+    forms = [sweep, sweep_numpy] + ([nesting.sweep_native] if nesting._nesting is not None else [])
+    for form in forms:
+        for x, y in zip(form(*args), b):
+            assert x.dtype == np.int64 and (x == y).all()
 
 
 @settings(max_examples=300, deadline=None)
@@ -65,3 +70,25 @@ def test_vectorised_equals_loop_on_nested_ranges(args):
 @given(elements(proper=False))
 def test_falls_back_to_loop_on_overlapping_ranges(args):
     _same(args)
+
+
+@pytest.mark.skipif(nesting._nesting is None, reason="the C sweep is not built here")
+def test_native_rejects_bad_buffers():
+    pid = np.zeros(3, np.int64)
+    out = [np.empty(3, np.int64) for _ in range(6)]
+    rng = np.ones(3, bool)
+    with pytest.raises(ValueError, match="permutation"):
+        nesting._nesting.sweep(np.array([0, 0, 1]), pid, pid, pid, pid, rng, pid, *out)
+    with pytest.raises(ValueError, match="lengths"):
+        nesting._nesting.sweep(np.arange(3), pid, pid, pid[:2], pid, rng, pid, *out)
+
+
+def test_native_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("TRACEKIT_NATIVE", "0")
+    assert not nesting.native()
+
+
+@pytest.mark.skipif(not os.environ.get("CI"), reason="a dev tree may predate tracekit/_nesting.c")
+def test_native_is_built_in_ci():
+    """CI installs with ``pip install -e .``, which compiles it: the tests above then cover it."""
+    assert nesting._nesting is not None, "tracekit._nesting is not compiled: pip install -e ."

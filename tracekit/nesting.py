@@ -14,14 +14,23 @@ exactly the ranges still open at its start, so:
 
 both computed with sorts and binary searches, and the contexts then flow down one depth level
 at a time. :func:`sweep` uses that and falls back to the loop for a thread whose ranges
-overlap without nesting, so the result is always the loop's.
+overlap without nesting, so the result is always the loop's. Where the optional C extension
+``tracekit._nesting`` is built (and ``TRACEKIT_NATIVE`` is not ``0``), :func:`sweep` runs the
+loop itself in C instead: the same stack sweep, a few dozen instructions per element.
 """
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .intervals import unique
+
+try:
+    from . import _nesting  # type: ignore[attr-defined]
+except ImportError:  # not compiled here: the vectorised numpy sweep
+    _nesting = None
 
 # Flags of a range (bit values shared with link.py).
 F_OP, F_MODULE, F_OPT, F_EVAL, F_BWD, F_COMM, F_ROPE = (1 << i for i in range(7))
@@ -166,7 +175,32 @@ def _one_axis(pid, tid, start, end):
     return shift + rank[:n], shift + rank[n:], times, width
 
 
+def native() -> bool:
+    """Whether the C sweep is there and not turned off (``TRACEKIT_NATIVE=0``)."""
+    return _nesting is not None and os.environ.get("TRACEKIT_NATIVE", "1") != "0"
+
+
+def sweep_native(pid, tid, start, end, is_range, flags):
+    """:func:`sweep_loop`, run in C (``tracekit._nesting``): the same stack sweep over the same
+    order, with no Python object per element."""
+    n = len(start)
+    order = sweep_order(pid, tid, start, end, is_range)
+    ins = [np.ascontiguousarray(x, np.int64) for x in (order, pid, tid, start, end)]
+    out = [np.empty(n, np.int64) for _ in range(6)]
+    rng = np.ascontiguousarray(is_range, bool)
+    _nesting.sweep(*ins, rng, np.ascontiguousarray(flags, np.int64), *out)
+    return tuple(out)
+
+
 def sweep(pid, tid, start, end, is_range, flags):
+    """Same result as :func:`sweep_loop`: in C where built (:func:`sweep_native`), else
+    :func:`sweep_numpy`."""
+    if native():
+        return sweep_native(pid, tid, start, end, is_range, flags)
+    return sweep_numpy(pid, tid, start, end, is_range, flags)
+
+
+def sweep_numpy(pid, tid, start, end, is_range, flags):
     """Same result as :func:`sweep_loop`, vectorised where each thread's ranges nest properly.
 
     Memory: the per-level context arrays hold sorted positions, as int32 when they fit, and

@@ -6,8 +6,9 @@ from __future__ import annotations
 import tracemalloc
 
 import numpy as np
+import pytest
 
-from tracekit.nesting import F_MODULE, F_OP, sweep, sweep_loop
+from tracekit.nesting import F_MODULE, F_OP, sweep, sweep_loop, sweep_numpy
 
 
 def _nested(k: int):
@@ -23,13 +24,14 @@ def _nested(k: int):
     return np.zeros(n, np.int64), tid, start, end, is_range, flags.astype(np.int64)
 
 
-def test_sweep_peak_memory_per_element():
+@pytest.mark.parametrize("form", [sweep, sweep_numpy], ids=["sweep", "numpy"])
+def test_sweep_peak_memory_per_element(form):
     args = _nested(50_000)
     n = len(args[0])
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
-        out = sweep(*args)
+        out = form(*args)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -38,5 +40,5 @@ def test_sweep_peak_memory_per_element():
     # level array was int64 and held to the end).
     assert peak / n < 190, peak / n
     small = tuple(a[: 4 * 500] for a in _nested(500))
-    assert all((x == y).all() for x, y in zip(sweep(*small), sweep_loop(*small)))
+    assert all((x == y).all() for x, y in zip(form(*small), sweep_loop(*small)))
     assert out[0].dtype == np.int64 and out[5].dtype == np.int64

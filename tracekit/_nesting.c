@@ -1,0 +1,161 @@
+/* The enclosing-range sweep of the link step (tracekit/nesting.py), as one stack loop in C.
+ *
+ * sweep(order, pid, tid, start, end, is_range, flags, op, top, mod, bwd, comm, bits)
+ *
+ * A transcription of nesting.sweep_loop, the reference: the elements are visited in ``order``
+ * (their sweep order: by thread, start, longest first, ranges first); on each thread a stack of
+ * open ranges is popped while its top ends at or before the element's start, the top's context
+ * is the element's, and a range pushes its own context (itself as the innermost op / module /
+ * backward node / collective, and the inherited bits). Results are written by element index.
+ *
+ * Every argument is a C-contiguous buffer of int64 (``is_range``: one byte per element), all of
+ * the same length n; ``order`` must be a permutation of 0..n-1 (checked). The six outputs are
+ * written in place. No Python object is made per element and the GIL is released in the loop.
+ * Optional: without it (no compiler), nesting.sweep runs its vectorised numpy form.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Range flags and context bits: the values of tracekit/nesting.py. */
+#define F_OP (1 << 0)
+#define F_MODULE (1 << 1)
+#define F_OPT (1 << 2)
+#define F_EVAL (1 << 3)
+#define F_BWD (1 << 4)
+#define F_COMM (1 << 5)
+#define F_ROPE (1 << 6)
+#define MOD_IN_BWD (1 << 20)
+#define INHERITED (F_OPT | F_EVAL | F_ROPE)
+
+typedef struct {
+    int64_t end;
+    int64_t op, top, mod, bwd, comm, bits;
+} Frame;
+
+#define N_IN 7
+#define N_OUT 6
+
+/* 0 on success; -1 with order not a permutation; -2 out of memory. */
+static int run(Py_ssize_t n, const int64_t *order, const int64_t *pid, const int64_t *tid,
+               const int64_t *start, const int64_t *end, const uint8_t *is_range,
+               const int64_t *flags, int64_t *const *out) {
+    Frame *stack = NULL;
+    Py_ssize_t depth = 0, cap = 0;
+    int64_t cur_pid = 0, cur_tid = 0;
+    int have = 0;
+    uint8_t *seen = calloc(n > 0 ? (size_t)n : 1, 1);
+    if (!seen) return -2;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        int64_t i = order[k];
+        if (i < 0 || i >= n || seen[i]) {
+            free(stack);
+            free(seen);
+            return -1;
+        }
+        seen[i] = 1;
+        if (!have || pid[i] != cur_pid || tid[i] != cur_tid) {
+            depth = 0;
+            cur_pid = pid[i];
+            cur_tid = tid[i];
+            have = 1;
+        }
+        int64_t ts = start[i];
+        while (depth > 0 && stack[depth - 1].end <= ts) depth--;
+        Frame ctx = {0, -1, -1, -1, -1, -1, 0};
+        if (depth > 0) ctx = stack[depth - 1];
+        out[0][i] = ctx.op;
+        out[1][i] = ctx.top;
+        out[2][i] = ctx.mod;
+        out[3][i] = ctx.bwd;
+        out[4][i] = ctx.comm;
+        out[5][i] = ctx.bits;
+        if (!is_range[i]) continue;
+        int64_t f = flags[i];
+        if (f & F_MODULE) {
+            ctx.mod = i;
+            ctx.top = -1;
+            ctx.bits |= MOD_IN_BWD;
+        }
+        if (f & F_OP) {
+            ctx.op = i;
+            if (ctx.top == -1) ctx.top = i;
+        }
+        if (f & F_BWD) {
+            ctx.bwd = i;
+            ctx.bits &= ~(int64_t)MOD_IN_BWD;
+        }
+        if (f & F_COMM) ctx.comm = i;
+        ctx.bits |= f & INHERITED;
+        ctx.end = end[i];
+        if (depth == cap) {
+            Py_ssize_t grown = cap ? 2 * cap : 64;
+            Frame *s = realloc(stack, (size_t)grown * sizeof(Frame));
+            if (!s) {
+                free(stack);
+                free(seen);
+                return -2;
+            }
+            stack = s;
+            cap = grown;
+        }
+        stack[depth++] = ctx;
+    }
+    free(stack);
+    free(seen);
+    return 0;
+}
+
+static PyObject *sweep(PyObject *self, PyObject *args) {
+    Py_buffer in[N_IN], out[N_OUT];
+    memset(in, 0, sizeof in);
+    memset(out, 0, sizeof out);
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*w*w*w*w*w*", &in[0], &in[1], &in[2], &in[3],
+                          &in[4], &in[5], &in[6], &out[0], &out[1], &out[2], &out[3], &out[4],
+                          &out[5]))
+        return NULL;
+    Py_ssize_t n = in[0].len / 8;
+    int ok = in[0].len % 8 == 0 && in[5].len == n;
+    for (int j = 1; j < N_IN; j++)
+        if (j != 5 && in[j].len != n * 8) ok = 0;
+    for (int j = 0; j < N_OUT; j++)
+        if (out[j].len != n * 8) ok = 0;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "sweep: buffers of different lengths");
+        goto done;
+    }
+    int64_t *dst[N_OUT];
+    for (int j = 0; j < N_OUT; j++) dst[j] = (int64_t *)out[j].buf;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = run(n, (const int64_t *)in[0].buf, (const int64_t *)in[1].buf, (const int64_t *)in[2].buf,
+             (const int64_t *)in[3].buf, (const int64_t *)in[4].buf, (const uint8_t *)in[5].buf,
+             (const int64_t *)in[6].buf, dst);
+    Py_END_ALLOW_THREADS
+    if (rc == -1) {
+        PyErr_SetString(PyExc_ValueError, "sweep: order is not a permutation");
+        goto done;
+    }
+    if (rc == -2) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    for (int j = 0; j < N_IN; j++) PyBuffer_Release(&in[j]);
+    for (int j = 0; j < N_OUT; j++) PyBuffer_Release(&out[j]);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"sweep", sweep, METH_VARARGS, "The stack sweep of nesting.sweep_loop over int64 buffers."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_nesting", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__nesting(void) { return PyModule_Create(&module); }
