@@ -179,13 +179,16 @@ class ShareClock:
         self.bounds = bounds.astype(np.float64)
         nseg = max(bounds.size - 1, 0)
         # Active count per level per elementary segment [bounds[j], bounds[j+1]).
-        counts = np.zeros((n_levels, nseg + 1), dtype=np.int64)
         si = np.searchsorted(bounds, starts - self.origin)
         ei = np.searchsorted(bounds, ends - self.origin)
-        for lv in range(n_levels):
-            m = level == lv
-            np.add.at(counts[lv], si[m], 1)
-            np.add.at(counts[lv], ei[m], -1)
+        self.si, self.ei = si, ei  # every start and end is a bound: its W is cum[level, si]
+        width = nseg + 1
+        counts = np.stack(
+            [
+                np.bincount(si[level == lv], minlength=width) - np.bincount(ei[level == lv], minlength=width)
+                for lv in range(n_levels)
+            ]
+        ).astype(np.int64)
         counts = np.cumsum(counts, axis=1)[:, :nseg]
         seg_len = np.diff(bounds).astype(np.float64)
         # cumulative share per level: W_lv(bounds[j]) = integral of 1/k over owned segments
@@ -206,9 +209,25 @@ class ShareClock:
             out[m] = np.interp(x[m], self.bounds, self.cum[level]) if self.bounds.size else 0.0
         return out
 
+    def _at_rows(self, rows: np.ndarray, t: np.ndarray, pos: np.ndarray, own: np.ndarray) -> np.ndarray:
+        """``_at`` of the intervals ``rows`` at times ``t``: read off ``cum`` where ``t`` is the
+        interval's own start or end (``own``; ``pos`` its bound), interpolated elsewhere
+        (np.interp returns ``cum`` itself at a bound, so both give the same value)."""
+        lv = self.level[rows]
+        out = self.cum[lv, pos[rows]]
+        other = ~own
+        if other.any():
+            out[other] = self._at(lv[other], t[other])
+        return out
+
     def shares(self, lo: int | None = None, hi: int | None = None) -> np.ndarray:
         """Each interval's share (ns, float) inside ``[lo, hi)`` (default: everywhere)."""
         s = self.starts if lo is None else np.maximum(self.starts, lo)
         e = self.ends if hi is None else np.minimum(self.ends, hi)
         e = np.maximum(e, s)
-        return self._at(self.level, e) - self._at(self.level, s)
+        out = np.zeros(len(s), dtype=np.float64)  # W(e) - W(s) is 0.0 where e == s
+        rows = np.flatnonzero(e > s)
+        s, e = s[rows], e[rows]
+        w_e = self._at_rows(rows, e, self.ei, e == self.ends[rows])
+        out[rows] = w_e - self._at_rows(rows, s, self.si, s == self.starts[rows])
+        return out

@@ -38,8 +38,7 @@ def add_shares(t: Trace) -> Trace:
     st = t.steps.set_index("step")
     row = st.index.get_indexer(a["step"].to_numpy())
     ok = row >= 0
-    for ph in PHASES:
-        a[share_column(ph)] = 0.0
+    cols = {ph: np.zeros(n, dtype=np.float64) for ph in PHASES}
     window = np.full(n, "", dtype=object)
     if ok.any():
         r = row[ok]
@@ -50,10 +49,11 @@ def add_shares(t: Trace) -> Trace:
         level = a["group"].map(GROUP_LEVEL).to_numpy(np.int64)[ok]
         clock = ShareClock(s + shift, e + shift, level)
         for k, ph in enumerate(PHASES):
-            share = clock.shares(bounds[k] + shift, bounds[k + 1] + shift)
-            a.loc[ok, share_column(ph)] = share
+            cols[ph][ok] = clock.shares(bounds[k] + shift, bounds[k + 1] + shift)
         k = (s[:, None] >= np.stack(bounds[1:-1], axis=1)).sum(axis=1)
         window[ok] = np.asarray(PHASES, dtype=object)[k]
+    for ph in PHASES:
+        a[share_column(ph)] = cols[ph]
     a["window"] = window
     return t
 
