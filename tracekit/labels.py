@@ -18,7 +18,7 @@ import pandas as pd
 
 from .pipeline.modules import inherit
 from .pipeline.state import Trace as LinkedTrace
-from .pipeline.state import as_str, categorical, categorical_take, codes_of, distinct_rows, take
+from .pipeline.state import as_str, categorical, categorical_take, codes_of, distinct_rows, str_test, take
 from .read import MEMCPY, MEMSET
 from .taxonomy import COMM_CATEGORIES, KernelRules, ModuleTaxonomy
 
@@ -61,12 +61,12 @@ def assign_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: Kern
 def other_share(iv: pd.DataFrame) -> float:
     """Coverage of the kernel rules: the share of compute-kernel time (sum of durations) that
     no rule names (kernel category Other); 0.0 with no compute kernels."""
-    compute = as_str(iv["group"]) == "compute"
+    compute = str_test(iv["group"], lambda s: s == "compute")
     dur = (iv["end"] - iv["start"]).to_numpy()[compute]
     total = float(dur.sum())
     if total <= 0:
         return 0.0
-    other = as_str(iv["kernel_category"])[compute] == "Other"
+    other = str_test(iv["kernel_category"], lambda s: s == "Other")[compute]
     return round(float(dur[other].sum()) / total, 6)
 
 
@@ -90,7 +90,7 @@ def groups(linked: LinkedTrace, rules: KernelRules) -> np.ndarray:
             kind == MEMCPY, "memcpy", np.where(kind == MEMSET, "memset", np.where(is_comm, "comm", "compute"))
         )
     else:
-        is_comm = _matches(a["name"], rules.comm_op) | (as_str(a["comm_text"]) != "")
+        is_comm = _matches(a["name"], rules.comm_op) | str_test(a["comm_text"], lambda s: s != "")
         group = np.where(is_comm, "comm", "compute")
     return group.astype(object)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.pipeline.state import Trace, as_str, categorical_take, codes_of, take
+from tracekit.pipeline.state import Trace, as_str, categorical_take, codes_of, distinct_rows, str_test, take
 
 
 def _events(names: pd.Series) -> pd.DataFrame:
@@ -46,3 +46,28 @@ def test_name_test_and_name_categorical() -> None:
     cat = t.name_categorical(np.array([1, -1, 3]))
     assert list(cat) == ["aten::mm", "", "aten::mm"]
     assert list(cat.categories) == ["", "aten::mm"]
+
+
+def test_str_test_equals_the_test_of_as_str() -> None:
+    cols = [
+        pd.Series(pd.Categorical(["time", "none", "launch", "time"])),
+        pd.Series(pd.Categorical(["time", None, "nan"])),  # missing: as_str reads "nan"
+        pd.Series(pd.Categorical([None, None])),
+        pd.Series(["a", "time", None], dtype=object),
+        pd.Series(pd.Categorical([], categories=["x"])),
+    ]
+    for col in cols:
+        for test in (lambda s: s == "time", lambda s: s.isin(("nan", "none")), lambda s: s != ""):
+            want = np.asarray(test(pd.Series(as_str(col), dtype=object)), bool)
+            got = str_test(col, test)
+            assert got.dtype == bool and got.tolist() == want.tolist()
+
+
+def test_distinct_rows_numbers_combinations_by_first_appearance() -> None:
+    a = np.array([3, 1, 3, 1, 3, -7])
+    b = np.array(["x", "y", "x", "x", "x", "y"], dtype=object)
+    key, first = distinct_rows(a, b)
+    assert key.tolist() == [0, 1, 0, 2, 0, 3]
+    assert first.tolist() == [0, 1, 3, 5]
+    key, first = distinct_rows(np.zeros(0, np.int64))
+    assert key.size == 0 and first.size == 0

@@ -43,7 +43,7 @@ import pandas as pd
 
 from ..intervals import containing
 from ..read import PYTHON
-from .state import Trace, as_str, codes_of, take
+from .state import Trace, codes_of, str_test, take
 
 ZERO_GRAD_PREFIX = "Optimizer.zero_grad#"
 #: Ops only an optimizer's update runs (fused / foreach / multi-tensor implementations).
@@ -164,7 +164,7 @@ def step_tail(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
     norm = tail & before_opt & (_matches(op, NORM_OPS) | _matches(top, NORM_OPS))
     t_norm = _per_step(a, norm, "min")
     before_norm = lts < t_norm
-    comm = tail & before_opt & before_norm & (as_str(a["comm_text"]) != "")
+    comm = tail & before_opt & before_norm & str_test(a["comm_text"], lambda s: s != "")
     hi = _per_step(a, comm, "max", _BEFORE_ALL)
     reduction = tail & before_opt & before_norm & (lts <= hi)
     phase[reduction], evidence[reduction] = PH["backward"], EV["gradient_reduction"]

@@ -8,7 +8,7 @@ import pandas as pd
 from .. import annotations as ann
 from ..nesting import F_BWD, F_COMM, F_EVAL, F_MODULE, F_OP, F_OPT, F_ROPE, own_context, sweep
 from ..read import ANNOTATION, CPU_OP, PYTHON
-from .state import Trace, as_str, categorical_take, codes_of, lookup, take
+from .state import Trace, categorical_take, codes_of, lookup, str_test, take
 
 OPT_PREFIX = "Optimizer.step#"
 EVAL_PREFIX = "autograd::engine::evaluate_function:"
@@ -100,7 +100,12 @@ def _ranges(t: Trace, kind: np.ndarray) -> pd.DataFrame:
     seq, fwd_tid = ev["seq"].to_numpy()[rng], ev["fwd_tid"].to_numpy()[rng]
     codes, uniq = t.name_codes
     flags = range_flags(
-        (codes[rng], uniq), kind[rng], seq, fwd_tid, as_str(ev["collective"])[rng], t.capture_modules
+        (codes[rng], uniq),
+        kind[rng],
+        seq,
+        fwd_tid,
+        str_test(ev["collective"], lambda s: s != "")[rng],
+        t.capture_modules,
     )
     keep = flags != 0
     rng = rng[keep]
@@ -125,11 +130,12 @@ def range_flags(
     kinds: np.ndarray,
     seq: np.ndarray,
     fwd_tid: np.ndarray,
-    collective: np.ndarray,
+    has_collective: np.ndarray,
     use_capture_modules: bool,
 ) -> np.ndarray:
     """Bit flags per range event (:mod:`tracekit.nesting`), vectorised over the names
-    (``(codes, distinct)``: each distinct name is tested once)."""
+    (``(codes, distinct)``: each distinct name is tested once); ``has_collective``: the event
+    records a collective ("Collective name")."""
     codes, uniq = names
 
     def per_name(mask: np.ndarray) -> np.ndarray:
@@ -150,7 +156,7 @@ def range_flags(
     flags |= np.where(is_eval, F_EVAL, 0)
     # A backward node carries the forward thread's id (>0); forward ops carry none or 0.
     flags |= np.where(is_op & ((seq >= 0) & (fwd_tid > 0) | is_eval), F_BWD, 0)
-    is_comm = per_name(u.str.startswith(COMM_PREFIXES)) | (collective != "")
+    is_comm = per_name(u.str.startswith(COMM_PREFIXES)) | has_collective
     flags |= np.where(is_comm, F_COMM, 0)
     is_rope = (kinds == PYTHON) & per_name(u.str.contains("rotary", case=False, regex=False))
     flags |= np.where(is_rope, F_ROPE, 0)

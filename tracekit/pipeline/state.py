@@ -93,6 +93,15 @@ def as_str(col: pd.Series) -> np.ndarray:
     return col.astype(str).to_numpy()
 
 
+def str_test(col: pd.Series, test: Callable[[pd.Series], pd.Series]) -> np.ndarray:
+    """``test(pd.Series(as_str(col)))`` as a bool array (``test``: a vectorised test of a Series
+    of str), evaluated once per category when ``col`` is a categorical with no missing value."""
+    if isinstance(col.dtype, pd.CategoricalDtype) and not col.hasnans and len(col.cat.categories):
+        cats = pd.Series(np.asarray(col.cat.categories.astype(str), dtype=object), dtype=object)
+        return np.asarray(test(cats), dtype=bool)[col.cat.codes.to_numpy()]
+    return np.asarray(test(pd.Series(as_str(col), dtype=object)), dtype=bool)
+
+
 def categorical(values, categories=None) -> pd.Categorical:
     """``pd.Categorical(values, categories)`` of an array of str, each value hashed once as a
     Python object (pandas 3 would first convert the whole array to arrow strings)."""
