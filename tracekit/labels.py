@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from .pipeline.modules import inherit
+from .pipeline.state import Coded, as_str, categorical_take, codes_of, distinct_rows, str_test, take
 from .pipeline.state import Trace as LinkedTrace
-from .pipeline.state import as_str, categorical, categorical_take, codes_of, distinct_rows, str_test, take
 from .read import MEMCPY, MEMSET
 from .taxonomy import COMM_CATEGORIES, KernelRules, ModuleTaxonomy
 
@@ -37,22 +37,21 @@ def assign_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: Kern
     Guarantees: every activity gets exactly one value of each; categories come only from the
     rules of ``taxonomy`` and ``rules``.
     """
-    label_modules(linked.modules, taxonomy)
+    mod_labels = label_modules(linked.modules, taxonomy)
     a = linked.activities
     group = groups(linked, rules)
     kcat, krule, coll = kernel_categories(a, group, rules)
-    module, mrule = module_categories(linked, taxonomy, kcat)
-    compute = group == "compute"
-    block = blocks(linked)
+    module, mrule = module_categories(linked, taxonomy, kcat, mod_labels)
+    other = ~group.is_("compute")
     return pd.DataFrame(
         {
-            "group": categorical(group),
+            "group": group.categorical(),
             "kernel_category": kcat,
             "rule": krule,
             "collective": coll,
-            "module": categorical(np.where(compute, module, "")),
-            "module_rule": categorical(np.where(compute, mrule, "")),
-            "block": categorical(block),
+            "module": module.where(other, "").categorical(),
+            "module_rule": mrule.where(other, "").categorical(),
+            "block": blocks(linked).categorical(),
         },
         index=a.index,
     )
@@ -79,20 +78,22 @@ def _matches(col: pd.Series, rx, full: bool = False) -> np.ndarray:
     return hit[col.cat.codes.to_numpy()]
 
 
-def groups(linked: LinkedTrace, rules: KernelRules) -> np.ndarray:
+#: The activity groups, in the order of their codes (:func:`groups`).
+GROUPS = np.array(["compute", "comm", "memcpy", "memset"], dtype=object)
+
+
+def groups(linked: LinkedTrace, rules: KernelRules) -> Coded:
     """compute / comm / memcpy / memset per activity (comm by the kernel name; on CPU traces
-    by the op name or a collective recorded on the CPU side)."""
+    by the op name or a collective recorded on the CPU side), as codes into :data:`GROUPS`."""
     a = linked.activities
     kind = a["kind"].to_numpy()
     if linked.mode == "gpu":
         is_comm = _matches(a["name"], rules.comm_kernel)
-        group = np.where(
-            kind == MEMCPY, "memcpy", np.where(kind == MEMSET, "memset", np.where(is_comm, "comm", "compute"))
-        )
+        code = np.where(kind == MEMCPY, 2, np.where(kind == MEMSET, 3, np.where(is_comm, 1, 0)))
     else:
         is_comm = _matches(a["name"], rules.comm_op) | str_test(a["comm_text"], lambda s: s != "")
-        group = np.where(is_comm, "comm", "compute")
-    return group.astype(object)
+        code = np.where(is_comm, 1, 0)
+    return Coded(code.astype(np.intp), GROUPS)
 
 
 def _kernel_label(
@@ -109,13 +110,12 @@ def _kernel_label(
 
 
 def kernel_categories(
-    a: pd.DataFrame, group: np.ndarray, rules: KernelRules
+    a: pd.DataFrame, group: Coded, rules: KernelRules
 ) -> tuple[pd.Categorical, pd.Categorical, pd.Categorical]:
     """(kernel_category, rule, collective) per activity; rules applied once per distinct case
     of (name, top op, op, collective text, group), found on the columns' integer codes."""
     parts = [codes_of(a[c]) for c in ("name", "top_op", "op", "comm_text")]
-    g_codes, g_uniq = pd.factorize(group)
-    parts.append((g_codes, np.asarray(g_uniq, dtype=object)))
+    parts.append((group.codes, group.values))
     key, first = distinct_rows(*(codes for codes, _ in parts))
     cases = zip(*(uniq[codes[first]] for codes, uniq in parts))
     labels = [_kernel_label(rules, *case) for case in cases]
@@ -125,15 +125,16 @@ def kernel_categories(
     )
 
 
-def label_modules(mods: pd.DataFrame, taxonomy: ModuleTaxonomy) -> None:
+def label_modules(mods: pd.DataFrame, taxonomy: ModuleTaxonomy) -> tuple[Coded, Coded] | None:
     """Add ``own_category`` / ``own_rule`` (the first rule matching the module itself, "" when
     none), ``category`` / ``rule`` (inherited from the nearest labelled ancestor, else Other /
-    none) and ``att_root`` (the outermost attention module around it, -1) to the module table."""
+    none) and ``att_root`` (the outermost attention module around it, -1) to the module table;
+    returns ``category`` and ``rule`` as codes (None with no modules)."""
     if mods.empty:
         for c in ("category", "own_category", "rule", "own_rule"):
             mods[c] = pd.Series(dtype=object)
         mods["att_root"] = pd.Series(dtype=np.int64)
-        return
+        return None
     parent = mods["parent"].to_numpy()
     cls_codes, cls_uniq = codes_of(mods["cls"])
     qual_codes, qual_uniq = codes_of(mods["qualname"])
@@ -160,43 +161,67 @@ def label_modules(mods: pd.DataFrame, taxonomy: ModuleTaxonomy) -> None:
     got = inherit(parent, start, own_id)
     rows = np.arange(len(mods), dtype=np.int64)
     is_att = np.append(cats[: len(ids)] == "@attention", False)[own_id]
-    mods["category"] = cats[np.where(got >= 0, got, len(ids))]
-    mods["rule"] = rules_[np.where(got >= 0, got, len(ids))]
+    inherited = np.where(got >= 0, got, len(ids))
+    mods["category"] = cats[inherited]
+    mods["rule"] = rules_[inherited]
     mods["own_category"] = cats[np.where(own_id >= 0, own_id, len(ids) + 1)]
     mods["own_rule"] = rules_[np.where(own_id >= 0, own_id, len(ids) + 1)]
     mods["att_root"] = inherit(parent, start, np.where(is_att, rows, -1), outermost=True)
+    return Coded(inherited, cats), Coded(inherited, rules_)
 
 
 def module_categories(
-    linked: LinkedTrace, taxonomy: ModuleTaxonomy, kcat: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Paper module category (Table VI row) and the rule behind it, per activity.
+    linked: LinkedTrace,
+    taxonomy: ModuleTaxonomy,
+    kcat: pd.Categorical | None = None,
+    mod_labels: tuple[Coded, Coded] | None = None,
+) -> tuple[Coded, Coded]:
+    """Paper module category (Table VI row) and the rule behind it, per activity, as codes
+    (``mod_labels``: the module table's ``category`` / ``rule`` as :func:`label_modules`
+    returns them; read from the table when not given).
 
     RoPE needs rotary evidence: a rotary module (by the module rules), an op under a rotary
     python frame (``rope_frame``), a rotary op, or a rotary kernel (kernel category RoPE)."""
     a, mods = linked.activities, linked.modules
     mid = a["module_id"].to_numpy()
     if mods.empty:
-        cat = np.full(len(a), "Other", dtype=object)
-        rule = np.full(len(a), "none", dtype=object)
+        zero = np.zeros(len(a), np.intp)
+        cat, rule = Coded(zero, np.array(["Other"], object)), Coded(zero, np.array(["none"], object))
+    elif mod_labels is None:
+        cat, rule = Coded.taken(mods["category"], mid, "Other"), Coded.taken(mods["rule"], mid, "none")
     else:
-        cat = take(mods["category"].to_numpy(dtype=object), mid, "Other").astype(object)
-        rule = take(mods["rule"].to_numpy(dtype=object), mid, "none").astype(object)
+        cat, rule = (
+            Coded(take(x.codes, mid, len(x.values)), np.append(x.values, d))
+            for x, d in zip(mod_labels, ("Other", "none"))
+        )
     rotary = a["rope_frame"].to_numpy().copy()
     if kcat is not None:
         rotary |= np.asarray(kcat == "RoPE", dtype=bool)
-    att = cat == "@attention"
+    att = cat.is_("@attention")
     if att.any():
-        part = _attention_parts(a, mods, att, taxonomy, rotary[att])
-        cat[att] = part
-        rule[att] = np.char.add(rule[att].astype(str), np.char.add(" attention:", part.astype(str)))
-    rope = rotary & (cat == "Other")
-    cat[rope] = "RoPE"
-    rule[rope] = "rope-frame"
-    compiled = (cat == "Other") & _in_compiled_region(a, taxonomy)
-    cat[compiled] = "Compiled region"
-    rule[compiled] = "compiled-region"
-    return cat, rule
+        cat, rule = _with_parts(cat, rule, att, _attention_parts(a, mods, att, taxonomy, rotary[att]))
+    rope = rotary & cat.is_("Other")
+    cat, rule = cat.where(rope, "RoPE"), rule.where(rope, "rope-frame")
+    compiled = cat.is_("Other") & _in_compiled_region(a, taxonomy)
+    return cat.where(compiled, "Compiled region"), rule.where(compiled, "compiled-region")
+
+
+def _with_parts(cat: Coded, rule: Coded, att: np.ndarray, part: np.ndarray) -> tuple[Coded, Coded]:
+    """The rows ``att`` take their attention part (``part``, one str per such row) as category
+    and ``<rule> attention:<part>`` as rule (each distinct rule and part joined once)."""
+    p_codes, p_uniq = pd.factorize(part)
+    p_uniq = np.asarray(p_uniq, dtype=object)
+    c = cat.codes.copy()
+    c[att] = len(cat.values) + p_codes
+    r_att = rule.codes[att]
+    key, first = distinct_rows(r_att, p_codes)
+    joined = [f"{rule.values[r]} attention:{p_uniq[p]}" for r, p in zip(r_att[first], p_codes[first])]
+    r = rule.codes.copy()
+    r[att] = len(rule.values) + key
+    return (
+        Coded(c, np.concatenate([cat.values, p_uniq])),
+        Coded(r, np.concatenate([rule.values, np.array(joined, dtype=object)])),
+    )
 
 
 def _in_compiled_region(a: pd.DataFrame, taxonomy: ModuleTaxonomy) -> np.ndarray:
@@ -251,15 +276,20 @@ def _attention_parts(
     return out
 
 
-def blocks(linked: LinkedTrace) -> np.ndarray:
-    """Timeline block of each activity's launch (before / attention / ffn / after / '')."""
+#: The timeline blocks, in the order of their codes (:func:`blocks`).
+BLOCKS = np.array(["", "before", "attention", "ffn", "after"], dtype=object)
+
+
+def blocks(linked: LinkedTrace) -> Coded:
+    """Timeline block of each activity's launch (before / attention / ffn / after / ''), as
+    codes into :data:`BLOCKS`."""
     from .stages import pass_index
 
     a, mods = linked.activities, linked.modules
     n = len(a)
-    block = np.full(n, "", dtype=object)
+    block = np.zeros(n, dtype=np.intp)
     if mods.empty or not mods["is_layer"].any():
-        return block
+        return Coded(block, BLOCKS)
     mid = a["module_id"].to_numpy()
     # In backward, module_id is the forward op's module; blocks describe forward launches only.
     fwd = ~a["backward_node"].to_numpy()
@@ -269,7 +299,7 @@ def blocks(linked: LinkedTrace) -> np.ndarray:
     lts = a["launch_ts"].to_numpy() - origin
     in_layer = (layer >= 0) & fwd
     sp = split.reindex(layer[in_layer]).to_numpy(dtype="float64")
-    block[in_layer] = np.where(lts[in_layer] < sp, "attention", "ffn")
+    block[in_layer] = np.where(lts[in_layer] < sp, 2, 3)  # attention, ffn
     # Outside layers: before the step's first layer or after its last.
     layers = mods[mods["is_layer"]]
     out = fwd & (layer < 0)
@@ -284,8 +314,8 @@ def blocks(linked: LinkedTrace) -> np.ndarray:
         f = by_pass.reindex(pd.MultiIndex.from_arrays([steps[out], ps[out]])).to_numpy(dtype="float64")
         f = np.where(np.isnan(f), firsts.reindex(steps[out]).to_numpy(dtype="float64"), f)
         f = np.where(np.isnan(f), first, f)
-        block[out] = np.where(lts[out] < f, "before", "after")
-    return block
+        block[out] = np.where(lts[out] < f, 1, 4)  # before, after
+    return Coded(block, BLOCKS)
 
 
 def _layer_split_times(mods: pd.DataFrame, origin: int) -> pd.Series:

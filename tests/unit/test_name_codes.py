@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.pipeline.state import Trace, as_str, categorical_take, codes_of, distinct_rows, str_test, take
+from tracekit.pipeline.state import (
+    Coded,
+    Trace,
+    as_str,
+    categorical_take,
+    codes_of,
+    distinct_rows,
+    str_test,
+    take,
+)
 
 
 def _events(names: pd.Series) -> pd.DataFrame:
@@ -71,3 +80,18 @@ def test_distinct_rows_numbers_combinations_by_first_appearance() -> None:
     assert first.tolist() == [0, 1, 3, 5]
     key, first = distinct_rows(np.zeros(0, np.int64))
     assert key.size == 0 and first.size == 0
+
+
+def test_coded_labels_equal_their_object_array_forms() -> None:
+    col = pd.Series(pd.Categorical(["Other", "MLP", None, "Other"]))
+    idx = np.array([0, 3, -1, 1, 2])
+    coded = Coded.taken(col, idx, "none")
+    strings = take(codes_of(col)[1][codes_of(col)[0]], idx, "none")
+    assert list(coded.values[coded.codes]) == list(strings) == ["Other", "Other", "none", "MLP", ""]
+    assert coded.is_("Other").tolist() == (strings == "Other").tolist()
+    mask = np.array([True, False, False, True, False])
+    moved = coded.where(mask, "RoPE")  # a value may now appear twice in values
+    moved = moved.where(~mask, "Other")
+    want = pd.Categorical(np.where(mask, "RoPE", "Other"))
+    got = moved.categorical()
+    assert list(got) == list(want) and list(got.categories) == list(want.categories) == ["Other", "RoPE"]

@@ -71,6 +71,33 @@ class Trace:
         return self.acts
 
 
+@dataclass
+class Coded:
+    """A label column as integer codes into a small object array of str ``values`` (a value
+    may appear more than once): tests and rewrites run per value, rows are only indexed."""
+
+    codes: np.ndarray
+    values: np.ndarray
+
+    @classmethod
+    def taken(cls, col: pd.Series, idx: np.ndarray, default: str) -> Coded:
+        """``take(as_str(col), idx, default)``, as codes (a missing value reads "")."""
+        codes, uniq = codes_of(col)
+        return cls(take(codes, idx, len(uniq)), np.append(uniq, default))
+
+    def is_(self, value: str) -> np.ndarray:
+        """Per row: its value is ``value``."""
+        return np.asarray(self.values == value, dtype=bool)[self.codes]
+
+    def where(self, mask: np.ndarray, value: str) -> Coded:
+        """``value`` where ``mask``, else the row's own value."""
+        return Coded(np.where(mask, len(self.values), self.codes), np.append(self.values, value))
+
+    def categorical(self) -> pd.Categorical:
+        """``categorical(self.values[self.codes])``: the values present, sorted, as categories."""
+        return categorical_take(self.values, self.codes, np.arange(len(self.codes)), "")
+
+
 def take(arr: np.ndarray, idx: np.ndarray, default):
     """``arr[idx]`` where ``idx >= 0``, else ``default`` (also when ``arr`` is empty)."""
     idx = np.asarray(idx)
@@ -140,10 +167,19 @@ def distinct_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     0, 1, ... by first appearance), and per number the row where it first appears. Work to do
     once per distinct combination runs on the rows ``first``; ``result[key]`` spreads it back."""
     n = len(columns[0]) if columns else 0
-    key = np.zeros(n, np.int64)
-    for col in columns:  # one code per distinct combination, kept below n
-        codes, uniq = pd.factorize(col)
-        key = pd.factorize(key * (len(uniq) + 1) + codes)[0]
+    key, size = np.zeros(n, np.int64), 1
+    for col in columns:
+        col = np.asarray(col)
+        if col.dtype.kind in "iu" and n and col.min() >= 0 and col.max() < n:
+            codes, m = col.astype(np.int64), int(col.max()) + 1  # already small codes
+        else:
+            codes, uniq = pd.factorize(col)  # -1: missing
+            codes, m = codes.astype(np.int64) + 1, len(uniq) + 1
+        if size * m >= 2**62:  # renumber before the product could overflow
+            key = pd.factorize(key)[0].astype(np.int64)
+            size = int(key.max()) + 1
+        key, size = key * m + codes, size * m
+    key = pd.factorize(key)[0] if n else key
     # factorize numbers keys by first appearance: key k first appears where the running max reaches k
     n_keys = int(key.max()) + 1 if n else 0
     return key, np.searchsorted(np.maximum.accumulate(key), np.arange(n_keys))
