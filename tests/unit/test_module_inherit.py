@@ -1,10 +1,12 @@
-"""modules.inherit equals the loop it replaces: rows visited by start, parents first."""
+"""modules.inherit equals the loop it replaces: rows visited by start, parents first; and the
+sibling position is the groupby cumcount it replaces."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
-from tracekit.pipeline.modules import inherit
+from tracekit.pipeline.modules import _rank_in_group, inherit
 
 
 def _loop(parent, start, own, outermost):
@@ -30,3 +32,14 @@ def test_inherit_matches_the_loop_on_random_trees() -> None:
             assert np.array_equal(
                 inherit(parent, start, own, outermost), _loop(parent, start, own, outermost)
             )
+
+
+def test_rank_in_group_is_cumcount_in_start_order():
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        n = int(rng.integers(0, 200))
+        key = rng.integers(0, 7, n)
+        start = rng.integers(0, 20, n)  # many ties: broken by row
+        df = pd.DataFrame({"key": key, "start": start}).sort_values("start", kind="stable")
+        want = df.groupby("key").cumcount().sort_index().to_numpy()
+        assert _rank_in_group(key, start).tolist() == want.tolist()

@@ -11,7 +11,7 @@ from .. import annotations as ann
 from ..nesting import F_MODULE, F_ROPE
 from ..taxonomy import ModuleTaxonomy
 from .nest import MODULE_PREFIX
-from .state import Trace, categorical, lookup, take
+from .state import Coded, Trace, categorical_take, distinct_rows, lookup, take
 
 
 def assign_modules(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
@@ -30,7 +30,7 @@ def assign_modules(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
     layer index is assigned here and nowhere else.
     """
     a, r = t.acts, t.ranges
-    t.modules = module_table(t, taxonomy)
+    t.modules, instance = module_table(t, taxonomy)
     bwd = a["backward_node"].to_numpy()
     f_op = a["fwd_op_r"].to_numpy()
     mod = np.where(bwd, take(r["mod_r"].to_numpy(), f_op, -1), a["mod_r"].to_numpy())
@@ -41,9 +41,7 @@ def assign_modules(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
     top_ev = take(r["ev"].to_numpy(), top, -1)
     mod_row = lookup(pd.Series(np.arange(len(t.modules)), index=t.modules["local"].to_numpy()), mod)
     a["module_id"] = np.where(mod >= 0, mod_row, -1)
-    a["module_instance"] = categorical(
-        take(t.modules["instance"].to_numpy(dtype=object), a["module_id"].to_numpy(), "")
-    )
+    a["module_instance"] = categorical_take(instance.values, instance.codes, a["module_id"].to_numpy(), "")
     a["top_op"] = t.name_categorical(top_ev)
     a["top_op_ts"] = take(t.events["ts"].to_numpy(), top_ev, -1)
     a["top_op_id"] = top_ev
@@ -72,27 +70,29 @@ _EMPTY = {
 }
 
 
-def module_table(t: Trace, taxonomy: ModuleTaxonomy) -> pd.DataFrame:
+def module_table(t: Trace, taxonomy: ModuleTaxonomy) -> tuple[pd.DataFrame, Coded]:
     """One row per module instance (one forward call) and its place in the module tree
-    (categories are assigned by :func:`tracekit.labels.assign_categories`)."""
+    (categories are assigned by :func:`tracekit.labels.assign_categories`), and its
+    ``instance`` column as codes."""
     r = t.ranges
     local = np.flatnonzero((r["flags"].to_numpy() & F_MODULE) != 0)
-    codes, raw = pd.factorize(t.names[r["ev"].to_numpy()[local]])  # each distinct name once
+    n_codes, n_uniq = t.name_codes
+    codes, used = pd.factorize(n_codes[r["ev"].to_numpy()[local]])  # each distinct name once
+    raw = n_uniq[used].tolist()
     if t.capture_modules:
         parsed = [ann.parse_module_range(x) or ("", "") for x in raw]
-        cls = np.array([c for c, _ in parsed], dtype=object)[codes]
-        inst = qual = np.array([q for _, q in parsed], dtype=object)[codes]
+        qual_u = np.array([q for _, q in parsed], dtype=object)
+        cls_u, inst_u = np.array([c for c, _ in parsed], dtype=object), qual_u
     else:
         split = [_split_module_name(x) for x in raw]
-        cls = np.array([c for c, _ in split], dtype=object)[codes]
-        inst = np.array([i for _, i in split], dtype=object)[codes]
-        qual = np.full(len(codes), "", dtype=object)
+        cls_u, inst_u = (np.array([x[k] for x in split], dtype=object) for k in (0, 1))
+        qual_u = np.full(len(raw), "", dtype=object)
     df = pd.DataFrame(
         {
             "local": local,
-            "cls": cls,
-            "instance": inst,
-            "qualname": qual,
+            "cls": cls_u[codes],
+            "instance": inst_u[codes],
+            "qualname": qual_u[codes],
             "start": r["start"].to_numpy()[local],
             "end": r["end"].to_numpy()[local],
             "tid": r["tid"].to_numpy()[local],
@@ -102,22 +102,36 @@ def module_table(t: Trace, taxonomy: ModuleTaxonomy) -> pd.DataFrame:
     if df.empty:
         for col, dtype in _EMPTY.items():
             df[col] = pd.Series(dtype=dtype)
-        return df
+        return df, Coded(np.zeros(0, np.intp), inst_u)
     row_of = pd.Series(np.arange(len(df)), index=df["local"])
     df["parent"] = row_of.reindex(df["parent_local"]).fillna(-1).astype(np.int64).to_numpy()
-    df = df.sort_values("start", kind="stable")
-    df["position"] = df.groupby(["parent", "cls"]).cumcount()
-    df["siblings"] = df.groupby(["parent", "cls"])["cls"].transform("size")
-    df = df.sort_index()
-    _layers(df, taxonomy)
-    return df
+    # Position among the siblings of its class (in start order) and their number.
+    cls_codes, cls_distinct = pd.factorize(cls_u)
+    cls_code = cls_codes[codes]
+    key = distinct_rows(df["parent"].to_numpy(), cls_code)[0]
+    df["position"] = _rank_in_group(key, df["start"].to_numpy())
+    df["siblings"] = np.bincount(key)[key].astype(np.int64)
+    _layers(df, taxonomy, Coded(cls_code, np.asarray(cls_distinct, dtype=object)))
+    return df, Coded(codes, inst_u)
 
 
-def _layers(df: pd.DataFrame, taxonomy: ModuleTaxonomy) -> None:
+def _rank_in_group(key: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Per row, how many rows of its group (``key``) come before it by ``start`` (ties: by row),
+    as ``groupby(key).cumcount()`` over the rows sorted by start."""
+    by_start = np.empty(len(key), np.int64)
+    by_start[np.argsort(start, kind="stable")] = np.arange(len(key))
+    order = np.lexsort((by_start, key))
+    k = key[order]
+    head = np.maximum.accumulate(np.where(np.r_[True, k[1:] != k[:-1]], np.arange(len(k)), 0))
+    out = np.empty(len(key), np.int64)
+    out[order] = np.arange(len(k)) - head
+    return out
+
+
+def _layers(df: pd.DataFrame, taxonomy: ModuleTaxonomy, cls: Coded) -> None:
     """Add ``is_layer`` (a decoder layer class) and ``layer`` (the enclosing decoder layer
-    instance, a row of ``df``; -1 outside layers)."""
-    codes, cls = pd.factorize(df["cls"].to_numpy(dtype=object))
-    is_layer = np.array([bool(taxonomy.decoder_layer.fullmatch(c)) for c in cls] + [False])[codes]
+    instance, a row of ``df``; -1 outside layers); ``cls``: the ``cls`` column as codes."""
+    is_layer = np.array([bool(taxonomy.decoder_layer.fullmatch(c)) for c in cls.values] + [False])[cls.codes]
     rows = np.arange(len(df), dtype=np.int64)
     df["layer"] = inherit(df["parent"].to_numpy(), df["start"].to_numpy(), np.where(is_layer, rows, -1))
     df["is_layer"] = is_layer
