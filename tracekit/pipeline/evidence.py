@@ -187,8 +187,8 @@ def _engine_frames(t: Trace, free: np.ndarray, phase: np.ndarray, evidence: np.n
     kind = ev["kind"].to_numpy()
     codes, uniq = t.name_codes  # each distinct name once
     which_name = pd.Series(uniq, dtype=object).str.extract(ENGINE_FRAME, expand=False).fillna("")
-    which = which_name.to_numpy(dtype=object)[codes]
-    idx = np.flatnonzero((kind == PYTHON) & (which != ""))
+    which = which_name.to_numpy(dtype=object)
+    idx = np.flatnonzero((kind == PYTHON) & (which != "")[codes])
     if idx.size == 0 or not free.any():
         return
     a = t.acts
@@ -200,7 +200,7 @@ def _engine_frames(t: Trace, free: np.ndarray, phase: np.ndarray, evidence: np.n
         ts,
         ts + ev["dur"].to_numpy()[idx],
     )
-    frame = take(which[idx], of, "")
+    frame = take(which[codes[idx]], of, "")
     for name, ph in (("backward", "backward"), ("step", "optimizer")):
         hit = free & (frame == name)
         phase[hit], evidence[hit] = PH[ph], EV[f"engine_{name}"]

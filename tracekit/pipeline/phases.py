@@ -11,7 +11,10 @@ from ..intervals import containing
 from ..nesting import F_BWD, F_EVAL, F_OPT, MOD_IN_BWD
 from ..read import ANNOTATION
 from .evidence import EV, EVIDENCE, NO_EVIDENCE, PH, PHASES, optimizer_ops, step_tail
-from .state import Trace, as_str, categorical, categorical_take, take
+from .state import Coded, Trace, as_str, categorical, categorical_take, take
+
+#: The annotated stages, in the order of their codes ("": none).
+STAGES = np.array(["", "prefill", "decode"], dtype=object)
 
 
 def assign_phases(t: Trace) -> Trace:
@@ -53,16 +56,16 @@ def assign_phases(t: Trace) -> Trace:
     for p in ann.TRAIN_PHASES:
         m = annotated == p
         phase[m], evidence[m] = PH[p], EV["annotation"]
-    stage = np.full(n, "", dtype=object)
-    for p in ("prefill", "decode"):
+    stage = np.zeros(n, dtype=np.intp)  # codes into STAGES
+    for k, p in enumerate(STAGES[1:], 1):
         m = annotated == p
-        phase[m], evidence[m], stage[m] = PH["forward"], EV["annotation"], p
+        phase[m], evidence[m], stage[m] = PH["forward"], EV["annotation"], k
     step_tail(t, phase, evidence)
     # Activation recomputation: a forward module range running again inside a backward node.
     a["recompute"] = (phase == PH["backward"]) & ((bits & MOD_IN_BWD) != 0)
     a["phase"] = pd.Categorical.from_codes(phase, categories=pd.Index(PHASES))
     a["phase_evidence"] = categorical_take(np.array(EVIDENCE, dtype=object), evidence, np.arange(n), "")
-    a["annotated_stage"] = categorical(stage)
+    a["annotated_stage"] = Coded(stage, STAGES).categorical()
     return t
 
 
@@ -71,7 +74,7 @@ def _annotated_phase(t: Trace) -> np.ndarray:
     ev, a = t.events, t.acts
     kind = ev["kind"].to_numpy()
     idx = np.flatnonzero((kind == ANNOTATION) & t.name_test(lambda s: s.str.startswith(ann.PHASE_PREFIX)))
-    names = np.array([ann.parse_phase_range(x) or "" for x in t.names[idx]], dtype=object)
+    names = np.array([ann.parse_phase_range(x) or "" for x in t.names_of(idx)], dtype=object)
     ts = ev["ts"].to_numpy()[idx]
     of = containing(
         a["launch_pid"].to_numpy(),
@@ -120,7 +123,7 @@ def assign_stages(t: Trace) -> Trace:
         )
         ts = ev["ts"].to_numpy()[srv]
         stage = _stages.from_ranges(
-            t.names[srv],
+            t.names_of(srv),
             ev["pid"].to_numpy()[srv],
             ts,
             ts + ev["dur"].to_numpy()[srv],

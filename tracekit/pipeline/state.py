@@ -54,6 +54,11 @@ class Trace:
         distinct name: see :meth:`name_test`."""
         return codes_of(self.events["name"])
 
+    def names_of(self, idx: np.ndarray) -> np.ndarray:
+        """``self.names[idx]`` (object array of str), without decoding every event's name."""
+        codes, uniq = self.name_codes
+        return uniq[codes[idx]]
+
     def name_test(self, test: Callable[[pd.Series], pd.Series]) -> np.ndarray:
         """``test`` (a vectorised test of a Series of str, e.g. ``lambda s:
         s.str.startswith(p)``) per event, evaluated once per distinct name."""

@@ -80,7 +80,7 @@ def step_ranges(t: Trace) -> tuple[pd.DataFrame, str]:
     end = ts + ev["dur"].to_numpy()
     pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
     if idx.size:
-        num = pd.to_numeric(pd.Series(t.names[idx], dtype=object).str[len(STEP_PREFIX) :], errors="coerce")
+        num = pd.to_numeric(pd.Series(t.names_of(idx), dtype=object).str[len(STEP_PREFIX) :], errors="coerce")
         num = num.fillna(-1).astype(np.int64).to_numpy()
         source = STEP_PREFIX[:-1]
         start, stop = ts[idx], end[idx]
