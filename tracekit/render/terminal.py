@@ -14,12 +14,14 @@ import pandas as pd
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from tracekit.analyses import spec_of
 
 from ..coverage import lines as coverage_lines
 from ..safetext import clean
 from .common import cell, filters_text, header, numeric, shown_rows, steps_text, title
+from .fasttable import FastTable
 
 #: C0 and C1 control characters: a kernel name is attacker-controlled text, and an escape
 #: sequence (ESC [, OSC ...) printed raw would drive the user's terminal.
@@ -37,6 +39,13 @@ def safe(text) -> str:
     return escape(clean(text))
 
 
+def safe_text(text) -> Text:
+    """:func:`safe` as the Text rich makes of it (markup and emoji codes read), made once: rich
+    would parse the string again for every measure and render of the cell."""
+    s = clean(text)
+    return Text(s) if "[" not in s and ":" not in s else Text.from_markup(escape(s))
+
+
 def _steps_line(steps: dict) -> str:
     counts = {len(s) for s in steps.values()}
     if len(steps) > 4 and len(counts) == 1:
@@ -48,12 +57,12 @@ def _steps_line(steps: dict) -> str:
 NAME_MIN, NAME_MAX = 12, 28
 
 
-def _widths(name: str, df: pd.DataFrame, rows: pd.DataFrame, wide: bool) -> dict[str, int]:
+def _widths(name: str, df: pd.DataFrame, rows: pd.DataFrame, texts: dict, wide: bool) -> dict[str, int]:
     """Each column's width in the table: numbers their widest value, names up to NAME_MAX,
     and never less than the longest word of the header (headers wrap at spaces, never cut)."""
     out = {}
     for c in df.columns:
-        longest = max([len(cell(name, c, v)) for v in rows[c]] + [1])
+        longest = max([len(t) for t in texts[c]] + [1])
         word = max(len(w) for w in header(name, c).split())
         if numeric(df, c) or wide:
             out[c] = max(longest, word)
@@ -78,12 +87,12 @@ def _chunks(keys: list[str], values: list[str], widths: dict[str, int], room: in
     return groups
 
 
-def _longest(name: str, rows: pd.DataFrame, c: str) -> int:
-    return min(max([len(cell(name, c, v)) for v in rows[c]] + [1]), NAME_MAX)
+def _longest(texts: dict[str, list[str]], c: str) -> int:
+    return min(max([len(t) for t in texts[c]] + [1]), NAME_MAX)
 
 
 def _fit(
-    name: str, df: pd.DataFrame, rows: pd.DataFrame, cols: list[str], widths: dict[str, int], room: int
+    df: pd.DataFrame, texts: dict[str, list[str]], cols: list[str], widths: dict[str, int], room: int
 ) -> dict[str, int]:
     """Exact column widths within ``room``: numbers their values' width (headers wrap), names
     their minimum plus what is left, given to each up to its longest value, in order."""
@@ -93,7 +102,7 @@ def _fit(
         if spare <= 0:
             break
         if not numeric(df, c):
-            want = _longest(name, rows, c)
+            want = _longest(texts, c)
             add = max(min(want - sized[c], spare), 0)
             sized[c] += add
             spare -= add
@@ -123,40 +132,48 @@ def rich_tables(
     rows = shown.frame if skip_zero else df
     if rows.empty:
         return []
-    widths = _widths(name, df, rows, wide)
+    texts = {c: [cell(name, c, v) for v in rows[c]] for c in df.columns}
+    widths = _widths(name, df, rows, texts, wide)
     keys = _keys(name, df)
     values = [c for c in df.columns if c not in keys]
     groups = [values] if wide else _chunks(keys, values, widths, width)
     notes = "; ".join(shown.notes() if skip_zero else []) or None
-    out = []
+    out: list[Table] = []
     for i, group in enumerate(groups):
         part = f" ({i + 1}/{len(groups)})" if len(groups) > 1 else ""
-        t = Table(
+        t = FastTable(
             title=safe(title(name)) + part,
             title_justify="left",
             caption=notes if i == len(groups) - 1 else None,
             caption_justify="left",
         )
         cols = [c for c in df.columns if c in keys or c in group]
-        # When the columns at their natural width (header on one line) do not fit, numbers get
-        # exactly their values' width and headers wrap: rich's own shrinking can overshoot.
-        natural = sum(max(widths[c], len(header(name, c)), _longest(name, rows, c)) + 3 for c in cols) + 1
-        sized = _fit(name, df, rows, cols, widths, width) if not wide and natural > width else {}
-        for c in cols:
-            right = numeric(df, c)
-            t.add_column(
-                safe(header(name, c)),
-                justify="right" if right else "left",
-                no_wrap=wide,
-                overflow="fold",
-                min_width=widths[c],
-                width=sized.get(c),
-                max_width=None if right or wide else max(widths[c], NAME_MAX),
-            )
-        for row in rows[cols].itertuples(index=False, name=None):
-            t.add_row(*(safe(cell(name, c, v)) for c, v in zip(cols, row)))
+        _columns(t, name, df, texts, cols, widths, width, wide)
+        for row in zip(*(texts[c] for c in cols)):
+            t.add_row(*(safe_text(v) for v in row))
         out.append(t)
     return out
+
+
+def _columns(
+    t: Table, name: str, df: pd.DataFrame, texts: dict, cols: list[str], widths: dict, width: int, wide: bool
+) -> None:
+    """The columns of one part of a table, sized to fit ``width``."""
+    # When the columns at their natural width (header on one line) do not fit, numbers get
+    # exactly their values' width and headers wrap: rich's own shrinking can overshoot.
+    natural = sum(max(widths[c], len(header(name, c)), _longest(texts, c)) + 3 for c in cols) + 1
+    sized = _fit(df, texts, cols, widths, width) if not wide and natural > width else {}
+    for c in cols:
+        right = numeric(df, c)
+        t.add_column(
+            safe_text(header(name, c)),
+            justify="right" if right else "left",
+            no_wrap=wide,
+            overflow="fold",
+            min_width=widths[c],
+            width=sized.get(c),
+            max_width=None if right or wide else max(widths[c], NAME_MAX),
+        )
 
 
 def _head(meta: dict, console: Console) -> None:
