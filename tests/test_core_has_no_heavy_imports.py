@@ -20,3 +20,23 @@ def test_analysis_imports_no_torch(tmp_path):
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+def test_import_and_machine_formats_import_no_rich_or_plotly(tmp_path):
+    """``import tracekit`` (every pool worker pays it) and ``tracekit.cli`` load neither rich nor
+    plotly, and ``analyze --format json`` never loads rich: only terminal tables print with it."""
+    trace, _ = make_trace(n_layers=1, n_steps=2)
+    path = write_trace(tmp_path / "t.pt.trace.json.gz", trace)
+    out = tmp_path / "out.json"
+    code = (
+        "import sys, tracekit, tracekit.cli\n"
+        "loaded = [m for m in ('rich', 'plotly') if m in sys.modules]\n"
+        "assert not loaded, ('on import', loaded)\n"
+        "tracekit.cli.main(['analyze', "
+        f"{str(path)!r}, '--format', 'json', '--no-cache', '--out', {str(out)!r}], standalone_mode=False)\n"
+        "loaded = [m for m in ('rich', 'plotly') if m in sys.modules]\n"
+        "assert not loaded, ('after --format json', loaded)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_size > 0

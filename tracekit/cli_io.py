@@ -249,14 +249,15 @@ def write_output(
     """
     from .checks import text
     from .render import formats
-    from .render import terminal as term
 
     for w in meta["warnings"]:
         warn(text(w))
     if fmt != "json":
         meta = clean_obj(meta)
         tables = clean_tables(tables, TERMINAL_NAME_CHARS if fmt == "table" and not out else None)
-    if fmt == "table":
+    if fmt == "table":  # rich is imported for terminal tables only
+        from .render import terminal as term
+
         write_table(getattr(term, terminal), meta, tables, out, wide=wide, top=top)
     elif fmt == "json":
         emit(formats.to_json(meta, tables), out)
