@@ -17,7 +17,16 @@ import numpy as np
 import pandas as pd
 
 from .pipeline.modules import inherit
-from .pipeline.state import Coded, as_str, categorical_take, codes_of, distinct_rows, str_test, take
+from .pipeline.state import (
+    Coded,
+    as_str,
+    categorical_take,
+    codes_of,
+    distinct_rows,
+    str_column,
+    str_test,
+    take,
+)
 from .pipeline.state import Trace as LinkedTrace
 from .read import MEMCPY, MEMSET
 from .taxonomy import COMM_CATEGORIES, KernelRules, ModuleTaxonomy
@@ -162,10 +171,11 @@ def label_modules(mods: pd.DataFrame, taxonomy: ModuleTaxonomy) -> tuple[Coded, 
     rows = np.arange(len(mods), dtype=np.int64)
     is_att = np.append(cats[: len(ids)] == "@attention", False)[own_id]
     inherited = np.where(got >= 0, got, len(ids))
-    mods["category"] = cats[inherited]
-    mods["rule"] = rules_[inherited]
-    mods["own_category"] = cats[np.where(own_id >= 0, own_id, len(ids) + 1)]
-    mods["own_rule"] = rules_[np.where(own_id >= 0, own_id, len(ids) + 1)]
+    own_code = np.where(own_id >= 0, own_id, len(ids) + 1)
+    mods["category"] = str_column(cats, inherited)
+    mods["rule"] = str_column(rules_, inherited)
+    mods["own_category"] = str_column(cats, own_code)
+    mods["own_rule"] = str_column(rules_, own_code)
     mods["att_root"] = inherit(parent, start, np.where(is_att, rows, -1), outermost=True)
     return Coded(inherited, cats), Coded(inherited, rules_)
 

@@ -12,6 +12,7 @@ from tracekit.pipeline.state import (
     categorical_take,
     codes_of,
     distinct_rows,
+    str_column,
     str_test,
     take,
 )
@@ -95,3 +96,18 @@ def test_coded_labels_equal_their_object_array_forms() -> None:
     want = pd.Categorical(np.where(mask, "RoPE", "Other"))
     got = moved.categorical()
     assert list(got) == list(want) and list(got.categories) == list(want.categories) == ["Other", "RoPE"]
+
+
+def test_str_column_equals_the_column_of_the_strings() -> None:
+    values = np.array(["b", "", "a", "b"], dtype=object)  # a value may repeat
+    codes = np.array([0, 2, 1, 3, 3, 0])
+    got = pd.Series(str_column(values, codes))
+    want = pd.Series(values[codes].tolist())
+    assert got.dtype == want.dtype and got.equals(want)
+    assert pd.Series(str_column(values, np.zeros(0, np.intp))).equals(pd.Series([], dtype=want.dtype))
+
+
+def test_codes_of_a_str_column() -> None:
+    col = pd.Series(["x", None, "y", "x"], dtype="str")
+    codes, uniq = codes_of(col)
+    assert list(uniq[codes]) == ["x", "", "y", "x"]

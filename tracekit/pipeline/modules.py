@@ -11,7 +11,7 @@ from .. import annotations as ann
 from ..nesting import F_MODULE, F_ROPE
 from ..taxonomy import ModuleTaxonomy
 from .nest import MODULE_PREFIX
-from .state import Coded, Trace, categorical_take, distinct_rows, lookup, take
+from .state import Coded, Trace, categorical_take, distinct_rows, lookup, str_column, take
 
 
 def assign_modules(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
@@ -90,9 +90,9 @@ def module_table(t: Trace, taxonomy: ModuleTaxonomy) -> tuple[pd.DataFrame, Code
     df = pd.DataFrame(
         {
             "local": local,
-            "cls": cls_u[codes],
-            "instance": inst_u[codes],
-            "qualname": qual_u[codes],
+            "cls": str_column(cls_u, codes),
+            "instance": str_column(inst_u, codes),
+            "qualname": str_column(qual_u, codes),
             "start": r["start"].to_numpy()[local],
             "end": r["end"].to_numpy()[local],
             "tid": r["tid"].to_numpy()[local],

@@ -6,8 +6,11 @@ import numpy as np
 import pandas as pd
 
 from ..intervals import ShareClock
-from .state import Trace
+from .state import Trace, str_column
 from .windows import BOUNDS, PHASES
+
+#: The values of ``acts.window``, in the order of their codes ("": outside every step).
+WINDOW_VALUES = np.array([""] + list(PHASES), dtype=object)
 
 #: Priority of a group when activities overlap: compute hides communication hides copies.
 GROUP_LEVEL = {"compute": 0, "comm": 1, "memcpy": 2, "memset": 2}
@@ -39,7 +42,7 @@ def add_shares(t: Trace) -> Trace:
     row = st.index.get_indexer(a["step"].to_numpy())
     ok = row >= 0
     cols = {ph: np.zeros(n, dtype=np.float64) for ph in PHASES}
-    window = np.full(n, "", dtype=object)
+    window = np.zeros(n, dtype=np.intp)  # codes into WINDOW_VALUES
     if ok.any():
         r = row[ok]
         bounds = [st[c].to_numpy(np.int64)[r] for c in BOUNDS]
@@ -51,10 +54,10 @@ def add_shares(t: Trace) -> Trace:
         for k, ph in enumerate(PHASES):
             cols[ph][ok] = clock.shares(bounds[k] + shift, bounds[k + 1] + shift)
         k = (s[:, None] >= np.stack(bounds[1:-1], axis=1)).sum(axis=1)
-        window[ok] = np.asarray(PHASES, dtype=object)[k]
+        window[ok] = k + 1
     for ph in PHASES:
         a[share_column(ph)] = cols[ph]
-    a["window"] = window
+    a["window"] = str_column(WINDOW_VALUES, window)
     return t
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 
 import numpy as np
 import pandas as pd
@@ -163,8 +163,33 @@ def codes_of(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
         if (codes < 0).any():
             cats, codes = np.append(cats, ""), np.where(codes < 0, len(cats), codes)
         return codes, cats
+    if isinstance(col.dtype, pd.StringDtype):  # factorized by its storage (arrow: in C++)
+        codes, uniq = pd.factorize(col.array)
+        uniq, codes = np.asarray(uniq, dtype=object), codes.astype(np.intp)
+        if (codes < 0).any():  # missing: ""
+            uniq, codes = np.append(uniq, ""), np.where(codes < 0, len(uniq), codes)
+        return codes, uniq
     codes, uniq = pd.factorize(pd.Series(col.fillna("").astype(str).to_numpy(), dtype=object))
     return codes.astype(np.intp), np.asarray(uniq, dtype=object)
+
+
+@cache
+def _str_dtype():
+    """The dtype pandas gives a column of str (pandas 3: arrow-backed ``str``)."""
+    return pd.Series(["x"]).dtype
+
+
+def str_column(values: np.ndarray, codes: np.ndarray):
+    """``values[codes]`` (``values``: an object array of str) as the column pandas would make of
+    it, taken from the few values by pyarrow where that is pandas' string storage: no Python
+    object per row."""
+    dtype = _str_dtype()
+    if isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow":
+        import pyarrow as pa
+
+        taken = pa.array(np.asarray(values, dtype=object), type=pa.large_string()).take(pa.array(codes))
+        return pd.array(taken, dtype=dtype)
+    return np.asarray(values, dtype=object)[codes]
 
 
 def distinct_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
