@@ -72,9 +72,10 @@ def from_ranges(
     a_ts: np.ndarray,
 ) -> np.ndarray:
     """Stage per activity (by its launch time and process) from serving step ranges."""
-    memo = {n: stage_of_range(str(n)) for n in pd.unique(range_names)}
-    stage = np.array([memo[n][0] for n in range_names], dtype=object)
-    family = np.array([memo[n][1] for n in range_names], dtype=np.int64)
+    codes, uniq = pd.factorize(np.asarray(range_names, dtype=object))  # each distinct name once
+    per_name = [stage_of_range(str(n)) for n in uniq]
+    stage = np.array([x[0] for x in per_name], dtype=object)[codes]
+    family = np.array([x[1] for x in per_name], dtype=np.int64)[codes]
     out = np.full(len(a_ts), "", dtype=object)
     for fam in (0, 1, 2):
         sel = np.flatnonzero(family == fam)

@@ -111,3 +111,15 @@ def test_codes_of_a_str_column() -> None:
     col = pd.Series(["x", None, "y", "x"], dtype="str")
     codes, uniq = codes_of(col)
     assert list(uniq[codes]) == ["x", "", "y", "x"]
+
+
+def test_as_categories_drops_unused_categories_only() -> None:
+    from tracekit.pipeline.categories import as_categories
+
+    full = pd.Categorical(["b", "a", None, "b"])
+    part = pd.Categorical(["b", "b"], categories=["a", "b", "c"])
+    frame = as_categories(pd.DataFrame({"group": full, "module": ["x", "y"] * 2, "block": list(part) * 2}))
+    frame2 = as_categories(pd.DataFrame({"rule": part}))
+    assert list(frame["group"].cat.categories) == ["a", "b"] and frame["group"].isna().sum() == 1
+    assert list(frame["module"].cat.categories) == ["x", "y"]
+    assert list(frame2["rule"].cat.categories) == ["b"] and list(frame2["rule"]) == ["b", "b"]

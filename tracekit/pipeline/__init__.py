@@ -172,7 +172,7 @@ def run(raw: RawTrace, taxonomy: ModuleTaxonomy, rules: KernelRules) -> Attribut
 def result(t: Trace) -> Attributed:
     """The labelled rows of complete steps, and the tables the analyses need."""
     done = t.steps.loc[t.steps["complete"], "step"]
-    iv = t.acts[t.acts["step"].isin(done).to_numpy()][INTERVAL_COLUMNS].reset_index(drop=True)
+    iv = t.acts.loc[t.acts["step"].isin(done).to_numpy(), INTERVAL_COLUMNS].reset_index(drop=True)
     iv = as_categories(iv)
     meta = dict(t.meta)
     meta["steps"] = t.steps["step"].tolist()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from .. import labels
@@ -42,6 +43,15 @@ def as_categories(frame: pd.DataFrame) -> pd.DataFrame:
     for c in CATEGORICAL:
         if c in frame:
             col = frame[c]
-            is_cat = isinstance(col.dtype, pd.CategoricalDtype)
-            frame[c] = col.cat.remove_unused_categories() if is_cat else col.astype("category")
+            if not isinstance(col.dtype, pd.CategoricalDtype):
+                frame[c] = col.astype("category")
+            elif not _all_used(col):
+                frame[c] = col.cat.remove_unused_categories()
     return frame
+
+
+def _all_used(col: pd.Series) -> bool:
+    """Every category of a categorical column appears in it (removing unused ones is a no-op)."""
+    codes = col.cat.codes.to_numpy()
+    n = len(col.cat.categories)
+    return bool((np.bincount(codes[codes >= 0], minlength=n)[:n] > 0).all())
