@@ -8,11 +8,15 @@ import pandas as pd
 from ..checks import TraceWarning
 from ..intervals import containing
 from ..read import ANNOTATION, CPU_OP
-from .state import Trace, categorical, take
+from .state import Coded, Trace, categorical, take
 
 STEP_PREFIX = "ProfilerStep#"
 OPTIMIZER_PREFIX = "Optimizer.step#"
 _COLUMNS = ("step", "cpu_start", "cpu_end", "pid", "tid")
+
+
+#: The values of ``acts.step_by`` where the trace has steps, in the order of their codes.
+STEP_BY = np.array(["launch", "none", "time"], dtype=object)
 
 
 def find_steps(t: Trace) -> Trace:
@@ -39,15 +43,15 @@ def find_steps(t: Trace) -> Trace:
     launched = a["launched"].to_numpy(bool)
     r_pid, r_start, r_end = (rng[c].to_numpy() for c in ("pid", "cpu_start", "cpu_end"))
     step_of = containing(a_pid, a_ts, r_pid, r_start, r_end)
-    by = np.where(step_of >= 0, "launch", "none").astype(object)
+    by = np.where(step_of >= 0, 0, 1)  # codes into STEP_BY: launch, none
     other = launched & ~np.isin(a_pid, r_pid)  # launched from a process with no steps
     if other.any() and len(rng):
         step_of[other] = containing(
             np.zeros(int(other.sum()), np.int64), a_ts[other], np.zeros(len(rng), np.int64), r_start, r_end
         )
-        by[other] = np.where(step_of[other] >= 0, "time", "none")
+        by[other] = np.where(step_of[other] >= 0, 2, 1)  # time, none
     step_of[~launched] = -1
-    by[~launched] = "none"
+    by[~launched] = 1  # none
     unlaunched = int((~launched).sum()) if len(rng) else 0
     outside = int(((step_of < 0) & launched).sum()) if len(rng) else 0
     if outside:
@@ -59,7 +63,7 @@ def find_steps(t: Trace) -> Trace:
         )
     if len(rng):
         a["step"] = take(rng["step"].to_numpy(), step_of, -1)
-        a["step_by"] = categorical(by)
+        a["step_by"] = Coded(by, STEP_BY).categorical()
     else:
         a["step"] = np.zeros(len(a), dtype=np.int64)
         a["step_by"] = categorical(np.full(len(a), "trace", object))
