@@ -92,3 +92,14 @@ def test_native_can_be_turned_off(monkeypatch):
 def test_native_is_built_in_ci():
     """CI installs with ``pip install -e .``, which compiles it: the tests above then cover it."""
     assert nesting._nesting is not None, "tracekit._nesting is not compiled: pip install -e ."
+
+
+def test_sweep_order_is_the_five_key_lexsort():
+    rng = np.random.default_rng(11)
+    for n in (0, 1, 2, 50, 3000):
+        pid, tid = rng.integers(0, 3, n), rng.integers(0, 4, n)
+        start = rng.integers(0, 40, n)  # many ties in (pid, tid, start), and full ties
+        end = start + rng.integers(0, 5, n)
+        is_range = rng.random(n) < 0.7
+        want = np.lexsort((~is_range, -end, start, tid, pid))
+        assert np.array_equal(nesting.sweep_order(pid, tid, start, end, is_range), want)

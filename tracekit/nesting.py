@@ -40,7 +40,18 @@ _INHERITED = F_OPT | F_EVAL | F_ROPE
 
 
 def sweep_order(pid, tid, start, end, is_range) -> np.ndarray:
-    return np.lexsort((~is_range, -end, start, tid, pid))
+    """``np.lexsort((~is_range, -end, start, tid, pid))``: by thread, start, longest first,
+    ranges first (ties: by index). Sorted by (pid, tid, start) first, which is cheap on a
+    trace's nearly time-ordered events; only runs of equal (pid, tid, start) are then sorted by
+    the whole key (their indices in ascending order, so full ties keep index order)."""
+    order = np.lexsort((start, tid, pid))
+    p, q, s = pid[order], tid[order], start[order]
+    same = (p[1:] == p[:-1]) & (q[1:] == q[:-1]) & (s[1:] == s[:-1])
+    pos = np.flatnonzero(np.r_[same, False] | np.r_[False, same])
+    if pos.size:
+        sub = np.sort(order[pos])
+        order[pos] = sub[np.lexsort((~is_range[sub], -end[sub], start[sub], tid[sub], pid[sub]))]
+    return order
 
 
 def sweep_loop(pid, tid, start, end, is_range, flags):
