@@ -158,16 +158,48 @@ def _break(loc: Path, how: str) -> None:
         info = json.loads(md[b"tracekit-result"])
         md[b"tracekit-result"] = json.dumps({**info, "key": "another"}).encode()
         pq.write_table(t.replace_schema_metadata(md), loc)
-    elif how == "forged_table":  # the right key, a small table that is not plain columns
-        t = pq.read_table(loc)
-        md = dict(t.schema.metadata)
+    elif how in ("forged_table", "forged_codes", "truncated_frames"):
+        _forge_frames(loc, how)
+
+
+def _forge_frames(loc: Path, how: str) -> None:
+    """The right key, and small frames (the footer's IPC stream, tracekit/packed_ipc.py) that
+    are not what tracekit writes: a column of another type (timestamps), a label code past
+    its words, or the stream cut short."""
+    t = pq.read_table(loc)
+    md = dict(t.schema.metadata)
+    blob = md[b"tracekit-frames"]
+    if how == "truncated_frames":
+        md[b"tracekit-frames"] = blob[: len(blob) // 2]
+    else:
+        batch = pa.ipc.open_stream(blob).read_all()
+        info = json.loads(md[b"tracekit-result"])
+        if how == "forged_table":  # steps' first column (step numbers) as timestamps
+            name, values = "0.0", pa.array([1], pa.timestamp("s"))
+        else:  # the first label column of any frame: a code no word stands for
+            i, j = next(
+                (i, j)
+                for i, d in enumerate(info["frames"])
+                for j, tag in enumerate(d["tags"])
+                if tag[0] in ("str", "obj") and f"{i}.{j}.w" in batch.column_names
+            )
+            name = f"{i}.{j}"
+            codes = batch.column(name).combine_chunks().flatten().to_numpy().copy()
+            codes[0] = 10**6  # the same length as its frame's other columns
+            values = pa.array(codes, pa.int32())
+        col = pa.ListArray.from_arrays(pa.array([0, len(values)], pa.int32()), values)
+        batch = batch.set_column(batch.column_names.index(name), name, col)
         sink = pa.BufferOutputStream()
-        pq.write_table(pa.table({"d": pa.array([1], pa.timestamp("s"))}), sink)
-        md[b"tracekit-frame:steps"] = sink.getvalue().to_pybytes()
-        pq.write_table(t.replace_schema_metadata(md), loc)
+        with pa.ipc.new_stream(sink, batch.schema) as w:
+            w.write_table(batch)
+        md[b"tracekit-frames"] = sink.getvalue().to_pybytes()
+    pq.write_table(t.replace_schema_metadata(md), loc)
 
 
-@pytest.mark.parametrize("how", ["garbage", "truncated", "foreign", "wrong_key", "forged_table"])
+@pytest.mark.parametrize(
+    "how",
+    ["garbage", "truncated", "foreign", "wrong_key", "forged_table", "forged_codes", "truncated_frames"],
+)
 def test_broken_entry_is_a_miss_and_rewritten(trace, monkeypatch, how):
     cold = tracekit.load(trace, cache=False).tables(per_step=True)
     tracekit.load(trace)
@@ -359,3 +391,37 @@ def test_dask_workers_send_handles_and_a_worker_elsewhere_sends_intervals(tmp_pa
     cache.clear()
     att, _ = tabulate_file(f, Options(host="another-host.example"))
     assert not att.lazy and results.load(f, Options()) is not None  # stored for its own use
+
+
+def test_packed_frames_read_back_exactly_or_are_refused():
+    """The entry's small frames (tracekit/packed_ipc.py): every kind of column a table has
+    reads back equal, dtypes and column index included; a frame whose dtype JSON would not
+    carry exactly is refused when stored, never stored inexact."""
+    from tracekit import packed_ipc
+    from tracekit.gathered import pack
+
+    frames = {
+        "mixed": pd.DataFrame(
+            {
+                "step": pd.array([1, 2, 3], "int64"),
+                "ms": [0.1, float("nan"), -0.0],
+                "ok": [True, False, True],
+                "n": pd.array([1, 2, 3], "int8"),
+                "phase": pd.Categorical(["backward", None, "forward"], categories=["forward", "backward"]),
+                "name": pd.array(["a", None, "a"], dtype="str"),
+                "label": pd.Series(["x", "y", "x"], dtype=object),
+            }
+        ),
+        "empty": pd.DataFrame(columns=["step", "name"]),
+        "none": pd.DataFrame(),
+    }
+    descs, blob = packed_ipc.encode({k: pack(v) for k, v in frames.items()})
+    got = packed_ipc.decode(json.loads(json.dumps(descs)), blob, 1 << 20)
+    assert got is not None and list(got) == list(frames)
+    for name, df in frames.items():
+        pd.testing.assert_frame_equal(got[name].load(), df, check_exact=True, obj=name)
+        assert got[name].tags == pack(df).tags
+    assert packed_ipc.decode(descs, blob, 16) is None  # over the bound
+    odd = pack(pd.DataFrame({"c": pd.Categorical([1, 2])}))  # categories that are not text
+    with pytest.raises(ValueError):
+        packed_ipc.encode({"odd": odd})

@@ -20,6 +20,7 @@ from tracekit.analyses import REGISTRY
 
 from . import analysis
 from .analysis import Analysis, Options
+from .gathered import pack_tables
 from .pipeline import Attributed
 
 
@@ -33,17 +34,17 @@ def per_file(parallel: bool, cache: bool, n_files: int) -> Callable:
 
 
 def tabulate_packed(path: str | os.PathLike, options: Options, keep: bool = False) -> tuple[Attributed, dict]:
-    """:func:`tabulate_file` with its tables, steps and windows packed
+    """:func:`tabulate_file`, whose tables, steps and windows are packed
     (:func:`tracekit.gathered.pack_tables`): cheaper to send back and to gather than frames."""
-    from .gathered import pack_tables
-
-    return pack_tables(*tabulate_file(path, options, keep))
+    return tabulate_file(path, options, keep)
 
 
 def tabulate_file(path: str | os.PathLike, options: Options, keep: bool = False) -> tuple[Attributed, dict]:
     """:func:`analyse_file`, and the file's tables as one rank: the means over steps and the
-    self-checks, unfiltered, keyed ``(kind, name)``. Run in a worker (pool or Dask), so the parent only
-    gathers small tables: a rank's tables cost the parent nothing but their concatenation.
+    self-checks, unfiltered, keyed ``(kind, name)``; tables, steps and windows packed
+    (:class:`~tracekit.gathered.Packed`, read as frames on access). Run in a worker (pool or
+    Dask), so the parent only gathers small tables: a rank's tables cost the parent nothing
+    but their concatenation.
 
     With ``options.cache`` the result comes from the result cache (:mod:`tracekit.results`)
     when it holds the file (no pipeline runs), and is stored there otherwise; the intervals
@@ -78,7 +79,8 @@ def tabulate_fresh(path: str | os.PathLike, options: Options, keep: bool) -> tup
     tables = tables_of(att, path)
     # Module instances are read by no table or view after the pipeline: neither stored nor
     # sent back (they were a tenth of what the parent kept per rank).
-    att = replace(att, modules=pd.DataFrame())
+    # Packed once (what the parent gathers, and what the result cache stores as it is).
+    att, tables = pack_tables(replace(att, modules=pd.DataFrame()), tables)
     stored = results.store(att, tables, path, options, key) if key is not None else None
     if stored is not None and not keep:
         att = replace(att, intervals=stored)

@@ -11,7 +11,9 @@ Parquet file, ``<sha256 of the key>.result.parquet`` beside the parse cache's en
   :class:`~tracekit.pipeline.Attributed` holds instead of them, and is what a worker sends back
   to the parent in place of the intervals;
 * everything else is in the footer: one JSON object (key, mode, meta, warnings, checks) and
-  each small table as a Parquet document of its own (typed columns, no pickle);
+  the small frames (steps, windows, tables) packed as the parent gathers them, all in one
+  Arrow IPC stream (:mod:`tracekit.packed_ipc`: typed columns and codes, no pickle, no
+  pandas on either side);
 * key: the parse cache's file key (device, inode, size, mtime, edge hashes, read limit,
   tracekit's version), :data:`RESULT_FORMAT`, a fingerprint of tracekit's own code and rule
   files (so an edited checkout never reuses old results), and the path and SHA-256 of the
@@ -42,16 +44,17 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import cache
+from . import cache, packed_ipc
 from .checks import TraceWarning
 from .errors import TraceError
 from .pipeline import INTERVAL_COLUMNS, Attributed
 
 #: Version of a result entry's layout; bump when what is stored changes shape.
-RESULT_FORMAT = "tracekit-result-2"
+RESULT_FORMAT = "tracekit-result-3"
 SUFFIX = ".result.parquet"
 _INFO = b"tracekit-result"
-_FRAME = b"tracekit-frame:"
+#: The footer key of the small frames' IPC stream (:mod:`tracekit.packed_ipc`).
+_FRAMES_KEY = b"tracekit-frames"
 #: The frames of the Attributed stored (its module instances are not: no table or view reads
 #: them after the pipeline, see :func:`tracekit.perfile.tabulate_fresh`).
 _FRAMES = ("steps", "windows")
@@ -143,22 +146,6 @@ def _arrow(df: pd.DataFrame) -> pa.Table:
     return pa.Table.from_pandas(df, preserve_index=False)
 
 
-def _frame_bytes(df: pd.DataFrame) -> bytes:
-    sink = pa.BufferOutputStream()
-    pq.write_table(_arrow(df), sink, compression="zstd")
-    return sink.getvalue().to_pybytes()
-
-
-def _frame(blob: bytes | None, limit: int) -> pd.DataFrame | None:
-    """A small stored table, or None when it is missing, too big or of other types."""
-    if blob is None:
-        return None
-    pf = pq.ParquetFile(pa.BufferReader(blob))
-    if _in_memory(pf) > limit or not all(_plain(f.type) for f in pf.schema_arrow):
-        return None
-    return pf.read().to_pandas(ignore_metadata=True)
-
-
 def _warning_json(w: Any) -> dict:
     if isinstance(w, TraceWarning):
         return {"code": w.code, "message": w.message, "rank": w.rank, "step": w.step}
@@ -178,11 +165,12 @@ def _warning(d: Any) -> Any:
 
 
 def _footer(att: Attributed, tables: dict, key: str) -> dict[bytes, bytes]:
-    """The footer of an entry: the JSON object and every small table (ValueError when
-    something would not read back exactly)."""
-    frames = {name: getattr(att, name) for name in _FRAMES}
-    named = [k for k, v in tables.items() if isinstance(v, pd.DataFrame)]
+    """The footer of an entry: the JSON object and the small frames, packed, as one Arrow IPC
+    stream (:mod:`tracekit.packed_ipc`; ValueError when something would not read back exactly)."""
+    frames = {name: att.__dict__["_" + name] for name in _FRAMES}
+    named = [k for k in tables if k != ("checks", "")]
     frames.update({f"table:{kind}/{name}": tables[(kind, name)] for kind, name in named})
+    descs, blob = packed_ipc.encode(frames)
     checks = tables.get(("checks", ""), [])
     info = {
         "key": key,
@@ -192,13 +180,12 @@ def _footer(att: Attributed, tables: dict, key: str) -> dict[bytes, bytes]:
         "checks": [_warning_json(w) for w in checks],
         "tables": [list(k) for k in named],
         "has_checks": ("checks", "") in tables,
+        "frames": descs,
     }
     text = json.dumps(info, allow_nan=False)
     if json.loads(text)["meta"] != att.meta:  # a tuple, an int key, a numpy number: not exact
         raise ValueError("meta")
-    out = {_INFO: text.encode()}
-    out.update({_FRAME + name.encode(): _frame_bytes(df) for name, df in frames.items()})
-    return out
+    return {_INFO: text.encode(), _FRAMES_KEY: blob}
 
 
 def store(att: Attributed, tables: dict, path: str | os.PathLike, options: Any, key: str) -> Stored | None:
@@ -241,21 +228,21 @@ def _open(loc: Path, key: str, trace_size: int) -> tuple[pq.ParquetFile, dict] |
 
 
 def _summary(loc: Path, key: str, trace_size: int) -> tuple[dict, dict] | None:
-    """The JSON object and small tables of an entry, or None when it is not a valid one."""
+    """The JSON object and small frames (packed) of an entry, or None when it is not valid."""
     got = _open(loc, key, trace_size)
     if got is None:
         return None
     pf, info = got
-    md = pf.schema_arrow.metadata or {}
-    names = [f"table:{k[0]}/{k[1]}" for k in info.get("tables", []) if isinstance(k, list) and len(k) == 2]
-    if len(names) != len(info.get("tables", [])):
+    kinds = info.get("tables")
+    if not isinstance(kinds, list) or not all(isinstance(k, list) and len(k) == 2 for k in kinds):
         return None
-    frames = {}
-    for name in (*_FRAMES, *names):
-        df = _frame(md.get(_FRAME + name.encode()), _bound(trace_size))
-        if df is None:
-            return None
-        frames[name] = df
+    if not all(isinstance(p, str) for k in kinds for p in k):
+        return None
+    md = pf.schema_arrow.metadata or {}
+    frames = packed_ipc.decode(info.get("frames"), md.get(_FRAMES_KEY), _bound(trace_size))
+    names = {*_FRAMES, *(f"table:{k[0]}/{k[1]}" for k in kinds)}
+    if frames is None or set(frames) != names:
+        return None
     if not isinstance(info.get("meta"), dict) or info.get("mode") not in ("gpu", "cpu"):
         return None
     return info, frames
@@ -263,7 +250,8 @@ def _summary(loc: Path, key: str, trace_size: int) -> tuple[dict, dict] | None:
 
 def load(path: str | os.PathLike, options: Any) -> tuple[Attributed, dict] | None:
     """The cached result of ``path`` as :func:`~tracekit.perfile.tabulate_file` returns it,
-    intervals lazy (a :class:`Stored`), or None when there is no valid entry."""
+    intervals lazy (a :class:`Stored`), steps, windows and tables packed
+    (:class:`~tracekit.gathered.Packed`), or None when there is no valid entry."""
     try:
         key = result_key(path, options)
         if key is None:
