@@ -361,7 +361,7 @@ def load(
         keep_errors=p.is_dir(),
         jobs=workers,
         scheduler=scheduler,
-        gather=lambda i, got: got if isinstance(got, TraceError) else store.gather(i, *got),
+        gather=lambda i, got: got if isinstance(got, TraceError) else store.gather(i, *got, options=options),
     )
     failed = [(f, e) for f, e in zip(files, done) if isinstance(e, TraceError)]
     if failed and (strict or len(failed) == len(done)):

@@ -17,6 +17,8 @@ index, non-string labels in an object column, other dtypes) is kept whole instea
 
 from __future__ import annotations
 
+import sys
+from array import array
 from collections.abc import Iterator
 from typing import Any
 
@@ -69,12 +71,43 @@ class _Schema:
         return chunks[0]
 
 
+class _Places:
+    """``slot -> (schema, start, stop)`` of a :class:`_Table`, as arrays indexed by the slot (a
+    file's index): about 20 bytes a slot, where a dict of tuples costs about 150."""
+
+    __slots__ = ("schemas", "start", "stop", "which")
+
+    def __init__(self) -> None:
+        self.schemas: list[_Schema] = []
+        self.which, self.start, self.stop = array("i"), array("q"), array("q")
+
+    def __setitem__(self, slot: int, place: tuple[_Schema, int, int]) -> None:
+        schema, start, stop = place
+        if slot >= len(self.which):
+            grow = slot + 1 - len(self.which)
+            self.which.extend([-1] * grow)
+            self.start.extend([0] * grow)
+            self.stop.extend([0] * grow)
+        i = next((k for k, known in enumerate(self.schemas) if known is schema), len(self.schemas))
+        if i == len(self.schemas):
+            self.schemas.append(schema)
+        self.which[slot], self.start[slot], self.stop[slot] = i, start, stop
+
+    def __contains__(self, slot: object) -> bool:
+        return isinstance(slot, int) and 0 <= slot < len(self.which) and self.which[slot] >= 0
+
+    def __getitem__(self, slot: int) -> tuple[_Schema, int, int]:
+        if slot not in self:
+            raise KeyError(slot)
+        return self.schemas[self.which[slot]], self.start[slot], self.stop[slot]
+
+
 class _Table:
     """One table (``(kind, name)``) of every slot: schemas, rows, label vocabularies."""
 
     def __init__(self) -> None:
         self.schemas: dict[tuple, _Schema] = {}
-        self.where: dict[int, tuple[_Schema, int, int]] = {}
+        self.where = _Places()
         self.whole: dict[int, Any] = {}
         self.vocab: dict[str, dict[str, int]] = {}
         self.words: dict[str, np.ndarray] = {}
@@ -195,10 +228,16 @@ class RankTables:
         for key, df in tables.items():
             self._tables.setdefault(key, _Table()).add(slot, df)
 
-    def gather(self, slot: int, att: Any, tables: dict) -> Any:
+    def gather(self, slot: int, att: Any, tables: dict, *, options: Any = None) -> Any:
         """What a worker returned for file ``slot``: its tables added here, and its analysis
-        back with its ``steps`` and ``windows`` kept here too (read back when asked for)."""
+        back with its ``steps`` and ``windows`` kept here too (read back when asked for), its
+        meta's keys interned, and its intervals' handle holding the run's ``options`` (one
+        object, not an unpickled copy per rank)."""
         self.add(slot, tables)
+        held = att.__dict__["_intervals"]
+        if options is not None and hasattr(held, "sharing"):
+            att.__dict__["_intervals"] = held.sharing(options, att.path)
+        att.meta = _interned(att.meta)
         self.add(
             slot, {("att", "steps"): att.__dict__["_steps"], ("att", "windows"): att.__dict__["_windows"]}
         )
@@ -232,6 +271,15 @@ class RankTables:
 
     def __iter__(self) -> Iterator[tuple]:
         return iter(self._tables)
+
+
+def _interned(d: dict) -> dict:
+    """``d`` with its string keys (and those of the dicts in it) interned: every rank's meta
+    has the same dozen keys, each an unpickled string of its own otherwise."""
+    out = {}
+    for k, v in d.items():
+        out[sys.intern(k) if type(k) is str else k] = _interned(v) if type(v) is dict else v
+    return out
 
 
 class _Held:

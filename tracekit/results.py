@@ -36,7 +36,7 @@ import hashlib
 import json
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +103,11 @@ def result_key(path: str | os.PathLike, options: Any) -> str | None:
         )
     except (OSError, ValueError):
         return None
+
+
+def _digest(key: str) -> bytes:
+    """What a handle keeps of a key (a SHA-256): the key itself is a few hundred bytes."""
+    return hashlib.sha256(key.encode()).digest()
 
 
 def entry(key: str) -> Path:
@@ -206,18 +211,19 @@ def store(att: Attributed, tables: dict, path: str | os.PathLike, options: Any, 
     except Exception:
         return None
     cache.after_store(loc)
-    return Stored(os.fspath(loc), key, os.fspath(path), size, options)
+    return Stored(os.fspath(loc), _digest(key), os.fspath(path), size, options)
 
 
-def _open(loc: Path, key: str, trace_size: int) -> tuple[pq.ParquetFile, dict] | None:
-    """The entry's file and JSON object once its footer shows it is the one for ``key`` with
+def _open(loc: Path, digest: bytes, trace_size: int) -> tuple[pq.ParquetFile, dict] | None:
+    """The entry's file and JSON object once its footer shows it is the one for the key whose
+    :func:`_digest` is ``digest``, with
     plain interval columns, every size in bounds; None otherwise (a miss)."""
     limit = _bound(trace_size)
     if loc.stat().st_size > limit:  # the footer (with the small tables) is read whole
         return None
     pf = pq.ParquetFile(loc)
     info = json.loads((pf.schema_arrow.metadata or {}).get(_INFO, b"{}"))
-    if not isinstance(info, dict) or info.get("key") != key:
+    if not isinstance(info, dict) or not isinstance(info.get("key"), str) or _digest(info["key"]) != digest:
         return None
     schema = pf.schema_arrow
     if schema.names != INTERVAL_COLUMNS or not all(_plain(f.type) for f in schema):
@@ -227,9 +233,9 @@ def _open(loc: Path, key: str, trace_size: int) -> tuple[pq.ParquetFile, dict] |
     return pf, info
 
 
-def _summary(loc: Path, key: str, trace_size: int) -> tuple[dict, dict] | None:
+def _summary(loc: Path, digest: bytes, trace_size: int) -> tuple[dict, dict] | None:
     """The JSON object and small frames (packed) of an entry, or None when it is not valid."""
-    got = _open(loc, key, trace_size)
+    got = _open(loc, digest, trace_size)
     if got is None:
         return None
     pf, info = got
@@ -256,15 +262,15 @@ def load(path: str | os.PathLike, options: Any) -> tuple[Attributed, dict] | Non
         key = result_key(path, options)
         if key is None:
             return None
-        loc, size = entry(key), os.stat(path).st_size
-        got = _summary(loc, key, size) if loc.is_file() else None
+        loc, size, digest = entry(key), os.stat(path).st_size, _digest(key)
+        got = _summary(loc, digest, size) if loc.is_file() else None
         if got is None:
             return None
         info, frames = got
         att = Attributed(
             path=os.fspath(path),
             mode=info["mode"],
-            intervals=Stored(os.fspath(loc), key, os.fspath(path), size, options),
+            intervals=Stored(os.fspath(loc), digest, os.fspath(path), size, options),
             steps=frames["steps"],
             windows=frames["windows"],
             meta=info["meta"],
@@ -282,20 +288,28 @@ def load(path: str | os.PathLike, options: Any) -> tuple[Attributed, dict] | Non
     return att, tables
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Stored:
     """Where a file's intervals are: a result entry (picklable; what a worker sends back).
-    :meth:`load` reads them, or analyses the file again when the entry is gone."""
+    :meth:`load` reads them, or analyses the file again when the entry is gone. A parent keeps
+    one per rank: slots, the key's digest (not the key), and (:meth:`sharing`) the run's one
+    Options object and the rank's path string."""
 
     entry: str
-    key: str
+    digest: bytes
     source: str
     trace_size: int
     options: Any
 
+    def sharing(self, options: Any, source: str) -> Stored:
+        """This handle holding ``options`` and ``source`` (when equal to its own) instead of its
+        copies: what a parent keeps of each rank's handle."""
+        same = options == self.options and source == self.source
+        return replace(self, options=options, source=source) if same else self
+
     def load(self, columns: list[str] | None = None) -> pd.DataFrame:
         try:
-            got = _open(Path(self.entry), self.key, self.trace_size)
+            got = _open(Path(self.entry), self.digest, self.trace_size)
             if got is not None:
                 return got[0].read(columns=columns).to_pandas(ignore_metadata=True)
         except Exception:
@@ -307,7 +321,8 @@ class Stored:
         as long as the trace is the same file."""
         from .perfile import tabulate_fresh
 
-        if result_key(self.source, self.options) != self.key:
+        key = result_key(self.source, self.options)
+        if key is None or _digest(key) != self.digest:
             raise TraceError(self.source, "changed since it was analysed; analyse it again")
         att, _ = tabulate_fresh(self.source, self.options, keep=True)
         return att.load_intervals(columns)
