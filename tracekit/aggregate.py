@@ -8,6 +8,9 @@ inference ``stage`` rows are averaged over the steps that hold the stage).
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import pandas as pd
 
 from tracekit.analyses import TableSpec
@@ -28,12 +31,43 @@ def mean_over_steps(df: pd.DataFrame, n_steps: int, keys: list[str] | None = Non
     values = [c for c in df.columns if c not in keys and c != "step"]
     if not keys:
         return df[values].sum().div(n_steps).to_frame().T
+    alone = _one_row_per_key(df, keys, values, n_steps)
+    if alone is not None:
+        return alone
     out = df.groupby(keys, observed=True, sort=False)[values].sum() / max(n_steps, 1)
     if "stage" in keys:  # inference stages: mean over the steps that hold the stage
         present = df.groupby("stage", observed=True)["step"].nunique()
         div = present.reindex(out.index.get_level_values("stage")).to_numpy(dtype=float)
         out = out.mul(max(n_steps, 1) / div, axis=0)
     return out.reset_index()
+
+
+def _one_row_per_key(df: pd.DataFrame, keys: list[str], values: list[str], n_steps: int) -> Any:
+    """:func:`mean_over_steps` when no two rows share their keys and no key is missing: each
+    group is one row, whose sum is itself (NaN as 0, -0.0 as 0.0, as the group-by's sum gives
+    them), so the means are computed on the columns with no group-by (a few milliseconds a
+    table, most of a small rank's aggregation; a trace of one complete step is this case).
+    None (not a frame) otherwise."""
+    if any(df[k].isna().any() for k in keys) or (len(df) > 1 and df.duplicated(keys).any()):
+        return None
+    n = max(n_steps, 1)
+    scale = None
+    if "stage" in keys:  # a stage's rows over the steps that hold the stage
+        codes = pd.factorize(df["stage"])[0]
+        pairs = pd.factorize(codes.astype(np.int64) * (1 << 32) + pd.factorize(df["step"])[0])[0]
+        held = np.bincount(codes[np.unique(pairs, return_index=True)[1]])
+        scale = n / held[codes].astype(float)
+    cols: dict = {k: df[k] for k in keys}
+    for c in values:
+        v = df[c].to_numpy()
+        if v.dtype.kind == "f":
+            v = np.where(np.isnan(v), 0.0, v) + 0.0
+        elif v.dtype.kind == "b":
+            v = v.astype(np.int64)
+        elif v.dtype.kind not in "iu":
+            return None
+        cols[c] = v / n if scale is None else (v / n) * scale
+    return pd.DataFrame(cols).reset_index(drop=True)
 
 
 def whole_numbers(spec: TableSpec | None, df: pd.DataFrame) -> pd.DataFrame:

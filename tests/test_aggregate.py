@@ -1,0 +1,80 @@
+"""mean_over_steps (tracekit/aggregate.py): the means of a table whose keys are unique, computed
+without a group-by, equal the group-by's exactly (values, dtypes, NaN and -0.0, inference
+stages), on planted tables and on every table of real single- and multi-step traces."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+from golden import sources
+from tracekit.analyses import REGISTRY
+
+import tracekit
+from tracekit import aggregate
+
+
+def _both(monkeypatch, df: pd.DataFrame, n: int, keys: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    fast = aggregate.mean_over_steps(df, n, keys)
+    with monkeypatch.context() as m:
+        m.setattr(aggregate, "_one_row_per_key", lambda *a: None)
+        slow = aggregate.mean_over_steps(df, n, keys)
+    return fast, slow
+
+
+def _same(fast: pd.DataFrame, slow: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(fast, slow, check_exact=True)
+    assert list(fast.dtypes) == list(slow.dtypes)
+    assert np.array_equal(
+        np.signbit(fast.select_dtypes("number").to_numpy(float)),
+        np.signbit(slow.select_dtypes("number").to_numpy(float)),
+    )
+
+
+@pytest.mark.parametrize("n_steps", [0, 1, 3])
+def test_unique_keys_without_a_group_by(monkeypatch, n_steps):
+    df = pd.DataFrame(
+        {
+            "step": [1, 1, 2, 2],
+            "stage": pd.Categorical(["decode", "prefill", "decode", "decode"]),
+            "phase": pd.Categorical(["forward", "forward", "forward", "backward"]),
+            "name": pd.array(["a", "b", "e", "c"], dtype="str"),
+            "ms": [0.1, float("nan"), -0.0, 2.5],
+            "count": np.array([1, 2, 3, 4], np.int64),
+            "hit": [True, False, True, True],
+        }
+    )
+    for frame in (df, df.drop(columns=["stage"])):
+        for keys in (["phase", "name"], ["name", "phase"]):
+            assert aggregate._one_row_per_key(frame, *_split(frame, keys), n_steps) is not None
+            _same(*_both(monkeypatch, frame, n_steps, keys))
+
+
+def _split(df: pd.DataFrame, keys: list[str]) -> tuple[list[str], list[str]]:
+    keys = (["stage"] if "stage" in df.columns else []) + keys
+    return keys, [c for c in df.columns if c not in keys and c != "step"]
+
+
+def test_repeated_or_missing_keys_take_the_group_by(monkeypatch):
+    df = pd.DataFrame({"step": [1, 2], "phase": ["forward", "forward"], "ms": [1.0, 2.0]})
+    assert aggregate._one_row_per_key(df, ["phase"], ["ms"], 2) is None
+    df = pd.DataFrame({"step": [1, 1], "phase": ["forward", None], "ms": [1.0, 2.0]})
+    assert aggregate._one_row_per_key(df, ["phase"], ["ms"], 1) is None
+    _same(*_both(monkeypatch, df, 1, ["phase"]))
+
+
+@pytest.mark.parametrize(
+    "src", [s for s in sources() if "decode" in s.name or "rank-0" in s.name][:3], ids=lambda s: s.name
+)
+def test_every_table_of_real_traces(monkeypatch, tmp_path, src):
+    dst = tmp_path / src.name
+    (shutil.copytree if src.is_dir() else shutil.copy)(src, dst)
+    a = tracekit.load(dst, cache=False, jobs=1)
+    for rank in a.ranks:
+        for name, spec in REGISTRY.items():
+            if spec.cross_rank or spec.derive is not None:
+                continue
+            df = a._per_step(name, rank)
+            _same(*_both(monkeypatch, df, a._n_steps(a.ranks[rank]), list(spec.keys)))
