@@ -75,6 +75,20 @@ def labelled_spans(intervals: pd.DataFrame, mask: np.ndarray | None = None) -> p
     )
 
 
+def at(series: pd.Series, keys) -> np.ndarray:
+    """``series.reindex(keys).fillna(0.0).to_numpy()`` of a float series with unique labels
+    (a group-by's result), for ``keys`` an iterable of labels (tuples for a MultiIndex), by
+    one dict: reindexing on a MultiIndex builds hash engines for both sides, milliseconds for
+    the few rows of a per-step table."""
+    keys = list(keys)
+    if series.dtype.kind != "f":
+        return series.reindex(pd.Index(keys)).fillna(0.0).to_numpy()
+    found = dict(zip(series.index, series.to_numpy()))
+    out = np.fromiter((found.get(k, np.nan) for k in keys), dtype=float, count=len(keys))
+    out[np.isnan(out)] = 0.0
+    return out
+
+
 def ms(ns) -> float:
     return float(ns) / NS_PER_MS
 

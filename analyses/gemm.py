@@ -12,7 +12,7 @@ import pandas as pd
 
 from tracekit.pipeline.windows import Windows
 
-from ._common import WINDOW_PHASES, labelled_spans, percent, phases_present, union_ms_by
+from ._common import WINDOW_PHASES, at, labelled_spans, percent, phases_present, union_ms_by
 from ._registry import MS, PCT, register
 
 
@@ -31,8 +31,7 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     total = union_ms_by(compute, key)
     done = windows.steps["step"].to_numpy()
     idx = pd.MultiIndex.from_product([done, phases_present(intervals, windows)], names=key)
-    g = gemm.reindex(idx).fillna(0.0).to_numpy()
-    t = total.reindex(idx).fillna(0.0).to_numpy()
+    g, t = at(gemm, idx), at(total, idx)
     out = pd.DataFrame(
         {
             "step": idx.get_level_values(0),

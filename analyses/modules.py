@@ -27,7 +27,7 @@ import pandas as pd
 from tracekit.pipeline.windows import Windows
 from tracekit.taxonomy import MODULE_CATEGORIES
 
-from ._common import percent, phases_present, window_shares
+from ._common import at, percent, phases_present, window_shares
 from ._registry import MS, PCT, register
 
 ROWS = MODULE_CATEGORIES + ["Other", "Exposed communication", "Idle"]
@@ -62,19 +62,14 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     keys = [shares["step"].to_numpy(), phase.cat.codes.to_numpy(), row]
     summed = shares["share_ms"].groupby(keys).sum()  # grouped on integers, labelled below
     p_code = pd.Index(phase.cat.categories).get_indexer(win["phase"].to_numpy())
-    idx = pd.MultiIndex.from_arrays(
-        [
-            np.repeat(win["step"].to_numpy(), len(ROWS)),
-            np.repeat(p_code, len(ROWS)),
-            np.tile(np.arange(len(ROWS)), len(win)),
-        ]
-    )
+    steps = np.repeat(win["step"].to_numpy(), len(ROWS))
+    idx = list(zip(steps, np.repeat(p_code, len(ROWS)), np.tile(np.arange(len(ROWS)), len(win))))
     out = pd.DataFrame(
         {
-            "step": idx.get_level_values(0),
+            "step": steps,
             "phase": np.repeat(win["phase"].to_numpy(), len(ROWS)),
             "module": np.tile(np.array(ROWS, dtype=object), len(win)),
-            "time_ms": summed.reindex(idx).fillna(0.0).to_numpy(),
+            "time_ms": at(summed, idx),
         }
     )
     wall = np.repeat(win["wall_ms"].to_numpy(), len(ROWS))
@@ -84,6 +79,6 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     out["percent"] = percent(out["time_ms"], wall)
     rec = shares["recompute"].to_numpy(bool) & compute
     redone = shares["share_ms"][rec].groupby([k[rec] for k in keys]).sum()
-    out["recompute_ms"] = redone.reindex(idx).fillna(0.0).to_numpy()
+    out["recompute_ms"] = at(redone, idx)
     out["module"] = pd.Categorical(out["module"], categories=ROWS)
     return out[["step", "phase", "module", "time_ms", "percent", "recompute_ms"]]

@@ -26,6 +26,7 @@ from tracekit.pipeline.windows import Windows
 
 from ._common import (
     WINDOW_PHASES,
+    at,
     labelled_spans,
     percent,
     phases_present,
@@ -68,10 +69,10 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     compute = union_ms_by(labelled[is_compute], key)
     comm = union_ms_by(labelled[(intervals["group"] == "comm").to_numpy()], key)
     recompute = union_ms_by(labelled[is_compute & _recomputed(intervals)], key)
-    idx = pd.MultiIndex.from_frame(win[key])
+    idx = list(zip(win["step"].to_numpy(), win["phase"].to_numpy()))
 
-    def col(series: pd.Series) -> pd.Series:
-        return series.reindex(idx).fillna(0.0).to_numpy()
+    def col(series: pd.Series) -> np.ndarray:
+        return at(series, idx)
 
     out = pd.DataFrame(
         {

@@ -78,3 +78,21 @@ def test_every_table_of_real_traces(monkeypatch, tmp_path, src):
                 continue
             df = a._per_step(name, rank)
             _same(*_both(monkeypatch, df, a._n_steps(a.ranks[rank]), list(spec.keys)))
+
+
+def test_at_is_reindex_then_zero_fill():
+    """analyses._common.at (the tables' lookup of a group-by's sums at the rows they report)
+    equals ``reindex(keys).fillna(0.0)``: absent keys and NaN sums read 0.0, for a MultiIndex
+    of (step, phase) as the tables build it, and for an int series (the pandas path)."""
+    from tracekit.analyses._common import at
+
+    s = pd.Series(
+        [1.5, np.nan, -0.0], index=pd.MultiIndex.from_tuples([(1, "forward"), (1, "backward"), (2, "x")])
+    )
+    keys = [(1, "backward"), (np.int64(2), "x"), (3, "forward"), (1, "forward")]
+    want = s.reindex(pd.MultiIndex.from_tuples(keys)).fillna(0.0).to_numpy()
+    got = at(s, keys)
+    assert got.dtype == want.dtype and np.array_equal(np.signbit(got), np.signbit(want))
+    np.testing.assert_array_equal(got, want)
+    ints = pd.Series([3, 4], index=pd.Index([10, 11]))
+    np.testing.assert_array_equal(at(ints, [11, 12]), ints.reindex([11, 12]).fillna(0.0).to_numpy())
