@@ -22,8 +22,13 @@ re-analysis):
 Columns: ``seconds`` (load and every table, imports excluded), ``ms/rank`` (seconds / ranks),
 ``overhead ms/rank`` (``seconds x workers / ranks`` minus the time one rank's work takes in a warm
 process, measured in the same child: what running a rank costs beyond its own work),
-``parent cpu ms/rank`` (the CPU time of the process that gathers the results, per rank: the
-serial part, which no number of workers shortens), the
+``cpu overhead ms/rank`` (the same from CPU time, which a busy machine disturbs far less than
+seconds: the CPU time of the parent and of every worker during the run, per rank, minus one
+rank's own work's CPU time in the warm child; the workers' CPU time is ``RUSAGE_CHILDREN`` for
+the pool, whose workers are reaped when the run ends, and each Dask worker's
+``time.process_time()`` before and after the run), ``parent cpu ms/rank`` (the CPU time of the
+process that gathers the results, per rank: the serial part, which no number of workers
+shortens), the
 parent's peak RSS (``RUSAGE_SELF`` of the child: the process that gathers the results; the
 pool's workers are ``RUSAGE_CHILDREN``, reported as ``workers peak``).
 """
@@ -56,18 +61,32 @@ from tracekit.perfile import tabulate_file
 files = sorted(D.iterdir())
 one = [f for f in files if f.name.endswith('.gz')][0]
 tabulate_file(one, Options(cache=False))  # warm: imports, rule tables
-work = statistics.median(
-    (lambda t: (tabulate_file(one, Options(cache=False)), time.perf_counter() - t)[1])(time.perf_counter())
-    for _ in range(5)
-)
+def timed():
+    t, c = time.perf_counter(), time.process_time()
+    tabulate_file(one, Options(cache=False))
+    return time.perf_counter() - t, time.process_time() - c
+runs = [timed() for _ in range(5)]
+work, work_cpu = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+def kids_cpu():
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime
+def workers_cpu():  # Dask workers are not our children: ask each for its CPU time
+    if 'scheduler' not in KW:
+        return kids_cpu()
+    from distributed import Client
+    with Client(KW['scheduler']) as c:
+        return sum(c.run(time.process_time).values())
+w0 = workers_cpu()
 t, cpu = time.perf_counter(), time.process_time()
 a = tracekit.load(D, cache=CACHE, **KW)
 a.tables()
 secs, cpu = time.perf_counter() - t, time.process_time() - cpu
+w1 = workers_cpu()
 assert len(a.ranks) == N, (len(a.ranks), N)
 me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-got = {'seconds': secs, 'parent_cpu_s': cpu, 'work_s': work, 'parent_mb': me, 'workers_mb': kids}
+got = {'seconds': secs, 'parent_cpu_s': cpu, 'work_s': work, 'work_cpu_s': work_cpu,
+       'workers_cpu_s': w1 - w0, 'parent_mb': me, 'workers_mb': kids}
 sys.stderr.write('BENCH %r\\n' % (got,))
 """
 
@@ -149,7 +168,8 @@ def main() -> None:
     results = []
     print(
         f"{'ranks':>6} {'engine':<6} {'seconds':>8} {'ms/rank':>8} {'overhead ms/rank':>17} "
-        f"{'work ms':>8} {'parent cpu ms/rank':>18} {'parent peak MB':>15} {'workers peak MB':>16}"
+        f"{'work ms':>8} {'cpu overhead ms/rank':>20} {'parent cpu ms/rank':>18} {'parent peak MB':>15} "
+        f"{'workers peak MB':>16}"
     )
     for n in a.ranks:
         d = make_ranks(a.src, n, a.out_dir, a.tile_mb)
@@ -175,9 +195,12 @@ def main() -> None:
                 continue
             r["ms_per_rank"] = 1000 * r["seconds"] / n
             r["overhead_ms_per_rank"] = 1000 * (r["seconds"] * a.workers / n - r["work_s"])
+            tree_cpu = r["parent_cpu_s"] + r["workers_cpu_s"]
+            r["cpu_overhead_ms_per_rank"] = 1000 * (tree_cpu / n - r["work_cpu_s"])
             print(
                 f"{n:>6} {engine:<6} {r['seconds']:8.2f} {r['ms_per_rank']:8.1f} "
                 f"{r['overhead_ms_per_rank']:17.1f} {1000 * r['work_s']:8.1f} "
+                f"{r['cpu_overhead_ms_per_rank']:20.1f} "
                 f"{1000 * r['parent_cpu_s'] / n:18.1f} "
                 f"{r['parent_mb']:15.0f} {r['workers_mb']:16.0f}",
                 flush=True,
