@@ -133,6 +133,36 @@ typedef struct {
     size_t nslots;
 } Triples;
 
+/* Whether a[0:n] == b[0:n]; short strings, so no call: words, the last one overlapping. */
+HOT int
+same_bytes(const uint8_t *a, const uint8_t *b, Py_ssize_t n)
+{
+    uint64_t x, y;
+    if (n >= 8) {
+        for (Py_ssize_t i = 0; i + 8 < n; i += 8) {
+            memcpy(&x, a + i, 8);
+            memcpy(&y, b + i, 8);
+            if (x != y)
+                return 0;
+        }
+        memcpy(&x, a + n - 8, 8);
+        memcpy(&y, b + n - 8, 8);
+        return x == y;
+    }
+    if (n >= 4) {
+        uint32_t u, v, u2, v2;
+        memcpy(&u, a, 4);
+        memcpy(&v, b, 4);
+        memcpy(&u2, a + n - 4, 4);
+        memcpy(&v2, b + n - 4, 4);
+        return u == v && u2 == v2;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return 0;
+    return 1;
+}
+
 static uint64_t
 mix64(uint64_t h)
 {
@@ -269,7 +299,7 @@ intern(Ctx *c, const uint8_t *s, Py_ssize_t len, int esc, int32_t *code)
         if (k < 0)
             break;
         StrEnt *e = &t->ents[k];
-        if (e->hash == h && e->len == len && memcmp(e->s, s, (size_t)len) == 0) {
+        if (e->hash == h && e->len == len && same_bytes(e->s, s, len)) {
             *code = k;
             return OK;
         }
@@ -345,6 +375,8 @@ triple_code(Ctx *c, int32_t ph, int32_t cat, int32_t name, int32_t *code)
 
 /* Bytes that may stand in a string as they are: printable ASCII but '"' and '\\'. */
 static uint8_t PLAIN[256];
+/* JSON's whitespace. */
+static uint8_t WSP[256];
 
 static void
 init_tables(void)
@@ -352,19 +384,48 @@ init_tables(void)
     for (int i = 0x20; i < 0x80; i++)
         PLAIN[i] = 1;
     PLAIN['"'] = PLAIN['\\'] = 0;
+    WSP[' '] = WSP['\n'] = WSP['\r'] = WSP['\t'] = 1;
 }
 
 #define IS_DIGIT(ch) ((uint8_t)((ch) - '0') < 10)
 
-static inline void
+/* The first byte from p that is not whitespace (or end). Most JSON has none or one space. */
+HOT const uint8_t *
+ws(const uint8_t *p, const uint8_t *end)
+{
+    if (p < end) {
+        if (*p > ' ')
+            return p;
+        if (*p == ' ' && end - p >= 2 && p[1] > ' ')
+            return p + 1;
+    }
+    while (p < end && WSP[*p])
+        p++;
+    return p;
+}
+
+HOT void
 skip_ws(Ctx *c)
 {
-    const uint8_t *p = c->p, *end = c->end;
-    if (p < end && *p > ' ') /* the common case: no whitespace */
-        return;
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
-        p++;
-    c->p = p;
+    c->p = ws(c->p, c->end);
+}
+
+/* The first byte of what follows the separator `sep` (':' or ','), whitespace around it
+ * skipped; NULL when the next byte that is not whitespace is not `sep`. The usual shapes
+ * ("sep", "sep ") are tested first. */
+HOT const uint8_t *
+after_sep(const uint8_t *p, const uint8_t *end, uint8_t sep)
+{
+    if (end - p >= 3 && p[0] == sep) {
+        if (p[1] > ' ')
+            return p + 1;
+        if (p[1] == ' ' && p[2] > ' ')
+            return p + 2;
+    }
+    p = ws(p, end);
+    if (p >= end || *p != sep)
+        return NULL;
+    return ws(p + 1, end);
 }
 
 /* Expect byte ch (after whitespace) and step over it. */
@@ -514,37 +575,48 @@ typedef struct {
     int esc;
 } Str;
 
-/* The string at c->p (its opening quote), checked, and stepped over. */
-HOT int
-parse_string(Ctx *c, Str *out)
+/* The string whose opening quote is at p, checked; returns the byte after its closing quote,
+ * NULL if invalid or unterminated. *esc is set when it holds an escape. */
+HOT const uint8_t *
+scan_string(const uint8_t *p, const uint8_t *end, int *esc)
 {
-    const uint8_t *p = c->p + 1, *end = c->end;
-    int esc = 0;
+    p++;
     for (;;) {
         p = skip_plain(p, end);
         if (p >= end)
-            return FAIL;
+            return NULL;
         uint8_t ch = *p;
         if (ch == '"')
-            break;
+            return p + 1;
         if (ch == '\\') {
-            TRY(check_escape(&p, end));
-            esc = 1;
+            if (check_escape(&p, end) != OK)
+                return NULL;
+            *esc = 1;
         }
         else if (ch < 0x20) {
-            return FAIL;
+            return NULL;
         }
         else {
             int k = utf8_len(p, end);
             if (!k)
-                return FAIL;
+                return NULL;
             p += k;
         }
     }
+}
+
+/* The string at c->p (its opening quote), checked, and stepped over. */
+HOT int
+parse_string(Ctx *c, Str *out)
+{
+    int esc = 0;
+    const uint8_t *q = scan_string(c->p, c->end, &esc);
+    if (!q)
+        return FAIL;
     out->s = c->p + 1;
-    out->len = p - out->s;
+    out->len = q - 1 - out->s;
     out->esc = esc;
-    c->p = p + 1;
+    c->p = q;
     return OK;
 }
 
@@ -552,40 +624,134 @@ typedef struct {
     const uint8_t *s; /* the number's text */
     Py_ssize_t len;
     int neg, is_int, has_exp;
+    int nint, nfrac;  /* digits before and after the '.' */
+    uint64_t mag;     /* the digits before the '.', modulo 2**64 */
+    uint64_t frac;    /* the digits after the '.', modulo 2**64 */
     uint64_t wrapped; /* ints: the value modulo 2**64 */
 } Num;
 
-static const uint8_t *
+static const uint64_t POW10U[20] = {1ULL,
+                                    10ULL,
+                                    100ULL,
+                                    1000ULL,
+                                    10000ULL,
+                                    100000ULL,
+                                    1000000ULL,
+                                    10000000ULL,
+                                    100000000ULL,
+                                    1000000000ULL,
+                                    10000000000ULL,
+                                    100000000000ULL,
+                                    1000000000000ULL,
+                                    10000000000000ULL,
+                                    100000000000000ULL,
+                                    1000000000000000ULL,
+                                    10000000000000000ULL,
+                                    100000000000000000ULL,
+                                    1000000000000000000ULL,
+                                    10000000000000000000ULL};
+
+#if PY_LITTLE_ENDIAN && defined(__GNUC__)
+#define SWAR_DIGITS 1
+/* A nonzero byte for each byte of w (eight bytes of text) that is not an ASCII digit. Adding 6
+ * may carry out of a byte at or above 0xfa, into later bytes only: the lowest flagged byte,
+ * the first non-digit, is exact. */
+HOT uint64_t
+nondigits(uint64_t w)
+{
+    const uint64_t hi = 0xf0f0f0f0f0f0f0f0ULL, threes = 0x3030303030303030ULL;
+    return ((w & hi) ^ threes) | (((w + 0x0606060606060606ULL) & hi) ^ threes);
+}
+
+/* The value of eight ASCII digits, the first in the lowest byte (leading zero bytes allowed). */
+HOT uint64_t
+eight_digits(uint64_t w)
+{
+    w = ((w & 0x0f0f0f0f0f0f0f0fULL) * 2561) >> 8;
+    w = ((w & 0x00ff00ff00ff00ffULL) * 6553601) >> 16;
+    return ((w & 0x0000ffff0000ffffULL) * 42949672960001ULL) >> 32;
+}
+#else
+#define SWAR_DIGITS 0
+#endif
+
+/* The run of digits at p (none possible), its value folded into *v modulo 2**64; returns its
+ * end. Eight bytes at a time while eight remain. */
+HOT const uint8_t *
+digit_run(const uint8_t *p, const uint8_t *end, uint64_t *v)
+{
+    uint64_t x = *v;
+#if SWAR_DIGITS
+    while (end - p >= 8) {
+        uint64_t w, nd;
+        memcpy(&w, p, 8);
+        nd = nondigits(w);
+        if (!nd) {
+            x = x * 100000000ULL + eight_digits(w);
+            p += 8;
+            continue;
+        }
+        int k = __builtin_ctzll(nd) >> 3;
+        if (k) {
+            x = x * POW10U[k] + eight_digits(w << (8 * (8 - k)));
+            p += k;
+        }
+        *v = x;
+        return p;
+    }
+#endif
+    for (; p < end && IS_DIGIT(*p); p++)
+        x = x * 10 + (uint64_t)(*p - '0');
+    *v = x;
+    return p;
+}
+
+/* The end of the run of digits at p (none possible). */
+HOT const uint8_t *
 skip_digits(const uint8_t *p, const uint8_t *end)
 {
+#if SWAR_DIGITS
+    while (end - p >= 8) {
+        uint64_t w, nd;
+        memcpy(&w, p, 8);
+        nd = nondigits(w);
+        if (nd)
+            return p + (__builtin_ctzll(nd) >> 3);
+        p += 8;
+    }
+#endif
     while (p < end && IS_DIGIT(*p))
         p++;
     return p;
 }
 
-/* The number at c->p, checked against JSON's grammar, and stepped over. */
-HOT int
-parse_number(Ctx *c, Num *n)
+/* The number at p, checked against JSON's grammar, into n; returns its end, NULL if invalid. */
+HOT const uint8_t *
+scan_number(const uint8_t *p, const uint8_t *end, Num *n, int values)
 {
-    const uint8_t *p = c->p, *end = c->end;
-    uint64_t v = 0;
+    const uint8_t *d0;
+    uint64_t v = 0, f = 0;
     n->s = p;
     n->neg = *p == '-';
     n->is_int = 1;
     n->has_exp = 0;
     p += n->neg;
     if (p >= end || !IS_DIGIT(*p))
-        return FAIL;
+        return NULL;
+    d0 = p;
     if (*p == '0')
         p++;
     else
-        for (; p < end && IS_DIGIT(*p); p++)
-            v = v * 10 + (uint64_t)(*p - '0');
+        p = values ? digit_run(p, end, &v) : skip_digits(p, end);
+    n->nint = (int)(p - d0 > 1000000 ? 1000000 : p - d0);
+    n->nfrac = 0;
     if (p < end && *p == '.') {
         n->is_int = 0;
-        if (++p >= end || !IS_DIGIT(*p))
-            return FAIL;
-        p = skip_digits(p, end);
+        d0 = ++p;
+        p = values ? digit_run(p, end, &f) : skip_digits(p, end);
+        if (p == d0)
+            return NULL;
+        n->nfrac = (int)(p - d0 > 1000000 ? 1000000 : p - d0);
     }
     if (p < end && (*p | 0x20) == 'e') {
         n->is_int = 0;
@@ -593,11 +759,23 @@ parse_number(Ctx *c, Num *n)
         if (++p < end && (*p == '+' || *p == '-'))
             p++;
         if (p >= end || !IS_DIGIT(*p))
-            return FAIL;
+            return NULL;
         p = skip_digits(p, end);
     }
+    n->mag = v;
+    n->frac = f;
     n->wrapped = n->neg ? 0 - v : v;
     n->len = p - n->s;
+    return p;
+}
+
+/* The number at c->p, checked against JSON's grammar, and stepped over. */
+HOT int
+parse_number(Ctx *c, Num *n)
+{
+    const uint8_t *p = scan_number(c->p, c->end, n, 1);
+    if (!p)
+        return FAIL;
     c->p = p;
     return OK;
 }
@@ -612,69 +790,92 @@ parse_literal(Ctx *c, const char *word)
     return OK;
 }
 
-static int skip_value(Ctx *c, int depth);
-
-/* The object or array at c->p, checked and stepped over (close is '}' or ']'). */
-static int
-skip_container(Ctx *c, int depth, uint8_t close)
+/* The literal `word` (of k bytes) at p: returns its end, NULL if absent. */
+HOT const uint8_t *
+scan_literal(const uint8_t *p, const uint8_t *end, const char *word, size_t k)
 {
-    c->p++;
-    skip_ws(c);
-    if (c->p < c->end && *c->p == close) {
-        c->p++;
-        return OK;
-    }
-    for (;;) {
-        skip_ws(c);
-        if (close == '}') {
-            Str key;
-            if (c->p >= c->end || *c->p != '"')
-                return FAIL;
-            TRY(parse_string(c, &key));
-            TRY(expect(c, ':'));
-            skip_ws(c);
-        }
-        TRY(skip_value(c, depth + 1));
-        skip_ws(c);
-        if (c->p >= c->end)
-            return FAIL;
-        if (*c->p == ',') {
-            c->p++;
-            continue;
-        }
-        if (*c->p != close)
-            return FAIL;
-        c->p++;
-        return OK;
+    if ((size_t)(end - p) < k || memcmp(p, word, k) != 0)
+        return NULL;
+    return p + k;
+}
+
+/* A scalar value at p (not an object or array), checked: returns its end, NULL if invalid. */
+HOT const uint8_t *
+scan_scalar(const uint8_t *p, const uint8_t *end)
+{
+    int esc = 0;
+    Num n;
+    switch (*p) {
+    case '"':
+        return scan_string(p, end, &esc);
+    case 't':
+        return scan_literal(p, end, "true", 4);
+    case 'f':
+        return scan_literal(p, end, "false", 5);
+    case 'n':
+        return scan_literal(p, end, "null", 4);
+    default:
+        if (*p != '-' && !IS_DIGIT(*p))
+            return NULL;
+        return scan_number(p, end, &n, 0);
     }
 }
 
-/* Any JSON value at c->p, checked and stepped over; depth bounds the recursion. */
+/* Any JSON value at c->p, checked and stepped over, without recursion: `open` holds the
+ * closing byte of each container entered. A value nested j containers deep within this one is
+ * refused when depth + j > MAX_DEPTH. */
 static int
 skip_value(Ctx *c, int depth)
 {
-    if (depth > MAX_DEPTH || c->p >= c->end)
-        return FAIL;
-    switch (*c->p) {
-    case '"': {
-        Str s;
-        return parse_string(c, &s);
-    }
-    case '{':
-        return skip_container(c, depth, '}');
-    case '[':
-        return skip_container(c, depth, ']');
-    case 't':
-        return parse_literal(c, "true");
-    case 'f':
-        return parse_literal(c, "false");
-    case 'n':
-        return parse_literal(c, "null");
-    default: {
-        Num n;
-        if (*c->p != '-' && !IS_DIGIT(*c->p))
+    const uint8_t *p = c->p, *end = c->end;
+    uint8_t open[MAX_DEPTH + 2];
+    int top = 0;
+    for (;;) {
+        /* a value at p, `top` containers deep */
+        if (depth + top > MAX_DEPTH || p >= end)
             return FAIL;
-        return parse_number(c, &n);
+        uint8_t ch = *p;
+        if (ch == '{' || ch == '[') {
+            uint8_t close = ch == '{' ? '}' : ']';
+            p = ws(p + 1, end);
+            if (p < end && *p == close) {
+                p++;
+            }
+            else {
+                open[top++] = close;
+                if (close == ']')
+                    continue; /* its first value */
+                goto key;
+            }
+        }
+        else if (!(p = scan_scalar(p, end))) {
+            return FAIL;
+        }
+        /* after a value: close containers, or step over a ',' to the next member */
+        for (;;) {
+            if (top == 0) {
+                c->p = p;
+                return OK;
+            }
+            const uint8_t *q = after_sep(p, end, ',');
+            if (q) {
+                p = q;
+                break;
+            }
+            p = ws(p, end);
+            if (p >= end || *p != open[top - 1])
+                return FAIL;
+            p++;
+            top--;
+        }
+        if (open[top - 1] == ']')
+            continue;
+    key: { /* a member of an object: its key and ':' */
+        int esc = 0;
+        if (p >= end || *p != '"' || !(p = scan_string(p, end, &esc)))
+            return FAIL;
+        if (!(p = after_sep(p, end, ':')))
+            return FAIL;
     }
     }
 }
@@ -710,6 +911,15 @@ slow_double(const Num *n, double *out)
 HOT int
 num_double(const Num *n, double *out)
 {
+    if (!n->has_exp && n->nint + n->nfrac <= 19) {
+        /* At most 19 digits: the mantissa is exact in 64 bits, and the same as below. */
+        uint64_t m = n->mag * POW10U[n->nfrac] + n->frac;
+        if (m <= (1ULL << 53)) {
+            double d = m == 0 ? 0.0 : (double)m / POW10[n->nfrac];
+            *out = n->neg ? -d : d;
+            return OK;
+        }
+    }
     const uint8_t *p = n->s + n->neg, *e = n->s + n->len;
     uint64_t m = 0;
     int nd = 0, slow = 0;
@@ -835,7 +1045,7 @@ typedef struct {
 enum { K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_ID, K_ARGS, K_OTHER };
 enum { A_CORR, A_SEQ, A_FWD, A_STREAM, A_COLL, A_BYTES, A_NAME, A_OTHER };
 
-#define KEY_IS(s, len, lit) ((len) == (Py_ssize_t)(sizeof(lit) - 1) && memcmp((s), (lit), (len)) == 0)
+#define KEY_IS(s, len, lit) ((len) == (Py_ssize_t)(sizeof(lit) - 1) && memcmp((s), (lit), sizeof(lit) - 1) == 0)
 
 HOT int
 event_key(const Str *k)
@@ -903,11 +1113,15 @@ parse_repeated(Ctx *c, LastStr *last, int32_t *code)
 {
     if (c->p < c->end && *c->p == '"') {
         Str s;
-        TRY(parse_string(c, &s));
-        if (last->code >= 0 && last->len == s.len && memcmp(last->s, s.s, (size_t)s.len) == 0) {
+        /* The previous value's raw text (a whole, valid string) then a quote: the same string. */
+        Py_ssize_t n = last->len;
+        if (last->code >= 0 && c->end - c->p > n + 1 && c->p[n + 1] == '"' &&
+            same_bytes(last->s, c->p + 1, n)) {
             *code = last->code;
+            c->p += n + 2;
             return OK;
         }
+        TRY(parse_string(c, &s));
         TRY(intern(c, s.s, s.len, s.esc, code));
         *last = (LastStr){s.s, s.len, *code};
         return OK;
@@ -1002,45 +1216,6 @@ parse_args_field(Ctx *c, Ev *ev, int key)
     }
 }
 
-/* The members of an object at c->p ('{'): each key read unescaped (an escaped key could
- * spell a field's name: refused), handed to field(key) with c->p at its value. */
-typedef int (*FieldFn)(Ctx *c, Ev *ev, const Str *key, unsigned *seen);
-
-HOT int
-parse_members(Ctx *c, Ev *ev, FieldFn field)
-{
-    unsigned seen = 0;
-    c->p++;
-    skip_ws(c);
-    if (c->p < c->end && *c->p == '}') {
-        c->p++;
-        return OK;
-    }
-    for (;;) {
-        Str key;
-        skip_ws(c);
-        if (c->p >= c->end || *c->p != '"')
-            return FAIL;
-        TRY(parse_string(c, &key));
-        if (key.esc)
-            return FAIL;
-        TRY(expect(c, ':'));
-        skip_ws(c);
-        TRY(field(c, ev, &key, &seen));
-        skip_ws(c);
-        if (c->p >= c->end)
-            return FAIL;
-        if (*c->p == ',') {
-            c->p++;
-            continue;
-        }
-        if (*c->p != '}')
-            return FAIL;
-        c->p++;
-        return OK;
-    }
-}
-
 /* A duplicate of a field the reader uses: msgspec keeps the last, which is left to it. */
 HOT int
 first_time(unsigned *seen, int key, int other)
@@ -1053,19 +1228,137 @@ first_time(unsigned *seen, int key, int other)
     return OK;
 }
 
-HOT int
-args_field(Ctx *c, Ev *ev, const Str *key, unsigned *seen)
+/* The key of an object member, its opening quote at p: a plain string (an escaped key could
+ * spell a field's name: refused); returns the byte after its closing quote, NULL if refused,
+ * with *k its field (K_* or A_*). */
+typedef const uint8_t *(*KeyFn)(const uint8_t *p, const uint8_t *end, int *k);
+typedef int (*FieldFn)(Ctx *c, Ev *ev, int k);
+
+HOT const uint8_t *
+plain_key(const uint8_t *p, const uint8_t *end, Str *key)
 {
-    int k = args_key(key);
-    TRY(first_time(seen, k, A_OTHER));
-    return parse_args_field(c, ev, k);
+    int esc = 0;
+    const uint8_t *q = scan_string(p, end, &esc);
+    if (!q || esc)
+        return NULL;
+    *key = (Str){p + 1, q - 1 - (p + 1), 0};
+    return q;
+}
+
+HOT const uint8_t *
+args_key_at(const uint8_t *p, const uint8_t *end, int *k)
+{
+    Str key;
+    const uint8_t *q = plain_key(p, end, &key);
+    if (q)
+        *k = args_key(&key);
+    return q;
+}
+
+#if PY_LITTLE_ENDIAN
+/* The first n bytes of s as the low bytes of a word (constant folded). */
+HOT uint64_t
+word_of(const char *s, size_t n)
+{
+    uint64_t w = 0;
+    memcpy(&w, s, n);
+    return w;
+}
+#define QUOTED(w, lit, n) (((w) & (~0ULL >> (64 - 8 * (n)))) == word_of(lit, n))
+#endif
+
+HOT const uint8_t *
+event_key_at(const uint8_t *p, const uint8_t *end, int *k)
+{
+#if PY_LITTLE_ENDIAN
+    /* The usual keys, quotes and all, in one word (the closing quote ends the string there). */
+    if (end - p >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        switch (p[1]) {
+        case 'p':
+            if (QUOTED(w, "\"ph\"", 4))
+                return *k = K_PH, p + 4;
+            if (QUOTED(w, "\"pid\"", 5))
+                return *k = K_PID, p + 5;
+            break;
+        case 't':
+            if (QUOTED(w, "\"ts\"", 4))
+                return *k = K_TS, p + 4;
+            if (QUOTED(w, "\"tid\"", 5))
+                return *k = K_TID, p + 5;
+            break;
+        case 'c':
+            if (QUOTED(w, "\"cat\"", 5))
+                return *k = K_CAT, p + 5;
+            break;
+        case 'n':
+            if (QUOTED(w, "\"name\"", 6))
+                return *k = K_NAME, p + 6;
+            break;
+        case 'd':
+            if (QUOTED(w, "\"dur\"", 5))
+                return *k = K_DUR, p + 5;
+            break;
+        case 'a':
+            if (QUOTED(w, "\"args\"", 6))
+                return *k = K_ARGS, p + 6;
+            break;
+        default:
+            break;
+        }
+    }
+#endif
+    Str key;
+    const uint8_t *q = plain_key(p, end, &key);
+    if (q)
+        *k = event_key(&key);
+    return q;
+}
+
+/* The members of an object at c->p ('{'): each key's field found by key_at, its value read by
+ * field(k) with c->p at it; a second member of a field the reader uses (not `other`) is
+ * refused. */
+HOT int
+parse_members(Ctx *c, Ev *ev, KeyFn key_at, FieldFn field, int other)
+{
+    unsigned seen = 0;
+    const uint8_t *end = c->end;
+    c->p = ws(c->p + 1, end);
+    if (c->p < end && *c->p == '}') {
+        c->p++;
+        return OK;
+    }
+    for (;;) {
+        int k;
+        const uint8_t *p = c->p, *q;
+        if (p >= end || *p != '"' || !(q = key_at(p, end, &k)))
+            return FAIL;
+        TRY(first_time(&seen, k, other));
+        if (!(q = after_sep(q, end, ':')))
+            return FAIL;
+        c->p = q;
+        TRY(field(c, ev, k));
+        p = c->p;
+        if (p < end && *p == '}') {
+            c->p = p + 1;
+            return OK;
+        }
+        if ((q = after_sep(p, end, ','))) {
+            c->p = q;
+            continue;
+        }
+        p = ws(p, end);
+        if (p >= end || *p != '}')
+            return FAIL;
+        c->p = p + 1;
+        return OK;
+    }
 }
 
 HOT int
-event_field(Ctx *c, Ev *ev, const Str *key, unsigned *seen)
+event_field(Ctx *c, Ev *ev, int k)
 {
-    int k = event_key(key);
-    TRY(first_time(seen, k, K_OTHER));
     switch (k) {
     case K_PH:
         return parse_repeated(c, &c->last[0], &ev->ph);
@@ -1085,7 +1378,7 @@ event_field(Ctx *c, Ev *ev, const Str *key, unsigned *seen)
         return parse_time(c, &ev->dur_tag, &ev->dur);
     case K_ARGS:
         if (c->p < c->end && *c->p == '{')
-            return parse_members(c, ev, args_field);
+            return parse_members(c, ev, args_key_at, parse_args_field, A_OTHER);
         return parse_literal(c, "null");
     default:
         return skip_value(c, 2);
@@ -1147,13 +1440,15 @@ grow_cols(Cols *k, size_t need)
 HOT int
 parse_event(Ctx *c)
 {
-    Ev ev;
-    memset(&ev, 0, sizeof ev);
+    Ev ev; /* what is read below is set here; ts and dur only when their tag says so */
     ev.ph = ev.cat = ev.name = ev.coll = ev.argname = -1;
+    ev.idstr = 0;
+    ev.pid = ev.tid = (Tok){TOK_NONE, NULL, 0, -1};
+    ev.ts_tag = ev.dur_tag = T_MISSING;
     for (int i = 0; i < N_IDS; i++)
         ev.ids[i] = -1;
     ev.nbytes = NAN;
-    TRY(parse_members(c, &ev, event_field));
+    TRY(parse_members(c, &ev, event_key_at, event_field, K_OTHER));
     Cols *k = &c->cols;
     size_t i = k->n;
     TRY(grow_cols(k, i + 1));
