@@ -319,10 +319,8 @@ intern(Ctx *c, const uint8_t *s, Py_ssize_t len, int esc, int32_t *code)
 static uint64_t
 hash_triple(const int32_t *k, uint64_t seed)
 {
-    uint64_t h = seed;
-    for (int i = 0; i < 3; i++)
-        h = mix64(h ^ (uint32_t)k[i]) + 0x9e3779b97f4a7c15ULL;
-    return h;
+    uint64_t a = ((uint64_t)(uint32_t)k[2] << 32) | (uint32_t)k[1];
+    return mix64(seed ^ a ^ ((uint64_t)(uint32_t)k[0] * 0x9e3779b97f4a7c15ULL));
 }
 
 static int
@@ -416,11 +414,15 @@ skip_ws(Ctx *c)
 HOT const uint8_t *
 after_sep(const uint8_t *p, const uint8_t *end, uint8_t sep)
 {
-    if (end - p >= 3 && p[0] == sep) {
-        if (p[1] > ' ')
+    if (end - p >= 3) {
+        unsigned two = p[0] | (unsigned)p[1] << 8;
+        if (two == (sep | (unsigned)' ' << 8)) {
+            if (p[2] > ' ')
+                return p + 2;
+        }
+        else if (p[0] == sep && p[1] > ' ') {
             return p + 1;
-        if (p[1] == ' ' && p[2] > ' ')
-            return p + 2;
+        }
     }
     p = ws(p, end);
     if (p >= end || *p != sep)
@@ -1076,21 +1078,24 @@ args_key(const Str *k)
 {
     const uint8_t *s = k->s;
     Py_ssize_t n = k->len;
-    if (KEY_IS(s, n, "correlation"))
-        return A_CORR;
-    if (KEY_IS(s, n, "Sequence number"))
-        return A_SEQ;
-    if (KEY_IS(s, n, "Fwd thread id"))
-        return A_FWD;
-    if (KEY_IS(s, n, "stream"))
-        return A_STREAM;
-    if (KEY_IS(s, n, "Collective name"))
-        return A_COLL;
-    if (KEY_IS(s, n, "bytes"))
-        return A_BYTES;
-    if (KEY_IS(s, n, "name"))
-        return A_NAME;
-    return A_OTHER;
+    switch (n) {
+    case 4:
+        return KEY_IS(s, n, "name") ? A_NAME : A_OTHER;
+    case 5:
+        return KEY_IS(s, n, "bytes") ? A_BYTES : A_OTHER;
+    case 6:
+        return KEY_IS(s, n, "stream") ? A_STREAM : A_OTHER;
+    case 11:
+        return KEY_IS(s, n, "correlation") ? A_CORR : A_OTHER;
+    case 13:
+        return KEY_IS(s, n, "Fwd thread id") ? A_FWD : A_OTHER;
+    case 15:
+        return KEY_IS(s, n, "Sequence number")   ? A_SEQ
+               : KEY_IS(s, n, "Collective name") ? A_COLL
+                                                 : A_OTHER;
+    default:
+        return A_OTHER;
+    }
 }
 
 /* A `str | None` field: its string code, -1 for null. */
@@ -1211,7 +1216,14 @@ parse_args_field(Ctx *c, Ev *ev, int key)
         return parse_bytes(c, &ev->nbytes);
     case A_NAME:
         return parse_str_or_null(c, &ev->argname);
-    default:
+    default: /* a scalar here, a container by skip_value */
+        if (c->p < c->end && *c->p != '{' && *c->p != '[') {
+            const uint8_t *q = scan_scalar(c->p, c->end);
+            if (!q)
+                return FAIL;
+            c->p = q;
+            return OK;
+        }
         return skip_value(c, 3);
     }
 }
@@ -1256,15 +1268,12 @@ args_key_at(const uint8_t *p, const uint8_t *end, int *k)
 }
 
 #if PY_LITTLE_ENDIAN
-/* The first n bytes of s as the low bytes of a word (constant folded). */
-HOT uint64_t
-word_of(const char *s, size_t n)
-{
-    uint64_t w = 0;
-    memcpy(&w, s, n);
-    return w;
-}
-#define QUOTED(w, lit, n) (((w) & (~0ULL >> (64 - 8 * (n)))) == word_of(lit, n))
+/* The bytes of a string literal (up to eight) as the low bytes of a word: a constant. */
+#define LIT_BYTE(s, i) ((i) < sizeof(s) - 1 ? (uint64_t)(uint8_t)(s)[(i) < sizeof(s) - 1 ? (i) : 0] << (8 * (i)) : 0)
+#define WORD_OF(s)                                                                                  \
+    (LIT_BYTE(s, 0) | LIT_BYTE(s, 1) | LIT_BYTE(s, 2) | LIT_BYTE(s, 3) | LIT_BYTE(s, 4) | LIT_BYTE(s, 5) | \
+     LIT_BYTE(s, 6) | LIT_BYTE(s, 7))
+#define QUOTED(w, lit, n) (((w) & (~0ULL >> (64 - 8 * (n)))) == WORD_OF(lit))
 #endif
 
 HOT const uint8_t *
@@ -1340,10 +1349,6 @@ parse_members(Ctx *c, Ev *ev, KeyFn key_at, FieldFn field, int other)
         c->p = q;
         TRY(field(c, ev, k));
         p = c->p;
-        if (p < end && *p == '}') {
-            c->p = p + 1;
-            return OK;
-        }
         if ((q = after_sep(p, end, ','))) {
             c->p = q;
             continue;
@@ -1610,32 +1615,74 @@ make_meta(Ctx *c, PyObject *strings)
     return list;
 }
 
-/* d[key] = bytes of n elements of size elem at p. */
-static int
-put_bytes(PyObject *d, const char *key, const void *p, size_t n, size_t elem)
+/* A column handed to Python without a copy: the scan's malloc'd array, read through the buffer
+ * protocol (read-only, as bytes are; numpy.frombuffer views it), freed with the object. */
+typedef struct {
+    PyObject_HEAD
+    void *data;
+    Py_ssize_t len;
+} Column;
+
+static void
+column_dealloc(Column *o)
 {
-    PyObject *b = PyBytes_FromStringAndSize(n ? (const char *)p : "", (Py_ssize_t)(n * elem));
-    if (!b)
+    free(o->data);
+    Py_TYPE(o)->tp_free((PyObject *)o);
+}
+
+static int
+column_getbuffer(Column *o, Py_buffer *view, int flags)
+{
+    static char empty[1];
+    return PyBuffer_FillInfo(view, (PyObject *)o, o->data ? o->data : empty, o->len, 1, flags);
+}
+
+static PyBufferProcs column_buffer = {(getbufferproc)column_getbuffer, NULL};
+
+static PyTypeObject ColumnType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tracekit._kineto.Column",
+    .tp_basicsize = sizeof(Column),
+    .tp_dealloc = (destructor)column_dealloc,
+    .tp_as_buffer = &column_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One column of a scan (a read-only buffer).",
+};
+
+/* d[key] = the n elements of size elem at *arr, as a Column that takes the array over (*arr is
+ * then NULL; the array is first shrunk to its length, which does not move it). */
+static int
+put_column(PyObject *d, const char *key, void *arr, size_t n, size_t elem)
+{
+    void **p = (void **)arr;
+    Column *col = PyObject_New(Column, &ColumnType);
+    if (!col)
         return -1;
-    int r = PyDict_SetItemString(d, key, b);
-    Py_DECREF(b);
+    col->data = NULL;
+    col->len = (Py_ssize_t)(n * elem);
+    if (n) {
+        void *shrunk = realloc(*p, n * elem);
+        col->data = shrunk ? shrunk : *p;
+        *p = NULL;
+    }
+    int r = PyDict_SetItemString(d, key, (PyObject *)col);
+    Py_DECREF(col);
     return r;
 }
 
 static int
-put_columns(PyObject *d, const Ctx *c)
+put_columns(PyObject *d, Ctx *c)
 {
-    const Cols *k = &c->cols;
+    Cols *k = &c->cols;
     size_t n = k->n;
     for (int i = 0; i < N_IDS; i++)
-        if (put_bytes(d, ID_NAMES[i], k->ids[i], n, sizeof(int64_t)) < 0)
+        if (put_column(d, ID_NAMES[i], &k->ids[i], n, sizeof(int64_t)) < 0)
             return -1;
-    if (put_bytes(d, "triple", k->triple, n, sizeof(int32_t)) < 0 ||
-        put_bytes(d, "triples", c->triples.keys, 3 * c->triples.n, sizeof(int32_t)) < 0 ||
-        put_bytes(d, "idstr", k->idstr, n, 1) < 0 || put_bytes(d, "ts", k->ts, n, sizeof(int64_t)) < 0 ||
-        put_bytes(d, "dur", k->dur, n, sizeof(int64_t)) < 0 || put_bytes(d, "tflags", k->tflags, n, 1) < 0 ||
-        put_bytes(d, "bytes", k->nbytes, n, sizeof(double)) < 0 ||
-        put_bytes(d, "collective", k->coll, n, sizeof(int32_t)) < 0)
+    if (put_column(d, "triple", &k->triple, n, sizeof(int32_t)) < 0 ||
+        put_column(d, "triples", &c->triples.keys, 3 * c->triples.n, sizeof(int32_t)) < 0 ||
+        put_column(d, "idstr", &k->idstr, n, 1) < 0 || put_column(d, "ts", &k->ts, n, sizeof(int64_t)) < 0 ||
+        put_column(d, "dur", &k->dur, n, sizeof(int64_t)) < 0 || put_column(d, "tflags", &k->tflags, n, 1) < 0 ||
+        put_column(d, "bytes", &k->nbytes, n, sizeof(double)) < 0 ||
+        put_column(d, "collective", &k->coll, n, sizeof(int32_t)) < 0)
         return -1;
     return 0;
 }
@@ -1726,7 +1773,11 @@ scan(PyObject *self, PyObject *args)
     c.seed = SEED;
     for (int i = 0; i < 3; i++)
         c.last[i].code = -1;
-    int r = scan_events(&c, closed);
+    /* Columns sized for one event per 192 bytes of text (Kineto's are 150-400): most scans
+     * never copy them to grow; pages not written are never touched. */
+    int r = (end - start) / 192 > 256 ? grow_cols(&c.cols, (size_t)((end - start) / 192)) : OK;
+    if (r == OK)
+        r = scan_events(&c, closed);
     PyObject *result = NULL;
     if (r == OK)
         result = make_result(&c, c.p - (const uint8_t *)view.buf);
@@ -1753,6 +1804,8 @@ PyMODINIT_FUNC
 PyInit__kineto(void)
 {
     init_tables();
+    if (PyType_Ready(&ColumnType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m)
         return NULL;
