@@ -6,7 +6,8 @@
  * scan(text, start, end, text_times) reads the events in text[start:end]: a run of whole events
  * "{...}, {...}" cut out of the traceEvents array, as tracekit/streaming.py slices it (with
  * end=None: the events up to the array's closing "]", whose offset is returned). It returns a
- * dict of columns, one entry per event, as bytes (numpy views them without a copy):
+ * dict of columns, one entry per event, as read-only buffers (Column: the scan's own arrays,
+ * handed over without a copy; numpy views them):
  *
  *   triple      int32   code of the event's (ph, cat, name) in "triples" (int32 x 3 string
  *                       codes each, -1 for absent or null): which events are kept, and as what
@@ -40,9 +41,11 @@
  * which gives today's columns, errors and warnings. So scan() succeeds only where msgspec
  * would, with the same values.
  *
- * Safety: every read is checked against the end of the run; recursion is bounded by
- * MAX_DEPTH; memory grows with the number of events in the run (each event is at least two
- * bytes of text); the buffer is held through the buffer protocol for the whole scan.
+ * Safety: every read is checked against the end of the run (the eight-byte loads too: taken
+ * only where eight bytes remain); nesting is bounded by MAX_DEPTH (skipped values keep their
+ * open containers in a fixed stack, no recursion); memory grows with the number of events in
+ * the run (each event is at least two bytes of text; the columns start at one event per 192
+ * bytes); the buffer is held through the buffer protocol for the whole scan.
  */
 
 #define PY_SSIZE_T_CLEAN
