@@ -39,11 +39,17 @@ _MAX_MISSES = 256
 
 
 class _Slicer:
-    """The text buffered so far, and the slices of it decoded into ``builder``."""
+    """The text buffered so far (``buf[:n]``), and the slices of it decoded into ``builder``.
+
+    ``buf`` keeps its size: decoded text is dropped by moving the rest to its front
+    (:meth:`drop`) and pieces are copied in after it, so the same memory holds every slice. (A
+    bytearray whose front is deleted is copied into new memory at its next append, and the
+    kernel faults in every new page: 1.4 times the text's size in page faults, every read.)"""
 
     def __init__(self, pieces: Iterable[bytes], builder: _FrameBuilder, chunk_bytes: int) -> None:
         self.pieces: Iterator[bytes] = iter(pieces)
         self.buf = bytearray()
+        self.n = 0
         self.eof = False
         self.builder = builder
         self.chunk = chunk_bytes
@@ -57,17 +63,31 @@ class _Slicer:
         if piece is None:
             self.eof = True
             return False
-        self.buf += piece
-        self.peak = max(self.peak, len(self.buf))
+        end = self.n + len(piece)
+        self.buf[self.n : end] = piece  # in place; grows the buffer only past its size
+        self.n = end
+        self.peak = max(self.peak, end)
         return True
+
+    def drop(self, upto: int) -> None:
+        """Forget the text before ``upto``: the rest moves to the front (memmove, no new memory)."""
+        rest = self.n - upto
+        with memoryview(self.buf) as mv:
+            mv[:rest] = mv[upto : self.n]
+        self.n = rest
+
+    def held(self) -> bytearray:
+        """The buffer cut to the text it holds (its spare size given back)."""
+        del self.buf[self.n :]
+        return self.buf
 
     def cut_slices(self, pos: int) -> int:
         """Decode every whole slice that the buffer holds from ``pos`` (the first byte of an
         event); returns where the rest starts."""
         buf, chunk = self.buf, self.chunk
         search_from = pos + chunk
-        while len(buf) - pos > chunk:
-            g = _EVENT_GAP.search(buf, search_from)
+        while self.n - pos > chunk:
+            g = _EVENT_GAP.search(buf, search_from, self.n)
             if g is None:
                 return pos  # no gap yet: more text first
             cut = g.start() + 1  # just after the '}'
@@ -81,7 +101,7 @@ class _Slicer:
                 search_from = cut + 1
                 continue
             self.slices += 1
-            pos = buf.index(b",", cut) + 1
+            pos = buf.index(b",", cut, self.n) + 1
             search_from = pos + chunk
         return pos
 
@@ -120,8 +140,8 @@ class _Slicer:
 
     def finish(self, head: bytes, pos: int) -> TraceDoc:
         """The rest of the array and the document's tail, decoded with the head."""
-        text = self.buf
-        self.buf = bytearray()
+        text = self.held()
+        self.buf, self.n = bytearray(), 0
         doc = decode_rest(text, pos, head, self.builder, self.text)
         if doc is not None:
             return doc
@@ -146,20 +166,20 @@ def stream_decode(
     text buffered (``peak_buffer``) and the number of slices.
     """
     s = _Slicer(pieces, builder, chunk_bytes)
-    while len(s.buf) < 2 * chunk_bytes and s.more():
+    while s.n < 2 * chunk_bytes and s.more():
         pass
-    head = _head(s.buf)
+    head = _head(s.held())
     if s.eof or head is None:
         while s.more():  # small, or not a trace's shape: the caller decodes it whole
             pass
         _stats(stats, s)
-        return s.buf
+        return s.held()
     pos = len(head) + 1  # the first byte inside the array
     try:
         while True:
             pos = s.cut_slices(pos)
             if pos > 1:  # drop the text already decoded (but the byte before the next event)
-                del s.buf[: pos - 1]
+                s.drop(pos - 1)
                 pos = 1
             if not s.more():
                 break
@@ -181,9 +201,9 @@ def decode_events(pieces: Iterable[bytes], builder: _FrameBuilder, chunk_bytes: 
     while s.more():
         pos = s.cut_slices(pos)
         if pos > 1:
-            del s.buf[: pos - 1]
+            s.drop(pos - 1)
             pos = 1
-    s.add(pos, len(s.buf) - 1)  # up to the closing ']'
+    s.add(pos, s.n - 1)  # up to the closing ']'
     return s.peak
 
 
