@@ -40,3 +40,34 @@ def test_import_and_machine_formats_import_no_rich_or_plotly(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert out.stat().st_size > 0
+
+
+def test_cli_help_and_version_import_no_pandas_numpy_or_pyarrow():
+    """``import tracekit``, ``tracekit --help`` and ``--version`` import none of the analysis's
+    libraries (pandas alone is ~90% of the instructions of importing the analysis): they are
+    imported when ``tracekit.load`` (or a command that reads a trace) is first used."""
+    code = (
+        "import sys, tracekit, tracekit.cli\n"
+        "for args in (['--help'], ['--version'], ['analyze', '--help']):\n"
+        "    try:\n"
+        "        tracekit.cli.main(args, standalone_mode=False)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = [m for m in ('pandas', 'numpy', 'pyarrow', 'msgspec') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "tracekit.load\n"
+        "assert 'pandas' in sys.modules\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "--table NAME" in r.stdout and "layer_spread" in r.stdout
+
+
+def test_cli_table_names_are_the_registry():
+    """The CLI's ``--table`` names (written out so the CLI need not import the analyses) are
+    the registry's, in report order."""
+    from tracekit.analyses import REGISTRY
+
+    from tracekit.cli import TABLE_NAMES
+
+    assert list(REGISTRY) == TABLE_NAMES

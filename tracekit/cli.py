@@ -9,16 +9,34 @@ from pathlib import Path
 
 import click
 
-from tracekit.analyses import REGISTRY
-
 from .cli_cache import cache_group
 from .cli_io import TracekitGroup, fail, load_with_progress, reported, write_output
-from .read import DEFAULT_MAX_BYTES
+from .files import DEFAULT_MAX_BYTES
 
 #: Phases a --phase filter can name.
 PHASES = ["forward", "recompute", "backward", "unattributed", "optimizer"]
 
 FORMATS = ["table", "json", "csv", "md", "parquet", "html"]
+
+#: The tables ``--table`` can name, in report order: ``tracekit.analyses.REGISTRY``'s names
+#: (tests/test_core_has_no_heavy_imports.py checks they are the same), written out so that
+#: importing the CLI (``tracekit --help``, ``--version``, ``cache``) does not import the
+#: analyses, and with them pandas, numpy and pyarrow.
+TABLE_NAMES = [
+    "phases",
+    "modules",
+    "gemm",
+    "comm",
+    "idle",
+    "kernels",
+    "memcpy",
+    "timeline",
+    "top_kernels",
+    "layers",
+    "layer_spread",
+    "rank_summary",
+    "ranks",
+]
 
 
 @click.group(cls=TracekitGroup)
@@ -109,8 +127,8 @@ def reading_options(command):
     "only",
     multiple=True,
     metavar="NAME",
-    type=click.Choice(list(REGISTRY), case_sensitive=False),
-    help="Only this table (repeatable): " + ", ".join(REGISTRY) + ".",
+    type=click.Choice(TABLE_NAMES, case_sensitive=False),
+    help="Only this table (repeatable): " + ", ".join(TABLE_NAMES) + ".",
 )
 @click.option(
     "--steps", "steps_filter", metavar="LIST", help="Only these steps: ranges and lists, e.g. 3-7 or 2,4,9."
@@ -233,6 +251,8 @@ def _selected(analysis, only: list[str], per_step: bool) -> dict:
     """The tables asked for (all by default); naming one the run does not have is an error."""
     if not only:
         return analysis.tables(per_step=per_step)
+    from tracekit.analyses import REGISTRY
+
     have = analysis.names()
     missing = [n for n in only if n not in have]
     if missing:

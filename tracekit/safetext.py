@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas is imported by the one function that needs it: the CLI imports this
+    import pandas as pd
 
 _UNSAFE = re.compile(
     "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
@@ -56,6 +57,8 @@ def clean_obj(obj: Any) -> Any:
 
 def clean_frame(df: pd.DataFrame, limit: int | None = None) -> pd.DataFrame:
     """A copy of ``df`` whose text columns (and column names) are cleaned (and bounded)."""
+    import pandas as pd
+
     fix = clean if limit is None else (lambda v: bounded(v, limit))
     out = df.copy()
     for c in out.columns:
