@@ -169,3 +169,18 @@ def test_compiled_region_is_compute_of_its_module_or_its_own_row(tmp_path):
     assert fwd["MLP"] == pytest.approx(0.005)
     assert fwd["Other"] == 0
     assert bwd["Compiled region"] == pytest.approx(0.030)
+
+
+def test_every_packaged_rule_string_compiles():
+    """Built-in patterns are compiled when first used (``taxonomy._OnFirstUse``): every string
+    of the packaged rule files compiles, with and without IGNORECASE, so no built-in rule can
+    fail later than when the rules are loaded."""
+    import re
+
+    from tracekit import taxonomy
+
+    strings = taxonomy._builtin_patterns()
+    assert len(strings) > 50
+    for p in strings:
+        for flags in (0, re.IGNORECASE):
+            re.compile(p, flags)
