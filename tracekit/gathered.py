@@ -140,6 +140,8 @@ class _Table:
         words = self.words.get(name)
         if words is None or len(words) != len(vocab):
             words = self.words[name] = np.array(list(vocab), dtype=object)
+        if tag[0] == "str" and dtype.storage == "pyarrow" and len(words):
+            return _arrow_take(words, codes, dtype)
         out = words[np.maximum(codes, 0)] if len(words) else np.empty(len(codes), object)
         if tag[0] == "obj":
             return out
@@ -154,6 +156,18 @@ class _Table:
         out = pd.DataFrame(cols, copy=False)
         out.columns = schema.columns
         return out
+
+
+def _arrow_take(words: np.ndarray, codes: np.ndarray, dtype: pd.StringDtype) -> Any:
+    """``words[codes]`` (-1: missing) as an arrow-backed str array: taken by pyarrow from the
+    few distinct words into one buffer of exactly the output's size. Built from an object
+    array of every row instead, pyarrow's builder grows its buffer by doubling: a transient
+    of up to twice the column, which at 512 ranks of top kernels (4 label columns, ~10 MB of
+    text) was most of what the parent's peak grew by."""
+    import pyarrow as pa
+
+    taken = pa.array(words, type=pa.large_string()).take(pa.array(codes, mask=codes < 0))
+    return pd.array(taken, dtype=dtype)
 
 
 class Packed:
