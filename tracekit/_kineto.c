@@ -355,7 +355,8 @@ triple_code(Ctx *c, int32_t ph, int32_t cat, int32_t name, int32_t *code)
         int32_t k = t->slots[j];
         if (k < 0)
             break;
-        if (memcmp(t->keys + 3 * (size_t)k, key, sizeof key) == 0) {
+        const int32_t *kk = t->keys + 3 * (size_t)k;
+        if (kk[0] == ph && kk[1] == cat && kk[2] == name) {
             *code = k;
             return OK;
         }
@@ -1050,7 +1051,8 @@ typedef struct {
 enum { K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_ID, K_ARGS, K_OTHER };
 enum { A_CORR, A_SEQ, A_FWD, A_STREAM, A_COLL, A_BYTES, A_NAME, A_OTHER };
 
-#define KEY_IS(s, len, lit) ((len) == (Py_ssize_t)(sizeof(lit) - 1) && memcmp((s), (lit), sizeof(lit) - 1) == 0)
+#define KEY_IS(s, len, lit) \
+    ((len) == (Py_ssize_t)(sizeof(lit) - 1) && same_bytes((s), (const uint8_t *)(lit), sizeof(lit) - 1))
 
 HOT int
 event_key(const Str *k)
