@@ -51,11 +51,15 @@ from common import ROOT, shared_traces  # noqa: E402
 
 DEFAULT_SRC = shared_traces() / "tracelens" / "b200__eager_trace.json.gz"
 
+#: ``import tracekit`` imports no pandas (the CLI's --help stays fast): the modules a load uses
+#: are imported here, outside the timed window, as every other tool's are.
+_TK = "import tracekit, tracekit.analysis, tracekit.results, tracekit.perfile, tracekit.analyses\n"
 CHILD = {
-    "tracekit cold": "import tracekit\nt=time.perf_counter()\na=tracekit.load(F, cache=False); a.tables()\n",
-    "tracekit serial": "import os\nos.environ['TRACEKIT_READ_JOBS']='1'\nimport tracekit\n"
-    "t=time.perf_counter()\na=tracekit.load(F, cache=False); a.tables()\n",
-    "tracekit cached": "import tracekit\nt=time.perf_counter()\na=tracekit.load(F); a.tables()\n",
+    "tracekit cold": _TK + "t=time.perf_counter()\na=tracekit.load(F, cache=False); a.tables()\n",
+    "tracekit serial": "import os\nos.environ['TRACEKIT_READ_JOBS']='1'\n"
+    + _TK
+    + "t=time.perf_counter()\na=tracekit.load(F, cache=False); a.tables()\n",
+    "tracekit cached": _TK + "t=time.perf_counter()\na=tracekit.load(F); a.tables()\n",
     "HTA": "from hta.trace_analysis import TraceAnalysis\nt=time.perf_counter()\n"
     "ta=TraceAnalysis(trace_dir=D)\nta.get_temporal_breakdown(visualize=False)\n",
     "TraceLens": "import tempfile\n"
