@@ -20,10 +20,40 @@ def text(col: pd.Series, replace: dict[str, str] | None = None) -> pd.Categorica
     """``col.astype(str).replace(replace)`` as a categorical of str (categories sorted, so
     group order is that of the strings), computed once per distinct value: tables build and
     group their frames on it, then turn the few result rows to str (:func:`as_text`)."""
+    same = _sorted_categorical(col, replace)
+    if same is not None:
+        return same
     codes, uniq = codes_of(col)
     if replace:
         uniq = np.array([replace.get(u, u) for u in uniq], dtype=object)
     return categorical_take(uniq, codes, np.arange(len(codes)), "")
+
+
+def _sorted_categorical(col: pd.Series, replace: dict[str, str] | None) -> pd.Categorical | None:
+    """:func:`text` of a categorical column of str with no missing value and no used category
+    that ``replace`` rewrites (the interval table's label columns), from its codes: the used
+    categories, sorted, with the codes remapped (no row's string is converted or hashed). The
+    column itself when that changes nothing; None for any other column."""
+    dtype = col.dtype
+    if not isinstance(dtype, pd.CategoricalDtype) or dtype.ordered or dtype.categories.dtype != _STR:
+        return None
+    if len(col) == 0 or col.hasnans:
+        return None
+    codes = col.cat.codes.to_numpy()
+    used = np.flatnonzero(np.bincount(codes, minlength=len(dtype.categories)))
+    kept = dtype.categories[used]
+    if replace and any(k in replace for k in kept):
+        return None
+    order = np.argsort(np.asarray(kept, dtype=object), kind="stable")
+    if len(used) == len(dtype.categories) and (order == np.arange(len(order))).all():
+        return col.array
+    remap = np.full(len(dtype.categories), -1, np.intp)
+    remap[used[order]] = np.arange(len(used))
+    return pd.Categorical.from_codes(remap[codes], categories=kept[order], validate=False)
+
+
+#: The dtype pandas gives an Index of str (pandas 3: arrow-backed ``str``).
+_STR = pd.Index(["x"]).dtype
 
 
 def as_text(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:

@@ -68,7 +68,7 @@ def measure_by(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
         )
     # Sorted by the keys' codes (in the keys' order) and start; rows with a missing key are
     # left out, as a group-by leaves them.
-    codes = [pd.factorize(frame[k], sort=True)[0] for k in keys]
+    codes = [_order_codes(frame[k]) for k in keys]
     ok = np.flatnonzero(np.logical_and.reduce([c >= 0 for c in codes]))
     start = frame["start"].to_numpy(np.int64)[ok]
     order = ok[np.lexsort([start] + [c[ok] for c in reversed(codes)])]
@@ -76,19 +76,51 @@ def measure_by(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
     first[:1] = True
     for c in codes:
         first[1:] |= c[order][1:] != c[order][:-1]
-    end = frame["end"].to_numpy(np.int64)[order]
-    prev = np.empty_like(end)
-    prev[1:] = end[:-1]
-    prev[first] = np.iinfo(np.int64).min
-    gid = np.cumsum(first) - 1
-    reach = pd.Series(prev).groupby(gid, sort=False).cummax().to_numpy(np.int64)
-    added = np.clip(end - np.maximum(frame["start"].to_numpy(np.int64)[order], reach), 0, None)
+    start, end = frame["start"].to_numpy(np.int64)[order], frame["end"].to_numpy(np.int64)[order]
+    added = np.clip(end - np.maximum(start, _reach(start, end, first)), 0, None)
     heads = np.flatnonzero(first)
     total = np.add.reduceat(added, heads) if len(heads) else added[:0]
     at = order[heads]
     index = [frame[k].iloc[at] for k in keys]
     idx = pd.MultiIndex.from_arrays(index, names=keys) if len(keys) > 1 else pd.Index(index[0], name=keys[0])
     return pd.Series(total.astype(np.int64), index=idx)
+
+
+def _order_codes(col: pd.Series) -> np.ndarray:
+    """Integers that sort and group as ``pd.factorize(col, sort=True)[0]`` does, -1 missing:
+    an int column's own values, a categorical's codes (pandas sorts a categorical's groups in
+    the order of its categories), else the factorized codes."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy()
+    v = col.to_numpy()
+    if v.dtype.kind == "i" and v.min(initial=0) >= 0:  # no value reads as missing (-1)
+        return v.astype(np.int64, copy=False)
+    return pd.factorize(col, sort=True)[0]
+
+
+def _reach(start: np.ndarray, end: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Per interval (sorted by group, then start; ``first``: a group's first row), the furthest
+    end of the intervals before it in its group (at a group's first row: a value at most its
+    start). One running maximum over the groups shifted apart, so that no group sees an
+    earlier group's ends; a per-group running maximum by pandas when the shifted times could
+    overflow int64."""
+    prev = np.empty_like(end)
+    if not len(prev):
+        return prev
+    prev[1:] = end[:-1]
+    prev[first] = np.minimum(start, end)[first]
+    heads = np.flatnonzero(first)
+    lo, hi = np.minimum.reduceat(prev, heads), np.maximum.reduceat(prev, heads)
+    widths = [int(h) - int(m) + 1 for h, m in zip(hi.tolist(), lo.tolist())]
+    if sum(widths) >= 2**62:
+        gid = np.cumsum(first) - 1
+        return pd.Series(prev).groupby(gid, sort=False).cummax().to_numpy(np.int64)
+    # Group g is shifted by base_g - lo_g to start just past where group g-1 ends; the shifted
+    # times fit in int64 (the sum of the widths is below 2**62), so a shift that wraps around
+    # int64 wraps back when added (numpy's integer arithmetic is modulo 2**64).
+    base = np.concatenate([[0], np.cumsum(widths[:-1], dtype=np.int64)]).astype(np.int64)
+    shift = np.repeat(base - lo, np.diff(np.append(heads, len(prev))))
+    return np.maximum.accumulate(prev + shift) - shift
 
 
 def minus_measure_by(a: pd.DataFrame, b: pd.DataFrame, keys: list[str], on: list[str]) -> pd.Series:
