@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pandas as pd
 
@@ -140,7 +142,28 @@ def union_ms_by(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
 def window_shares(intervals: pd.DataFrame) -> pd.DataFrame:
     """Long frame of each activity's share (ms) in each phase window: step, phase (the window),
     group, module, recompute (activation recomputation), share_ms. Rows with no share are
-    dropped."""
+    dropped. Computed once per interval table (the phases and modules tables both read it):
+    the frame of the last table asked for is kept while that table lives; callers only read
+    it."""
+    held = _SHARES.get("of")
+    if held is not None and held() is intervals:
+        return _SHARES["shares"]
+    out = _window_shares(intervals)
+    _SHARES.clear()
+    _SHARES.update(of=weakref.ref(intervals, _forget_shares), shares=out)
+    return out
+
+
+#: The last :func:`window_shares`: ``of`` (a weak reference to its interval table), ``shares``.
+_SHARES: dict = {}
+
+
+def _forget_shares(ref: weakref.ref) -> None:
+    if _SHARES.get("of") is ref:
+        _SHARES.clear()
+
+
+def _window_shares(intervals: pd.DataFrame) -> pd.DataFrame:
     parts = []
     group, module = text(intervals["group"]), text(intervals["module"])
     recompute, step = _recompute(intervals), intervals["step"].to_numpy()

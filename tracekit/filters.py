@@ -67,6 +67,8 @@ class Filters:
 
     def intervals(self, iv: pd.DataFrame, spec) -> pd.DataFrame:
         """The intervals a table with ``spec`` is computed from."""
+        if self.steps is None and self.phase is None and self.module is None:
+            return iv
         keep = pd.Series(True, index=iv.index)
         if self.steps is not None:
             keep &= iv["step"].isin(self.steps)
@@ -83,6 +85,8 @@ class Filters:
 
     def rows(self, df: pd.DataFrame) -> pd.DataFrame:
         """Rows of a computed table that match the filters on its key columns."""
+        if self.phase is None and self.module is None:
+            return df
         keep = pd.Series(True, index=df.index)
         if self.phase is not None and "phase" in df.columns:
             # recompute is a part of backward: its rows are backward's
