@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..checks import TraceWarning
-from .state import Trace
+from .state import Trace, str_column
 
 #: The phase windows of a step, in time order (unattributed: the tail with no phase evidence).
 PHASES = ["forward", "backward", "unattributed", "optimizer"]
@@ -45,7 +45,9 @@ def find_windows(t: Trace) -> Trace:
     fewer than 3 steps is judged with its rank's other files (:mod:`tracekit.ranks`).
     """
     a = t.acts
-    iv = a[a["step"].to_numpy() >= 0]
+    keep = a["step"].to_numpy() >= 0
+    # The four columns read here, on the rows of a step (not a row selection of every column).
+    iv = pd.DataFrame({c: a[c].array[keep] for c in ("step", "start", "end", "phase")})
     g = iv.groupby("step")
     steps = pd.DataFrame({"start": g["start"].min(), "end": g["end"].max(), "activities": g.size()})
     end = steps["end"].to_numpy(np.int64)
@@ -102,35 +104,25 @@ def _complete(steps: pd.DataFrame, warnings: list) -> np.ndarray:
 
 def windows_of(steps: pd.DataFrame) -> pd.DataFrame:
     """The long windows table of a steps table (``start``, ``t_backward``, ``t_optimizer``,
-    ``end``, ``complete`` per step): rows ``step`` then each phase, per step."""
-    bounds = [steps[c] for c in BOUNDS]
-    parts = [
-        pd.DataFrame(
-            {
-                "step": steps["step"].to_numpy(),
-                "window": "step",
-                "start": steps["start"].to_numpy(np.int64),
-                "end": steps["end"].to_numpy(np.int64),
-                "complete": steps["complete"].to_numpy(bool),
-            }
-        )
-    ]
-    parts += [
-        pd.DataFrame(
-            {
-                "step": steps["step"].to_numpy(),
-                "window": ph,
-                "start": bounds[k].to_numpy(np.int64),
-                "end": bounds[k + 1].to_numpy(np.int64),
-                "complete": steps["complete"].to_numpy(bool),
-            }
-        )
-        for k, ph in enumerate(PHASES)
-    ]
-    out = pd.concat(parts, ignore_index=True)
-    out["order"] = out["window"].map({w: i for i, w in enumerate(WINDOWS)})
-    out = out.sort_values(["step", "order"], kind="stable").drop(columns="order")
-    return out.reset_index(drop=True)
+    ``end``, ``complete`` per step): rows ``step`` then each phase, per step (sorted by step,
+    stable)."""
+    n = len(steps)
+    step = steps["step"].to_numpy()
+    bounds = [steps[c].to_numpy(np.int64) for c in BOUNDS]
+    # Window k of every step is the k-th block of n rows (the step's whole window first).
+    starts = np.concatenate([bounds[0]] + bounds[:-1])
+    ends = np.concatenate([bounds[-1]] + bounds[1:])
+    kind = np.repeat(np.arange(len(WINDOWS)), n)
+    order = np.lexsort((kind, np.tile(step, len(WINDOWS))))
+    return pd.DataFrame(
+        {
+            "step": np.tile(step, len(WINDOWS))[order],
+            "window": str_column(np.array(WINDOWS, dtype=object), kind[order]),
+            "start": starts[order],
+            "end": ends[order],
+            "complete": np.tile(steps["complete"].to_numpy(bool), len(WINDOWS))[order],
+        }
+    )
 
 
 @dataclass(frozen=True)
