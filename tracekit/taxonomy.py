@@ -222,6 +222,9 @@ class KernelRules:
     comm_kernel: re.Pattern
     comm_op: re.Pattern
     collectives: list[tuple[str, re.Pattern]]
+    #: What :mod:`tracekit.labels` derived from these rules per distinct activity case, kept
+    #: with them: the ranks one process analyses share their kernel names.
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def compute_category(self, kernel: str, op: str) -> str:
         return self.classify(kernel, op)[0]
