@@ -15,6 +15,7 @@ import pandas as pd
 
 from tracekit.analyses import TableSpec
 from tracekit.analyses._registry import INTEGER_UNITS
+from tracekit.pipeline.state import distinct_rows
 
 
 def mean_over_steps(df: pd.DataFrame, n_steps: int, keys: list[str] | None = None) -> pd.DataFrame:
@@ -48,7 +49,7 @@ def _one_row_per_key(df: pd.DataFrame, keys: list[str], values: list[str], n_ste
     them), so the means are computed on the columns with no group-by (a few milliseconds a
     table, most of a small rank's aggregation; a trace of one complete step is this case).
     None (not a frame) otherwise."""
-    if any(df[k].isna().any() for k in keys) or (len(df) > 1 and df.duplicated(keys).any()):
+    if not _distinct_keys(df, keys):
         return None
     n = max(n_steps, 1)
     scale = None
@@ -57,7 +58,7 @@ def _one_row_per_key(df: pd.DataFrame, keys: list[str], values: list[str], n_ste
         pairs = pd.factorize(codes.astype(np.int64) * (1 << 32) + pd.factorize(df["step"])[0])[0]
         held = np.bincount(codes[np.unique(pairs, return_index=True)[1]])
         scale = n / held[codes].astype(float)
-    cols: dict = {k: df[k] for k in keys}
+    cols: dict = {k: df[k].array for k in keys}
     for c in values:
         v = df[c].to_numpy()
         if v.dtype.kind == "f":
@@ -67,7 +68,21 @@ def _one_row_per_key(df: pd.DataFrame, keys: list[str], values: list[str], n_ste
         elif v.dtype.kind not in "iu":
             return None
         cols[c] = v / n if scale is None else (v / n) * scale
-    return pd.DataFrame(cols).reset_index(drop=True)
+    return pd.DataFrame(cols)
+
+
+def _distinct_keys(df: pd.DataFrame, keys: list[str]) -> bool:
+    """No key is missing and no two rows share their keys (``df.duplicated(keys)`` is all
+    False), found on the key columns' integer codes."""
+    codes = []
+    for k in keys:
+        col = df[k]
+        is_cat = isinstance(col.dtype, pd.CategoricalDtype)
+        c = col.cat.codes.to_numpy() if is_cat else pd.factorize(col.array)[0]
+        if (c < 0).any():  # missing
+            return False
+        codes.append(c)
+    return len(df) <= 1 or int(distinct_rows(*codes)[0].max()) + 1 == len(df)
 
 
 def whole_numbers(spec: TableSpec | None, df: pd.DataFrame) -> pd.DataFrame:
