@@ -26,10 +26,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.pipeline.state import codes_of
+from tracekit.pipeline.state import codes_of, distinct_rows
 from tracekit.pipeline.windows import Windows
 
-from ._common import narrow, percent, text, text_index
+from ._common import narrow, percent, text
 from ._registry import COUNT, MS, PCT, STAGE_MEAN, register
 from ._stages import ORDER, has_stages
 
@@ -109,34 +109,48 @@ def _spans(iv: pd.DataFrame, fw: pd.DataFrame, staged: bool) -> pd.DataFrame:
 def _block_rows(g: pd.DataFrame, staged: bool) -> pd.DataFrame:
     """Per (step, stage) group: one row per block of ``BLOCKS`` (time_ms summed in start order,
     count of decoder layers per pass (distinct layer indices), passes, percent of the group's
-    window)."""
-    key = ["step", "stage_rank"]
-    groups = g.groupby(key, sort=True).agg(lo=("lo", "first"), hi=("hi", "first"))
-    lay = g[g["block"].isin(["attention", "ffn"]).to_numpy()]
-    n_layers = lay.groupby(key)["layer"].nunique().reindex(groups.index, fill_value=0)
+    window). ``g`` is sorted by its groups: each group's rows are one run."""
+    step, rank = g["step"].to_numpy(), g["stage_rank"].to_numpy()
+    head = np.ones(len(g), bool)
+    head[1:] = (step[1:] != step[:-1]) | (rank[1:] != rank[:-1])
+    gid, heads = np.cumsum(head) - 1, np.flatnonzero(head)
+    n = len(heads)
+    codes, uniq = codes_of(g["block"])
+    pos = pd.Index(BLOCKS).get_indexer(uniq)[codes]  # the row's place in BLOCKS (-1: none)
+    in_layer = (pos == BLOCKS.index("attention")) | (pos == BLOCKS.index("ffn"))
+    n_layers = _distinct_per_group(gid[in_layer], g["layer"].to_numpy()[in_layer], n)
     if staged:
-        passes = lay.groupby(key)["fwd_pass"].nunique().reindex(groups.index, fill_value=0).clip(lower=1)
+        passes = np.maximum(_distinct_per_group(gid[in_layer], g["fwd_pass"].to_numpy()[in_layer], n), 1)
     else:
-        passes = pd.Series(1, index=groups.index)
-    t = g.groupby(key + ["block"], sort=False, observed=True)["span_ms"].sum()
-    t.index = text_index(t.index)
-    n = len(groups)
+        passes = np.ones(n, np.int64)
+    # Summed by pandas' group-by (its compensated sum, in row order), on one integer key.
+    ok = pos >= 0
+    key = gid[ok] * len(BLOCKS) + pos[ok]
+    summed = pd.Series(g["span_ms"].to_numpy()[ok]).groupby(key, sort=False).sum()
+    time_ms = np.zeros(n * len(BLOCKS))
+    time_ms[summed.index.to_numpy(np.int64)] = summed.to_numpy()
     out = pd.DataFrame(
         {
-            "step": np.repeat(groups.index.get_level_values("step").to_numpy(), len(BLOCKS)),
-            "stage_rank": np.repeat(groups.index.get_level_values("stage_rank").to_numpy(), len(BLOCKS)),
+            "step": np.repeat(step[heads], len(BLOCKS)),
+            "stage_rank": np.repeat(rank[heads], len(BLOCKS)),
             "block": np.tile(np.array(BLOCKS, dtype=object), n),
         }
     )
     out["stage"] = np.array(ORDER, dtype=object)[out["stage_rank"].to_numpy()] if staged else None
-    idx = pd.MultiIndex.from_frame(out[["step", "stage_rank", "block"]])
-    out["time_ms"] = t.reindex(idx).fillna(0.0).to_numpy(float)
+    out["time_ms"] = time_ms
     per_layer = np.array([b in ("attention", "ffn") for b in BLOCKS] * n)
-    layers = np.repeat(n_layers.to_numpy(), len(BLOCKS))
-    npass = np.repeat(passes.to_numpy(), len(BLOCKS))
     # `layer` is the decoder layer's index (the same in every pass): distinct indices per pass
-    out["count"] = np.where(per_layer, layers, 1).astype(np.int64)
-    out["passes"] = npass.astype(np.int64)
-    wall = np.repeat((groups["hi"] - groups["lo"]).to_numpy() / 1e6, len(BLOCKS))
+    out["count"] = np.where(per_layer, np.repeat(n_layers, len(BLOCKS)), 1).astype(np.int64)
+    out["passes"] = np.repeat(passes, len(BLOCKS)).astype(np.int64)
+    lo, hi = g["lo"].to_numpy()[heads], g["hi"].to_numpy()[heads]
+    wall = np.repeat((hi - lo) / 1e6, len(BLOCKS))
     out["percent"] = np.asarray(percent(out["time_ms"].to_numpy(), wall), dtype=float)
     return out
+
+
+def _distinct_per_group(gid: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Per group 0..n-1, the number of distinct ``values`` of its rows (``nunique``)."""
+    ok = ~pd.isna(values)
+    gid, values = gid[ok], values[ok]
+    first = distinct_rows(gid, values)[1]
+    return np.bincount(gid[first], minlength=n).astype(np.int64)

@@ -128,16 +128,41 @@ def minus_measure_by(a: pd.DataFrame, b: pd.DataFrame, keys: list[str], on: list
     the union of the intervals of ``b`` that share the group's ``on`` columns (``on`` is a
     subset of ``keys``). "Exposed communication" is this, with ``a`` the communication and
     ``b`` the compute of the same step."""
-    groups = a[keys].drop_duplicates()
-    bb = b[on + ["start", "end"]].merge(groups, on=on)
-    both = pd.concat([a[keys + ["start", "end"]], bb[keys + ["start", "end"]]], ignore_index=True)
-    total = measure_by(both, keys)
+    total = measure_by(_with_matches(a, b, keys, on), keys)
     # The union of b is the same for every group sharing the ``on`` columns: measured once.
     by_on = measure_by(b[on + ["start", "end"]], on)
     levels = [total.index.get_level_values(k) for k in on]
     at = levels[0] if len(on) == 1 else pd.MultiIndex.from_arrays(levels)
     hidden = by_on.reindex(at).fillna(0).astype(np.int64).to_numpy()
     return total - hidden
+
+
+def _with_matches(a: pd.DataFrame, b: pd.DataFrame, keys: list[str], on: list[str]) -> pd.DataFrame:
+    """``a``'s ``keys``, ``start`` and ``end``, followed by each interval of ``b`` once per group
+    of ``a``'s keys with its ``on`` values (with that group's keys): the rows of ``concat(a,
+    b.merge(groups of a, on=on))``, up to their order, built by index arithmetic."""
+    from .pipeline.state import distinct_rows
+
+    both_on = (np.concatenate([a[k].to_numpy(), b[k].to_numpy()]) for k in on)
+    on_key = distinct_rows(*(pd.factorize(v)[0] for v in both_on))[0]
+    a_on, b_on = on_key[: len(a)], on_key[len(a) :]
+    group_row = distinct_rows(*(pd.factorize(a[k])[0] for k in keys))[1]  # one row of each group
+    b_sorted = np.argsort(b_on, kind="stable")
+    lo = np.searchsorted(b_on[b_sorted], a_on[group_row], "left")
+    hi = np.searchsorted(b_on[b_sorted], a_on[group_row], "right")
+    counts = hi - lo
+    # b rows lo_j .. hi_j - 1 (of the sorted order) for each group j, one after another
+    step = np.ones(int(counts.sum()), np.int64)
+    ends = np.cumsum(counts)
+    starts = ends - counts
+    nonempty = counts > 0
+    step[starts[nonempty]] = lo[nonempty] - np.append(-1, hi[nonempty][:-1] - 1)
+    b_rows = b_sorted[np.cumsum(step) - 1] if len(step) else np.zeros(0, np.int64)
+    rows = np.concatenate([np.arange(len(a)), np.repeat(group_row, counts)])
+    out = {k: a[k].array[rows] for k in keys}
+    for c in ("start", "end"):
+        out[c] = np.concatenate([a[c].to_numpy(np.int64), b[c].to_numpy(np.int64)[b_rows]])
+    return pd.DataFrame(out)
 
 
 def intersection_measure(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int:
