@@ -19,7 +19,6 @@ import pandas as pd
 from .pipeline.modules import inherit
 from .pipeline.state import (
     Coded,
-    as_str,
     categorical_take,
     codes_of,
     distinct_rows,
@@ -257,35 +256,46 @@ def _attention_parts(
     top_ts = a["top_op_ts"].to_numpy()[att]
     origin = top_ts[top_ts >= 0].min() if (top_ts >= 0).any() else 0
     root = mods["att_root"].to_numpy()[mid[att]]
-    sub = pd.DataFrame(
-        {
-            "mid": np.where(root >= 0, root, mid[att]),
-            "top": as_str(a["top_op"])[att],
-            "op": as_str(a["op"])[att],
-            "top_ts": np.where(top_ts >= 0, top_ts - origin, -1),
-            "top_id": a["top_op_id"].to_numpy()[att],
-        }
-    )
+    block = np.where(root >= 0, root, mid[att])  # the outermost attention module
+    ts_rel = np.where(top_ts >= 0, top_ts - origin, -1)
+    top_id = a["top_op_id"].to_numpy()[att]
     fused = _matches(a["top_op"], taxonomy.fused_attention, full=True)[att]
     is_bmm = _matches(a["top_op"], taxonomy.bmm, full=True)[att] & ~fused
-    bm = sub[is_bmm].drop_duplicates("top_id").sort_values("top_ts")
-    bm = bm.assign(nth=bm.groupby("mid").cumcount())
-    t0 = bm[bm.nth == 0].set_index("mid")["top_ts"]
-    t1 = bm[bm.nth == 1].set_index("mid")["top_ts"]
-    b0 = t0.reindex(sub["mid"]).to_numpy(dtype="float64")
-    b1 = t1.reindex(sub["mid"]).to_numpy(dtype="float64")
-    ts = sub["top_ts"].to_numpy(dtype="float64")
-    out = np.full(len(sub), "Attention other", dtype=object)
+    b0, b1 = _first_two_matmuls(block, ts_rel, top_id, is_bmm)
+    ts = ts_rel.astype("float64")
+    out = np.full(len(ts), "Attention other", dtype=object)
     out[~np.isnan(b0) & (ts > b0) & (np.isnan(b1) | (ts < b1))] = "Softmax"
     out[ts == b0] = "Bmm0"
     out[ts == b1] = "Bmm1"
-    out[sub["top_id"].to_numpy() < 0] = "Attention other"
+    out[top_id < 0] = "Attention other"
     rotary_op = (
         _matches(a["top_op"], taxonomy.rope, full=True) | _matches(a["op"], taxonomy.rope, full=True)
     )[att]
     out[(rotary | rotary_op) & ~fused] = "RoPE"
     out[fused] = "Attention"
     return out
+
+
+def _first_two_matmuls(
+    block: np.ndarray, ts: np.ndarray, top_id: np.ndarray, is_bmm: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, as float64 (NaN: none): when its block's first and second distinct matmul ops
+    (``is_bmm`` rows, one per ``top_id``) start, in order of start."""
+    rows = np.flatnonzero(is_bmm)
+    rows = rows[np.sort(np.unique(top_id[rows], return_index=True)[1])]  # first row of each op
+    rows = rows[np.lexsort((ts[rows], block[rows]))]
+    head = np.ones(len(rows), bool)
+    head[1:] = block[rows][1:] != block[rows][:-1]
+    second = np.zeros(len(rows), bool)
+    second[1:] = head[:-1] & ~head[1:]
+    out = []
+    for nth in (head, second):
+        keys, vals = block[rows][nth], ts[rows][nth].astype("float64")
+        at = np.searchsorted(keys, block)
+        found = at < len(keys)
+        found[found] = keys[at[found]] == block[found]
+        out.append(np.where(found, vals[np.minimum(at, len(keys) - 1)] if len(keys) else np.nan, np.nan))
+    return out[0], out[1]
 
 
 #: The timeline blocks, in the order of their codes (:func:`blocks`).
