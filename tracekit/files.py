@@ -63,6 +63,118 @@ def iter_text(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> Ge
             yield piece
 
 
+def open_text(
+    path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES
+) -> PlainText | Generator[bytes, None, None]:
+    """The file's JSON text for the streaming reader, as :func:`iter_text` gives it, with its
+    errors: a plain file as a :class:`PlainText` (read straight into the reader's buffer), a
+    gzip file as :func:`iter_text`'s pieces. Close it when done."""
+    p = Path(path)
+    f, gz = _open(p)
+    if gz:
+        f.close()
+        return iter_text(path, max_bytes)
+    text = PlainText(f, p, max_bytes=max_bytes, piece=PIECE_BYTES, share=progress.DECODED)
+    if text.size > max_bytes:
+        text.close()
+        raise _too_large(path, max_bytes)
+    return text
+
+
+class PlainText:
+    """The bytes of the open plain file ``f`` from ``lo`` to ``hi`` (its end when None), after
+    ``prefix`` and before ``suffix``, for the streaming reader: :meth:`readinto` reads them
+    straight into the reader's buffer. (Iterating over ``f.read(n)`` pieces makes a new bytes
+    object per piece, fresh memory the kernel faults in page by page, then copied into the
+    buffer.) ``piece``: the read size to ask for. Refuses more than ``max_bytes`` of file as
+    :func:`iter_text` does; OS errors become one-line TraceErrors; a file that ends before
+    ``hi`` (it shrank while read) is an OSError. Owns ``f``: :meth:`close` (or ``with``) closes
+    it. ``share``: progress goes up to it with the share of the file read (None: no progress)."""
+
+    def __init__(
+        self,
+        f: io.BufferedReader,
+        path: Path,
+        *,
+        lo: int = 0,
+        hi: int | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        piece: int,
+        share: float | None = None,
+        prefix: bytes = b"",
+    ) -> None:
+        self.f, self.path, self.hi, self.max_bytes, self.piece = f, path, hi, max_bytes, piece
+        self.share, self.prefix, self.suffix = share, prefix, b""
+        self.at, self.n, self.done = lo, 0, False
+        try:
+            self.size = os.fstat(f.fileno()).st_size
+            f.seek(lo)
+        except OSError as e:
+            f.close()
+            raise _os_error(path, e) from None
+
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike, lo: int, hi: int | None, piece: int, prefix: bytes = b""
+    ) -> PlainText:
+        """``path``'s bytes ``lo`` to ``hi`` after ``prefix`` (the parallel reader's ranges)."""
+        return cls(open(path, "rb"), Path(path), lo=lo, hi=hi, piece=piece, prefix=prefix)
+
+    @property
+    def left(self) -> int:
+        """About how many bytes are still to come (exact unless the file changes meanwhile)."""
+        end = self.size if self.hi is None else self.hi
+        return len(self.prefix) + (0 if self.done else max(end - self.at, 0)) + len(self.suffix)
+
+    def readinto(self, out: memoryview) -> int:
+        """Fills the start of ``out`` with the next bytes; how many (0: the end, and only then)."""
+        if self.prefix:
+            return self._give(out, "prefix")
+        if not self.done:
+            got = self._read(out)
+            if got:
+                return got
+        return self._give(out, "suffix")
+
+    def _give(self, out: memoryview, name: str) -> int:
+        data: bytes = getattr(self, name)
+        k = min(len(data), len(out))
+        out[:k] = data[:k]
+        setattr(self, name, data[k:])
+        return k
+
+    def _read(self, out: memoryview) -> int:
+        want = len(out) if self.hi is None else min(len(out), self.hi - self.at)
+        got = 0
+        if want > 0:
+            with out[:want] as part:
+                try:
+                    got = self.f.readinto(part) or 0
+                except OSError as e:
+                    raise _os_error(self.path, e) from None
+        if not got:
+            self.done = True
+            if self.hi is not None and self.at < self.hi:
+                raise OSError("the file shrank while it was read")
+            return 0
+        self.at += got
+        self.n += got
+        if self.n > self.max_bytes:
+            raise _too_large(self.path, self.max_bytes)
+        if self.share is not None:
+            progress.fraction(self.share * min(self.n / max(self.size, 1), 1.0))
+        return got
+
+    def close(self) -> None:
+        self.f.close()
+
+    def __enter__(self) -> PlainText:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def _read_ahead(pieces: Generator[bytes, None, None]) -> Generator[bytes, None, None]:
     """``pieces``, produced by a helper thread one piece ahead of the consumer. zlib inflates
     without holding the GIL, so a gzip trace inflates on a second core while the piece before
@@ -114,14 +226,28 @@ def _too_large(path: str | os.PathLike, max_bytes: int) -> TraceError:
 def _opened(path: str | os.PathLike) -> Iterator[tuple[io.BufferedReader, bool]]:
     """The open file and whether it is gzip; every OS error is a one-line TraceError."""
     p = Path(path)
+    f, gz = _open(p)
+    try:
+        with f:
+            yield f, gz
+    except OSError as e:
+        raise _os_error(p, e) from None
+
+
+def _open(p: Path) -> tuple[io.BufferedReader, bool]:
+    """:func:`_opened`'s file, open (the caller closes it), and whether it is gzip."""
     try:
         # A FIFO or device would block or never end: only regular files are read.
         if p.exists() and not p.is_dir() and not stat.S_ISREG(p.stat().st_mode):
             raise TraceError(p, "not a regular file (a pipe, socket or device?); refused")
-        with open(p, "rb") as f:
+        f = open(p, "rb")  # noqa: SIM115 (the caller closes it)
+        try:
             head = f.read(2)
             f.seek(0)
-            yield f, head == b"\x1f\x8b"
+        except BaseException:
+            f.close()
+            raise
+        return f, head == b"\x1f\x8b"
     except OSError as e:
         raise _os_error(p, e) from None
 

@@ -17,15 +17,13 @@ changed — returns ``None`` and the caller reads the file serially, with its us
 
 from __future__ import annotations
 
-import itertools
 import multiprocessing as mp
 import os
 import re
 import threading
-from collections.abc import Iterator
 
 from .columns import _FrameBuilder
-from .files import PIECE_BYTES
+from .files import PIECE_BYTES, PlainText
 from .schema import TraceDoc
 from .streaming import _EVENT_GAP, _clean_head, _head, decode_events, stream_decode
 
@@ -91,25 +89,10 @@ def plan(path: str | os.PathLike, jobs: int) -> tuple[bytes, list[tuple[int, int
     return head, ranges, lo
 
 
-def _pieces(path: str | os.PathLike, lo: int, hi: int | None) -> Iterator[bytes]:
-    """The bytes of ``path`` from ``lo`` to ``hi`` (the end when None), a piece at a time."""
-    with open(path, "rb") as f:
-        f.seek(lo)
-        left = None if hi is None else hi - lo
-        while left is None or left > 0:
-            piece = f.read(PIECE_BYTES if left is None else min(PIECE_BYTES, left))
-            if not piece:
-                if left:
-                    raise OSError("the file shrank while it was read")
-                return
-            if left is not None:
-                left -= len(piece)
-            yield piece
-
-
 def _child(path: str, lo: int, hi: int, chunk: int) -> _FrameBuilder:
     builder = _FrameBuilder()
-    decode_events(_pieces(path, lo, hi), builder, chunk)
+    with PlainText.open(path, lo, hi, PIECE_BYTES) as text:
+        decode_events(text, builder, chunk)
     return builder
 
 
@@ -130,9 +113,9 @@ def read_parallel(
     with ctx.Pool(len(ranges)) as pool:
         pending = [pool.apply_async(_child, (os.fspath(path), a, b, chunk)) for a, b in ranges]
         mine = _FrameBuilder()
-        text = itertools.chain((_clean_head(head) + b"[",), _pieces(path, lo, None))
         try:
-            doc = stream_decode(text, mine, chunk)
+            with PlainText.open(path, lo, None, PIECE_BYTES, _clean_head(head) + b"[") as text:
+                doc = stream_decode(text, mine, chunk)
             if doc is None:  # the last range did not decode
                 return None
             out = _FrameBuilder()

@@ -30,7 +30,7 @@ import pandas as pd
 from . import native
 from .columns import _COLUMNS, _FrameBuilder
 from .errors import TraceError
-from .files import DEFAULT_MAX_BYTES, TRACE_SUFFIXES, iter_text, read_bytes, trace_files, trace_listing
+from .files import DEFAULT_MAX_BYTES, TRACE_SUFFIXES, open_text, read_bytes, trace_files, trace_listing
 from .parallel_read import read_parallel
 from .schema import (
     _CATEGORY_KIND,
@@ -211,7 +211,7 @@ def read_trace(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES, jobs
         got = read_parallel(path, jobs, CHUNK_BYTES)
     if got is None:
         builder = _FrameBuilder()
-        pieces = iter_text(path, max_bytes)
+        pieces = open_text(path, max_bytes)
         try:
             got = builder, stream_decode(pieces, builder, CHUNK_BYTES)
         finally:

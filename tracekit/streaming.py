@@ -23,6 +23,7 @@ import msgspec
 
 from . import native
 from .columns import _FrameBuilder
+from .files import PlainText
 from .schema import _DECODER, _TEXT_TIME_DECODER, Event, TextTimeEvent, TraceDoc
 
 _EVENTS_DECODER = msgspec.json.Decoder(list[Event])
@@ -46,8 +47,8 @@ class _Slicer:
     bytearray whose front is deleted is copied into new memory at its next append, and the
     kernel faults in every new page: 1.4 times the text's size in page faults, every read.)"""
 
-    def __init__(self, pieces: Iterable[bytes], builder: _FrameBuilder, chunk_bytes: int) -> None:
-        self.pieces: Iterator[bytes] = iter(pieces)
+    def __init__(self, pieces: Iterable[bytes] | PlainText, builder: _FrameBuilder, chunk_bytes: int) -> None:
+        self.pieces: Iterator[bytes] | PlainText = pieces if isinstance(pieces, PlainText) else iter(pieces)
         self.buf = bytearray()
         self.n = 0
         self.eof = False
@@ -59,6 +60,8 @@ class _Slicer:
         self.slices = 0
 
     def more(self) -> bool:
+        if isinstance(self.pieces, PlainText):
+            return self.read_into(self.pieces)
         piece = next(self.pieces, None)
         if piece is None:
             self.eof = True
@@ -67,6 +70,34 @@ class _Slicer:
         self.buf[self.n : end] = piece  # in place; grows the buffer only past its size
         self.n = end
         self.peak = max(self.peak, end)
+        return True
+
+    def read_into(self, text: PlainText) -> bool:
+        """A piece of ``text`` read straight into the buffer after its text. A buffer too small
+        for the next piece is replaced by one for two slices (what :func:`stream_decode` reads
+        before its first cut, and more than a slice and a piece: once per file), or for all
+        that is left when less; with all that was expected in, a small read says whether the
+        file grew, so a buffer that fits is never outgrown."""
+        want = min(text.piece, text.left)
+        if len(self.buf) - self.n < want:
+            buf = bytearray(max(self.n + want, min(self.n + text.left, 2 * self.chunk)))
+            with memoryview(self.buf) as old:
+                buf[: self.n] = old[: self.n]
+            self.buf = buf
+        room = min(len(self.buf) - self.n, text.piece)
+        if room:
+            with memoryview(self.buf) as mv, mv[self.n : self.n + room] as part:
+                got = text.readinto(part)
+        else:
+            more = bytearray(1 << 16)
+            with memoryview(more) as mv:
+                got = text.readinto(mv)
+            self.buf[self.n :] = more[:got]
+        if not got:
+            self.eof = True
+            return False
+        self.n += got
+        self.peak = max(self.peak, self.n)
         return True
 
     def drop(self, upto: int) -> None:
@@ -155,7 +186,7 @@ class _Slicer:
 
 
 def stream_decode(
-    pieces: Iterable[bytes], builder: _FrameBuilder, chunk_bytes: int, stats: dict | None = None
+    pieces: Iterable[bytes] | PlainText, builder: _FrameBuilder, chunk_bytes: int, stats: dict | None = None
 ) -> TraceDoc | bytearray | None:
     """Decode the text of ``pieces`` into ``builder``, one slice of ``traceEvents`` at a time.
 
@@ -168,7 +199,8 @@ def stream_decode(
     s = _Slicer(pieces, builder, chunk_bytes)
     while s.n < 2 * chunk_bytes and s.more():
         pass
-    head = _head(s.held())
+    with memoryview(s.buf) as mv, mv[: s.n] as text:  # not held(): the buffer keeps its size
+        head = _head(text)
     if s.eof or head is None:
         while s.more():  # small, or not a trace's shape: the caller decodes it whole
             pass
@@ -191,12 +223,16 @@ def stream_decode(
     return doc
 
 
-def decode_events(pieces: Iterable[bytes], builder: _FrameBuilder, chunk_bytes: int) -> int:
+def decode_events(pieces: Iterable[bytes] | PlainText, builder: _FrameBuilder, chunk_bytes: int) -> int:
     """Decode the text of ``pieces``: a run of whole events cut out of ``traceEvents`` (from the
     ``{`` of one event to the ``}`` of another, the ``,`` between them included), slice by slice
     into ``builder``. Returns the largest text buffered; raises ``msgspec.DecodeError`` /
     ``ValidationError`` when the run does not decode (a cut that fell inside a string)."""
-    s = _Slicer(itertools.chain((b"[",), pieces, (b"]",)), builder, chunk_bytes)
+    if isinstance(pieces, PlainText):
+        pieces.prefix, pieces.suffix = b"[" + pieces.prefix, b"]"
+    else:
+        pieces = itertools.chain((b"[",), pieces, (b"]",))
+    s = _Slicer(pieces, builder, chunk_bytes)
     pos = 1
     while s.more():
         pos = s.cut_slices(pos)
