@@ -60,7 +60,7 @@ def _scan_at_end(guarded, text: bytes) -> None:
     start = size - len(text)
     mv[start:size] = text
     for end, text_times in ((size, False), (None, False), (size, True)):
-        N._kineto.scan(mv, start, end, text_times)
+        N._kineto.scan(mv, start, end, text_times, N.event_class)
 
 
 def test_every_prefix_ends_at_the_guard(guarded):

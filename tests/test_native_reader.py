@@ -116,6 +116,33 @@ def test_the_extension_is_built():
     assert N.enabled()
 
 
+def test_the_scanner_keeps_what_its_classifier_keeps():
+    """The scanner asks ``classify`` per distinct triple and keeps the events it gives a class
+    >= 0; its metadata class is tracekit.schema's; a classifier's error propagates (it is not
+    a quiet decline), as does a class outside int8."""
+    from tracekit.schema import METADATA
+
+    assert N._kineto.METADATA == METADATA
+    text = (
+        b'{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2}, {"ph": "X", "cat": "x", "name": "k"}'
+    )
+    asked: list = []
+    got = N._kineto.scan(
+        text, 0, len(text), False, lambda *t: asked.append(t) or (4 if t[1] == "kernel" else -3)
+    )
+    assert asked == [("X", "kernel", "k"), ("X", "x", "k")]
+    assert (got["n"], got["kept"], bytes(got["kind"]), bytes(got["classes"])) == (2, 1, b"\x04", b"\x04\xfd")
+    assert np.frombuffer(got["counts"], np.int64).tolist() == [1, 1]
+
+    def boom(ph, cat, name):
+        raise KeyError(name)
+
+    with pytest.raises(KeyError):
+        N._kineto.scan(text, 0, len(text), False, boom)
+    with pytest.raises(ValueError):
+        N._kineto.scan(text, 0, len(text), False, lambda *t: 300)
+
+
 @pytest.mark.shared
 @pytest.mark.parametrize("path", params())
 def test_shared_traces_read_the_same(path, scans):

@@ -3,16 +3,19 @@
  *
  * Design
  * ------
- * scan(text, start, end, text_times) reads the events in text[start:end]: a run of whole events
- * "{...}, {...}" cut out of the traceEvents array, as tracekit/streaming.py slices it (with
- * end=None: the events up to the array's closing "]", whose offset is returned). It returns a
- * dict of columns, one entry per event, as read-only buffers (Column: the scan's own arrays,
- * handed over without a copy; numpy views them):
+ * scan(text, start, end, text_times, classify) reads the events in text[start:end]: a run of
+ * whole events "{...}, {...}" cut out of the traceEvents array, as tracekit/streaming.py slices
+ * it (with end=None: the events up to the array's closing "]", whose offset is returned). Which
+ * events are kept, and as what kind, is tracekit/schema.py's event_class, called back (the
+ * `classify` argument) once per distinct (ph, cat, name) triple: no rule is written twice. It
+ * returns a dict ("n": events scanned, "kept": events kept) of columns with one entry per kept
+ * event, in file order, as writable buffers (Column: the scan's own arrays, handed over without
+ * a copy; numpy views them), so no selection by masks follows in Python:
  *
+ *   kind        int8    the event's class (>= 0).
  *   triple      int32   code of the event's (ph, cat, name) in "triples" (int32 x 3 string
- *                       codes each, -1 for absent or null): which events are kept, and as what
- *                       kind, is decided per distinct triple in Python by tracekit/schema.py's
- *                       rules (tracekit/native.py). No rule is written twice.
+ *                       codes each, -1 for absent or null); per triple, "classes" (int8) and
+ *                       "counts" (int64: its events, kept or not, for unknown categories).
  *   pid tid flow_id corr seq fwd_tid stream
  *               int64   ints modulo 2**64 (as tracekit.columns wraps them), -1 when absent or
  *                       null; a string value stores its string code and sets bit k of "idstr"
@@ -23,8 +26,8 @@
  *                       as tracekit.columns does, which of the two applies).
  *   bytes       float64 args.bytes when a number, else NaN.
  *   collective  int32   string code of args["Collective name"], -1 when absent or null.
- *   meta        list    (index, pid, tid, args.name) for each event with a string args.name
- *                       (metadata events naming processes and threads), pid and tid as msgspec
+ *   meta        list    (triple, pid, tid, args.name) for each event of class METADATA with a
+ *                       string args.name (naming a process or thread), pid and tid as msgspec
  *                       decodes them (int, str or None).
  *   strings     list    the distinct strings, one Python str each, indexed by the codes.
  *
@@ -61,6 +64,7 @@
 #define OK 0
 #define FAIL (-1)  /* not handled here: the caller decodes the run with msgspec */
 #define NOMEM (-2) /* out of memory: MemoryError */
+#define PYERR (-3) /* the classifier raised: its exception propagates */
 #define TRY(x)              \
     do {                    \
         int r_ = (x);       \
@@ -88,6 +92,9 @@
 #define TS_BIG 8
 #define DUR_FLOAT 16
 #define DUR_BIG 32
+
+/* tracekit.schema.METADATA: the class of the events naming processes and threads. */
+#define CLASS_METADATA (-1)
 
 /* The id columns, in the order of the idstr bits. */
 enum { I_PID, I_TID, I_ID, I_CORR, I_SEQ, I_FWD, I_STREAM, N_IDS };
@@ -134,6 +141,9 @@ typedef struct {
     size_t n, cap;
     int32_t *slots;
     size_t nslots;
+    int8_t *cls;     /* each triple's class, by the classifier */
+    int64_t *count;  /* each triple's events (kept or not) */
+    size_t ccap, kcap;
 } Triples;
 
 /* Whether a[0:n] == b[0:n]; short strings, so no call: words, the last one overlapping. */
@@ -234,13 +244,14 @@ typedef struct {
 } Tok;
 
 typedef struct {
-    size_t index;
+    int32_t triple;
     Tok pid, tid;
     int32_t argname;
 } MetaEnt;
 
 typedef struct {
     size_t n, cap;
+    int8_t *kind;
     int32_t *triple;
     int64_t *ids[N_IDS];
     uint8_t *idstr;
@@ -267,6 +278,10 @@ typedef struct {
     Cols cols;
     MetaEnt *meta;
     size_t nmeta, metacap;
+    size_t nall;         /* events scanned, kept or not (cols.n: those kept) */
+    PyObject *classify;  /* (ph, cat, name) -> class: kept when >= 0 */
+    PyObject **pystr;    /* the Python str of each string code, made when first needed */
+    size_t pystrcap;
 } Ctx;
 
 /* Hash tables may probe this many times per lookup on average (plus a constant) before the
@@ -341,7 +356,51 @@ rehash_triples(Ctx *c)
     return OK;
 }
 
-/* The code of the (ph, cat, name) triple, added when new. */
+static PyObject *make_str(const StrEnt *e);
+
+/* The Python str of string code k (None for -1), made once per scan: a new reference. */
+static PyObject *
+str_object(Ctx *c, int32_t k)
+{
+    if (k < 0)
+        Py_RETURN_NONE;
+    size_t old = c->pystrcap;
+    if ((size_t)k >= old) {
+        if (grow((void **)&c->pystr, sizeof(PyObject *), (size_t)k + 1, &c->pystrcap) != OK)
+            return PyErr_NoMemory();
+        memset(c->pystr + old, 0, (c->pystrcap - old) * sizeof(PyObject *));
+    }
+    if (!c->pystr[k] && !(c->pystr[k] = make_str(&c->strs.ents[k])))
+        return NULL;
+    return Py_NewRef(c->pystr[k]);
+}
+
+/* The class of a new triple: c->classify(ph, cat, name), an int8 (kept when >= 0). */
+static int
+classify(Ctx *c, const int32_t *key, int8_t *out)
+{
+    PyObject *ph = str_object(c, key[0]);
+    PyObject *cat = ph ? str_object(c, key[1]) : NULL;
+    PyObject *name = cat ? str_object(c, key[2]) : NULL;
+    PyObject *r = name ? PyObject_CallFunctionObjArgs(c->classify, ph, cat, name, NULL) : NULL;
+    Py_XDECREF(ph);
+    Py_XDECREF(cat);
+    Py_XDECREF(name);
+    if (!r)
+        return PYERR;
+    long v = PyLong_AsLong(r);
+    Py_DECREF(r);
+    if (v == -1 && PyErr_Occurred())
+        return PYERR;
+    if (v < INT8_MIN || v > INT8_MAX) {
+        PyErr_SetString(PyExc_ValueError, "scan: the classifier gave a class outside int8");
+        return PYERR;
+    }
+    *out = (int8_t)v;
+    return OK;
+}
+
+/* The code of the (ph, cat, name) triple, added (and classified) when new. */
 static int
 triple_code(Ctx *c, int32_t ph, int32_t cat, int32_t name, int32_t *code)
 {
@@ -367,6 +426,10 @@ triple_code(Ctx *c, int32_t ph, int32_t cat, int32_t name, int32_t *code)
     if (t->n >= INT32_MAX)
         return FAIL;
     TRY(grow((void **)&t->keys, 3 * sizeof(int32_t), t->n + 1, &t->cap));
+    TRY(grow((void **)&t->cls, sizeof(int8_t), t->n + 1, &t->ccap));
+    TRY(grow((void **)&t->count, sizeof(int64_t), t->n + 1, &t->kcap));
+    TRY(classify(c, key, &t->cls[t->n]));
+    t->count[t->n] = 0;
     memcpy(t->keys + 3 * t->n, key, sizeof key);
     t->slots[j] = (int32_t)t->n;
     *code = (int32_t)t->n++;
@@ -1431,6 +1494,7 @@ grow_cols(Cols *k, size_t need)
 #define G(arr)                                                 \
     c2 = cap;                                                  \
     TRY(grow((void **)&(arr), sizeof(*(arr)), need, &c2));
+    G(k->kind);
     G(k->triple);
     for (int i = 0; i < N_IDS; i++) {
         G(k->ids[i]);
@@ -1446,7 +1510,9 @@ grow_cols(Cols *k, size_t need)
     return OK;
 }
 
-/* The event at c->p ('{'), parsed and appended to the columns. */
+/* The event at c->p ('{'), parsed, counted under its triple, and appended to the columns when
+ * its triple's class keeps it (a metadata event to the names, when it has an args.name). Every
+ * event is read and its times converted, kept or not: what declines declines as before. */
 HOT int
 parse_event(Ctx *c)
 {
@@ -1459,20 +1525,33 @@ parse_event(Ctx *c)
         ev.ids[i] = -1;
     ev.nbytes = NAN;
     TRY(parse_members(c, &ev, event_key_at, event_field, K_OTHER));
+    int32_t t;
+    int64_t ts, dur;
+    uint8_t flags;
+    TRY(triple_code(c, ev.ph, ev.cat, ev.name, &t));
+    TRY(event_times(c, &ev, &ts, &dur, &flags));
+    int8_t cls = c->triples.cls[t];
+    c->triples.count[t]++;
+    c->nall++;
+    if (cls == CLASS_METADATA && ev.argname >= 0) {
+        TRY(grow((void **)&c->meta, sizeof(MetaEnt), c->nmeta + 1, &c->metacap));
+        c->meta[c->nmeta++] = (MetaEnt){t, ev.pid, ev.tid, ev.argname};
+    }
+    if (cls < 0)
+        return OK;
     Cols *k = &c->cols;
     size_t i = k->n;
     TRY(grow_cols(k, i + 1));
-    TRY(triple_code(c, ev.ph, ev.cat, ev.name, &k->triple[i]));
-    TRY(event_times(c, &ev, &k->ts[i], &k->dur[i], &k->tflags[i]));
+    k->kind[i] = cls;
+    k->triple[i] = t;
+    k->ts[i] = ts;
+    k->dur[i] = dur;
+    k->tflags[i] = flags;
     for (int j = 0; j < N_IDS; j++)
         k->ids[j][i] = ev.ids[j];
     k->idstr[i] = ev.idstr;
     k->nbytes[i] = ev.nbytes;
     k->coll[i] = ev.coll;
-    if (ev.argname >= 0) {
-        TRY(grow((void **)&c->meta, sizeof(MetaEnt), c->nmeta + 1, &c->metacap));
-        c->meta[c->nmeta++] = (MetaEnt){i, ev.pid, ev.tid, ev.argname};
-    }
     k->n = i + 1;
     return OK;
 }
@@ -1570,7 +1649,7 @@ make_strings(Ctx *c)
     if (!list)
         return NULL;
     for (size_t i = 0; i < c->strs.n; i++) {
-        PyObject *s = make_str(&c->strs.ents[i]);
+        PyObject *s = i < c->pystrcap && c->pystr[i] ? Py_NewRef(c->pystr[i]) : make_str(&c->strs.ents[i]);
         if (!s) {
             Py_DECREF(list);
             return NULL;
@@ -1608,7 +1687,7 @@ make_meta(Ctx *c, PyObject *strings)
         PyObject *name = PyList_GET_ITEM(strings, m->argname), *t = NULL;
         PyObject *pid = tok_object(&m->pid, strings), *tid = pid ? tok_object(&m->tid, strings) : NULL;
         if (tid)
-            t = Py_BuildValue("(nOOO)", (Py_ssize_t)m->index, pid, tid, name);
+            t = Py_BuildValue("(iOOO)", (int)m->triple, pid, tid, name);
         Py_XDECREF(pid);
         Py_XDECREF(tid);
         if (!t) {
@@ -1639,7 +1718,7 @@ static int
 column_getbuffer(Column *o, Py_buffer *view, int flags)
 {
     static char empty[1];
-    return PyBuffer_FillInfo(view, (PyObject *)o, o->data ? o->data : empty, o->len, 1, flags);
+    return PyBuffer_FillInfo(view, (PyObject *)o, o->data ? o->data : empty, o->len, 0, flags);
 }
 
 static PyBufferProcs column_buffer = {(getbufferproc)column_getbuffer, NULL};
@@ -1682,7 +1761,10 @@ put_columns(PyObject *d, Ctx *c)
     for (int i = 0; i < N_IDS; i++)
         if (put_column(d, ID_NAMES[i], &k->ids[i], n, sizeof(int64_t)) < 0)
             return -1;
-    if (put_column(d, "triple", &k->triple, n, sizeof(int32_t)) < 0 ||
+    if (put_column(d, "kind", &k->kind, n, sizeof(int8_t)) < 0 ||
+        put_column(d, "classes", &c->triples.cls, c->triples.n, sizeof(int8_t)) < 0 ||
+        put_column(d, "counts", &c->triples.count, c->triples.n, sizeof(int64_t)) < 0 ||
+        put_column(d, "triple", &k->triple, n, sizeof(int32_t)) < 0 ||
         put_column(d, "triples", &c->triples.keys, 3 * c->triples.n, sizeof(int32_t)) < 0 ||
         put_column(d, "idstr", &k->idstr, n, 1) < 0 || put_column(d, "ts", &k->ts, n, sizeof(int64_t)) < 0 ||
         put_column(d, "dur", &k->dur, n, sizeof(int64_t)) < 0 || put_column(d, "tflags", &k->tflags, n, 1) < 0 ||
@@ -1701,7 +1783,10 @@ make_result(Ctx *c, Py_ssize_t stop)
         goto error;
     if (PyDict_SetItemString(d, "strings", strings) < 0 || PyDict_SetItemString(d, "meta", meta) < 0)
         goto error;
-    if (!(v = PyLong_FromSize_t(c->cols.n)) || PyDict_SetItemString(d, "n", v) < 0)
+    if (!(v = PyLong_FromSize_t(c->nall)) || PyDict_SetItemString(d, "n", v) < 0)
+        goto error;
+    Py_CLEAR(v);
+    if (!(v = PyLong_FromSize_t(c->cols.n)) || PyDict_SetItemString(d, "kept", v) < 0)
         goto error;
     Py_CLEAR(v);
     if (!(v = PyLong_FromSsize_t(stop)) || PyDict_SetItemString(d, "end", v) < 0)
@@ -1727,6 +1812,12 @@ free_ctx(Ctx *c)
     free(c->strs.slots);
     free(c->triples.keys);
     free(c->triples.slots);
+    free(c->triples.cls);
+    free(c->triples.count);
+    for (size_t i = 0; i < c->pystrcap; i++)
+        Py_XDECREF(c->pystr[i]);
+    free(c->pystr);
+    free(c->cols.kind);
     free(c->cols.triple);
     for (int i = 0; i < N_IDS; i++)
         free(c->cols.ids[i]);
@@ -1742,21 +1833,26 @@ free_ctx(Ctx *c)
 static uint64_t SEED;
 
 PyDoc_STRVAR(scan_doc,
-             "scan(text, start, end, text_times) -> dict | None\n\n"
+             "scan(text, start, end, text_times, classify) -> dict | None\n\n"
              "Columns of the events in text[start:end] (end=None: up to the array's closing ']',\n"
-             "whose offset is the result's 'end'); None when the run is not handled here (decode\n"
-             "it with msgspec). See tracekit/_kineto.c and tracekit/native.py.");
+             "whose offset is the result's 'end') that classify(ph, cat, name) keeps (>= 0);\n"
+             "None when the run is not handled here (decode it with msgspec). See\n"
+             "tracekit/_kineto.c and tracekit/native.py.");
 
 static PyObject *
 scan(PyObject *self, PyObject *args)
 {
-    PyObject *text, *end_obj;
+    PyObject *text, *end_obj, *classify_fn;
     Py_ssize_t start, end;
     (void)self;
     int text_times;
     Py_buffer view;
-    if (!PyArg_ParseTuple(args, "OnOp:scan", &text, &start, &end_obj, &text_times))
+    if (!PyArg_ParseTuple(args, "OnOpO:scan", &text, &start, &end_obj, &text_times, &classify_fn))
         return NULL;
+    if (!PyCallable_Check(classify_fn)) {
+        PyErr_SetString(PyExc_TypeError, "scan: classify must be callable");
+        return NULL;
+    }
     if (PyObject_GetBuffer(text, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     int closed = end_obj == Py_None;
@@ -1776,6 +1872,7 @@ scan(PyObject *self, PyObject *args)
     c.end = (const uint8_t *)view.buf + end;
     c.text_times = text_times;
     c.seed = SEED;
+    c.classify = classify_fn;
     for (int i = 0; i < 3; i++)
         c.last[i].code = -1;
     /* Columns sized for one event per 192 bytes of text (Kineto's are 150-400): most scans
@@ -1788,6 +1885,8 @@ scan(PyObject *self, PyObject *args)
         result = make_result(&c, c.p - (const uint8_t *)view.buf);
     else if (r == NOMEM)
         PyErr_NoMemory();
+    else if (r == PYERR)
+        result = NULL; /* the classifier's exception */
     else
         result = Py_NewRef(Py_None);
     free_ctx(&c);
@@ -1826,7 +1925,8 @@ PyInit__kineto(void)
     if (PyModule_AddIntConstant(m, "TS_OK", TS_OK) < 0 || PyModule_AddIntConstant(m, "DUR_OK", DUR_OK) < 0 ||
         PyModule_AddIntConstant(m, "TS_FLOAT", TS_FLOAT) < 0 || PyModule_AddIntConstant(m, "TS_BIG", TS_BIG) < 0 ||
         PyModule_AddIntConstant(m, "DUR_FLOAT", DUR_FLOAT) < 0 ||
-        PyModule_AddIntConstant(m, "DUR_BIG", DUR_BIG) < 0) {
+        PyModule_AddIntConstant(m, "DUR_BIG", DUR_BIG) < 0 ||
+        PyModule_AddIntConstant(m, "METADATA", CLASS_METADATA) < 0) {
         Py_DECREF(m);
         return NULL;
     }

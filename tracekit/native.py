@@ -1,12 +1,13 @@
 """The reader's fast path: event text straight to columns by the C scanner ``tracekit._kineto``.
 
 :func:`scan` hands a byte range of ``traceEvents`` to the scanner, which reads the JSON once and
-returns flat columns (one entry per event, strings as codes of one Python ``str`` per distinct
-value: no Python object per event). This module applies the reader's rules to them, per
-distinct value: which events are kept and as what kind (:func:`tracekit.schema.event_class`, per
-distinct (ph, cat, name)), process and thread names, unknown categories, string ids
-(:func:`tracekit.columns._one_int`), and, as :func:`tracekit.columns._slice_times` does, whether
-the slice's float times must be read from their text. The result is added to a
+returns flat columns of the events tracekit keeps (which ones, and as what kind, is
+:func:`tracekit.schema.event_class`'s call, made by the scanner once per distinct (ph, cat,
+name)), one entry per kept event, strings as codes of one Python ``str`` per distinct value: no
+Python object per event, and no selection of the kept ones afterwards. This module applies the
+reader's other rules to them, per distinct value: process and thread names, unknown categories,
+string ids (:func:`tracekit.columns._one_int`), and, as :func:`tracekit.columns._slice_times`
+does, whether the slice's float times must be read from their text. The result is added to a
 :class:`~tracekit.columns._FrameBuilder` exactly as the msgspec reader would add the same events.
 
 The scanner handles the common, valid shapes only; for anything else (broken or odd JSON, values
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .columns import _categorical_codes, _FrameBuilder, _one_int, _Selection
-from .schema import METADATA, UNKNOWN, event_class, flow_phase
+from .schema import UNKNOWN, event_class, flow_phase
 
 try:
     from . import _kineto  # type: ignore[attr-defined]
@@ -41,20 +42,18 @@ def enabled() -> bool:
 class Scanned:
     """One range's events, scanned and classified, not yet added to a builder.
 
+    The scanner keeps only the events :func:`tracekit.schema.event_class` keeps (it calls it per
+    distinct triple), so the columns hold those alone, in file order. ``n``: the events scanned;
     ``end``: where the scan stopped (the array's ``]`` for a scan to the close); ``text``:
     whether the times were read from their text; ``need_text``: a number scan whose kept
     float times lost their nanoseconds in float64 (scan again with ``text_times``)."""
 
     def __init__(self, got: dict, text: bool) -> None:
-        self.got, self.text, self.end, self.n = got, text, got["end"], got["n"]
+        self.got, self.text, self.end, self.n, self.kept = got, text, got["end"], got["n"], got["kept"]
         self.strings: list[str] = got["strings"]
         self.triples = np.frombuffer(got["triples"], dtype=np.int32).reshape(-1, 3)
-        self.triple = np.frombuffer(got["triple"], dtype=np.int32)
-        s = self.string
-        self.classes = np.array([event_class(s(p), s(c), s(n)) for p, c, n in self.triples.tolist()], np.int8)
-        self.event_class = self.classes[self.triple]
-        self.keep = self.event_class >= 0
-        self.tflags = np.frombuffer(got["tflags"], dtype=np.uint8)[self.keep]
+        self.classes = np.frombuffer(got["classes"], dtype=np.int8)
+        self.tflags = np.frombuffer(got["tflags"], dtype=np.uint8)
         self.need_text = not text and (self._lost("TS") or self._lost("DUR"))
 
     def string(self, code: int) -> str | None:
@@ -70,33 +69,33 @@ class Scanned:
     def selection(self) -> _Selection:
         """Unknown categories and process and thread names, as :class:`_Selection` finds them."""
         sel = _Selection()
-        counts = np.bincount(self.triple, minlength=len(self.triples))
+        counts = np.frombuffer(self.got["counts"], dtype=np.int64)
         for t in np.flatnonzero(self.classes == UNKNOWN).tolist():
             cat = self.strings[self.triples[t, 1]]
             sel.unknown[cat] = sel.unknown.get(cat, 0) + int(counts[t])
-        for index, pid, tid, value in self.got["meta"]:
-            if self.event_class[index] == METADATA:
-                sel.name(self.string(int(self.triples[self.triple[index], 2])), pid, tid, value)
+        for t, pid, tid, value in self.got["meta"]:  # events of class METADATA only
+            sel.name(self.string(int(self.triples[t, 2])), pid, tid, value)
         return sel
 
     def add_to(self, builder: _FrameBuilder) -> None:
         """Add these events to ``builder``, as ``builder.add`` adds the same events decoded."""
         sel = self.selection()
-        if not self.keep.any():
+        if not self.kept:
             builder.add_part(self.n, sel, None)
             return
         builder.add_part(self.n, sel, self._columns())
         self.got = {}
 
     def _column(self, name: str, dtype: Any) -> np.ndarray:
-        return np.frombuffer(self.got[name], dtype=dtype)[self.keep]
+        return np.frombuffer(self.got[name], dtype=dtype)
 
     def _columns(self) -> dict:
-        keep, s = self.keep, self.string
-        ph, name = (self.triples[:, i][self.triple[keep]] for i in (0, 2))
+        s = self.string
+        triple = self._column("triple", np.int32)
+        ph, name = (self.triples[:, i][triple] for i in (0, 2))
         flags = self.tflags
         part = {
-            "kind": self.event_class[keep],
+            "kind": self._column("kind", np.int8),
             "name": _categorical_codes(name + 1, lambda c: s(c - 1) or ""),
             **{c: self._ids(c) for c in ("pid", "tid")},
             "ts": self._column("ts", np.int64),
@@ -117,7 +116,7 @@ class Scanned:
         """An id column: ints as scanned, strings (codes) converted as ``_int_column`` does."""
         ids = self._column(name, np.int64)
         bit = 1 << _ID_COLUMNS.index(name)
-        is_str = (np.frombuffer(self.got["idstr"], dtype=np.uint8)[self.keep] & bit) != 0
+        is_str = (np.frombuffer(self.got["idstr"], dtype=np.uint8) & bit) != 0
         if is_str.any():
             ids = ids.copy()
             codes = ids[is_str]
@@ -134,11 +133,11 @@ def scan(text: Any, start: int, end: int | None, text_times: bool) -> Scanned | 
     with msgspec) or is off."""
     if not enabled():
         return None
-    got = _kineto.scan(text, start, end, text_times)
+    got = _kineto.scan(text, start, end, text_times, event_class)
     if got is None:
         return None
     scanned = Scanned(got, text_times)
     if scanned.need_text:
-        got = _kineto.scan(text, start, end, True)
+        got = _kineto.scan(text, start, end, True, event_class)
         return None if got is None else Scanned(got, True)
     return scanned
