@@ -35,6 +35,10 @@ _BOM = b"\xef\xbb\xbf"
 #: msgspec takes as ``traceEvents`` (no text can guess the name).
 _SENTINEL_NAME = f"tracekit-native-{os.urandom(8).hex()}"
 _SENTINEL = b'[{"name": "%s"}]' % _SENTINEL_NAME.encode()
+#: Text read past where a slice's cut is looked for (its ``}`` ``,`` ``{`` gap is in it, unless
+#: an event is longer): reading no further leaves little text to move after the cut. (At most
+#: a sixteenth of a slice.)
+_CUT_MARGIN = 1 << 16
 #: Cuts that fell inside strings, per file, before giving up on slicing it.
 _MAX_MISSES = 256
 
@@ -58,6 +62,10 @@ class _Slicer:
         self.misses = 0
         self.peak = 0
         self.slices = 0
+        #: Where the next cut will be looked for, plus a margin (None: not known): a read stops
+        #: there, so that little text is left after the cut for :meth:`drop` to move.
+        self.target: int | None = None
+        self.margin = max(1, min(_CUT_MARGIN, chunk_bytes >> 4))
 
     def more(self) -> bool:
         if isinstance(self.pieces, PlainText):
@@ -77,14 +85,15 @@ class _Slicer:
         for the next piece is replaced by one for two slices (what :func:`stream_decode` reads
         before its first cut, and more than a slice and a piece: once per file), or for all
         that is left when less; with all that was expected in, a small read says whether the
-        file grew, so a buffer that fits is never outgrown."""
-        want = min(text.piece, text.left)
+        file grew, so a buffer that fits is never outgrown. A read stops at :attr:`target`."""
+        size = text.piece if self.target is None else min(text.piece, max(self.target - self.n, self.margin))
+        want = min(size, text.left)
         if len(self.buf) - self.n < want:
-            buf = bytearray(max(self.n + want, min(self.n + text.left, 2 * self.chunk)))
+            buf = bytearray(max(self.n + want, min(self.n + text.left, 2 * (self.chunk + self.margin))))
             with memoryview(self.buf) as old:
                 buf[: self.n] = old[: self.n]
             self.buf = buf
-        room = min(len(self.buf) - self.n, text.piece)
+        room = min(len(self.buf) - self.n, size)
         if room:
             with memoryview(self.buf) as mv, mv[self.n : self.n + room] as part:
                 got = text.readinto(part)
@@ -191,13 +200,15 @@ def stream_decode(
     """Decode the text of ``pieces`` into ``builder``, one slice of ``traceEvents`` at a time.
 
     Returns the document (its ``traceEvents`` empty: they are in ``builder``); or the whole text
-    when it is shorter than two slices or not shaped like a trace near its start (decode it
+    when it is shorter than about two slices or not shaped like a trace near its start (decode it
     whole); or ``None`` when a slice or the end did not decode (the file is broken or unusual:
     read it again whole, for the decoder's own error message). ``stats`` receives the largest
     text buffered (``peak_buffer``) and the number of slices.
     """
     s = _Slicer(pieces, builder, chunk_bytes)
-    while s.n < 2 * chunk_bytes and s.more():
+    if isinstance(pieces, PlainText):  # read to just past two cuts: little is left after them
+        s.target = 2 * chunk_bytes + s.margin
+    while s.n < (s.target or 2 * chunk_bytes) and s.more():
         pass
     with memoryview(s.buf) as mv, mv[: s.n] as text:  # not held(): the buffer keeps its size
         head = _head(text)
@@ -213,6 +224,7 @@ def stream_decode(
             if pos > 1:  # drop the text already decoded (but the byte before the next event)
                 s.drop(pos - 1)
                 pos = 1
+            s.target = pos + chunk_bytes + s.margin
             if not s.more():
                 break
         doc = s.finish(_clean_head(head), pos)
@@ -239,6 +251,7 @@ def decode_events(pieces: Iterable[bytes] | PlainText, builder: _FrameBuilder, c
         if pos > 1:
             s.drop(pos - 1)
             pos = 1
+        s.target = pos + chunk_bytes + s.margin
     s.add(pos, s.n - 1)  # up to the closing ']'
     return s.peak
 
