@@ -81,15 +81,18 @@ class _Slicer:
         return True
 
     def read_into(self, text: PlainText) -> bool:
-        """A piece of ``text`` read straight into the buffer after its text. A buffer too small
-        for the next piece is replaced by one for two slices (what :func:`stream_decode` reads
-        before its first cut, and more than a slice and a piece: once per file), or for all
-        that is left when less; with all that was expected in, a small read says whether the
-        file grew, so a buffer that fits is never outgrown. A read stops at :attr:`target`."""
+        """A piece of ``text`` read straight into the buffer after its text; a read stops at
+        :attr:`target`. A buffer too small for the next piece is replaced by one for all that
+        is left, when that is read whole (about two slices), else for a slice and a few margins
+        (reads stop there: once per file, but for events longer than the margins); with all
+        that was expected in, a small read says whether the file grew, so a buffer that fits is
+        never outgrown. (Every page of the buffer is faulted in once: it is kept small.)"""
         size = text.piece if self.target is None else min(text.piece, max(self.target - self.n, self.margin))
         want = min(size, text.left)
         if len(self.buf) - self.n < want:
-            buf = bytearray(max(self.n + want, min(self.n + text.left, 2 * (self.chunk + self.margin))))
+            need = self.n + text.left
+            cap = need if need <= 2 * self.chunk + self.margin else self.chunk + 4 * self.margin
+            buf = bytearray(max(self.n + want, cap))
             with memoryview(self.buf) as old:
                 buf[: self.n] = old[: self.n]
             self.buf = buf
@@ -206,8 +209,9 @@ def stream_decode(
     text buffered (``peak_buffer``) and the number of slices.
     """
     s = _Slicer(pieces, builder, chunk_bytes)
-    if isinstance(pieces, PlainText):  # read to just past two cuts: little is left after them
-        s.target = 2 * chunk_bytes + s.margin
+    if isinstance(pieces, PlainText):  # all of a short text, else to just past the first cut
+        short = pieces.left <= 2 * chunk_bytes + s.margin
+        s.target = 2 * chunk_bytes + s.margin if short else chunk_bytes + 2 * s.margin
     while s.n < (s.target or 2 * chunk_bytes) and s.more():
         pass
     with memoryview(s.buf) as mv, mv[: s.n] as text:  # not held(): the buffer keeps its size
@@ -246,6 +250,7 @@ def decode_events(pieces: Iterable[bytes] | PlainText, builder: _FrameBuilder, c
         pieces = itertools.chain((b"[",), pieces, (b"]",))
     s = _Slicer(pieces, builder, chunk_bytes)
     pos = 1
+    s.target = pos + chunk_bytes + s.margin
     while s.more():
         pos = s.cut_slices(pos)
         if pos > 1:
