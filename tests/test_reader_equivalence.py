@@ -164,6 +164,34 @@ def test_streamed_decode_equals_whole_decode(path, gz, monkeypatch, tmp_path):
         assert st["peak_buffer"] <= 2 * (1 << 14) + (1 << 12) + 2 * biggest_event, st
 
 
+def test_an_event_longer_than_the_read_margin_is_read_by_whole_pieces(tmp_path, monkeypatch):
+    """A plain file's reads stop just past where the next cut is looked for; when no cut is
+    there (an event longer than the margin), the rest comes in whole pieces, not margin-sized
+    reads each followed by a search of the whole buffer. The events are those of a whole read."""
+    evs = [
+        {"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1}
+        for i in range(300)
+    ]
+    evs[100]["args"] = {"x": "y" * (1 << 20)}
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": evs}))
+    reads = []
+    real = F.PlainText.readinto
+
+    def spy(self, out):
+        got = real(self, out)
+        reads.append(got)
+        return got
+
+    monkeypatch.setattr(F.PlainText, "readinto", spy)
+    stats: list = []
+    streamed = _streamed(p, monkeypatch, stats)
+    assert len(streamed.events) == 300
+    ((_, st),) = stats
+    assert st["slices"] > 1
+    assert len(reads) <= p.stat().st_size // (1 << 12) + 4 * st["slices"] + 8, (len(reads), st)
+
+
 def test_streamed_decode_is_used_and_survives_brackets_in_strings(tmp_path, monkeypatch):
     """Names with '}, {' and ']' inside strings, and a log list and metadata after the array."""
     evs = [

@@ -82,20 +82,25 @@ class _Slicer:
 
     def read_into(self, text: PlainText) -> bool:
         """A piece of ``text`` read straight into the buffer after its text; a read stops at
-        :attr:`target`. A buffer too small for the next piece is replaced by one for all that
-        is left, when that is read whole (about two slices), else for a slice and a few margins
-        (reads stop there: once per file, but for events longer than the margins); with all
-        that was expected in, a small read says whether the file grew, so a buffer that fits is
-        never outgrown. (Every page of the buffer is faulted in once: it is kept small.)"""
-        size = text.piece if self.target is None else min(text.piece, max(self.target - self.n, self.margin))
+        :attr:`target` (whole pieces past it: a cut not found there, in an event longer than
+        the margin, is looked for again after each piece, as for any reader). The buffer is
+        first made for all that is left when that is read whole (about two slices), else for a
+        slice and a few margins (reads stop there); it grows in place by an eighth or more
+        (as a bytearray does) only for longer events; with all that was expected in, a small
+        read says whether the file grew, so a buffer that fits is never outgrown. (Every page
+        of the buffer is faulted in once: it is kept small.)"""
+        size = text.piece
+        if self.target is not None and self.n < self.target:
+            size = min(size, max(self.target - self.n, self.margin))
         want = min(size, text.left)
         if len(self.buf) - self.n < want:
-            need = self.n + text.left
-            cap = need if need <= 2 * self.chunk + self.margin else self.chunk + 4 * self.margin
-            buf = bytearray(max(self.n + want, cap))
-            with memoryview(self.buf) as old:
-                buf[: self.n] = old[: self.n]
-            self.buf = buf
+            if not self.buf:
+                need = text.left
+                self.buf = bytearray(
+                    max(want, need if need <= 2 * self.chunk + self.margin else self.chunk + 4 * self.margin)
+                )
+            else:  # in place (realloc): the text is not copied
+                self.buf += bytes(max(self.n + want, len(self.buf) + (len(self.buf) >> 3)) - len(self.buf))
         room = min(len(self.buf) - self.n, size)
         if room:
             with memoryview(self.buf) as mv, mv[self.n : self.n + room] as part:
@@ -217,6 +222,7 @@ def stream_decode(
     with memoryview(s.buf) as mv, mv[: s.n] as text:  # not held(): the buffer keeps its size
         head = _head(text)
     if s.eof or head is None:
+        s.target = None  # whole pieces from here
         while s.more():  # small, or not a trace's shape: the caller decodes it whole
             pass
         _stats(stats, s)
