@@ -91,5 +91,7 @@ def whole_numbers(spec: TableSpec | None, df: pd.DataFrame) -> pd.DataFrame:
         return df
     for c, unit in spec.values.items():
         if unit in INTEGER_UNITS and c in df.columns and pd.api.types.is_numeric_dtype(df[c]):
-            df[c] = df[c].astype(float).round().fillna(0).astype("int64")
+            v = np.round(df[c].to_numpy(dtype=float, na_value=np.nan))  # Series.round's numpy round
+            v[np.isnan(v)] = 0
+            df[c] = v.astype("int64")
     return df
