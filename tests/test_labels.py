@@ -44,6 +44,28 @@ def test_every_activity_gets_one_label_of_each_kind_with_its_rule(tmp_path):
     assert (mem["kernel_category"], mem["rule"]) == ("Memcpy", "memcpy")
 
 
+def test_labels_kept_between_files_are_the_rules_labels_and_bounded(tmp_path, monkeypatch):
+    import dataclasses
+
+    from tracekit import taxonomy
+
+    linked = link(read_trace(_plant(tmp_path)), module_taxonomy())
+    rules = dataclasses.replace(kernel_rules(), memo={})  # a private memo: the cached rules' stays as it is
+    first = assign_categories(linked, module_taxonomy(), rules)
+    cases = len(rules.memo)
+    assert cases >= 4  # GEMM, mul, the all-reduce and the memcpy at least
+    again = assign_categories(linked, module_taxonomy(), rules)  # every label from the memo now
+    assert again.equals(first) and len(rules.memo) == cases
+    fresh = assign_categories(linked, module_taxonomy(), dataclasses.replace(rules, memo={}))
+    assert fresh.equals(first)
+    monkeypatch.setattr(taxonomy, "MEMO_CASES", cases)
+    rules.memo.update({("other trace", i): ("Other", "", "") for i in range(cases)})  # over the bound
+    assert assign_categories(linked, module_taxonomy(), rules).equals(first)
+    assert len(rules.memo) == cases and ("other trace", 0) not in rules.memo  # emptied first
+    assert assign_categories(linked, module_taxonomy(), rules).equals(first)
+    assert len(rules.memo) == cases  # at the bound, not over it: kept
+
+
 def test_rule_ids_name_the_rule_in_its_file(tmp_path):
     rules = kernel_rules()
     cat, rid = rules.classify("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", "aten::mm")

@@ -122,12 +122,12 @@ def kernel_categories(
 ) -> tuple[pd.Categorical, pd.Categorical, pd.Categorical]:
     """(kernel_category, rule, collective) per activity; rules applied once per distinct case
     of (name, top op, op, collective text, group), found on the columns' integer codes, and
-    once per process (kept in ``rules.memo``: the ranks of a run share their cases)."""
+    once per process (kept in ``rules.memo``, bounded: the ranks of a run share their cases)."""
     parts = [codes_of(a[c]) for c in ("name", "top_op", "op", "comm_text")]
     parts.append((group.codes, group.values))
     key, first = distinct_rows(*(codes for codes, _ in parts))
     cases = zip(*(uniq[codes[first]].tolist() for codes, uniq in parts))
-    memo = rules.memo
+    memo = rules.remembered()
     labels = [memo[c] if c in memo else memo.setdefault(c, _kernel_label(rules, *c)) for c in cases]
     arange = np.arange(len(key))
     return tuple(

@@ -216,6 +216,10 @@ def kernel_head(name: str) -> str:
     return parts[-1] if parts else name
 
 
+#: Most distinct kernel cases :attr:`KernelRules.memo` keeps between files (~20 MB at most).
+MEMO_CASES = 1 << 16
+
+
 @dataclass
 class KernelRules:
     rules: list[KernelRule]
@@ -223,8 +227,17 @@ class KernelRules:
     comm_op: re.Pattern
     collectives: list[tuple[str, re.Pattern]]
     #: What :mod:`tracekit.labels` derived from these rules per distinct activity case, kept
-    #: with them: the ranks one process analyses share their kernel names.
+    #: with them: the ranks one process analyses share their kernel names. Read it through
+    #: :meth:`remembered`, which bounds it.
     memo: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def remembered(self) -> dict:
+        """:attr:`memo`, emptied first when it holds more than :data:`MEMO_CASES` cases: a
+        long-lived process (a Dask worker, a notebook) analysing many unrelated traces, or a
+        trace with millions of distinct kernel names, keeps at most that many between files."""
+        if len(self.memo) > MEMO_CASES:
+            self.memo.clear()
+        return self.memo
 
     def compute_category(self, kernel: str, op: str) -> str:
         return self.classify(kernel, op)[0]
