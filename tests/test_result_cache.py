@@ -242,6 +242,22 @@ def test_oversized_entry_is_refused_from_its_size(trace, monkeypatch):
     assert results.load(trace, Options()) is None
 
 
+@pytest.mark.parametrize("small_rows", [1 << 16, 0])
+def test_small_and_big_entries_read_back_exactly(trace, monkeypatch, small_rows):
+    """An entry of at most results.SMALL_ENTRY_ROWS intervals is written with lz4 (no column
+    statistics), a bigger one with zstd: either reads back as the cold analysis."""
+    monkeypatch.setattr(results, "SMALL_ENTRY_ROWS", small_rows)
+    cold = tracekit.load(trace, cache=False)
+    tracekit.load(trace)
+    column = pq.ParquetFile(_result_entry()).metadata.row_group(0).column(0)
+    assert column.compression == ("LZ4" if small_rows else "ZSTD")
+    assert column.is_stats_set == (not small_rows)
+    _no_pipeline(monkeypatch)
+    again = tracekit.load(trace)
+    _same_tables(cold.tables(per_step=True), again.tables(per_step=True))
+    pd.testing.assert_frame_equal(again.intervals, cold.intervals, check_exact=True)
+
+
 def test_one_lru_bound_over_both_kinds(tmp_path, cachedir, monkeypatch):
     monkeypatch.setattr("tracekit.perfile.SMALL_FILE", -1)  # both kinds of entries, each file
     traces = [write_trace(tmp_path / f"r{i}.json", make_trace(n_steps=2, seed=i)[0]) for i in range(3)]
