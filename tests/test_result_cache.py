@@ -258,6 +258,38 @@ def test_small_and_big_entries_read_back_exactly(trace, monkeypatch, small_rows)
     pd.testing.assert_frame_equal(again.intervals, cold.intervals, check_exact=True)
 
 
+@pytest.mark.parametrize("own_arrays", [True, False])
+def test_intervals_become_the_arrow_table_from_pandas_gives(trace, monkeypatch, own_arrays):
+    """An entry's columns are built from the frame's arrays (results._arrow), with or without
+    pandas' own column iteration: the table pa.Table.from_pandas gives, metadata aside, for
+    every kind of column (NaN, missing labels, unused and ordered categories); frames that
+    would not read back the same are refused."""
+    if not own_arrays:
+        monkeypatch.delattr(pd.DataFrame, "_iter_column_arrays", raising=False)
+    mixed = pd.DataFrame(
+        {
+            "step": pd.array([1, 2, 3], "int64"),
+            "ms": [0.1, float("nan"), -0.0],
+            "ok": [True, False, True],
+            "kind": pd.array([1, 2, 3], "int8"),
+            "phase": pd.Categorical(
+                ["backward", None, "forward"], categories=["forward", "backward", "unused"]
+            ),
+            "rank": pd.Categorical(["b", "a", "b"], categories=["b", "a"], ordered=True),
+            "window": pd.array(["a", None, "a"], dtype="str"),
+            "label": pd.Series(["x", None, "x"], dtype=object),
+        }
+    )
+    intervals = tracekit.load(trace, cache=False).intervals
+    for df in (mixed, pd.DataFrame(columns=["step", "name"]), intervals):
+        want = pa.Table.from_pandas(df, preserve_index=False).replace_schema_metadata(None)
+        got = results._arrow(df)
+        assert got.schema.equals(want.schema, check_metadata=True) and got.equals(want)
+    for bad in (mixed.set_axis(["a"] * 8, axis=1), mixed.set_axis(range(8), axis=1), mixed.iloc[1:]):
+        with pytest.raises(ValueError):
+            results._arrow(bad)
+
+
 def test_one_lru_bound_over_both_kinds(tmp_path, cachedir, monkeypatch):
     monkeypatch.setattr("tracekit.perfile.SMALL_FILE", -1)  # both kinds of entries, each file
     traces = [write_trace(tmp_path / f"r{i}.json", make_trace(n_steps=2, seed=i)[0]) for i in range(3)]

