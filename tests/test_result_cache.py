@@ -473,3 +473,11 @@ def test_packed_frames_read_back_exactly_or_are_refused():
     odd = pack(pd.DataFrame({"c": pd.Categorical([1, 2])}))  # categories that are not text
     with pytest.raises(ValueError):
         packed_ipc.encode({"odd": odd})
+    # a tag's JSON is checked once (packed_ipc._CHECKED), still against each column's dtype
+    again = packed_ipc.encode({k: pack(v) for k, v in frames.items()})
+    assert again == (descs, blob)
+    for i, other in ((0, "float64"), (4, pd.CategoricalDtype(["forward", "other"]))):
+        forged = pack(frames["mixed"])
+        forged.dtypes = [*forged.dtypes[:i], other, *forged.dtypes[i + 1 :]]
+        with pytest.raises(ValueError):
+            packed_ipc.encode({"forged": forged})

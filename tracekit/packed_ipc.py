@@ -64,15 +64,41 @@ def _json_tag(tag: tuple) -> list:
 
 def _describe(p: Packed) -> dict:
     """The JSON of ``p``'s columns and tags, checked to read back as the same ones."""
-    tags = [_json_tag(t) for t in p.tags]
-    desc = {"columns": list(p.columns), "columns_dtype": _index_dtype(p.columns), "tags": tags}
+    desc = {"columns": list(p.columns), "columns_dtype": _index_dtype(p.columns)}
     if p.columns.name is not None or desc["columns_dtype"] not in _INDEX_DTYPES:
         raise ValueError("column index")
-    back = [_tag(t) for t in tags]
-    same = all(_dtype(t) == d and str(_dtype(t)) == str(d) for t, d in zip(back, p.dtypes))
-    if back != list(p.tags) or not same:
-        raise ValueError("dtype")
+    desc["tags"] = [_json_checked(t, d) for t, d in zip(p.tags, p.dtypes)]
     return desc
+
+
+#: ``tag -> (its JSON, the dtype that reads back as, the last dtype found equal to that)``.
+_CHECKED: dict[tuple, tuple[list, Any, Any]] = {}
+
+
+def _json_checked(tag: tuple, dtype: Any) -> list:
+    """The JSON of a column's tag, checked to read back as ``tag`` and ``dtype`` (ValueError
+    otherwise). Remembered per tag: a JSON checked once reads back as the same dtype, so a
+    column whose dtype is that one (often the very object: a worker's ranks share most dtype
+    objects) needs no new check. Building a categorical dtype from its tag and ``str`` of
+    every dtype were 1.2 of the 3.4 ms it took to encode a rank's frames."""
+    got = _CHECKED.get(tag)
+    if got is not None:
+        text, back, last = got
+        if last is dtype:
+            return text
+        if back == dtype and str(back) == str(dtype):
+            _CHECKED[tag] = (text, back, dtype)
+            return text
+    text = _json_tag(tag)
+    if _tag(text) != tag:
+        raise ValueError("dtype")
+    back = _dtype(tag)
+    if not (back == dtype and str(back) == str(dtype)):
+        raise ValueError("dtype")
+    if len(_CHECKED) >= 4096:
+        _CHECKED.clear()
+    _CHECKED[tag] = (text, back, dtype)
+    return text
 
 
 def _index_dtype(columns: pd.Index) -> str:
