@@ -346,6 +346,19 @@ def test_ranks_come_back_as_handles_and_load_one_at_a_time(tmp_path, cachedir, m
             _no_pipeline(monkeypatch)
 
 
+def test_a_worker_sends_its_steps_and_windows_packed(trace):
+    """What a worker sends back (tabulate_file, cache on) holds its steps and windows packed,
+    analysed and stored or read from the entry: the parent gathers them as they are (unpacked,
+    they cost the worker a decode and the parent a pack per rank)."""
+    from tracekit.gathered import Packed
+    from tracekit.perfile import tabulate_file
+
+    for run in ("stored", "cached"):
+        att, _ = tabulate_file(trace, Options())
+        assert att.lazy, run
+        assert all(isinstance(att.__dict__[k], Packed) for k in ("_steps", "_windows")), run
+
+
 def test_windows_of_one_rank_merge_lazily(tmp_path, cachedir, monkeypatch):
     """Two window files of one rank (the result is cached per file, never the merged one): the
     merged rank's intervals are read from both entries when needed, steps renumbered."""

@@ -8,6 +8,7 @@ replaced by a handle to the cache entry (read by the parent only when a view nee
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import socket
@@ -59,7 +60,7 @@ def tabulate_file(path: str | os.PathLike, options: Options, keep: bool = False)
         got = results.load(path, options)
         if got is not None:
             att, tables = got
-            return (replace(att, intervals=att.load_intervals()) if elsewhere else att), tables
+            return (_holding(att, att.load_intervals()) if elsewhere else att), tables
     return tabulate_fresh(path, options, keep or elsewhere)
 
 
@@ -83,8 +84,17 @@ def tabulate_fresh(path: str | os.PathLike, options: Options, keep: bool) -> tup
     att, tables = pack_tables(replace(att, modules=pd.DataFrame()), tables)
     stored = results.store(att, tables, path, options, key) if key is not None else None
     if stored is not None and not keep:
-        att = replace(att, intervals=stored)
+        att = _holding(att, stored)
     return att, tables
+
+
+def _holding(att: Attributed, intervals: object) -> Attributed:
+    """A copy of ``att`` holding ``intervals``. Not ``dataclasses.replace``: it reads every
+    field through its property, so packed steps and windows came back as DataFrames, which the
+    worker then pickled and the parent packed again (a third of the parent's gather per rank)."""
+    out = copy.copy(att)
+    out.intervals = intervals
+    return out
 
 
 def _small(path: str | os.PathLike) -> bool:
