@@ -132,8 +132,19 @@ def encode(frames: dict[str, Any]) -> tuple[list[dict], bytes]:
     return descs, sink.getvalue().to_pybytes()
 
 
+#: ``n -> the offsets [0, n]`` of a one-row list (Arrow arrays are immutable: shared). A
+#: rank's 110 columns have a handful of lengths; making each anew was a third of packing them.
+_OFFSETS: dict[int, pa.Array] = {}
+
+
 def _one_row(values: pa.Array) -> pa.ListArray:
-    return pa.ListArray.from_arrays(pa.array([0, len(values)], pa.int32()), values)
+    n = len(values)
+    offsets = _OFFSETS.get(n)
+    if offsets is None:
+        if len(_OFFSETS) >= 1024:
+            _OFFSETS.clear()
+        offsets = _OFFSETS[n] = pa.array([0, n], pa.int32())
+    return pa.ListArray.from_arrays(offsets, values)
 
 
 def decode(descs: Any, blob: Any, limit: int) -> dict[str, Packed] | None:
