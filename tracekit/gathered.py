@@ -58,7 +58,9 @@ class _Schema:
     def append(self, arrays: list[np.ndarray]) -> tuple[int, int]:
         start = self.rows
         for chunks, a in zip(self.chunks, arrays):
-            chunks.append(a)
+            # An unpickled array (a worker's) is a view of its message's bytes: two array
+            # objects and a bytes object each, until the chunks are joined. Kept compact.
+            chunks.append(a if a.base is None else a.copy())
             if len(chunks) > _CHUNKS:
                 chunks[:] = [np.concatenate(chunks)]
         self.rows += len(arrays[0]) if arrays else 0
