@@ -61,10 +61,15 @@ def process_of(events: pd.DataFrame) -> int | None:
     """The process that recorded a file's CPU side: the pid of most of its CPU events."""
     if events.empty:
         return None
-    cpu = events["pid"][events["kind"].isin((CPU_OP, ANNOTATION, PYTHON, RUNTIME))]
-    if cpu.empty:
+    kind = events["kind"].to_numpy()
+    cpu = events["pid"].to_numpy()[np.isin(kind, (CPU_OP, ANNOTATION, PYTHON, RUNTIME))]
+    if cpu.size == 0:
         return None
-    return int(cpu.value_counts().idxmax())
+    codes, pids = pd.factorize(cpu)
+    counts = np.bincount(codes)
+    if (counts == counts.max()).sum() == 1:  # one most frequent pid (else: value_counts' tie order)
+        return int(pids[counts.argmax()])
+    return int(pd.Series(cpu).value_counts().idxmax())
 
 
 def host_of(path: str | os.PathLike, header_host: str | None) -> str | None:

@@ -162,19 +162,21 @@ def layer_index(df: pd.DataFrame) -> np.ndarray:
         return out
     root = _roots(df["parent"].to_numpy())[rows]
     root = np.where(is_layer[root], -1, root)  # layers called at the top: one group
-    lay = pd.DataFrame({"root": root, "start": df["start"].to_numpy()[rows]}, index=rows)
-    lay["inst"] = df["instance"].to_numpy(dtype=object)[rows]
-    lay = lay.sort_values("start", kind="stable")
-    lay["pos"] = lay.groupby("root").cumcount()
-    idx = lay["inst"].map(lay.groupby("inst", sort=False)["pos"].first()).astype(np.int64)
+    # The layers by start (stable); a layer's position among its pass's layers
+    # (``groupby(root).cumcount()``); each instance's index: the position of its first call.
+    order = np.argsort(df["start"].to_numpy()[rows], kind="stable")
+    lay = rows[order]
+    pos = _rank_in_group(pd.factorize(root[order])[0], np.arange(len(lay)))
+    inst = pd.factorize(df["instance"].to_numpy(dtype=object)[lay])[0]  # numbered by first call
+    idx = pos[np.searchsorted(np.maximum.accumulate(inst), np.arange(int(inst.max()) + 1))][inst]
     qual = df["qualname"].to_numpy(dtype=object)
-    numbered = pd.Series(qual[lay.index]).str.extract(_NUMBERED, expand=False).to_numpy()
+    numbered = pd.Series(qual[lay]).str.extract(_NUMBERED, expand=False).to_numpy()
     has = pd.notna(numbered)
     idx[has] = numbered[has].astype(np.int64)
-    out[lay.index.to_numpy()] = idx.to_numpy()
+    out[lay] = idx
     inside = df["layer"].to_numpy()
     out = np.where(inside >= 0, out[np.maximum(inside, 0)], -1)
-    by_name = {q: i for q, i in zip(qual[lay.index], idx.to_numpy()) if q}
+    by_name = {q: i for q, i in zip(qual[lay], idx) if q}
     for r in np.flatnonzero((inside < 0) & (qual != "")) if by_name else ():
         out[r] = _extends(qual[r], by_name)
     return out

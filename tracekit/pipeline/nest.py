@@ -121,7 +121,8 @@ def _ranges(t: Trace, kind: np.ndarray) -> pd.DataFrame:
             "seq": seq[keep],
             "fwd_tid": fwd_tid[keep],
             "flags": flags[keep],
-        }
+        },
+        copy=False,  # fresh arrays: kept as they are, not copied into one block
     )
 
 

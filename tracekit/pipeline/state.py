@@ -110,8 +110,10 @@ def take(arr: np.ndarray, idx: np.ndarray, default):
     dtype = (
         object if isinstance(default, str) or a.dtype == object else np.result_type(a.dtype, type(default))
     )
-    out = np.full(idx.shape, default, dtype=dtype)
     ok = idx >= 0
+    if idx.size and ok.all():  # every row found (the common case): one gather, no mask
+        return a[idx].astype(dtype, copy=False)
+    out = np.full(idx.shape, default, dtype=dtype)
     if ok.any():
         out[ok] = a[idx[ok]]
     return out
