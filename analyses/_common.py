@@ -39,19 +39,19 @@ def _sorted_categorical(col: pd.Series, replace: dict[str, str] | None) -> pd.Ca
     dtype = col.dtype
     if not isinstance(dtype, pd.CategoricalDtype) or dtype.ordered or dtype.categories.dtype != _STR:
         return None
-    if len(col) == 0 or col.hasnans:
+    codes = col.array.codes
+    if len(col) == 0 or (codes < 0).any():  # empty, or a missing value
         return None
-    codes = col.cat.codes.to_numpy()
     used = np.flatnonzero(np.bincount(codes, minlength=len(dtype.categories)))
-    kept = dtype.categories[used]
+    kept = np.asarray(dtype.categories, dtype=object)[used]
     if replace and any(k in replace for k in kept):
         return None
-    order = np.argsort(np.asarray(kept, dtype=object), kind="stable")
+    order = np.argsort(kept, kind="stable")
     if len(used) == len(dtype.categories) and (order == np.arange(len(order))).all():
         return col.array
     remap = np.full(len(dtype.categories), -1, np.intp)
     remap[used[order]] = np.arange(len(used))
-    return pd.Categorical.from_codes(remap[codes], categories=kept[order], validate=False)
+    return pd.Categorical.from_codes(remap[codes], categories=dtype.categories[used[order]], validate=False)
 
 
 #: The dtype pandas gives an Index of str (pandas 3: arrow-backed ``str``).

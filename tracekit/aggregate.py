@@ -78,7 +78,7 @@ def _distinct_keys(df: pd.DataFrame, keys: list[str]) -> bool:
     for k in keys:
         col = df[k]
         is_cat = isinstance(col.dtype, pd.CategoricalDtype)
-        c = col.cat.codes.to_numpy() if is_cat else pd.factorize(col.array)[0]
+        c = col.array.codes if is_cat else pd.factorize(col.array)[0]
         if (c < 0).any():  # missing
             return False
         codes.append(c)

@@ -91,7 +91,7 @@ def _order_codes(col: pd.Series) -> np.ndarray:
     an int column's own values, a categorical's codes (pandas sorts a categorical's groups in
     the order of its categories), else the factorized codes."""
     if isinstance(col.dtype, pd.CategoricalDtype):
-        return col.cat.codes.to_numpy()
+        return col.array.codes
     v = col.to_numpy()
     if v.dtype.kind == "i" and v.min(initial=0) >= 0:  # no value reads as missing (-1)
         return v.astype(np.int64, copy=False)

@@ -83,7 +83,7 @@ def _matches(col: pd.Series, rx, full: bool = False) -> np.ndarray:
     cats = col.cat.categories
     test = rx.fullmatch if full else rx.search
     hit = np.array([bool(test(str(c))) for c in cats] + [False], dtype=bool)
-    return hit[col.cat.codes.to_numpy()]
+    return hit[col.array.codes]
 
 
 #: The activity groups, in the order of their codes (:func:`groups`).

@@ -52,6 +52,6 @@ def as_categories(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _all_used(col: pd.Series) -> bool:
     """Every category of a categorical column appears in it (removing unused ones is a no-op)."""
-    codes = col.cat.codes.to_numpy()
-    n = len(col.cat.categories)
+    codes = col.array.codes
+    n = len(col.dtype.categories)
     return bool((np.bincount(codes[codes >= 0], minlength=n)[:n] > 0).all())

@@ -138,27 +138,26 @@ def range_flags(
     (``(codes, distinct)``: each distinct name is tested once); ``has_collective``: the event
     records a collective ("Collective name")."""
     codes, uniq = names
-
-    def per_name(mask: np.ndarray) -> np.ndarray:
-        return np.asarray(mask, bool)[codes]
-
     u = pd.Series(uniq, dtype=object)
-    flags = np.zeros(len(codes), dtype=np.int64)
+    # Per distinct name, the flags its name alone gives, and the name tests that the event's
+    # kind completes (bits above the flags'); read for every range by one gather.
+    is_step, is_mod, is_rope = 1 << 16, 1 << 17, 1 << 18
+    by_name = np.zeros(len(uniq), dtype=np.int64)
+    by_name |= np.where(u.str.startswith(OPT_PREFIX), F_OPT, 0)
+    by_name |= np.where(u.str.startswith(EVAL_PREFIX), F_EVAL, 0)
+    by_name |= np.where(u.str.startswith(COMM_PREFIXES), F_COMM, 0)
     # ProfilerStep# recorded as a cpu_op/Operator (torch 1.8-1.13) is a step, not an op.
-    is_op = (kinds == CPU_OP) & ~per_name(u.str.startswith("ProfilerStep#"))
+    by_name |= np.where(u.str.startswith("ProfilerStep#"), is_step, 0)
+    by_name |= np.where(u.str.startswith(ann.MODULE_PREFIX if use_capture_modules else MODULE_PREFIX), is_mod, 0)
+    by_name |= np.where(u.str.contains("rotary", case=False, regex=False), is_rope, 0)
+    named = by_name[codes]
+    flags = named & (F_OPT | F_EVAL | F_COMM)
+    is_op = (kinds == CPU_OP) & ((named & is_step) == 0)
     flags |= np.where(is_op, F_OP, 0)
-    if use_capture_modules:
-        is_mod = (kinds == ANNOTATION) & per_name(u.str.startswith(ann.MODULE_PREFIX))
-    else:
-        is_mod = (kinds == PYTHON) & per_name(u.str.startswith(MODULE_PREFIX))
-    flags |= np.where(is_mod, F_MODULE, 0)
-    flags |= np.where(per_name(u.str.startswith(OPT_PREFIX)), F_OPT, 0)
-    is_eval = per_name(u.str.startswith(EVAL_PREFIX))
-    flags |= np.where(is_eval, F_EVAL, 0)
+    module_kind = ANNOTATION if use_capture_modules else PYTHON
+    flags |= np.where((kinds == module_kind) & ((named & is_mod) != 0), F_MODULE, 0)
     # A backward node carries the forward thread's id (>0); forward ops carry none or 0.
-    flags |= np.where(is_op & ((seq >= 0) & (fwd_tid > 0) | is_eval), F_BWD, 0)
-    is_comm = per_name(u.str.startswith(COMM_PREFIXES)) | has_collective
-    flags |= np.where(is_comm, F_COMM, 0)
-    is_rope = (kinds == PYTHON) & per_name(u.str.contains("rotary", case=False, regex=False))
-    flags |= np.where(is_rope, F_ROPE, 0)
+    flags |= np.where(is_op & ((seq >= 0) & (fwd_tid > 0) | ((named & F_EVAL) != 0)), F_BWD, 0)
+    flags |= np.where(has_collective, F_COMM, 0)
+    flags |= np.where((kinds == PYTHON) & ((named & is_rope) != 0), F_ROPE, 0)
     return flags

@@ -121,18 +121,30 @@ def take(arr: np.ndarray, idx: np.ndarray, default):
 
 def as_str(col: pd.Series) -> np.ndarray:
     """A string column as an object array of str (categoricals: through their codes, fast)."""
-    if isinstance(col.dtype, pd.CategoricalDtype) and not col.hasnans:
-        cats = np.asarray(col.cat.categories.astype(str), dtype=object)
-        return cats[col.cat.codes.to_numpy()] if len(cats) else np.full(len(col), "", object)
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes, cats = cat_parts(col)
+        if not (codes < 0).any():  # no missing value
+            return cats[codes] if len(cats) else np.full(len(col), "", object)
     return col.astype(str).to_numpy()
+
+
+def cat_parts(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, categories)`` of a categorical column: its codes (-1: missing) and its
+    categories as an object array of str, read off its array (no accessor, no Series)."""
+    arr = col.array
+    cats = arr.categories
+    if not isinstance(cats.dtype, pd.StringDtype):
+        cats = cats.astype(str)
+    return arr.codes, np.asarray(cats, dtype=object)
 
 
 def str_test(col: pd.Series, test: Callable[[pd.Series], pd.Series]) -> np.ndarray:
     """``test(pd.Series(as_str(col)))`` as a bool array (``test``: a vectorised test of a Series
     of str), evaluated once per category when ``col`` is a categorical with no missing value."""
-    if isinstance(col.dtype, pd.CategoricalDtype) and not col.hasnans and len(col.cat.categories):
-        cats = pd.Series(np.asarray(col.cat.categories.astype(str), dtype=object), dtype=object)
-        return np.asarray(test(cats), dtype=bool)[col.cat.codes.to_numpy()]
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes, cats = cat_parts(col)
+        if len(cats) and not (codes < 0).any():
+            return np.asarray(test(pd.Series(cats, dtype=object)), dtype=bool)[codes]
     return np.asarray(test(pd.Series(as_str(col), dtype=object)), dtype=bool)
 
 
@@ -160,8 +172,8 @@ def codes_of(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     of it (``distinct`` an object array of str; a missing value reads "", as the reader
     stores an event with no name)."""
     if isinstance(col.dtype, pd.CategoricalDtype):
-        cats = np.asarray(col.cat.categories.astype(str), dtype=object)
-        codes = col.cat.codes.to_numpy().astype(np.intp)
+        codes, cats = cat_parts(col)
+        codes = codes.astype(np.intp)
         if (codes < 0).any():
             cats, codes = np.append(cats, ""), np.where(codes < 0, len(cats), codes)
         return codes, cats
