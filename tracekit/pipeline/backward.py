@@ -8,7 +8,7 @@ import pandas as pd
 from ..checks import TraceWarning
 from ..nesting import F_BWD, F_MODULE, F_OP, MOD_IN_BWD
 from ..read import FLOW_FWDBWD
-from .state import Trace, as_str, cat_test, categorical, lookup, take
+from .state import Trace, add_columns, as_str, cat_test, categorical, lookup, take
 
 
 def link_backward(t: Trace) -> Trace:
@@ -40,16 +40,23 @@ def link_backward(t: Trace) -> Trace:
         f = np.where(by_flow >= 0, by_flow, by_seq)
         how[use] = np.where(by_flow >= 0, "flow", np.where(by_seq >= 0, "seq", "none"))
         f_op[use] = f
-    a["backward_node"] = use
     r_ev = r["ev"].to_numpy()
-    a["node"] = t.name_categorical(take(r_ev, bwd, -1))
-    a["node_seq"] = seq
-    a["fwd_op_r"] = f_op
-    a["fwd_op_id"] = take(r_ev, f_op, -1)
-    a["fwd_op"] = t.name_categorical(a["fwd_op_id"].to_numpy())
-    a["bwd_link"] = categorical(how)
-    a["backward_linked"] = f_op >= 0
-    accumulate = cat_test(a["node"], lambda s: s.str.contains("AccumulateGrad", regex=False))
+    node = t.name_categorical(take(r_ev, bwd, -1))
+    fwd_op_id = take(r_ev, f_op, -1)
+    t.acts = add_columns(
+        a,
+        {
+            "backward_node": use,
+            "node": node,
+            "node_seq": seq,
+            "fwd_op_r": f_op,
+            "fwd_op_id": fwd_op_id,
+            "fwd_op": t.name_categorical(fwd_op_id),
+            "bwd_link": categorical(how),
+            "backward_linked": f_op >= 0,
+        },
+    )
+    accumulate = cat_test(pd.Series(node), lambda s: s.str.contains("AccumulateGrad", regex=False))
     unlinked = int((use & (f_op < 0) & ~accumulate).sum())
     if unlinked and ((r["flags"].to_numpy() & F_MODULE) != 0).any():
         t.warnings.append(

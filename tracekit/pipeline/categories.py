@@ -9,7 +9,7 @@ import pandas as pd
 from .. import labels
 from ..stages import pass_index
 from ..taxonomy import KernelRules, ModuleTaxonomy
-from .state import Trace
+from .state import Trace, add_columns
 
 #: Label columns stored as categoricals in the final interval table.
 CATEGORICAL = ("group", "kernel_category", "rule", "collective", "module", "module_rule", "block")
@@ -31,10 +31,10 @@ def assign_categories(t: Trace, taxonomy: ModuleTaxonomy, rules: KernelRules) ->
     """
     a = t.acts
     lab = labels.assign_categories(t, taxonomy, rules)
-    for c in lab.columns:
-        a[c] = lab[c].array
-    a["fwd_pass"] = pass_index(t.modules, a["launch_ts"].to_numpy())
-    a["is_gemm"] = ((lab["group"] == "compute") & (lab["kernel_category"] == "GEMM")).to_numpy()
+    cols = {c: lab[c].array for c in lab.columns}
+    cols["fwd_pass"] = pass_index(t.modules, a["launch_ts"].to_numpy())
+    cols["is_gemm"] = ((lab["group"] == "compute") & (lab["kernel_category"] == "GEMM")).to_numpy()
+    t.acts = add_columns(a, cols)
     return t
 
 

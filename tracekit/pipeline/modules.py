@@ -11,7 +11,7 @@ from .. import annotations as ann
 from ..nesting import F_MODULE, F_ROPE
 from ..taxonomy import ModuleTaxonomy
 from .nest import MODULE_PREFIX
-from .state import Coded, Trace, categorical_take, distinct_rows, lookup, str_column, take
+from .state import Coded, Trace, add_columns, categorical_take, distinct_rows, lookup, str_column, take
 
 
 def assign_modules(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
@@ -40,13 +40,19 @@ def assign_modules(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
     rope = np.where(bwd, take(r["bits"].to_numpy(), f_op, 0), a["ctx_bits"].to_numpy()) & F_ROPE
     top_ev = take(r["ev"].to_numpy(), top, -1)
     mod_row = lookup(pd.Series(np.arange(len(t.modules)), index=t.modules["local"].to_numpy()), mod)
-    a["module_id"] = np.where(mod >= 0, mod_row, -1)
-    a["module_instance"] = categorical_take(instance.values, instance.codes, a["module_id"].to_numpy(), "")
-    a["top_op"] = t.name_categorical(top_ev)
-    a["top_op_ts"] = take(t.events["ts"].to_numpy(), top_ev, -1)
-    a["top_op_id"] = top_ev
-    a["rope_frame"] = rope != 0
-    a["layer"] = take(t.modules["layer_index"].to_numpy(), a["module_id"].to_numpy(), -1)
+    module_id = np.where(mod >= 0, mod_row, -1)
+    t.acts = add_columns(
+        a,
+        {
+            "module_id": module_id,
+            "module_instance": categorical_take(instance.values, instance.codes, module_id, ""),
+            "top_op": t.name_categorical(top_ev),
+            "top_op_ts": take(t.events["ts"].to_numpy(), top_ev, -1),
+            "top_op_id": top_ev,
+            "rope_frame": rope != 0,
+            "layer": take(t.modules["layer_index"].to_numpy(), module_id, -1),
+        },
+    )
     t.meta["module_source"] = (
         "capture annotations" if t.capture_modules else ("nn.Module events" if len(t.modules) else "none")
     )

@@ -8,7 +8,7 @@ import pandas as pd
 from .. import annotations as ann
 from ..nesting import F_BWD, F_COMM, F_EVAL, F_MODULE, F_OP, F_OPT, F_ROPE, own_context, sweep
 from ..read import ANNOTATION, CPU_OP, PYTHON
-from .state import Trace, categorical_take, codes_of, lookup, str_test, take
+from .state import Trace, add_columns, categorical_take, codes_of, lookup, str_test, take
 
 OPT_PREFIX = "Optimizer.step#"
 EVAL_PREFIX = "autograd::engine::evaluate_function:"
@@ -55,17 +55,19 @@ def nest_cpu_ops(t: Trace) -> Trace:
         np.concatenate([np.ones(n_r, bool), np.zeros(n_a, bool)]),
         np.concatenate([r["flags"].to_numpy(), np.zeros(n_a, np.int64)]),
     )
+    own = {}
     for col, x in zip(CONTEXT + ("bits",), ctx):
-        r[col] = x[:n_r]
         full = np.full(len(a), 0 if col == "bits" else -1, np.int64)
         full[ok] = x[n_r:]
-        a["ctx_bits" if col == "bits" else col] = full
+        own["ctx_bits" if col == "bits" else col] = full
+    t.ranges = r = add_columns(r, {col: x[:n_r] for col, x in zip(CONTEXT + ("bits",), ctx)})
+    t.acts = a = add_columns(a, own)
     if t.mode == "cpu":
         _own_op_context(a, r)
     r_ev = r["ev"].to_numpy()
-    a["op_id"] = take(r_ev, a["op_r"].to_numpy(), -1)
-    a["op"] = t.name_categorical(a["op_id"].to_numpy())
-    a["comm_text"] = _comm_text(t, take(r_ev, a["comm_r"].to_numpy(), -1))
+    op_id = take(r_ev, a["op_r"].to_numpy(), -1)
+    comm_text = _comm_text(t, take(r_ev, a["comm_r"].to_numpy(), -1))
+    t.acts = add_columns(a, {"op_id": op_id, "op": t.name_categorical(op_id), "comm_text": comm_text})
     return t
 
 
@@ -148,7 +150,8 @@ def range_flags(
     by_name |= np.where(u.str.startswith(COMM_PREFIXES), F_COMM, 0)
     # ProfilerStep# recorded as a cpu_op/Operator (torch 1.8-1.13) is a step, not an op.
     by_name |= np.where(u.str.startswith("ProfilerStep#"), is_step, 0)
-    by_name |= np.where(u.str.startswith(ann.MODULE_PREFIX if use_capture_modules else MODULE_PREFIX), is_mod, 0)
+    module_prefix = ann.MODULE_PREFIX if use_capture_modules else MODULE_PREFIX
+    by_name |= np.where(u.str.startswith(module_prefix), is_mod, 0)
     by_name |= np.where(u.str.contains("rotary", case=False, regex=False), is_rope, 0)
     named = by_name[codes]
     flags = named & (F_OPT | F_EVAL | F_COMM)

@@ -11,7 +11,7 @@ from ..intervals import containing
 from ..nesting import F_BWD, F_EVAL, F_OPT, MOD_IN_BWD
 from ..read import ANNOTATION
 from .evidence import EV, EVIDENCE, NO_EVIDENCE, PH, PHASES, optimizer_ops, step_tail
-from .state import Coded, Trace, as_str, categorical, categorical_take, take
+from .state import Coded, Trace, add_columns, as_str, categorical, categorical_take, take
 
 #: The annotated stages, in the order of their codes ("": none).
 STAGES = np.array(["", "prefill", "decode"], dtype=object)
@@ -62,10 +62,15 @@ def assign_phases(t: Trace) -> Trace:
         phase[m], evidence[m], stage[m] = PH["forward"], EV["annotation"], k
     step_tail(t, phase, evidence)
     # Activation recomputation: a forward module range running again inside a backward node.
-    a["recompute"] = (phase == PH["backward"]) & ((bits & MOD_IN_BWD) != 0)
-    a["phase"] = pd.Categorical.from_codes(phase, categories=pd.Index(PHASES))
-    a["phase_evidence"] = categorical_take(np.array(EVIDENCE, dtype=object), evidence, np.arange(n), "")
-    a["annotated_stage"] = Coded(stage, STAGES).categorical()
+    t.acts = add_columns(
+        a,
+        {
+            "recompute": (phase == PH["backward"]) & ((bits & MOD_IN_BWD) != 0),
+            "phase": pd.Categorical.from_codes(phase, categories=pd.Index(PHASES)),
+            "phase_evidence": categorical_take(np.array(EVIDENCE, dtype=object), evidence, np.arange(n), ""),
+            "annotated_stage": Coded(stage, STAGES).categorical(),
+        },
+    )
     return t
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from ..intervals import ShareClock
-from .state import Trace, str_column
+from .state import Trace, add_columns, str_column
 from .windows import BOUNDS, PHASES
 
 #: The values of ``acts.window``, in the order of their codes ("": outside every step).
@@ -55,9 +55,9 @@ def add_shares(t: Trace) -> Trace:
             cols[ph][ok] = clock.shares(bounds[k] + shift, bounds[k + 1] + shift)
         k = (s[:, None] >= np.stack(bounds[1:-1], axis=1)).sum(axis=1)
         window[ok] = k + 1
-    for ph in PHASES:
-        a[share_column(ph)] = cols[ph]
-    a["window"] = str_column(WINDOW_VALUES, window)
+    new = {share_column(ph): cols[ph] for ph in PHASES}
+    new["window"] = str_column(WINDOW_VALUES, window)
+    t.acts = add_columns(a, new)
     return t
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 from ..checks import TraceWarning
 from ..intervals import containing
 from ..read import ANNOTATION, CPU_OP
-from .state import Coded, Trace, categorical, take
+from .state import Coded, Trace, add_columns, categorical, take
 
 STEP_PREFIX = "ProfilerStep#"
 OPTIMIZER_PREFIX = "Optimizer.step#"
@@ -62,11 +62,10 @@ def find_steps(t: Trace) -> Trace:
             )
         )
     if len(rng):
-        a["step"] = take(rng["step"].to_numpy(), step_of, -1)
-        a["step_by"] = Coded(by, STEP_BY).categorical()
+        step, step_by = take(rng["step"].to_numpy(), step_of, -1), Coded(by, STEP_BY).categorical()
     else:
-        a["step"] = np.zeros(len(a), dtype=np.int64)
-        a["step_by"] = categorical(np.full(len(a), "trace", object))
+        step, step_by = np.zeros(len(a), dtype=np.int64), categorical(np.full(len(a), "trace", object))
+    t.acts = add_columns(a, {"step": step, "step_by": step_by})
     t.step_ranges = rng
     t.meta["has_profiler_steps"] = source == "ProfilerStep"
     t.meta["step_source"] = source
