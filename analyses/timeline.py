@@ -88,19 +88,20 @@ def _spans(iv: pd.DataFrame, fw: pd.DataFrame, staged: bool) -> pd.DataFrame:
     )
     g = g[rank >= 0]  # a stage outside ORDER has no rows (as in analyses/_stages.split)
     g = g.iloc[np.lexsort((np.arange(len(g)), g["start"], g["stage_rank"], g["step"]))].reset_index(drop=True)
-    key = ["step", "stage_rank"]
-    if staged:  # a stage's window: its first activity's start to its last one's end
-        by = g.groupby(key, sort=False)
-        g["lo"] = by["start"].transform("min")
-        g["hi"] = by["end"].transform("max")
+    step, rank = g["step"].to_numpy(), g["stage_rank"].to_numpy()
+    last = np.ones(len(g), bool)  # the last row of its (step, stage) group: groups are runs
+    last[:-1] = (step[1:] != step[:-1]) | (rank[1:] != rank[:-1])
+    if staged and len(g):  # a stage's window: its first activity's start to its last one's end
+        heads = np.append(0, np.flatnonzero(last[:-1]) + 1)
+        size = np.diff(np.append(heads, len(g)))
+        g["lo"] = np.repeat(np.minimum.reduceat(g["start"].to_numpy(), heads), size)
+        g["hi"] = np.repeat(np.maximum.reduceat(g["end"].to_numpy(), heads), size)
+    elif staged:
+        g["lo"], g["hi"] = g["start"], g["end"]
     else:
         g["lo"] = fw["lo"].reindex(g["step"]).to_numpy(np.int64)
         g["hi"] = fw["hi"].reindex(g["step"]).to_numpy(np.int64)
     starts, hi = g["start"].to_numpy(), g["hi"].to_numpy()
-    last = np.ones(len(g), bool)
-    last[:-1] = (g["step"].to_numpy()[1:] != g["step"].to_numpy()[:-1]) | (
-        g["stage_rank"].to_numpy()[1:] != g["stage_rank"].to_numpy()[:-1]
-    )
     nxt = np.where(last, hi, np.append(starts[1:], 0))
     g["span_ms"] = (np.minimum(nxt, hi) - np.maximum(starts, g["lo"].to_numpy())).clip(min=0) / 1e6
     return g
