@@ -196,24 +196,26 @@ def _analysis_sources() -> list[Path]:
     )
 
 
-#: The one place allowed to unpickle, as ``(file, class)``: a pool worker's result, pickled by
-#: tracekit's own worker process in memory and opened by the parent just before it is gathered
-#: (``parallel._Sealed``). It is the same message multiprocessing and Dask unpickle for every
-#: result anyway, only opened later; no bytes from a trace, a cache entry or any file ever
-#: reach it (a test below checks that nothing else constructs or opens one).
-IPC_UNPICKLE = ("tracekit/parallel.py", "_Sealed")
+#: The places allowed to unpickle, as ``(file, class or function)``: results pickled in memory by
+#: tracekit's own processes, never bytes from a trace, a cache entry or any file.
+#: * a pool worker's result, opened by the parent just before it is gathered
+#:   (``parallel._Sealed``): the same message multiprocessing and Dask unpickle for every result
+#:   anyway, only opened later (a test below checks that nothing else constructs or opens one);
+#: * a forked child's share of the jobs (``forked._receive``), read from a pipe the parent made
+#:   before the fork, which no other process holds.
+IPC_UNPICKLE = {("tracekit/parallel.py", "_Sealed"), ("tracekit/forked.py", "_receive")}
 
 
 def _allowed_lines(path: Path, tree: ast.Module) -> set[int]:
-    if path.relative_to(ROOT).as_posix() != IPC_UNPICKLE[0]:
-        return set()
-    cls = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == IPC_UNPICKLE[1]]
-    return {n.lineno for c in cls for n in ast.walk(c) if hasattr(n, "lineno")}
+    names = {name for file, name in IPC_UNPICKLE if file == path.relative_to(ROOT).as_posix()}
+    kinds = (ast.ClassDef, ast.FunctionDef)
+    defs = [n for n in tree.body if isinstance(n, kinds) and n.name in names]
+    return {n.lineno for d in defs for n in ast.walk(d) if hasattr(n, "lineno")}
 
 
 def test_no_eval_or_unpickling_in_the_analysis_code():
     """The path from a trace to the tables never evaluates or unpickles anything (static check),
-    except the pool's own result messages (:data:`IPC_UNPICKLE`)."""
+    except tracekit's own processes' results (:data:`IPC_UNPICKLE`)."""
     found = []
     for path in _analysis_sources():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -255,7 +257,7 @@ def test_sealed_results_are_made_and_opened_only_by_the_pool():
                 getattr(node, "attr", None),
             ):
                 uses.append(path.relative_to(ROOT).as_posix())
-    assert uses and set(uses) == {IPC_UNPICKLE[0]}, uses
+    assert uses and set(uses) == {"tracekit/parallel.py"}, uses
 
 
 def test_taxonomy_files_are_data_not_code(tmp_path):

@@ -19,7 +19,7 @@ import pandas as pd
 
 from tracekit.analyses import REGISTRY, TABLES
 
-from . import progress
+from . import forked, progress
 from .aggregate import mean_over_steps as _mean_over_steps
 from .aggregate import whole_numbers as _whole_numbers
 from .checks import TraceWarning, as_warning, check_rank
@@ -44,6 +44,11 @@ class Options:
     #: The host of the process that gathers the results (set for a Dask cluster): a worker on
     #: another host sends the intervals back, since a handle to its cache would not be readable.
     host: str | None = None
+
+
+#: Fewest intervals whose tables are worth a second process (:meth:`Analysis._compute`): below
+#: it they take a few tens of milliseconds.
+SHARED_ROWS = 20_000
 
 
 def analyse_file(path: str | os.PathLike, options: Options, store_parsed: bool = True) -> Attributed:
@@ -99,8 +104,13 @@ class Analysis:
     _computed: Any = field(default_factory=Computed, repr=False, compare=False)
     #: The one lazy rank whose intervals are held (:meth:`_rank_intervals`): {rank: DataFrame}.
     _held: dict = field(default_factory=dict, repr=False, compare=False)
+    #: Processes that may compute the tables of the ranks held in memory (:meth:`_compute`).
+    jobs: int = 1
 
     def __post_init__(self) -> None:
+        # With cores to spare for big intervals, every table at once (the self-checks read
+        # three): two processes share them (:meth:`_compute`); else each when asked for.
+        self._compute(self.names())
         found = [as_warning(w) for w in self.warnings]
         for rank, att in self.ranks.items():
             found += [as_warning(w, rank) for w in att.warnings]
@@ -146,55 +156,10 @@ class Analysis:
 
     @property
     def meta(self) -> dict:
-        first = next(iter(self.ranks.values()))
-        notices = []
-        if self.mode == "cpu":
-            notices.append(
-                "CPU-only trace: no device activity, so every table is over CPU op "
-                "self time (each op minus the ops inside it) and 'idle' means step "
-                "time outside every CPU op"
-            )
-        if first.meta.get("step_source") == "Optimizer.step":
-            notices.append(
-                "no ProfilerStep ranges: steps are inferred from the Optimizer.step "
-                "ranges (each step ends where one ends)"
-            )
-        elif not first.meta.get("has_profiler_steps", True):
-            notices.append("no ProfilerStep ranges: the whole trace is treated as one step")
-        unlaunched = sum(a.meta.get("unlaunched_activities", 0) for a in self.ranks.values())
-        if unlaunched:
-            notices.append(
-                f"{unlaunched} device activities with no launching runtime call in the file "
-                "belong to no step and are left out (see the no_launch warning)"
-            )
-        if self.skipped:
-            notices.append(
-                f"partial result: {len(self.skipped)} file(s) of the directory "
-                "skipped (listed in the warnings)"
-            )
-        return {
-            "path": self.path,
-            "mode": self.mode,
-            "time_unit": "ms",
-            "aggregation": "mean per complete step",
-            "ranks": sorted(self.ranks),
-            "files": {r: a.path for r, a in self.ranks.items()},
-            "window_files": {
-                r: a.meta["window_files"] for r, a in self.ranks.items() if "window_files" in a.meta
-            },
-            "rank_grouping": self.grouping,
-            "steps": {r: a.meta.get("steps", []) for r, a in self.ranks.items()},
-            "complete_steps": {r: a.meta.get("complete_steps", []) for r, a in self.ranks.items()},
-            "devices": sorted({d for a in self.ranks.values() for d in a.meta.get("devices", [])}),
-            "module_source": first.meta.get("module_source"),
-            "kernel_other_share": {r: a.meta.get("kernel_other_share") for r, a in self.ranks.items()},
-            "notices": notices,
-            "coverage": {r: a.meta["coverage"] for r, a in self.ranks.items() if a.meta.get("coverage")},
-            **({"filters": self._filter_meta()} if self.filters.active else {}),
-            "warnings": [w.as_dict() for w in self.warnings],
-            "partial": bool(self.skipped),
-            "skipped": list(self.skipped),
-        }
+        """What JSON ``meta`` says about the run (:func:`tracekit.run_meta.meta_of`)."""
+        from .run_meta import meta_of
+
+        return meta_of(self)
 
     def filtered(self, filters: Filters) -> Analysis:
         """The same ranks and warnings, with tables computed over the intervals ``filters``
@@ -215,18 +180,6 @@ class Analysis:
             for n, s in REGISTRY.items()
             if (self.multi_rank or not s.cross_rank) and self.filters.supports(REGISTRY.get(s.source or n, s))
         ]
-
-    def _filter_meta(self) -> dict:
-        left_out = [
-            n for n, s in REGISTRY.items() if (self.multi_rank or not s.cross_rank) and n not in self.names()
-        ]
-        out = {**self.filters.describe(), "tables_left_out": left_out}
-        if self.filters.steps is not None:
-            out["complete_steps_kept"] = {
-                r: [s for s in a.meta.get("complete_steps", []) if s in self.filters.steps]
-                for r, a in self.ranks.items()
-            }
-        return out
 
     def _n_steps(self, att: Attributed) -> int:
         done = att.meta.get("complete_steps", [])
@@ -270,9 +223,35 @@ class Analysis:
             self._computed[key] = _whole_numbers(spec, df)
         return self._computed[key].copy() if copy else self._computed[key]
 
+    def _compute(self, names: list[str]) -> None:
+        """Compute (once) each table of ``names``, per step and as its mean, for every rank whose
+        intervals are in memory, on two processes (:func:`tracekit.forked.share`) when ``jobs``
+        allows it and the intervals are many; else leave them to be computed when asked for.
+        Either way each table is the same: computed by the same code, in one process or the other."""
+        todo = [
+            (n, r)
+            for n in names
+            for r, att in self.ranks.items()
+            if not (REGISTRY[n].cross_rank or REGISTRY[n].derive or att.lazy)
+            and ("mean", n, r) not in self._computed
+        ]
+        rows = sum(len(self.ranks[r].intervals) for r in {r for _, r in todo})
+        if self.jobs < 2 or rows < SHARED_ROWS:
+            return
+        for got in forked.share(todo, self._computed_for):
+            for key, value in got.items():
+                self._computed[key] = value
+
+    def _computed_for(self, job: tuple[str, int]) -> dict:
+        """What computing one table of one rank adds to ``_computed`` (a job of :meth:`_compute`)."""
+        name, rank = job
+        self._rank_table(name, rank, per_step=False, copy=False)
+        return {k: self._computed[k] for k in (("step", name, rank), ("mean", name, rank))}
+
     def tables(self, per_step: bool = False) -> dict[str, pd.DataFrame]:
         """Every table of :meth:`names`, in report order (cross-rank tables last)."""
         names = self.names()
+        self._compute(names)
         out = {n: self.table(n, per_step) for n in names if not REGISTRY[n].cross_rank}
         if self.multi_rank:  # the cross-rank tables (analyses/ranks.py)
             out.update({k: v for k, v in self.rank_tables().items() if k in names})
@@ -382,4 +361,5 @@ def load(
         warnings=directory_warnings(done, skipped),
         skipped=[{"file": f.name, "problem": why} for f, why in skipped],
         _computed=Computed(store, {r: kept[j] for r, j in alone.items() if r in ranks}),
+        jobs=options.read_jobs,
     )

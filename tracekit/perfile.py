@@ -77,7 +77,7 @@ def tabulate_fresh(path: str | os.PathLike, options: Options, keep: bool) -> tup
 
     key = results.result_key(path, options) if options.cache else None
     att = analysis.analyse_file(path, options, store_parsed=key is None or not _small(path))
-    tables = tables_of(att, path)
+    tables = tables_of(att, path, options.read_jobs)
     # Module instances are read by no table or view after the pipeline: neither stored nor
     # sent back (they were a tenth of what the parent kept per rank).
     # Packed once (what the parent gathers, and what the result cache stores as it is).
@@ -104,9 +104,10 @@ def _small(path: str | os.PathLike) -> bool:
         return False
 
 
-def tables_of(att: Attributed, path: str | os.PathLike) -> dict:
-    """The tables of one file as one rank (see :func:`tabulate_file`)."""
-    one = Analysis(path=os.fspath(path), ranks={0: att})
+def tables_of(att: Attributed, path: str | os.PathLike, jobs: int = 1) -> dict:
+    """The tables of one file as one rank (see :func:`tabulate_file`), computed by up to
+    ``jobs`` processes (:meth:`Analysis._compute`)."""
+    one = Analysis(path=os.fspath(path), ranks={0: att}, jobs=jobs)
     for name, spec in REGISTRY.items():
         if not spec.cross_rank and spec.derive is None:
             one._rank_table(name, 0, per_step=False)
