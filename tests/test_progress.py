@@ -32,3 +32,32 @@ def test_nobody_listening_costs_nothing_and_says_nothing(tmp_path):
     trace, _ = make_trace(n_layers=1, n_steps=1)
     a = tracekit.load(write_trace(tmp_path / "t.json", trace), cache=False)
     assert a.tables()["idle"].shape[0] == 1
+
+
+def test_the_terminal_bar_runs_no_thread_and_still_draws(tmp_path, monkeypatch):
+    """The CLI's bar is drawn from the progress events: a refresh thread would keep the one big
+    file of a run from being decoded and tabulated by forked processes (which need a process
+    with one thread), as it did for every run at a terminal."""
+    import io
+    import threading
+
+    from tracekit import cli_io
+
+    trace, _ = make_trace(n_layers=2, n_steps=2)
+    f = write_trace(tmp_path / "t.json", trace)
+    err = io.StringIO()
+    err.isatty = lambda: True  # type: ignore[method-assign]
+    monkeypatch.setattr(cli_io.sys, "stderr", err)
+    monkeypatch.setattr(cli_io, "REDRAW_SECONDS", 0.0, raising=False)
+    before, during = threading.active_count(), []
+
+    def load(path, **kw):
+        during.append(threading.active_count())
+        for x in (0.2, 0.6):
+            progress.fraction(x)
+        return tracekit.load(path, **kw)
+
+    a = cli_io.load_with_progress(load, f, cache=False)
+    assert a.tables()["idle"].shape[0] == 1
+    assert during == [before]
+    assert "analysing t.json" in err.getvalue()

@@ -10,6 +10,7 @@ are written (what is written is the renderers' business, :mod:`tracekit.render`)
 from __future__ import annotations
 
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -182,6 +183,10 @@ def write_table(render: Callable, meta: dict, tables: dict, out: Path | None, **
     write_text(out, buf.getvalue())
 
 
+#: Shortest time between two redraws of the progress bar.
+REDRAW_SECONDS = 0.1
+
+
 def load_with_progress(load: Callable, path, **kw):
     """``load(path)`` with a progress bar on stderr when stderr is a terminal: per file, and
     per rank file done in a directory."""
@@ -207,6 +212,9 @@ def load_with_progress(load: Callable, path, **kw):
     except (TraceError, OSError):
         return load(path, **kw)  # let load say what is wrong
     label = escape(bounded(p.name, 80))  # a file name is not rich markup
+    # Redrawn from the progress events, not by rich's refresh thread: with another thread
+    # running, a process may not fork, and one big file would be decoded and tabulated on
+    # one core (tracekit.parallel_read, tracekit.forked).
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -214,12 +222,13 @@ def load_with_progress(load: Callable, path, **kw):
         TimeElapsedColumn(),
         console=Console(stderr=True, highlight=False),
         transient=True,
+        auto_refresh=False,
     ) as prog:
         n = len(files)
         task = prog.add_task(
             f"analysing {label} ({total / 2**20:,.1f} MiB, {n} file{'s' if n != 1 else ''})", total=n
         )
-        done = [0]
+        done, drawn = [0], [0.0]
 
         def on_progress(event: str, value: float) -> None:
             if event == "done":
@@ -227,6 +236,9 @@ def load_with_progress(load: Callable, path, **kw):
                 prog.update(task, completed=done[0])
             else:
                 prog.update(task, completed=done[0] + value)
+            if time.monotonic() - drawn[0] >= REDRAW_SECONDS:
+                prog.refresh()
+                drawn[0] = time.monotonic()
 
         with listening(on_progress):
             return load(path, **kw)
