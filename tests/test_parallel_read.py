@@ -162,3 +162,113 @@ def test_gzip_is_inflated_one_piece_ahead_and_errors_arrive_in_order(tmp_path, m
     next(pieces)
     pieces.close()
     assert _inflate_threads() == 0
+
+
+# The children: forked directly, columns sent through an in-memory file -------------------------
+
+
+class _Hung(BaseException):
+    pass
+
+
+@pytest.fixture
+def forks(monkeypatch):
+    """The pids :func:`read_parallel` forks; at the end, each must have been reaped (no zombie,
+    no child left running). A call that hangs fails after a minute instead of hanging the run."""
+    import os
+    import signal
+
+    pids: list[int] = []
+    real = P.os.fork
+
+    def fork():
+        pid = real()
+        if pid:
+            pids.append(pid)
+        return pid
+
+    def hung(signum, frame):
+        raise _Hung  # not an Exception: read_parallel must not take it for a child's failure
+
+    monkeypatch.setattr(P.os, "fork", fork)
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    yield pids
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+    for pid in pids:
+        with pytest.raises(ChildProcessError):  # reaped already
+            os.waitpid(pid, os.WNOHANG)
+
+
+def _die_after_first_write(monkeypatch):
+    """Children that write the start of their columns, then are killed."""
+    import os
+    import signal
+
+    real = P._write_all
+    parent = os.getpid()
+
+    def write_all(fd, data):
+        real(fd, data)
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    monkeypatch.setattr(P, "_write_all", write_all)
+
+
+def test_a_child_killed_mid_transfer_gives_the_serial_result(tmp_path, small_ranges, forks, monkeypatch):
+    """Each child dies after writing part of its columns: the parent sees its pipe end without the
+    'done' byte (it holds no writer of it, nor does the other child), gives up, reaps both."""
+    p = _write(tmp_path, _events(60000))
+    _die_after_first_write(monkeypatch)
+    got = R.read_trace(p, jobs=3)
+    assert small_ranges == [None] and len(forks) == 2
+    _same(got, _serial(p))
+
+
+def test_a_failing_child_gives_the_serial_result(tmp_path, small_ranges, forks, monkeypatch):
+    def fail(*args):
+        raise MemoryError
+
+    monkeypatch.setattr(P, "_decode_range", fail)
+    p = _write(tmp_path, _events(60000))
+    got = R.read_trace(p, jobs=2)
+    assert small_ranges == [None] and len(forks) == 1
+    _same(got, _serial(p))
+
+
+def test_ctrl_c_in_the_parent_kills_and_reaps_the_children(tmp_path, small_ranges, forks, monkeypatch):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(P, "stream_decode", interrupted)
+    p = _write(tmp_path, _events(60000))
+    with pytest.raises(KeyboardInterrupt):
+        P.read_parallel(p, 3, 1 << 18)
+    assert len(forks) == 2  # and both reaped (the fixture checks)
+
+
+def test_columns_sent_whole_or_not_at_all(tmp_path):
+    """What a child sends is read back exactly; a file cut short anywhere reads as None."""
+    import os
+
+    p = _write(tmp_path, _events(5000))
+    text = open(p, "rb").read()
+    first, last = text.index(b"{", 1), text.rindex(b"}", 0, text.rindex(b"]")) + 1
+    builder = P._decode_range(p, first, last, 1 << 16)
+    fd = P._anonymous_file()
+    try:
+        P._send(builder, fd)
+        size = os.fstat(fd).st_size
+        back = P._receive(fd)
+        assert back is not None and back.n_events == builder.n_events == 5000
+        for mine, theirs in zip(builder.parts, back.parts, strict=True):
+            assert mine.keys() == theirs.keys()
+            for k in mine:
+                pd.testing.assert_series_equal(pd.Series(mine[k]), pd.Series(theirs[k]))
+        for cut in (size - 1, size // 2, 9, 3):
+            os.ftruncate(fd, cut)
+            assert P._receive(fd) is None
+    finally:
+        os.close(fd)

@@ -8,19 +8,35 @@ the streaming reader (:func:`tracekit.streaming.decode_events`) into a column bu
 back typed columns: a few bytes per kept event, never a Python object per event. The builders
 are joined in file order, so the columns are exactly those of the serial reader.
 
+The children are forked directly (``os.fork``: their arguments are already in memory; no pool,
+no handler threads, no pickled task), and send their columns through an anonymous in-memory file
+(``memfd``) the parent made before forking: a small pickle of the builder whose arrays are
+out-of-band buffers (pickle protocol 5), then those buffers' raw bytes, which the parent reads
+straight into fresh arrays once the child has exited with status 0 (:func:`_send`,
+:func:`_receive`). A child writes all it has while the parent still decodes its own range, and
+its file is freed as soon as it is read: the parent never holds two copies of a column for longer
+than one read.
+
 Used for plain (not gzip) files of at least :data:`MIN_BYTES`, when more than one core is
 available (``TRACEKIT_READ_JOBS`` overrides the count; ``1`` turns this off), the platform forks,
 and the process is single-threaded and not itself a pool worker (a rank pool already uses every
-core). Anything unexpected — a cut that fell inside a string, a child that failed, a file that
-changed — returns ``None`` and the caller reads the file serially, with its usual errors.
+core). Anything unexpected — a cut that fell inside a string, a child that failed or died, a file
+that changed — returns ``None`` and the caller reads the file serially, with its usual errors.
+Ctrl-C or an error in the parent kills and reaps the children; a child never returns into the
+parent's code (it leaves by ``os._exit`` whatever happens).
 """
 
 from __future__ import annotations
 
+import mmap
 import multiprocessing as mp
 import os
+import pickle
 import re
+import signal
+import tempfile
 import threading
+from typing import NoReturn
 
 from .columns import _FrameBuilder
 from .files import PIECE_BYTES, PlainText
@@ -89,11 +105,151 @@ def plan(path: str | os.PathLike, jobs: int) -> tuple[bytes, list[tuple[int, int
     return head, ranges, lo
 
 
-def _child(path: str, lo: int, hi: int, chunk: int) -> _FrameBuilder:
+def _decode_range(path: str, lo: int, hi: int, chunk: int) -> _FrameBuilder:
     builder = _FrameBuilder()
     with PlainText.open(path, lo, hi, PIECE_BYTES) as text:
         decode_events(text, builder, chunk)
     return builder
+
+
+class _Child:
+    """A forked child decoding ``path[lo:hi]``. It writes its builder into the in-memory file
+    ``fd`` (:func:`_send`), then one byte into the pipe ``done`` and exits; when anything fails,
+    it exits without that byte (the parent reads the pipe's end instead). ``others``: the
+    children forked before it. ``pid`` is None once the child is reaped."""
+
+    def __init__(self, path: str, lo: int, hi: int, chunk: int, others: list[_Child]) -> None:
+        self.fd, self.pid = -1, None
+        self.done, ready = os.pipe()
+        try:
+            self.fd = _anonymous_file()
+            # No signal handler runs between the fork and the child's own ``try``: an exception
+            # there would take the child back into the parent's code.
+            theirs = [o.fd for o in others if o.fd >= 0]
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+            try:
+                pid = os.fork()
+                if pid == 0:
+                    _run_child(mask, ready, self.fd, theirs, (path, lo, hi, chunk))
+                self.pid = pid
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        except BaseException:
+            self.end()
+            raise
+        finally:
+            os.close(ready)  # the child holds the only writer: its exit ends the pipe
+
+    def receive(self) -> _FrameBuilder | None:
+        """The child's builder, read once it has written all of it (it is then exiting, reaped
+        by :meth:`end`); None when it failed or died first."""
+        if os.read(self.done, 1) != _DONE:
+            return None
+        fd, self.fd = self.fd, -1
+        try:
+            return _receive(fd)
+        finally:
+            os.close(fd)  # its memory is freed now
+
+    def end(self) -> None:
+        """Kill the child if it still runs, reap it, close its pipe and file."""
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):  # already reaped, by someone else
+                pass
+            self.pid = None
+        for name in ("done", "fd"):
+            if getattr(self, name) >= 0:
+                os.close(getattr(self, name))
+                setattr(self, name, -1)
+
+
+def _run_child(mask: set, ready: int, fd: int, theirs: list[int], task: tuple) -> NoReturn:
+    """The child: decode ``task``'s range, write its builder to ``fd``, then ``_DONE`` to
+    ``ready``, and exit; on any failure, exit with status 1 (never into the parent's code, never
+    running its cleanup). Ctrl-C ends it at once; ``theirs``: files of earlier children."""
+    status = 1
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for other in theirs:  # theirs to free once read, not to be held here
+            os.close(other)
+        _send(_decode_range(*task), fd)
+        os.write(ready, _DONE)
+        status = 0
+    finally:
+        os._exit(status)
+
+
+_DONE = b"\x01"
+
+
+def _anonymous_file() -> int:
+    """A file descriptor of an empty file in memory, never named on disk."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("tracekit-columns", os.MFD_CLOEXEC)
+    with tempfile.TemporaryFile() as f:  # no memfd: an unlinked temporary file
+        return os.dup(f.fileno())
+
+
+_LEN = 8
+_PRIVATE = mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0)
+
+
+def _send(builder: _FrameBuilder, fd: int) -> None:
+    """Write ``builder`` to ``fd``: the length of a pickle of (the builder's pickle without its
+    arrays' bytes, the sizes of those), that pickle, then each array's raw bytes in turn."""
+    buffers: list[pickle.PickleBuffer] = []
+    header = pickle.dumps(builder, protocol=5, buffer_callback=buffers.append)
+    del builder
+    raws = [b.raw() for b in buffers]
+    index = pickle.dumps((header, [r.nbytes for r in raws]), protocol=5)
+    _write_all(fd, len(index).to_bytes(_LEN, "little") + index)
+    for r in raws:
+        _write_all(fd, r)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    with memoryview(data) as view:
+        while view:
+            view = view[os.write(fd, view) :]
+
+
+def _receive(fd: int) -> _FrameBuilder | None:
+    """The builder :func:`_send` wrote to ``fd``, its arrays read straight into fresh memory
+    mappings; None when the file does not hold exactly that."""
+    size = os.fstat(fd).st_size
+    n = int.from_bytes(os.pread(fd, _LEN, 0), "little")
+    if size < _LEN + n:
+        return None
+    header, sizes = pickle.loads(os.pread(fd, n, _LEN))
+    at = _LEN + n
+    if at + sum(sizes) != size:
+        return None
+    arrays: list[mmap.mmap | bytes] = []
+    for k in sizes:
+        # A mapping of its own (its pages made at once): the memory goes back to the system
+        # as soon as the builder's column is dropped (malloc's heap keeps it: +40 MB peak).
+        a = mmap.mmap(-1, k, flags=_PRIVATE) if k else b""
+        if k and _read_all(fd, memoryview(a), at) != k:
+            return None
+        arrays.append(a)
+        at += k
+    builder = pickle.loads(header, buffers=arrays)
+    return builder if isinstance(builder, _FrameBuilder) else None
+
+
+def _read_all(fd: int, out: memoryview, at: int) -> int:
+    """Read ``out``'s size of bytes of ``fd`` from ``at`` into ``out``; how many there were."""
+    got = 0
+    while got < out.nbytes:
+        k = os.preadv(fd, [out[got:]], at + got)
+        if k == 0:
+            break
+        got += k
+    return got
 
 
 def read_parallel(
@@ -109,19 +265,25 @@ def read_parallel(
     if got is None:
         return None
     head, ranges, lo = got
-    ctx = mp.get_context("fork")
-    with ctx.Pool(len(ranges)) as pool:
-        pending = [pool.apply_async(_child, (os.fspath(path), a, b, chunk)) for a, b in ranges]
+    children: list[_Child] = []
+    try:
+        for a, b in ranges:
+            children.append(_Child(os.fspath(path), a, b, chunk, children))
         mine = _FrameBuilder()
-        try:
-            with PlainText.open(path, lo, None, PIECE_BYTES, _clean_head(head) + b"[") as text:
-                doc = stream_decode(text, mine, chunk)
-            if doc is None:  # the last range did not decode
-                return None
-            out = _FrameBuilder()
-            for p in pending:
-                out.absorb(p.get())
-        except Exception:  # a child's failure of any kind: the serial reader will say what
+        with PlainText.open(path, lo, None, PIECE_BYTES, _clean_head(head) + b"[") as text:
+            doc = stream_decode(text, mine, chunk)
+        if doc is None:  # the last range did not decode
             return None
+        out = _FrameBuilder()
+        for child in children:
+            theirs = child.receive()
+            if theirs is None:
+                return None
+            out.absorb(theirs)
+    except Exception:  # a failure of any kind: the serial reader will say what
+        return None
+    finally:  # also on Ctrl-C: no child outlives this call
+        for child in children:
+            child.end()
     out.absorb(mine)
     return out, doc
