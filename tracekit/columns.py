@@ -261,11 +261,14 @@ class _FrameBuilder:
         cols = {}
         for c in _COLUMNS:
             col = ts if c == "ts" else dur if c == "dur" else self._column(c)
-            cols[c] = col if keep is None else col[keep]
+            col = col if keep is None else col[keep]
+            if isinstance(col, np.ndarray) and not col.flags.writeable:  # one part, as scanned
+                col = col.copy()
+            cols[c] = col
             del col
         self.parts = []
         del ts, dur
-        frame = pd.DataFrame(cols)
+        frame = pd.DataFrame(cols, copy=False)  # its own columns already: not copied again
         del cols
         if not np.isin(frame["kind"].to_numpy(), (KERNEL, MEMCPY, MEMSET, CPU_OP)).any():
             dropped = f" ({int(drop.sum()):,} dropped for invalid times)" if drop.any() else ""
