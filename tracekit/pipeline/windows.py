@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from ..checks import TraceWarning
-from .state import Trace, str_column
+from ..intervals import unique
+from .state import Trace, str_column, str_test
 
 #: The phase windows of a step, in time order (unattributed: the tail with no phase evidence).
 PHASES = ["forward", "backward", "unattributed", "optimizer"]
@@ -46,24 +47,31 @@ def find_windows(t: Trace) -> Trace:
     """
     a = t.acts
     keep = a["step"].to_numpy() >= 0
-    # The four columns read here, on the rows of a step (not a row selection of every column).
-    iv = pd.DataFrame({c: a[c].array[keep] for c in ("step", "start", "end", "phase")})
-    g = iv.groupby("step")
-    steps = pd.DataFrame({"start": g["start"].min(), "end": g["end"].max(), "activities": g.size()})
-    end = steps["end"].to_numpy(np.int64)
-    firsts = {}
-    for ph in ("backward", "optimizer"):
-        sub = iv[(iv["phase"] == ph).to_numpy()]
-        first = sub.groupby("step")["start"].min()
-        pos = steps.index.get_indexer(first.index)
-        firsts[ph] = np.full(len(steps), -1, np.int64)
-        firsts[ph][pos] = first.to_numpy(np.int64)
-    t_opt = np.where(firsts["optimizer"] >= 0, firsts["optimizer"], end)
-    t_bwd = np.where(firsts["backward"] >= 0, np.minimum(firsts["backward"], t_opt), t_opt)
-    steps["t_backward"] = t_bwd.astype(np.int64)
-    steps["t_unattributed"] = _t_unattributed(iv, steps, t_bwd, t_opt)
-    steps["t_optimizer"] = t_opt.astype(np.int64)
-    steps = steps.reset_index()
+    # Per step (sorted) on the rows of a step: integer minima and maxima, by numpy.
+    ids, row = unique(a["step"].to_numpy()[keep], return_inverse=True)
+    start, end = a["start"].to_numpy(np.int64)[keep], a["end"].to_numpy(np.int64)[keep]
+    first = {
+        ph: _first_start(row, start, str_test(a["phase"], lambda s, p=ph: s == p)[keep], len(ids))
+        for ph in ("backward", "unattributed", "optimizer")
+    }
+    last = np.full(len(ids), np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(last, row, end)
+    t_opt = np.where(first["optimizer"] >= 0, first["optimizer"], last)
+    t_bwd = np.where(first["backward"] >= 0, np.minimum(first["backward"], t_opt), t_opt)
+    # The unattributed window: from the first activity with no phase evidence, clipped into
+    # [t_backward, t_optimizer]; empty (at t_optimizer) when there is none.
+    t_un = np.clip(np.where(first["unattributed"] >= 0, first["unattributed"], t_opt), t_bwd, t_opt)
+    steps = pd.DataFrame(
+        {
+            "step": ids,
+            "start": _first_start(row, start, np.ones(len(row), bool), len(ids)),
+            "end": last,
+            "activities": np.bincount(row, minlength=len(ids)).astype(np.int64),
+            "t_backward": t_bwd.astype(np.int64),
+            "t_unattributed": t_un.astype(np.int64),
+            "t_optimizer": t_opt.astype(np.int64),
+        }
+    )
     steps["complete"] = _complete(steps, t.warnings)
     cpu = t.step_ranges.drop_duplicates("step").set_index("step") if len(t.step_ranges) else None
     for col in ("cpu_start", "cpu_end"):
@@ -76,17 +84,12 @@ def find_windows(t: Trace) -> Trace:
     return t
 
 
-def _t_unattributed(
-    iv: pd.DataFrame, steps: pd.DataFrame, t_bwd: np.ndarray, t_opt: np.ndarray
-) -> np.ndarray:
-    """Where the unattributed window starts: the first start of an activity with no phase
-    evidence, clipped into [t_backward, t_optimizer]; t_optimizer (empty) when there is none."""
-    sub = iv[(iv["phase"] == "unattributed").to_numpy()]
-    first = sub.groupby("step")["start"].min()
-    pos = steps.index.get_indexer(first.index)
-    out = np.asarray(t_opt, np.int64).copy()
-    out[pos] = first.to_numpy(np.int64)
-    return np.clip(out, t_bwd, t_opt).astype(np.int64)
+def _first_start(row: np.ndarray, start: np.ndarray, mask: np.ndarray, n: int) -> np.ndarray:
+    """Per step 0..n-1, the least ``start`` of its rows (``row``: their steps) in ``mask``; -1
+    for a step with none."""
+    out = np.full(n, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(out, row[mask], start[mask])
+    return np.where(np.bincount(row[mask], minlength=n) > 0, out, -1)
 
 
 def _complete(steps: pd.DataFrame, warnings: list) -> np.ndarray:
