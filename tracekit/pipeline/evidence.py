@@ -43,7 +43,7 @@ import pandas as pd
 
 from ..intervals import containing
 from ..read import PYTHON
-from .state import Trace, codes_of, str_test, take
+from .state import Trace, codes_of, spread, str_test, take
 
 ZERO_GRAD_PREFIX = "Optimizer.zero_grad#"
 #: Ops only an optimizer's update runs (fused / foreach / multi-tensor implementations).
@@ -85,7 +85,7 @@ ENGINE_FRAME = r"^deepspeed/runtime/engine\.py\(\d+\): (backward|step)$"
 def _matches(names: tuple[np.ndarray, np.ndarray], rx: re.Pattern) -> np.ndarray:
     """``rx.search`` per row of ``(codes, distinct)`` names, run once per distinct name."""
     codes, uniq = names
-    return np.array([bool(rx.search(str(n))) for n in uniq] + [False], dtype=bool)[codes]
+    return spread([bool(rx.search(str(n))) for n in uniq] + [False], codes)
 
 
 def _op_names(t: Trace) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:

@@ -63,7 +63,7 @@ class Trace:
         """``test`` (a vectorised test of a Series of str, e.g. ``lambda s:
         s.str.startswith(p)``) per event, evaluated once per distinct name."""
         codes, uniq = self.name_codes
-        return np.asarray(test(pd.Series(uniq, dtype=object)), dtype=bool)[codes]
+        return spread(test(pd.Series(uniq, dtype=object)), codes)
 
     def name_categorical(self, idx: np.ndarray, default: str = "") -> pd.Categorical:
         """``pd.Categorical(take(self.names, idx, default))``, built from the codes."""
@@ -92,7 +92,7 @@ class Coded:
 
     def is_(self, value: str) -> np.ndarray:
         """Per row: its value is ``value``."""
-        return np.asarray(self.values == value, dtype=bool)[self.codes]
+        return spread(self.values == value, self.codes)
 
     def where(self, mask: np.ndarray, value: str) -> Coded:
         """``value`` where ``mask``, else the row's own value."""
@@ -101,6 +101,15 @@ class Coded:
     def categorical(self) -> pd.Categorical:
         """``categorical(self.values[self.codes])``: the values present, sorted, as categories."""
         return categorical_take(self.values, self.codes, np.arange(len(self.codes)), "")
+
+
+def spread(hit, codes: np.ndarray) -> np.ndarray:
+    """``hit[codes]`` as a bool array (``hit``: a test per distinct value; ``codes``: per row, its
+    value), with no gather when no value or every value passes."""
+    hit = np.asarray(hit, dtype=bool)
+    if not hit.any():
+        return np.zeros(len(codes), bool)
+    return np.ones(len(codes), bool) if hit.all() else hit[codes]
 
 
 def add_columns(frame: pd.DataFrame, columns: dict) -> pd.DataFrame:
@@ -156,7 +165,7 @@ def str_test(col: pd.Series, test: Callable[[pd.Series], pd.Series]) -> np.ndarr
     if isinstance(col.dtype, pd.CategoricalDtype):
         codes, cats = cat_parts(col)
         if len(cats) and not (codes < 0).any():
-            return np.asarray(test(pd.Series(cats, dtype=object)), dtype=bool)[codes]
+            return spread(test(pd.Series(cats, dtype=object)), codes)
     return np.asarray(test(pd.Series(as_str(col), dtype=object)), dtype=bool)
 
 
@@ -176,7 +185,7 @@ def cat_test(col: pd.Series, test: Callable[[pd.Series], pd.Series]) -> np.ndarr
     """``test`` (a vectorised test of a Series of str) per row of a string column, evaluated
     once per distinct value."""
     codes, uniq = codes_of(col)
-    return np.asarray(test(pd.Series(uniq, dtype=object)), dtype=bool)[codes]
+    return spread(test(pd.Series(uniq, dtype=object)), codes)
 
 
 def codes_of(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
