@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..checks import TraceWarning
 from ..intervals import unique
-from .state import Trace, str_column, str_test
+from .state import Trace, codes_of, spread, str_column
 
 #: The phase windows of a step, in time order (unattributed: the tail with no phase evidence).
 PHASES = ["forward", "backward", "unattributed", "optimizer"]
@@ -50,8 +50,9 @@ def find_windows(t: Trace) -> Trace:
     # Per step (sorted) on the rows of a step: integer minima and maxima, by numpy.
     ids, row = unique(a["step"].to_numpy()[keep], return_inverse=True)
     start, end = a["start"].to_numpy(np.int64)[keep], a["end"].to_numpy(np.int64)[keep]
+    codes, names = codes_of(a["phase"])
     first = {
-        ph: _first_start(row, start, str_test(a["phase"], lambda s, p=ph: s == p)[keep], len(ids))
+        ph: _first_start(row, start, spread(names == ph, codes)[keep], len(ids))
         for ph in ("backward", "unattributed", "optimizer")
     }
     last = np.full(len(ids), np.iinfo(np.int64).min, np.int64)
