@@ -400,14 +400,13 @@ classify(Ctx *c, const int32_t *key, int8_t *out)
     return OK;
 }
 
-/* The code of the (ph, cat, name) triple, added (and classified) when new. */
-static int
-triple_code(Ctx *c, int32_t ph, int32_t cat, int32_t name, int32_t *code)
+/* The code of the (ph, cat, name) triple in *code (-1 when new: *slot is its empty slot). */
+HOT int
+triple_find(Ctx *c, const int32_t *key, int32_t *code, size_t *slot)
 {
     Triples *t = &c->triples;
     if (2 * (t->n + 1) > t->nslots)
         TRY(rehash_triples(c));
-    int32_t key[3] = {ph, cat, name};
     size_t mask = t->nslots - 1, j = hash_triple(key, c->seed) & mask;
     c->lookups++;
     for (;;) {
@@ -415,7 +414,7 @@ triple_code(Ctx *c, int32_t ph, int32_t cat, int32_t name, int32_t *code)
         if (k < 0)
             break;
         const int32_t *kk = t->keys + 3 * (size_t)k;
-        if (kk[0] == ph && kk[1] == cat && kk[2] == name) {
+        if (kk[0] == key[0] && kk[1] == key[1] && kk[2] == key[2]) {
             *code = k;
             return OK;
         }
@@ -423,6 +422,21 @@ triple_code(Ctx *c, int32_t ph, int32_t cat, int32_t name, int32_t *code)
         if (++c->probes > PROBE_BUDGET(c))
             return FAIL;
     }
+    *code = -1;
+    *slot = j;
+    return OK;
+}
+
+/* The code of the (ph, cat, name) triple, added (and classified) when new. */
+static int
+triple_code(Ctx *c, int32_t ph, int32_t cat, int32_t name, int32_t *code)
+{
+    Triples *t = &c->triples;
+    int32_t key[3] = {ph, cat, name};
+    size_t j;
+    TRY(triple_find(c, key, code, &j));
+    if (*code >= 0)
+        return OK;
     if (t->n >= INT32_MAX)
         return FAIL;
     TRY(grow((void **)&t->keys, 3 * sizeof(int32_t), t->n + 1, &t->cap));
@@ -794,7 +808,8 @@ skip_digits(const uint8_t *p, const uint8_t *end)
     return p;
 }
 
-/* The number at p, checked against JSON's grammar, into n; returns its end, NULL if invalid. */
+/* The number at p, checked against JSON's grammar, into n (its digits' values only with
+ * `values`: mag, frac and wrapped are 0 without); returns its end, NULL if invalid. */
 HOT const uint8_t *
 scan_number(const uint8_t *p, const uint8_t *end, Num *n, int values)
 {
@@ -838,11 +853,36 @@ scan_number(const uint8_t *p, const uint8_t *end, Num *n, int values)
     return p;
 }
 
+/* The end of the number at p, checked against JSON's grammar as scan_number checks it (no
+ * value: a skipped member's), NULL if invalid. */
+HOT const uint8_t *
+skip_number(const uint8_t *p, const uint8_t *end)
+{
+    p += *p == '-';
+    if (p >= end || !IS_DIGIT(*p))
+        return NULL;
+    p = *p == '0' ? p + 1 : skip_digits(p, end);
+    if (p < end && *p == '.') {
+        const uint8_t *d0 = ++p;
+        p = skip_digits(p, end);
+        if (p == d0)
+            return NULL;
+    }
+    if (p < end && (*p | 0x20) == 'e') {
+        if (++p < end && (*p == '+' || *p == '-'))
+            p++;
+        if (p >= end || !IS_DIGIT(*p))
+            return NULL;
+        p = skip_digits(p, end);
+    }
+    return p;
+}
+
 /* The number at c->p, checked against JSON's grammar, and stepped over. */
 HOT int
-parse_number(Ctx *c, Num *n)
+parse_number(Ctx *c, Num *n, int values)
 {
-    const uint8_t *p = scan_number(c->p, c->end, n, 1);
+    const uint8_t *p = scan_number(c->p, c->end, n, values);
     if (!p)
         return FAIL;
     c->p = p;
@@ -873,7 +913,6 @@ HOT const uint8_t *
 scan_scalar(const uint8_t *p, const uint8_t *end)
 {
     int esc = 0;
-    Num n;
     switch (*p) {
     case '"':
         return scan_string(p, end, &esc);
@@ -886,7 +925,7 @@ scan_scalar(const uint8_t *p, const uint8_t *end)
     default:
         if (*p != '-' && !IS_DIGIT(*p))
             return NULL;
-        return scan_number(p, end, &n, 0);
+        return skip_number(p, end);
     }
 }
 
@@ -1103,6 +1142,8 @@ typedef enum { T_MISSING, T_NULL, T_NUM } TimeTag;
 
 typedef struct {
     int32_t ph, cat, name, coll, argname;
+    int32_t triple; /* found early (-1: not yet) */
+    int skip;       /* a known triple whose events are not kept: values are checked, not read */
     int64_t ids[N_IDS];
     uint8_t idstr;
     Tok pid, tid;
@@ -1203,10 +1244,36 @@ parse_repeated(Ctx *c, LastStr *last, int32_t *code)
     return parse_literal(c, "null");
 }
 
+/* A `str | None` field of an event not kept: checked, not interned. */
+HOT int
+check_str_or_null(Ctx *c)
+{
+    if (c->p < c->end && *c->p == '"') {
+        Str s;
+        return parse_string(c, &s);
+    }
+    return parse_literal(c, "null");
+}
+
+/* An `int | str | None` id field of an event not kept: checked as parse_id checks it. */
+HOT int
+check_id(Ctx *c)
+{
+    uint8_t ch = c->p < c->end ? *c->p : 0;
+    if (ch == '-' || IS_DIGIT(ch)) {
+        Num n;
+        TRY(parse_number(c, &n, 0));
+        return !n.is_int || n.len - n.neg > MAX_INT_DIGITS ? FAIL : OK;
+    }
+    return check_str_or_null(c);
+}
+
 /* An `int | str | None` id field (ints modulo 2**64, strings by code and an idstr bit). */
 HOT int
 parse_id(Ctx *c, Ev *ev, int slot, Tok *tok)
 {
+    if (ev->skip)
+        return check_id(c);
     Tok t = {TOK_NONE, NULL, 0, -1};
     uint8_t ch = c->p < c->end ? *c->p : 0;
     if (ch == '"') {
@@ -1217,7 +1284,7 @@ parse_id(Ctx *c, Ev *ev, int slot, Tok *tok)
     }
     else if (ch == '-' || IS_DIGIT(ch)) {
         Num n;
-        TRY(parse_number(c, &n));
+        TRY(parse_number(c, &n, 1));
         if (!n.is_int || n.len - n.neg > MAX_INT_DIGITS)
             return FAIL;
         ev->ids[slot] = (int64_t)n.wrapped;
@@ -1231,13 +1298,13 @@ parse_id(Ctx *c, Ev *ev, int slot, Tok *tok)
     return OK;
 }
 
-/* An `int | float | None` time field. */
+/* An `int | float | None` time field (its digits' values unread for an event not kept). */
 HOT int
-parse_time(Ctx *c, TimeTag *tag, Num *n)
+parse_time(Ctx *c, const Ev *ev, TimeTag *tag, Num *n)
 {
     if (c->p < c->end && (*c->p == '-' || IS_DIGIT(*c->p))) {
         *tag = T_NUM;
-        return parse_number(c, n);
+        return parse_number(c, n, !ev->skip);
     }
     *tag = T_NULL;
     return parse_literal(c, "null");
@@ -1255,7 +1322,7 @@ parse_bytes(Ctx *c, double *out)
     }
     if (ch == '-' || IS_DIGIT(ch)) {
         Num n;
-        TRY(parse_number(c, &n));
+        TRY(parse_number(c, &n, 1));
         if (!n.is_int)
             return num_double(&n, out);
         if (n.len - n.neg > 18)
@@ -1279,11 +1346,11 @@ parse_args_field(Ctx *c, Ev *ev, int key)
     case A_STREAM:
         return parse_id(c, ev, I_STREAM, NULL);
     case A_COLL:
-        return parse_str_or_null(c, &ev->coll);
+        return ev->skip ? check_str_or_null(c) : parse_str_or_null(c, &ev->coll);
     case A_BYTES:
         return parse_bytes(c, &ev->nbytes);
     case A_NAME:
-        return parse_str_or_null(c, &ev->argname);
+        return ev->skip ? check_str_or_null(c) : parse_str_or_null(c, &ev->argname);
     default: /* a scalar here, a container by skip_value */
         if (c->p < c->end && *c->p != '{' && *c->p != '[') {
             const uint8_t *q = scan_scalar(c->p, c->end);
@@ -1393,9 +1460,43 @@ event_key_at(const uint8_t *p, const uint8_t *end, int *k)
     return q;
 }
 
-/* The members of an object at c->p ('{'): each key's field found by key_at, its value read by
- * field(k) with c->p at it; a second member of a field the reader uses (not `other`) is
- * refused. */
+/* One member of an object, c->p at its key's opening quote: its field found by key_at, its
+ * value read by field(k) with c->p at it; a second member of a field the reader uses (not
+ * `other`, `seen` says which came) is refused. */
+HOT int
+member(Ctx *c, Ev *ev, KeyFn key_at, FieldFn field, int other, unsigned *seen)
+{
+    int k;
+    const uint8_t *p = c->p, *end = c->end, *q;
+    if (p >= end || *p != '"' || !(q = key_at(p, end, &k)))
+        return FAIL;
+    TRY(first_time(seen, k, other));
+    if (!(q = after_sep(q, end, ':')))
+        return FAIL;
+    c->p = q;
+    return field(c, ev, k);
+}
+
+/* The members of an object after one, c->p just past its value, to the closing '}'. */
+HOT int
+more_members(Ctx *c, Ev *ev, KeyFn key_at, FieldFn field, int other, unsigned seen)
+{
+    const uint8_t *end = c->end;
+    for (;;) {
+        const uint8_t *p = c->p, *q = after_sep(p, end, ',');
+        if (!q) {
+            p = ws(p, end);
+            if (p >= end || *p != '}')
+                return FAIL;
+            c->p = p + 1;
+            return OK;
+        }
+        c->p = q;
+        TRY(member(c, ev, key_at, field, other, &seen));
+    }
+}
+
+/* The members of an object at c->p ('{'), each read by member(). */
 HOT int
 parse_members(Ctx *c, Ev *ev, KeyFn key_at, FieldFn field, int other)
 {
@@ -1406,27 +1507,8 @@ parse_members(Ctx *c, Ev *ev, KeyFn key_at, FieldFn field, int other)
         c->p++;
         return OK;
     }
-    for (;;) {
-        int k;
-        const uint8_t *p = c->p, *q;
-        if (p >= end || *p != '"' || !(q = key_at(p, end, &k)))
-            return FAIL;
-        TRY(first_time(&seen, k, other));
-        if (!(q = after_sep(q, end, ':')))
-            return FAIL;
-        c->p = q;
-        TRY(field(c, ev, k));
-        p = c->p;
-        if ((q = after_sep(p, end, ','))) {
-            c->p = q;
-            continue;
-        }
-        p = ws(p, end);
-        if (p >= end || *p != '}')
-            return FAIL;
-        c->p = p + 1;
-        return OK;
-    }
+    TRY(member(c, ev, key_at, field, other, &seen));
+    return more_members(c, ev, key_at, field, other, seen);
 }
 
 HOT int
@@ -1446,9 +1528,9 @@ event_field(Ctx *c, Ev *ev, int k)
     case K_ID:
         return parse_id(c, ev, I_ID, NULL);
     case K_TS:
-        return parse_time(c, &ev->ts_tag, &ev->ts);
+        return parse_time(c, ev, &ev->ts_tag, &ev->ts);
     case K_DUR:
-        return parse_time(c, &ev->dur_tag, &ev->dur);
+        return parse_time(c, ev, &ev->dur_tag, &ev->dur);
     case K_ARGS:
         if (c->p < c->end && *c->p == '{')
             return parse_members(c, ev, args_key_at, parse_args_field, A_OTHER);
@@ -1456,6 +1538,102 @@ event_field(Ctx *c, Ev *ev, int k)
     default:
         return skip_value(c, 2);
     }
+}
+
+/* Whether converting this time as event_times does would decline (FAIL), for an event not
+ * kept: its value is not needed, so the usual short decimals are not converted. */
+HOT int
+time_checked(const Ctx *c, TimeTag tag, const Num *n)
+{
+    if (tag != T_NUM)
+        return OK;
+    if (c->text_times) /* time_text declines these alone */
+        return n->has_exp || n->len > TEXT_WIDE ? FAIL : OK;
+    if (n->is_int)
+        return n->len - n->neg > 18 ? FAIL : OK;
+    if (!n->has_exp && n->nint + n->nfrac <= 19) /* num_double never declines these */
+        return OK;
+    double f; /* num_double reads the text here (mag and frac are not read without values) */
+    return num_double(n, &f);
+}
+
+/* Whether the n bytes at p (7 <= n <= 16) are those of lit; false too when fewer than 16
+ * bytes are left. Two words, the second overlapping the first (the literal's words are
+ * constants). */
+HOT int
+at_literal(const uint8_t *p, const uint8_t *end, const char *lit, size_t n)
+{
+    uint64_t a, b, x, y;
+    if (end - p < 16)
+        return 0;
+    memcpy(&a, p, 8);
+    memcpy(&x, lit, 8); /* n >= 7: the literal and its NUL hold eight bytes */
+    if (n < 8)
+        return ((a ^ x) & (~0ULL >> 8 * (8 - n))) == 0;
+    memcpy(&b, p + n - 8, 8);
+    memcpy(&y, lit + n - 8, 8);
+    return a == x && b == y;
+}
+
+/* One member of an event in Kineto's usual form: the literal `lit` (the separator before it,
+ * the quoted key, ": ") at c->p, then field `key`'s value. Returns 1 when read, 0 when the text
+ * is not that literal (nothing read: the general loop takes over), < 0 to refuse. */
+HOT int
+usual_member(Ctx *c, Ev *ev, const char *lit, size_t n, int key, unsigned *seen)
+{
+    if (!at_literal(c->p, c->end, lit, n))
+        return 0;
+    c->p = ws(c->p + n, c->end);
+    int r = event_field(c, ev, key);
+    if (r != OK)
+        return r;
+    *seen |= 1u << key;
+    return 1;
+}
+
+/* The event's triple, its ph, cat and name read, when it is known already: whether the event
+ * is kept is known then, and the values of one that is not are only checked. (A triple is
+ * classified when first complete, at the end of its first event, as before.) */
+HOT int
+known_triple(Ctx *c, Ev *ev)
+{
+    int32_t key[3] = {ev->ph, ev->cat, ev->name}, t;
+    size_t slot;
+    TRY(triple_find(c, key, &t, &slot));
+    if (t >= 0) {
+        int8_t cls = c->triples.cls[t];
+        ev->triple = t;
+        ev->skip = cls < 0 && cls != CLASS_METADATA;
+    }
+    return OK;
+}
+
+/* The members of the event at c->p ('{'), as parse_members reads them: Kineto writes its keys
+ * in one order with one spacing, which is tried first, member by member, the general loop
+ * going on from the first member that is not in that form. */
+HOT int
+event_members(Ctx *c, Ev *ev)
+{
+    unsigned seen = 0;
+    int r = usual_member(c, ev, "{\"ph\": ", 7, K_PH, &seen);
+    if (r <= 0)
+        return r < 0 ? r : parse_members(c, ev, event_key_at, event_field, K_OTHER);
+#define USUAL(lit, key)                                                 \
+    if ((r = usual_member(c, ev, lit, sizeof(lit) - 1, key, &seen)) <= 0) \
+        goto rest;
+    USUAL(", \"cat\": ", K_CAT)
+    USUAL(", \"name\": ", K_NAME)
+    TRY(known_triple(c, ev));
+    USUAL(", \"pid\": ", K_PID)
+    USUAL(", \"tid\": ", K_TID)
+    USUAL(", \"ts\": ", K_TS)
+    USUAL(", \"dur\": ", K_DUR)
+    USUAL(", \"args\": ", K_ARGS)
+#undef USUAL
+rest:
+    if (r < 0)
+        return r;
+    return more_members(c, ev, event_key_at, event_field, K_OTHER, seen);
 }
 
 /* ts and dur of one event, as the Python side expects them for this scan's mode. */
@@ -1512,25 +1690,34 @@ grow_cols(Cols *k, size_t need)
 
 /* The event at c->p ('{'), parsed, counted under its triple, and appended to the columns when
  * its triple's class keeps it (a metadata event to the names, when it has an args.name). Every
- * event is read and its times converted, kept or not: what declines declines as before. */
+ * event is read and its times checked, kept or not: what declines declines as before (the times
+ * of an event not kept are converted only where that is the check). */
 HOT int
 parse_event(Ctx *c)
 {
     Ev ev; /* what is read below is set here; ts and dur only when their tag says so */
-    ev.ph = ev.cat = ev.name = ev.coll = ev.argname = -1;
+    ev.ph = ev.cat = ev.name = ev.coll = ev.argname = ev.triple = -1;
+    ev.skip = 0;
     ev.idstr = 0;
     ev.pid = ev.tid = (Tok){TOK_NONE, NULL, 0, -1};
     ev.ts_tag = ev.dur_tag = T_MISSING;
     for (int i = 0; i < N_IDS; i++)
         ev.ids[i] = -1;
     ev.nbytes = NAN;
-    TRY(parse_members(c, &ev, event_key_at, event_field, K_OTHER));
+    TRY(event_members(c, &ev));
     int32_t t;
     int64_t ts, dur;
     uint8_t flags;
-    TRY(triple_code(c, ev.ph, ev.cat, ev.name, &t));
-    TRY(event_times(c, &ev, &ts, &dur, &flags));
+    if ((t = ev.triple) < 0)
+        TRY(triple_code(c, ev.ph, ev.cat, ev.name, &t));
     int8_t cls = c->triples.cls[t];
+    if (cls < 0) {
+        TRY(time_checked(c, ev.ts_tag, &ev.ts));
+        TRY(time_checked(c, ev.dur_tag, &ev.dur));
+    }
+    else {
+        TRY(event_times(c, &ev, &ts, &dur, &flags));
+    }
     c->triples.count[t]++;
     c->nall++;
     if (cls == CLASS_METADATA && ev.argname >= 0) {
