@@ -282,6 +282,7 @@ typedef struct {
     PyObject *classify;  /* (ph, cat, name) -> class: kept when >= 0 */
     PyObject **pystr;    /* the Python str of each string code, made when first needed */
     size_t pystrcap;
+    struct VEnt_ *vcache; /* containers skipped lately (skip_container), NULL: none */
 } Ctx;
 
 /* Hash tables may probe this many times per lookup on average (plus a constant) before the
@@ -988,6 +989,51 @@ skip_value(Ctx *c, int depth)
     }
 }
 
+/* Containers skipped lately, by their first sixteen bytes: Kineto repeats the same few
+ * (args' "Input Dims", "Input type"...) in most events. A text that starts with one that was
+ * checked is that same value (a JSON container ends where it closes, whatever follows), at the
+ * same depth; comparing stops at the first difference, which is never past the end of the
+ * value at hand (or the point where it is refused), so the cache adds linear work at most. */
+#define VCACHE_SETS 256
+#define VCACHE_WAYS 4
+#define VCACHE_MAX 4096 /* longer containers are not kept */
+
+struct VEnt_ {
+    const uint8_t *s; /* its text, in the run (NULL: empty way) */
+    uint32_t len;
+    int32_t depth;
+};
+typedef struct VEnt_ VEnt;
+
+/* The container at c->p ('[' or '{'), as skip_value(c, depth) checks it: found in the cache,
+ * else skipped and kept there (most recent first). */
+static int
+skip_container(Ctx *c, int depth)
+{
+    const uint8_t *p = c->p, *end = c->end;
+    if (end - p < 16 || !c->vcache)
+        return skip_value(c, depth);
+    uint64_t a, b;
+    memcpy(&a, p, 8);
+    memcpy(&b, p + 8, 8);
+    VEnt *w = c->vcache + ((a * 0x9e3779b97f4a7c15ULL ^ b * 0xc2b2ae3d27d4eb4fULL) >> 56) * VCACHE_WAYS;
+    for (int i = 0; i < VCACHE_WAYS && w[i].s; i++) {
+        VEnt e = w[i];
+        if (e.depth == depth && (size_t)(end - p) >= e.len && same_bytes(e.s, p, e.len)) {
+            memmove(w + 1, w, (size_t)i * sizeof *w);
+            w[0] = e;
+            c->p = p + e.len;
+            return OK;
+        }
+    }
+    TRY(skip_value(c, depth));
+    if (c->p - p <= VCACHE_MAX) {
+        memmove(w + 1, w, (VCACHE_WAYS - 1) * sizeof *w);
+        w[0] = (VEnt){p, (uint32_t)(c->p - p), depth};
+    }
+    return OK;
+}
+
 /* ------------------------------------------------------------------ numbers to values */
 
 static const double POW10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
@@ -1359,7 +1405,7 @@ parse_args_field(Ctx *c, Ev *ev, int key)
             c->p = q;
             return OK;
         }
-        return skip_value(c, 3);
+        return skip_container(c, 3);
     }
 }
 
@@ -1536,6 +1582,8 @@ event_field(Ctx *c, Ev *ev, int k)
             return parse_members(c, ev, args_key_at, parse_args_field, A_OTHER);
         return parse_literal(c, "null");
     default:
+        if (c->p < c->end && (*c->p == '[' || *c->p == '{'))
+            return skip_container(c, 2);
         return skip_value(c, 2);
     }
 }
@@ -2024,6 +2072,7 @@ free_ctx(Ctx *c)
     free(c->cols.nbytes);
     free(c->cols.coll);
     free(c->meta);
+    free(c->vcache);
 }
 
 static uint64_t SEED;
@@ -2074,6 +2123,8 @@ scan(PyObject *self, PyObject *args)
     /* Columns sized for one event per 192 bytes of text (Kineto's are 150-400): most scans
      * never copy them to grow; pages not written are never touched. */
     int r = (end - start) / 192 > 256 ? grow_cols(&c.cols, (size_t)((end - start) / 192)) : OK;
+    if (end - start > (1 << 16)) /* no cache for short runs: its 16 KiB would not pay */
+        c.vcache = calloc(VCACHE_SETS * VCACHE_WAYS, sizeof(VEnt));
     if (r == OK)
         r = scan_events(&c, closed);
     PyObject *result = NULL;
