@@ -271,6 +271,7 @@ typedef struct {
     const uint8_t *p, *end;
     int text_times;
     LastStr last[3]; /* the previous ph, cat and name */
+    LastStr names[256]; /* names lately (parse_repeated), code -1: none */
     uint64_t seed;
     size_t probes, lookups; /* the hash tables' work, against a budget */
     Interner strs;
@@ -615,7 +616,7 @@ utf8_len(const uint8_t *p, const uint8_t *end)
 /* The first byte from p that is not PLAIN (or end). Eight bytes at a time: a byte of w is
  * flagged when it is '"', '\\', below 0x20 or at least 0x80 (the zero-byte tests flag exactly
  * from the lowest such byte up, so the lowest flag is exact). */
-static inline const uint8_t *
+HOT const uint8_t *
 skip_plain(const uint8_t *p, const uint8_t *end)
 {
 #if defined(__SSE2__) && defined(__GNUC__)
@@ -794,6 +795,17 @@ digit_run(const uint8_t *p, const uint8_t *end, uint64_t *v)
 HOT const uint8_t *
 skip_digits(const uint8_t *p, const uint8_t *end)
 {
+#if defined(__SSE2__) && defined(__GNUC__)
+    /* Sixteen bytes at a time: a byte is a digit when its distance from '0' is at most 9. */
+    const __m128i zero = _mm_set1_epi8('0'), nine = _mm_set1_epi8(9);
+    while (end - p >= 16) {
+        __m128i d = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)p), zero);
+        unsigned mask = ~(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(d, nine), d)) & 0xffff;
+        if (mask)
+            return p + __builtin_ctz(mask);
+        p += 16;
+    }
+#endif
 #if SWAR_DIGITS
     while (end - p >= 8) {
         uint64_t w, nd;
@@ -1266,24 +1278,48 @@ parse_str_or_null(Ctx *c, int32_t *code)
     return parse_literal(c, "null");
 }
 
+/* Whether the string at c->p (its opening quote) is the one `prev` holds (a whole, valid
+ * string's raw text, then a quote: the same string); stepped over, its code in *code, if so. */
+HOT int
+same_string(Ctx *c, const LastStr *prev, int32_t *code)
+{
+    Py_ssize_t n = prev->len;
+    if (prev->code >= 0 && c->end - c->p > n + 1 && c->p[n + 1] == '"' && same_bytes(prev->s, c->p + 1, n)) {
+        *code = prev->code;
+        c->p += n + 2;
+        return 1;
+    }
+    return 0;
+}
+
 /* parse_str_or_null for a field whose value often repeats the previous event's (ph, cat,
- * name): that one is compared first, and the hash table is skipped when it is the same. */
+ * name): that one is compared first, and the hash table is skipped when it is the same. A
+ * name is looked for among the names lately too (by the 24 bytes after its quote, the text
+ * that follows a short name included: any text picks a slot, the comparison decides). */
 HOT int
 parse_repeated(Ctx *c, LastStr *last, int32_t *code)
 {
     if (c->p < c->end && *c->p == '"') {
-        Str s;
-        /* The previous value's raw text (a whole, valid string) then a quote: the same string. */
-        Py_ssize_t n = last->len;
-        if (last->code >= 0 && c->end - c->p > n + 1 && c->p[n + 1] == '"' &&
-            same_bytes(last->s, c->p + 1, n)) {
-            *code = last->code;
-            c->p += n + 2;
+        LastStr *seen = NULL;
+        if (same_string(c, last, code))
             return OK;
+        if (last == &c->last[2] && c->end - c->p > 24) { /* a name: those lately, too */
+            uint64_t a, b, d;
+            memcpy(&a, c->p + 1, 8);
+            memcpy(&b, c->p + 9, 8);
+            memcpy(&d, c->p + 17, 8);
+            seen = &c->names[((a ^ b * 0x9e3779b97f4a7c15ULL ^ d * 0xc2b2ae3d27d4eb4fULL) * 0xff51afd7ed558ccdULL) >> 56];
+            if (same_string(c, seen, code)) {
+                *last = *seen;
+                return OK;
+            }
         }
+        Str s;
         TRY(parse_string(c, &s));
         TRY(intern(c, s.s, s.len, s.esc, code));
         *last = (LastStr){s.s, s.len, *code};
+        if (seen)
+            *seen = *last;
         return OK;
     }
     *code = -1;
@@ -2120,6 +2156,8 @@ scan(PyObject *self, PyObject *args)
     c.classify = classify_fn;
     for (int i = 0; i < 3; i++)
         c.last[i].code = -1;
+    for (int i = 0; i < 256; i++)
+        c.names[i].code = -1;
     /* Columns sized for one event per 192 bytes of text (Kineto's are 150-400): most scans
      * never copy them to grow; pages not written are never touched. */
     int r = (end - start) / 192 > 256 ? grow_cols(&c.cols, (size_t)((end - start) / 192)) : OK;
