@@ -201,9 +201,10 @@ def _analysis_sources() -> list[Path]:
 #: * a pool worker's result, opened by the parent just before it is gathered
 #:   (``parallel._Sealed``): the same message multiprocessing and Dask unpickle for every result
 #:   anyway, only opened later (a test below checks that nothing else constructs or opens one);
-#: * a forked child's share of the jobs (``forked._receive``), read from a pipe the parent made
-#:   before the fork, which no other process holds.
-IPC_UNPICKLE = {("tracekit/parallel.py", "_Sealed"), ("tracekit/forked.py", "_receive")}
+#: * what a forked child sends back (``forked.receive``): its share of the jobs
+#:   (``forked.share``) or its columns (``parallel_read``), read from a pipe or an in-memory
+#:   file the parent made before the fork, which no other process writes.
+IPC_UNPICKLE = {("tracekit/parallel.py", "_Sealed"), ("tracekit/forked.py", "receive")}
 
 
 def _allowed_lines(path: Path, tree: ast.Module) -> set[int]:

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 from shared_traces import params
 
+import tracekit.forked as FK
 import tracekit.parallel_read as P
 import tracekit.read as R
 from tracekit.errors import TraceError
@@ -206,7 +207,7 @@ def _die_after_first_write(monkeypatch):
     import os
     import signal
 
-    real = P._write_all
+    real = FK._write_all
     parent = os.getpid()
 
     def write_all(fd, data):
@@ -214,7 +215,7 @@ def _die_after_first_write(monkeypatch):
         if os.getpid() != parent:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    monkeypatch.setattr(P, "_write_all", write_all)
+    monkeypatch.setattr(FK, "_write_all", write_all)
 
 
 def test_a_child_killed_mid_transfer_gives_the_serial_result(tmp_path, small_ranges, forks, monkeypatch):
@@ -259,7 +260,7 @@ def test_columns_sent_whole_or_not_at_all(tmp_path):
     builder = P._decode_range(p, first, last, 1 << 16)
     fd = P._anonymous_file()
     try:
-        P._send(builder, fd)
+        FK.send(fd, builder)
         size = os.fstat(fd).st_size
         back = P._receive(fd)
         assert back is not None and back.n_events == builder.n_events == 5000

@@ -10,6 +10,10 @@ Whatever goes wrong in the child (an exception, a crash, a result that cannot be
 loses its results: :func:`share` then runs the jobs the child took in this process, so a caller
 always gets every result, computed by the same code. Ctrl-C stops both: the parent kills and
 reaps the child before the interrupt goes on.
+
+The parts shared with :mod:`tracekit.parallel_read`: :func:`fork` (signals held across it, the
+child always leaving through ``os._exit``), :func:`send` / :func:`receive` (a protocol-5 pickle
+with its arrays as raw bytes), :func:`reap` (kill and wait).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import signal
 import struct
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 _COUNT = struct.Struct("<Q")
 #: Most jobs one queue holds: each is one byte in a pipe written before the fork.
@@ -51,31 +55,25 @@ def share(jobs: Sequence[Any], run: Callable[[Any], Any]) -> list[Any]:
     os.write(queue_w, bytes(range(len(jobs))))
     os.close(queue_w)
     os.set_blocking(queue_r, False)
-    # Ctrl-C is held back across the fork: in the child it must land inside the ``try`` below
-    # (which always ends the child), never in the parent's code that the child shares.
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    pid = os.fork()
-    if pid == 0:  # the child: never returns, never runs the parent's cleanup
-        try:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-            os.close(out_r)
-            _send(out_w, _take(queue_r, jobs, run))
-            os._exit(0)
-        finally:
-            os._exit(1)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+    def child() -> None:
+        os.close(out_r)
+        send(out_w, _take(queue_r, jobs, run))
+
+    pid = fork(child)
     os.close(out_w)
     done: dict[int, Any] = {}
+    killed = False
     try:
         done = _take(queue_r, jobs, run)
-        theirs = _receive(out_r)
+        theirs = receive(out_r) or {}
     except BaseException:
-        os.kill(pid, signal.SIGKILL)
+        killed = True
         raise
     finally:
         os.close(queue_r)
         os.close(out_r)
-        _reap(pid)
+        reap(pid, kill=killed)
     done.update(theirs)
     return [done[i] if i in done else run(job) for i, job in enumerate(jobs)]
 
@@ -93,42 +91,40 @@ def _take(queue: int, jobs: Sequence[Any], run: Callable[[Any], Any]) -> dict[in
         done[got[0]] = run(jobs[got[0]])
 
 
-def _send(fd: int, results: dict[int, Any]) -> None:
-    """Write ``results`` to ``fd``: a pickle whose arrays follow it as raw bytes, each length first."""
-    buffers: list[pickle.PickleBuffer] = []
-    head = pickle.dumps(results, protocol=5, buffer_callback=buffers.append)
-    raws = [b.raw() for b in buffers]
-    sizes = [len(head)] + [r.nbytes for r in raws]
-    with os.fdopen(fd, "wb", buffering=1 << 16) as f:
-        f.write(_COUNT.pack(len(sizes)) + b"".join(_COUNT.pack(n) for n in sizes))
-        f.write(head)
-        for r in raws:
-            f.write(r)
+def fork(body: Callable[[], object]) -> int:
+    """Fork a child that runs ``body`` and exits, with status 0 when it returned, 1 when anything
+    failed: it never returns into the caller's code nor runs its cleanup. Every signal is held
+    across the fork (no handler runs between it and the child's ``try``); in the child, Ctrl-C
+    ends it at once. Returns the child's pid (see :func:`reap`)."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        pid = os.fork()
+        if pid == 0:
+            _child(mask, body)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    return pid
 
 
-def _receive(fd: int) -> dict[int, Any]:
-    """What :func:`_send` wrote, or ``{}`` when it is incomplete (the child failed)."""
-    with os.fdopen(fd, "rb", closefd=False) as f:
+def _child(mask: set, body: Callable[[], object]) -> NoReturn:
+    status = 1
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        body()
+        status = 0
+    finally:
+        os._exit(status)
+
+
+def reap(pid: int, kill: bool = False) -> None:
+    """Wait for the child to end, killed first when ``kill`` (a finished child that nobody
+    waits for stays a zombie)."""
+    if kill:
         try:
-            (n,) = _COUNT.unpack(_exactly(f, _COUNT.size))
-            sizes = [_COUNT.unpack(_exactly(f, _COUNT.size))[0] for _ in range(n)]
-            head = _exactly(f, sizes[0])
-            buffers = [_exactly(f, size) for size in sizes[1:]]
-        except EOFError:
-            return {}
-    return pickle.loads(head, buffers=buffers)
-
-
-def _exactly(f, size: int) -> bytearray:
-    """``size`` bytes of ``f`` (a bytearray: arrays made on it stay writable), or EOFError."""
-    buf = bytearray(size)
-    if f.readinto(buf) != size:
-        raise EOFError
-    return buf
-
-
-def _reap(pid: int) -> None:
-    """Wait for the child to end (a finished child that nobody waits for stays a zombie)."""
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:  # reaped already
+            return
     while True:
         try:
             os.waitpid(pid, 0)
@@ -137,3 +133,46 @@ def _reap(pid: int) -> None:
             return
         except InterruptedError:
             continue
+
+
+def send(fd: int, obj: Any) -> None:
+    """Write ``obj`` to ``fd``: the number of parts, their sizes, a pickle of ``obj`` whose
+    arrays are out-of-band (protocol 5), then those arrays' raw bytes in turn."""
+    buffers: list[pickle.PickleBuffer] = []
+    head = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    raws = [b.raw() for b in buffers]
+    sizes = [len(head)] + [r.nbytes for r in raws]
+    _write_all(fd, b"".join(_COUNT.pack(n) for n in [len(sizes), *sizes]) + head)
+    for r in raws:
+        _write_all(fd, r)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    with memoryview(data) as view:
+        while view:
+            view = view[os.write(fd, view) :]
+
+
+def receive(fd: int, alloc: Callable[[int], Any] = bytearray) -> Any:
+    """What :func:`send` wrote, read from ``fd``'s current position, each array into
+    ``alloc(its size)`` (a bytearray: arrays made on it stay writable); None when it ends early
+    (the child failed). The only place a child's results are unpickled."""
+    try:
+        (n,) = _COUNT.unpack(_exactly(fd, bytearray(_COUNT.size)))
+        sizes = [_COUNT.unpack(_exactly(fd, bytearray(_COUNT.size)))[0] for _ in range(n)]
+        head = _exactly(fd, bytearray(sizes[0]))
+        buffers = [_exactly(fd, alloc(size)) for size in sizes[1:]]
+    except EOFError:
+        return None
+    return pickle.loads(head, buffers=buffers)
+
+
+def _exactly(fd: int, buf: Any) -> Any:
+    """``buf`` filled from ``fd``, or EOFError."""
+    view, got = memoryview(buf), 0
+    while got < view.nbytes:
+        k = os.readv(fd, [view[got:]])
+        if k == 0:
+            raise EOFError
+        got += k
+    return buf

@@ -12,7 +12,7 @@ The children are forked directly (``os.fork``: their arguments are already in me
 no handler threads, no pickled task), and send their columns through an anonymous in-memory file
 (``memfd``) the parent made before forking: a small pickle of the builder whose arrays are
 out-of-band buffers (pickle protocol 5), then those buffers' raw bytes, which the parent reads
-straight into fresh arrays once the child has exited with status 0 (:func:`_send`,
+straight into fresh arrays once the child has written all of it (:func:`tracekit.forked.send`,
 :func:`_receive`). A child writes all it has while the parent still decodes its own range, and
 its file is freed as soon as it is read: the parent never holds two copies of a column for longer
 than one read.
@@ -31,13 +31,11 @@ from __future__ import annotations
 import mmap
 import multiprocessing as mp
 import os
-import pickle
 import re
-import signal
 import tempfile
 import threading
-from typing import NoReturn
 
+from . import forked
 from .columns import _FrameBuilder
 from .files import PIECE_BYTES, PlainText
 from .schema import TraceDoc
@@ -114,8 +112,8 @@ def _decode_range(path: str, lo: int, hi: int, chunk: int) -> _FrameBuilder:
 
 class _Child:
     """A forked child decoding ``path[lo:hi]``. It writes its builder into the in-memory file
-    ``fd`` (:func:`_send`), then one byte into the pipe ``done`` and exits; when anything fails,
-    it exits without that byte (the parent reads the pipe's end instead). ``others``: the
+    ``fd`` (:func:`tracekit.forked.send`), then one byte into the pipe ``done`` and exits; when
+    anything fails, it exits without that byte (the parent reads the pipe's end instead). ``others``: the
     children forked before it. ``pid`` is None once the child is reaped."""
 
     def __init__(self, path: str, lo: int, hi: int, chunk: int, others: list[_Child]) -> None:
@@ -123,17 +121,8 @@ class _Child:
         self.done, ready = os.pipe()
         try:
             self.fd = _anonymous_file()
-            # No signal handler runs between the fork and the child's own ``try``: an exception
-            # there would take the child back into the parent's code.
             theirs = [o.fd for o in others if o.fd >= 0]
-            mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
-            try:
-                pid = os.fork()
-                if pid == 0:
-                    _run_child(mask, ready, self.fd, theirs, (path, lo, hi, chunk))
-                self.pid = pid
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            self.pid = forked.fork(lambda: _run_child(ready, self.fd, theirs, (path, lo, hi, chunk)))
         except BaseException:
             self.end()
             raise
@@ -154,11 +143,7 @@ class _Child:
     def end(self) -> None:
         """Kill the child if it still runs, reap it, close its pipe and file."""
         if self.pid is not None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-            except (ProcessLookupError, ChildProcessError):  # already reaped, by someone else
-                pass
+            forked.reap(self.pid, kill=True)
             self.pid = None
         for name in ("done", "fd"):
             if getattr(self, name) >= 0:
@@ -166,21 +151,14 @@ class _Child:
                 setattr(self, name, -1)
 
 
-def _run_child(mask: set, ready: int, fd: int, theirs: list[int], task: tuple) -> NoReturn:
-    """The child: decode ``task``'s range, write its builder to ``fd``, then ``_DONE`` to
-    ``ready``, and exit; on any failure, exit with status 1 (never into the parent's code, never
-    running its cleanup). Ctrl-C ends it at once; ``theirs``: files of earlier children."""
-    status = 1
-    try:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        for other in theirs:  # theirs to free once read, not to be held here
-            os.close(other)
-        _send(_decode_range(*task), fd)
-        os.write(ready, _DONE)
-        status = 0
-    finally:
-        os._exit(status)
+def _run_child(ready: int, fd: int, theirs: list[int], task: tuple) -> None:
+    """In the child (:func:`tracekit.forked.fork`: any failure exits with status 1): decode
+    ``task``'s range, write its builder to ``fd``, then ``_DONE`` to ``ready``. ``theirs``:
+    files of earlier children."""
+    for other in theirs:  # theirs to free once read, not to be held here
+        os.close(other)
+    forked.send(fd, _decode_range(*task))
+    os.write(ready, _DONE)
 
 
 _DONE = b"\x01"
@@ -194,62 +172,23 @@ def _anonymous_file() -> int:
         return os.dup(f.fileno())
 
 
-_LEN = 8
 _PRIVATE = mmap.MAP_PRIVATE | getattr(mmap, "MAP_POPULATE", 0)
 
 
-def _send(builder: _FrameBuilder, fd: int) -> None:
-    """Write ``builder`` to ``fd``: the length of a pickle of (the builder's pickle without its
-    arrays' bytes, the sizes of those), that pickle, then each array's raw bytes in turn."""
-    buffers: list[pickle.PickleBuffer] = []
-    header = pickle.dumps(builder, protocol=5, buffer_callback=buffers.append)
-    del builder
-    raws = [b.raw() for b in buffers]
-    index = pickle.dumps((header, [r.nbytes for r in raws]), protocol=5)
-    _write_all(fd, len(index).to_bytes(_LEN, "little") + index)
-    for r in raws:
-        _write_all(fd, r)
-
-
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    with memoryview(data) as view:
-        while view:
-            view = view[os.write(fd, view) :]
+def _mapping(size: int) -> mmap.mmap | bytes:
+    """A mapping of its own (its pages made at once) for one array: its memory goes back to the
+    system as soon as the builder's column is dropped (malloc's heap keeps it: +40 MB peak)."""
+    return mmap.mmap(-1, size, flags=_PRIVATE) if size else b""
 
 
 def _receive(fd: int) -> _FrameBuilder | None:
-    """The builder :func:`_send` wrote to ``fd``, its arrays read straight into fresh memory
-    mappings; None when the file does not hold exactly that."""
-    size = os.fstat(fd).st_size
-    n = int.from_bytes(os.pread(fd, _LEN, 0), "little")
-    if size < _LEN + n:
+    """The builder the child sent to ``fd`` (:func:`tracekit.forked.send`), its arrays read
+    straight into fresh memory mappings; None when the file does not hold exactly that."""
+    os.lseek(fd, 0, os.SEEK_SET)  # the child's writes moved the offset this file shares
+    builder = forked.receive(fd, _mapping)
+    if os.lseek(fd, 0, os.SEEK_CUR) != os.fstat(fd).st_size:
         return None
-    header, sizes = pickle.loads(os.pread(fd, n, _LEN))
-    at = _LEN + n
-    if at + sum(sizes) != size:
-        return None
-    arrays: list[mmap.mmap | bytes] = []
-    for k in sizes:
-        # A mapping of its own (its pages made at once): the memory goes back to the system
-        # as soon as the builder's column is dropped (malloc's heap keeps it: +40 MB peak).
-        a = mmap.mmap(-1, k, flags=_PRIVATE) if k else b""
-        if k and _read_all(fd, memoryview(a), at) != k:
-            return None
-        arrays.append(a)
-        at += k
-    builder = pickle.loads(header, buffers=arrays)
     return builder if isinstance(builder, _FrameBuilder) else None
-
-
-def _read_all(fd: int, out: memoryview, at: int) -> int:
-    """Read ``out``'s size of bytes of ``fd`` from ``at`` into ``out``; how many there were."""
-    got = 0
-    while got < out.nbytes:
-        k = os.preadv(fd, [out[got:]], at + got)
-        if k == 0:
-            break
-        got += k
-    return got
 
 
 def read_parallel(
