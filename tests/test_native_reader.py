@@ -155,6 +155,7 @@ def test_shared_traces_read_the_same(path, scans):
 def test_shared_traces_read_the_same_in_parallel(path, tmp_path, monkeypatch, scans):
     """Forked children and the parent scan their ranges natively: == msgspec's serial read."""
     import tracekit.parallel_read as P
+    from tracekit import forked
 
     raw = open(path, "rb").read()
     if raw[:2] == b"\x1f\x8b":
@@ -164,7 +165,7 @@ def test_shared_traces_read_the_same_in_parallel(path, tmp_path, monkeypatch, sc
     p = tmp_path / "t.json"
     p.write_bytes(raw)
     monkeypatch.setattr(P, "MIN_BYTES", 0)
-    monkeypatch.setattr(P.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(forked.threading, "active_count", lambda: 1)
     taken: list = []
     real = R.read_parallel
     monkeypatch.setattr(R, "read_parallel", lambda *a: taken.append(real(*a)) or taken[-1])

@@ -29,7 +29,7 @@ def small_ranges(monkeypatch):
     monkeypatch.setattr(P, "MIN_BYTES", 0)
     monkeypatch.setattr(P, "PIECE_BYTES", 1 << 16)
     monkeypatch.setattr(R, "CHUNK_BYTES", 1 << 18)
-    monkeypatch.setattr(P.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(FK.threading, "active_count", lambda: 1)
     seen: list = []
     real = R.read_parallel
 

@@ -29,11 +29,9 @@ parent's code (it leaves by ``os._exit`` whatever happens).
 from __future__ import annotations
 
 import mmap
-import multiprocessing as mp
 import os
 import re
 import tempfile
-import threading
 
 from . import forked
 from .columns import _FrameBuilder
@@ -63,13 +61,7 @@ def read_jobs() -> int:
 
 def usable(size: int, jobs: int) -> bool:
     """Whether a file of ``size`` bytes may be decoded by ``jobs`` forked processes here."""
-    return (
-        jobs > 1
-        and size >= MIN_BYTES
-        and "fork" in mp.get_all_start_methods()
-        and threading.active_count() == 1
-        and not mp.current_process().daemon
-    )
+    return jobs > 1 and size >= MIN_BYTES and forked.usable()
 
 
 def plan(path: str | os.PathLike, jobs: int) -> tuple[bytes, list[tuple[int, int]], int] | None:
