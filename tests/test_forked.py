@@ -64,25 +64,21 @@ def test_both_processes_take_jobs_and_results_come_in_order(forks):
     assert _reaped(forks[0])
 
 
-def test_a_child_that_fails_loses_nothing(forks):
-    parent = os.getpid()
-
-    def run(job):
-        if os.getpid() != parent:
-            raise RuntimeError("only in the child")
-        time.sleep(0.02)
-        return job
-
-    assert F.share(list(range(5)), run) == list(range(5))
-    assert len(forks) == 1 and _reaped(forks[0])
+def _raise() -> None:
+    raise RuntimeError("only in the child")
 
 
-def test_a_child_that_dies_midway_loses_nothing(forks):
+def _crash() -> None:
+    os._exit(3)  # no exception, no result written
+
+
+@pytest.mark.parametrize("fail", [_raise, _crash], ids=["raises", "dies midway"])
+def test_a_child_that_fails_loses_nothing(forks, fail):
     parent = os.getpid()
 
     def run(job):
         if os.getpid() != parent and job >= 2:
-            os._exit(3)  # a crash: no exception, no result written
+            fail()
         time.sleep(0.02)
         return job
 
