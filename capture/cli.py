@@ -7,6 +7,7 @@ Standalone: ``python -m tracekit.capture.cli train --out run1``.
 from __future__ import annotations
 
 import shutil
+import textwrap
 import time
 from dataclasses import replace
 
@@ -156,14 +157,19 @@ def sweep_command(
         raise CaptureError("--max-batch on a CPU host needs --memory-limit MB (the bound of its search)")
     out = sweep.prepare(c.out, c.force)
     t = runs.Train(seq_len=seq_len, steps=steps, nproc_per_node=nproc_per_node)
-    s = sweep.Settings(replace(c, out=out), t, memory_limit, max_batch, batch_cap, paper)
+    s = sweep.Settings(replace(c, out=out), t, memory_limit, max_batch, batch_cap, paper, gpus > 0)
     started = time.monotonic()
-    doc = sweep.run_sweep(s, chosen, argv(), click.echo)
     width = shutil.get_terminal_size((80, 24)).columns
+
+    def say(text: str) -> None:
+        for line in textwrap.wrap(text, width, subsequent_indent="      ") or [""]:
+            click.echo(line)
+
+    doc = sweep.run_sweep(s, chosen, argv(), say)
     for line in terminal_lines(doc, width):
         click.echo(line)
-    took = time.monotonic() - started
-    click.echo(f"{len(chosen)} method(s) in {took:.0f} s: {out / sweep.SWEEP_JSON}, {out / sweep.SWEEP_MD}")
+    click.echo(f"{len(chosen)} method(s) in {time.monotonic() - started:.0f} s, written to")
+    click.echo(f"  {out / sweep.SWEEP_JSON}\n  {out / sweep.SWEEP_MD}")
     if any(r["status"] == sweep.INTERRUPTED for r in doc["rows"]):
         err = CaptureError("sweep interrupted (Ctrl-C); the rows so far are in sweep.json")
         err.exit_code = 130

@@ -40,6 +40,7 @@ class Settings:
     max_batch: bool = False
     batch_cap: int = 1024
     paper: bool = False
+    gpu: bool = False
 
 
 def train_argv(c: Common, t: runs.Train, method: Method) -> list[str]:
@@ -161,7 +162,8 @@ def prepare(out: Path, force: bool) -> Path:
 def run_sweep(
     s: Settings, methods: list[Method], argv: list[str], echo, run: Runner = runs.run_train
 ) -> dict:
-    """Every method in turn; the sweep's document (also in ``DIR/sweep.json`` after each)."""
+    """Every method in turn; the sweep's document (also in ``DIR/sweep.json`` after each).
+    ``echo(line)`` says which method runs, then how it went."""
     from .sweep_report import UNITS, markdown, relative, with_paper
 
     out = s.common.out
@@ -169,7 +171,7 @@ def run_sweep(
     rows: list[dict] = []
     by_name = {m.name: m for m in methods}
     for i, m in enumerate(methods, 1):
-        echo(f"[{i}/{len(methods)}] {m.name} ({m.label}) ...", nl=False)
+        echo(f"[{i}/{len(methods)}] {m.name} ({m.label})")
         if rows and rows[-1]["status"] == INTERRUPTED:
             row = {"status": "not-run", "reason": "the sweep was interrupted (Ctrl-C)"}
         elif s.max_batch:
@@ -178,7 +180,7 @@ def run_sweep(
             row = capture(s, m, s.common.batch_size, out / m.name, run)
         done = (out / m.name / output.MANIFEST).is_file()
         rows.append({"method": m.name, "label": m.label, **_empty(), **row, "out": m.name if done else None})
-        echo(" " + _progress(rows[-1]))
+        echo("    " + _progress(rows[-1]))
         base = doc["baseline"] = relative(rows)
         doc["relative_to"] = f"{base}: relative_throughput is tokens_per_s / {base}'s" if base else None
         if s.paper:
@@ -202,8 +204,7 @@ def _progress(row: dict) -> str:
 
 
 def _document(s: Settings, argv: list[str]) -> dict:
-    c, t = s.common, s.train
-    gpu = _gpu()
+    c, t, gpu = s.common, s.train, s.gpu
     return {
         "tracekit_sweep": 1,
         "command": command_line(argv),
@@ -221,9 +222,3 @@ def _document(s: Settings, argv: list[str]) -> dict:
         if gpu
         else "peak RSS of each rank's process (VmHWM, reset per step), MiB",
     }
-
-
-def _gpu() -> bool:
-    from .checks import gpu_count
-
-    return gpu_count() > 0
