@@ -1,4 +1,4 @@
-"""``tracekit capture train|infer``: the click group the main ``tracekit`` CLI adds.
+"""``tracekit capture train|infer|sweep``: the click group the main ``tracekit`` CLI adds.
 
 Wire-up (tracekit/cli.py): ``from tracekit.capture.cli import capture; main.add_command(capture)``.
 Standalone: ``python -m tracekit.capture.cli train --out run1``.

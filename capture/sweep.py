@@ -58,7 +58,7 @@ def train_argv(c: Common, t: runs.Train, method: Method) -> list[str]:
 Runner = Callable[..., dict]
 
 
-def capture(s: Settings, method: Method, batch: int, out: Path, run: Runner = runs.run_train) -> dict:
+def capture_method(s: Settings, method: Method, batch: int, out: Path, run: Runner = runs.run_train) -> dict:
     """Capture ``method`` at ``batch`` into ``out``: a row's figures, or its status and reason."""
     c = replace(
         s.common, out=out, batch_size=batch, attention=method.attention(s.common.attention), force=True
@@ -105,7 +105,7 @@ def largest(s: Settings, method: Method, sweep_dir: Path, run: Runner = runs.run
     probes = sweep_dir / PROBES / method.name
 
     def fits(batch: int) -> bool:
-        row = tried[batch] = capture(s, method, batch, probes / f"batch{batch}", run)
+        row = tried[batch] = capture_method(s, method, batch, probes / f"batch{batch}", run)
         if row["status"] not in ("ok", OOM):
             raise _CannotRun(row)
         return row["status"] == "ok"
@@ -177,7 +177,7 @@ def run_sweep(
         elif s.max_batch:
             row = largest(s, m, out, run)
         else:
-            row = capture(s, m, s.common.batch_size, out / m.name, run)
+            row = capture_method(s, m, s.common.batch_size, out / m.name, run)
         done = (out / m.name / output.MANIFEST).is_file()
         rows.append({"method": m.name, "label": m.label, **_empty(), **row, "out": m.name if done else None})
         echo("    " + _progress(rows[-1]))

@@ -197,7 +197,7 @@ def test_without_naive_the_first_method_that_ran_is_the_baseline():
 
 def test_a_run_over_the_memory_limit_does_not_fit(tmp_path):
     runner = FakeRunner(lambda c, t: _manifest(1000.0, 700.0))
-    row = sweep.capture(
+    row = sweep.capture_method(
         _settings(tmp_path, memory_limit_mb=600), methods.parse_method("naive"), 1, tmp_path / "naive", runner
     )
     assert row["status"] == "oom" and "over --memory-limit 600 MiB" in row["reason"]
