@@ -285,8 +285,8 @@ def _selected(analysis, only: list[str], per_step: bool) -> dict:
 def explain(path, pattern, step, limit, fmt, reading, no_cache, debug):
     """Why is this number what it is: the chain behind the labels of the activities whose
     name matches PATTERN (case-insensitive substring or regex). docs/explain.md."""
-    from ..analysis import Options
     from ..explain import run
+    from ..ranks.analyse import Options
 
     with reported(path, debug):
         doc = run(
