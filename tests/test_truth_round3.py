@@ -33,3 +33,37 @@ def test_hand_written_gemm_kernel_counts_as_gemm(tmp_path):
     assert gemm.loc["forward", "compute_ms"] == pytest.approx(_ms(30 + 5 + 7), abs=NS)
     kernels = a.table("kernels").set_index("category")
     assert kernels.loc["GEMM", "kernel_ms"] == pytest.approx(_ms(37), abs=NS)
+
+
+@pytest.mark.parametrize("autograd_thread", [True, False])
+def test_legacy_backward_is_backward_by_its_node_names(tmp_path, autograd_thread):
+    """Issue 28.2: before torch 1.9, backward nodes are ``AddmmBackward`` ops with no sequence
+    number, no forward-thread id and no evaluate_function: their work is backward, and the
+    evidence says it was the node's name."""
+    b = TraceBuilder(legacy=True, autograd_thread=autograd_thread, old_categories=True, ts_format="int")
+    with b.step():
+        mm = b.kernel(GEMM_A, 40, op="aten::addmm", at_us=10)
+        b.kernel(K_MUL, 10, op="aten::mul", at_us=60)
+        with b.backward():
+            b.kernel(GEMM_NN, 30, op="aten::mm", creator=mm, at_us=100)
+            with b.gradient_hook():
+                b.kernel(K_MUL, 5, op="aten::add_", at_us=140)
+        with b.optimizer("Optimizer.step#SGD.step"):
+            b.kernel(K_ADAM, 20, op="aten::add_", at_us=160)
+    path = b.write(tmp_path / "legacy.json")
+    a = tracekit.load(path, cache=False)
+    ph = a.table("phases").set_index("phase")
+    assert ph.loc["forward", "wall_ms"] == pytest.approx(_ms(90), abs=NS)  # 10 -> 100
+    assert ph.loc["backward", "wall_ms"] == pytest.approx(_ms(60), abs=NS)  # 100 -> 160
+    assert ph.loc["backward", "compute_ms"] == pytest.approx(_ms(35), abs=NS)
+    assert ph.loc["optimizer", "wall_ms"] == pytest.approx(_ms(20), abs=NS)
+    # On an engine thread the thread decides (it is known by the nodes it runs); on the main
+    # thread, the node's name.
+    evidence = "autograd_thread" if autograd_thread else "backward_name"
+    iv = a.intervals
+    assert set(iv.loc[iv["phase"] == "backward", "phase_evidence"].astype(str)) == {evidence}
+    from tracekit import explain
+
+    chain = explain.run(path, "ampere_bf16_s16816gemm_bf16_128x64")["chains"][0]
+    assert chain["phase"]["evidence"] == evidence
+    assert ("name alone" if evidence == "backward_name" else "thread") in chain["phase"]["why"]

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import TraceError
+from .pipeline.evidence import EVIDENCE_TEXT
 from .read import ANNOTATION, CPU_OP, RUNTIME, RawTrace
 
 #: The labels that make two activities' chains the same (with the activity's name).
@@ -247,7 +248,11 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
         "op_stack": _op_stack(ev, row, origin),
         "module": _module(ev, row),
         "backward": _backward(ev, row, origin),
-        "phase": {"phase": str(row["phase"]), "evidence": str(row["phase_evidence"])},
+        "phase": {
+            "phase": str(row["phase"]),
+            "evidence": str(row["phase_evidence"]),
+            "why": EVIDENCE_TEXT.get(str(row["phase_evidence"]), ""),
+        },
         "step": {
             "step": int(row["step"]),
             "by": str(row["step_by"]),

@@ -160,6 +160,7 @@ def _label_lines(c: dict) -> list[str]:
     k, mc = c["kernel_category"], c["module_category"]
     out = [
         _row("phase", f"{c['phase']['phase']} (evidence: {c['phase']['evidence']})"),
+        *([_row("", c["phase"]["why"])] if c["phase"].get("why") else []),
         _row("step", f"{s['step']} (by {s['by']}{renumbered})" if s["step"] >= 0 else "outside every step"),
         _row("category", f"{k['group']} / {k['category']} (rule {k['rule']})"),
     ]
