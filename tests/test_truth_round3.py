@@ -67,3 +67,35 @@ def test_legacy_backward_is_backward_by_its_node_names(tmp_path, autograd_thread
     chain = explain.run(path, "ampere_bf16_s16816gemm_bf16_128x64")["chains"][0]
     assert chain["phase"]["evidence"] == evidence
     assert ("name alone" if evidence == "backward_name" else "thread") in chain["phase"]["why"]
+
+
+def test_cpu_step_edges_are_the_profiler_step_range(tmp_path):
+    """Issue 28.9: on a CPU-only trace the step window is its ProfilerStep range, so forward
+    starts at the step's start (Python before the first op included) and the optimizer ends at
+    the step's end (zero_grad's Python after the last op included); the walls add up to it."""
+    import json
+
+    b = TraceBuilder()
+    with b.step():
+        b.cpu(40)  # Python before the first op
+        with b.op("aten::mm"):
+            b.cpu(100)
+        with b.backward():
+            with b.op("MmBackward0"):
+                b.cpu(80)
+        with b.optimizer("Optimizer.step#AdamW.step"):
+            with b.op("aten::_foreach_addcdiv_"):
+                b.cpu(30)
+        b.cpu(25)  # zero_grad(set_to_none): Python only
+    path = b.write(tmp_path / "cpu.json")
+    events = json.loads(path.read_text())["traceEvents"]
+    (ps,) = [e for e in events if e["name"] == "ProfilerStep#1"]
+    ops = [e for e in events if e.get("cat") == "cpu_op" and e["name"] == "aten::mm"]
+    a = tracekit.load(path, cache=False)
+    idle = a.table("idle").iloc[0]
+    assert idle["window_ms"] == pytest.approx(ps["dur"] / 1000, abs=NS)
+    ph = a.table("phases").set_index("phase")
+    assert ph["wall_ms"].sum() == pytest.approx(ps["dur"] / 1000, abs=NS)
+    # forward starts at the ProfilerStep's start, 40 us (and the range's own lead) before aten::mm
+    assert ph.loc["forward", "wall_ms"] > (ops[0]["ts"] - ps["ts"] + ops[0]["dur"]) / 1000 - NS
+    assert ph["percent"].sum() == pytest.approx(100.0)

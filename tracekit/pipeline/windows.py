@@ -33,7 +33,9 @@ def find_windows(t: Trace) -> Trace:
 
     Needs: ``acts.step``, ``start``, ``end``, ``phase``; ``t.step_ranges``.
     Adds: ``t.steps``: one row per step with activity: ``step``, ``start``, ``end``
-    (first start to last end of its activities), ``activities``, ``t_backward``,
+    (first start to last end of its activities; on CPU-only traces, where the activities are
+    the CPU ops themselves, its ProfilerStep range when it has one, widened to hold them),
+    ``activities``, ``t_backward``,
     ``t_optimizer`` (first backward / optimizer activity start; an absent phase collapses onto
     the next boundary), ``t_unattributed`` (first start of an activity with no phase evidence,
     inside [t_backward, t_optimizer]; t_optimizer when there is none), ``complete``,
@@ -57,6 +59,12 @@ def find_windows(t: Trace) -> Trace:
     }
     last = np.full(len(ids), np.iinfo(np.int64).min, np.int64)
     np.maximum.at(last, row, end)
+    begin = _first_start(row, start, np.ones(len(row), bool), len(ids))
+    cpu_start, cpu_end = _profiler_steps(t, ids)
+    if t.mode == "cpu":  # the step is its ProfilerStep range (docs/metrics.md, "step window")
+        ranged = cpu_start >= 0
+        begin = np.where(ranged, np.minimum(begin, cpu_start), begin)
+        last = np.where(ranged, np.maximum(last, cpu_end), last)
     t_opt = np.where(first["optimizer"] >= 0, first["optimizer"], last)
     t_bwd = np.where(first["backward"] >= 0, np.minimum(first["backward"], t_opt), t_opt)
     # The unattributed window: from the first activity with no phase evidence, clipped into
@@ -65,7 +73,7 @@ def find_windows(t: Trace) -> Trace:
     steps = pd.DataFrame(
         {
             "step": ids,
-            "start": _first_start(row, start, np.ones(len(row), bool), len(ids)),
+            "start": begin,
             "end": last,
             "activities": np.bincount(row, minlength=len(ids)).astype(np.int64),
             "t_backward": t_bwd.astype(np.int64),
@@ -74,15 +82,21 @@ def find_windows(t: Trace) -> Trace:
         }
     )
     steps["complete"] = _complete(steps, t.warnings)
-    cpu = t.step_ranges.drop_duplicates("step").set_index("step") if len(t.step_ranges) else None
-    for col in ("cpu_start", "cpu_end"):
-        v = cpu[col].reindex(steps["step"]) if cpu is not None else None
-        steps[col] = (
-            v.fillna(-1).astype(np.int64).to_numpy() if v is not None else np.full(len(steps), -1, np.int64)
-        )
+    steps["cpu_start"], steps["cpu_end"] = cpu_start, cpu_end
     t.steps = steps
     t.windows = windows_of(steps)
     return t
+
+
+def _profiler_steps(t: Trace, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per step of ``ids``: its ProfilerStep range (start, end in ns), -1 where it has none."""
+    if not len(t.step_ranges):
+        none = np.full(len(ids), -1, np.int64)
+        return none, none.copy()
+    cpu = t.step_ranges.drop_duplicates("step").set_index("step")
+    return tuple(  # type: ignore[return-value]
+        cpu[col].reindex(ids).fillna(-1).astype(np.int64).to_numpy() for col in ("cpu_start", "cpu_end")
+    )
 
 
 def _first_start(row: np.ndarray, start: np.ndarray, mask: np.ndarray, n: int) -> np.ndarray:
