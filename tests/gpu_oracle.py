@@ -116,7 +116,7 @@ def activities(events: list[dict]) -> dict:
         if str(e.get("cat", "")).lower() in LAUNCH and "correlation" in (e.get("args") or {}):
             launches[e["args"]["correlation"]] = e
     steps, bwd, opt = _cpu_context(events)
-    step_threads = {k for k in steps}
+    step_threads = set(steps)
     engine = {k for k in bwd if k not in step_threads}
     by_pid_steps = defaultdict(list)
     for (pid, _), rs in steps.items():
@@ -144,7 +144,9 @@ def activities(events: list[dict]) -> dict:
         else:
             phase = "forward"
         name = e.get("name", "")
-        group = "comm" if cat == "kernel" and COMM.search(name) else ("compute" if cat == "kernel" else "copy")
+        group = (
+            "comm" if cat == "kernel" and COMM.search(name) else ("compute" if cat == "kernel" else "copy")
+        )
         lo = _num(e.get("ts"))
         out[pid].append(
             {
@@ -177,7 +179,9 @@ def numbers(path: Path) -> dict:
         by_step = defaultdict(list)
         for a in acts:
             by_step[a["step"]].append(a)
-        windows = {s: (min(a["span"][0] for a in xs), max(a["span"][1] for a in xs)) for s, xs in by_step.items()}
+        windows = {
+            s: (min(a["span"][0] for a in xs), max(a["span"][1] for a in xs)) for s, xs in by_step.items()
+        }
         for s in _complete(windows):
             out[(r, s)] = _step_numbers(by_step[s], windows[s])
     return out

@@ -375,7 +375,12 @@ FAMILIES = {
             leaf("LayerNorm", "ln_1", "RMSNorm"),
             ("CausalSelfAttention", "attn", None, [leaf(L, "c_attn", "QKV"), leaf(L, "c_proj", "Output")]),
             leaf("LayerNorm", "ln_2", "RMSNorm"),
-            ("MLP", "mlp", None, [leaf(L, "c_fc", "MLP"), leaf("GELU", "gelu", "MLP"), leaf(L, "c_proj", "MLP")]),
+            (
+                "MLP",
+                "mlp",
+                None,
+                [leaf(L, "c_fc", "MLP"), leaf("GELU", "gelu", "MLP"), leaf(L, "c_proj", "MLP")],
+            ),
         ],
     ),
     # a research model's layer: nn.MultiheadAttention and a Sequential MLP
@@ -435,7 +440,12 @@ FAMILIES = {
                         "T5Attention",
                         "SelfAttention",
                         None,
-                        [leaf(L, "q", "QKV"), leaf(L, "k", "QKV"), leaf(L, "v", "QKV"), leaf(L, "o", "Output")],
+                        [
+                            leaf(L, "q", "QKV"),
+                            leaf(L, "k", "QKV"),
+                            leaf(L, "v", "QKV"),
+                            leaf(L, "o", "Output"),
+                        ],
                     ),
                     leaf("T5LayerNorm", "layer_norm", "RMSNorm"),
                 ],

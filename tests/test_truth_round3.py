@@ -99,3 +99,112 @@ def test_cpu_step_edges_are_the_profiler_step_range(tmp_path):
     # forward starts at the ProfilerStep's start, 40 us (and the range's own lead) before aten::mm
     assert ph.loc["forward", "wall_ms"] > (ops[0]["ts"] - ps["ts"] + ops[0]["dur"]) / 1000 - NS
     assert ph["percent"].sum() == pytest.approx(100.0)
+
+
+def test_overlapping_phases_walls_are_their_own_activity(tmp_path):
+    """Issue 28.7: forward and backward chunks at the same time on two streams (DualPipe).
+    Each phase's wall is the union of its own activity; compute <= wall; every phase column of
+    the modules table adds up to its wall, the kernel rows to the step; a notice says by how
+    much the phases overlapped."""
+    from tracekit.testing import COMPUTE_STREAM, SIDE_STREAM
+
+    b = TraceBuilder()
+    with b.step():
+        k1 = b.kernel(GEMM_A, 100, op="aten::mm", at_us=10, stream=COMPUTE_STREAM)  # 10-110
+        k2 = b.kernel(GEMM_A, 60, op="aten::mm", at_us=120, stream=COMPUTE_STREAM)  # 120-180
+        with b.backward():
+            b.kernel(GEMM_NN, 80, op="aten::mm", creator=k1, at_us=50, stream=SIDE_STREAM)  # 50-130
+            b.kernel(GEMM_NN, 30, op="aten::mm", creator=k2, at_us=140, stream=SIDE_STREAM)  # 140-170
+        with b.optimizer():
+            b.kernel(K_ADAM, 20, op="aten::_fused_adam_", at_us=200)  # 200-220
+    a = tracekit.load(b.write(tmp_path / "dualpipe.json"), cache=False)
+    ph = a.table("phases").set_index("phase")
+    walls = {"forward": 160, "backward": 110, "optimizer": 20}
+    for p, us in walls.items():
+        assert ph.loc[p, "wall_ms"] == pytest.approx(_ms(us), abs=NS), p
+        assert ph.loc[p, "compute_ms"] <= ph.loc[p, "wall_ms"] + NS
+        assert ph.loc[p, "idle_ms"] == pytest.approx(0.0, abs=NS)
+    mods = a.table("modules")
+    for p, us in walls.items():
+        assert mods.loc[mods["phase"] == p, "time_ms"].sum() == pytest.approx(_ms(us), abs=NS), p
+    kern = a.table("kernels")
+    assert kern["time_ms"].sum() == pytest.approx(_ms(210), abs=NS)  # the step window 10-220
+    idle = a.table("idle").iloc[0]
+    assert idle["busy_ms"] == pytest.approx(_ms(190), abs=NS)
+    (notice,) = [n for n in a.meta["notices"] if "overlapped" in n]
+    assert "by 0.100 ms" in notice  # 160 + 110 + 20 - 190 us counted in two walls
+    assert not [w for w in a.warnings if w.code in ("compute_exceeds_wall", "modules_do_not_sum")]
+
+
+def _rank_builder(rank: int, fwd_us: float, bwd_us: float, idle_us: float) -> TraceBuilder:
+    """One rank of a job: its own process id and device (as each rank's own file has them)."""
+    from tracekit.testing import COMM_STREAM
+
+    b = TraceBuilder(rank=rank, world_size=4, pid=48213 + 7 * rank, device=rank % 8)
+    with b.step():
+        mm = b.kernel(GEMM_A, fwd_us, op="aten::mm", at_us=10)
+        b.idle(idle_us)
+        b.kernel(K_MUL, 5, op="aten::mul")
+        with b.backward():
+            b.kernel(GEMM_NN, bwd_us, op="aten::mm", creator=mm)
+            with b.gradient_hook():
+                b.comm("AllReduce", 12, stream=COMM_STREAM)
+        with b.optimizer():
+            b.kernel(K_ADAM, 6, op="aten::_fused_adam_")
+    return b
+
+
+@pytest.mark.parametrize("with_rank_arg", [True, False])
+def test_merged_file_is_split_into_its_ranks(tmp_path, with_rank_arg):
+    """Issue 28.1: four ranks merged into one file (TraceFusion: pids offset per rank, no
+    distributedInfo) are four ranks, each with its own idle, GEMM and kernel counts; the
+    output says how the ranks were found."""
+    from tracekit.testing import measure, union, write_trace
+    from tracekit.testing.merged import merged_trace
+
+    builders = [_rank_builder(r, 40 + 10 * r, 60 + 5 * r, 3 + 4 * r) for r in range(4)]
+    path = write_trace(tmp_path / "merged.json", merged_trace(builders, with_rank_arg=with_rank_arg))
+    a = tracekit.load(path, cache=False, jobs=1)
+    assert sorted(a.ranks) == [0, 1, 2, 3]
+    assert "split into 4 ranks by process" in a.meta["rank_grouping"]
+    idle = a.table("idle").set_index("rank")
+    gemm = a.table("gemm")
+    for r, b in enumerate(builders):
+        acts = b.activities
+        lo, hi = min(x.start for x in acts), max(x.end for x in acts)
+        busy = measure(union([x.iv for x in acts]))
+        assert idle.loc[r, "busy_ms"] == pytest.approx(busy / 1e6, abs=NS)
+        assert idle.loc[r, "idle_ms"] == pytest.approx((hi - lo - busy) / 1e6, abs=NS)
+        mine = gemm[gemm["rank"] == r].set_index("phase")["gemm_ms"]
+        assert mine["forward"] == pytest.approx(_ms(40 + 10 * r), abs=NS)
+        assert mine["backward"] == pytest.approx(_ms(60 + 5 * r), abs=NS)
+    kernels = a.table("kernels")
+    assert kernels.groupby("rank")["count"].sum().tolist() == [len(b.activities) for b in builders]
+    from tracekit import explain
+
+    doc = explain.run(path, "xmma_gemm", rank=2)
+    assert "split into 4 ranks" in doc["meta"]["rank_split"] and doc["meta"]["matched"] == 1
+
+
+def test_helper_processes_do_not_split_a_file(tmp_path):
+    """A DataLoader worker has CPU ops but launches nothing: the file stays one rank."""
+    b = _rank_builder(0, 40, 60, 3)
+    doc = b.trace(distributed=False)
+    worker = 51234
+    doc["traceEvents"] += [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::to",
+            "pid": worker,
+            "tid": worker,
+            "ts": e["ts"],
+            "dur": 1.0,
+        }
+        for e in doc["traceEvents"]
+        if e.get("cat") == "kernel"
+    ]
+    from tracekit.testing import write_trace
+
+    a = tracekit.load(write_trace(tmp_path / "one.json", doc), cache=False, jobs=1)
+    assert list(a.ranks) == [0] and "split" not in a.meta["rank_grouping"]

@@ -9,6 +9,7 @@ attributed once; every table is a function of that one labelled table (``analyse
 from __future__ import annotations
 
 import copy
+import itertools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from .checks import TraceWarning, as_warning, check_rank
 from .errors import TraceError
 from .filters import Filters
 from .gathered import Computed, RankTables
+from .merged_ranks import split_ranks
 from .pipeline import Attributed, run
 from .pipeline.windows import Windows, frame_windows
 from .ranks import directory_warnings, files_to_read, group_results, host_of, process_of
@@ -53,18 +55,30 @@ SHARED_ROWS = 20_000
 
 def analyse_file(path: str | os.PathLike, options: Options, store_parsed: bool = True) -> Attributed:
     """Read one trace file and run the pipeline (:mod:`tracekit.pipeline`) on it; its parsed
-    columns are stored in the parse cache only when ``store_parsed``."""
+    columns are stored in the parse cache only when ``store_parsed``. A file that holds several
+    ranks (:mod:`tracekit.merged_ranks`): its first; :func:`analyse_parts` gives them all."""
+    return analyse_parts(path, options, store_parsed)[0]
+
+
+def analyse_parts(path: str | os.PathLike, options: Options, store_parsed: bool = True) -> list[Attributed]:
+    """:func:`analyse_file` of every rank the file holds: one, or the ranks a merging tool
+    wrote into it (:func:`tracekit.merged_ranks.split_ranks`), in process order."""
     tax = module_taxonomy(options.taxonomy)
     rules = kernel_rules(options.kernel_rules)
     raw = _read(path, options, store_parsed)
     progress.fraction(progress.DECODED)
-    att = run(raw, tax, rules)
-    att.warnings[:0] = raw.warnings
+    out = []
+    for part in split_ranks(raw) or [raw]:
+        att = run(part, tax, rules)
+        att.warnings[:0] = part.warnings
+        att.meta.update({k: part.meta[k] for k in ("rank", "world_size", "devices", "events_in_file")})
+        if "rank_split" in part.meta:
+            att.meta["rank_split"] = part.meta["rank_split"]
+        att.meta["pid"] = process_of(part.events)
+        att.meta["host"] = host_of(path, part.meta.get("host_name"))
+        out.append(att)
     progress.fraction(progress.LINKED)
-    att.meta.update({k: raw.meta[k] for k in ("rank", "world_size", "devices", "events_in_file")})
-    att.meta["pid"] = process_of(raw.events)
-    att.meta["host"] = host_of(path, raw.meta.get("host_name"))
-    return att
+    return out
 
 
 def _read(path: str | os.PathLike, options: Options, store: bool = True):
@@ -333,6 +347,16 @@ def load(
     if not parallel:  # one process: its file's decode may use the cores instead
         options.read_jobs = read_jobs() if jobs is None else max(1, jobs)
     store = RankTables()
+    slots = itertools.count()
+
+    def gather(i: int, got: Any) -> Any:
+        """A file's result(s) folded into ``store``: ``[(slot, Attributed)]``, one per rank the
+        file holds (a merged file holds several, :mod:`tracekit.merged_ranks`)."""
+        if isinstance(got, TraceError):
+            return got
+        parts = got if isinstance(got, list) else [got]
+        return [(slot, store.gather(slot, *part, options=options)) for slot, part in zip(slots, parts)]
+
     done = map_ranks(
         per_file(parallel, cache, len(files)),
         files,
@@ -340,14 +364,19 @@ def load(
         keep_errors=p.is_dir(),
         jobs=workers,
         scheduler=scheduler,
-        gather=lambda i, got: got if isinstance(got, TraceError) else store.gather(i, *got, options=options),
+        gather=gather,
     )
     failed = [(f, e) for f, e in zip(files, done) if isinstance(e, TraceError)]
     if failed and (strict or len(failed) == len(done)):
         raise failed[0][1]
     skipped += [(f, e.problem) for f, e in failed]
-    kept = [i for i, got in enumerate(done) if not isinstance(got, TraceError)]
-    files, done = [files[i] for i in kept], [done[i] for i in kept]
+    parts = [
+        (files[i], slot, att)
+        for i, got in enumerate(done)
+        if not isinstance(got, TraceError)
+        for slot, att in got
+    ]
+    files, kept, done = [f for f, _, _ in parts], [s for _, s, _ in parts], [a for _, _, a in parts]
     ranks, grouping, alone = group_results(p, files, done)
     grouping = head_grouping or grouping
     if rank is not None:

@@ -88,11 +88,14 @@ def rank_traces(path: str | os.PathLike, rank: int | None, read, max_bytes: int)
     ``rank``, the lowest rank's) are read when every file's rank can be told from its head, as
     for ``tracekit analyze --rank`` (:func:`tracekit.ranks.files_to_read`)."""
     from .analysis import files_to_read
+    from .merged_ranks import split_ranks
     from .ranks import FileIdentity, group_files, host_of, manifest_ranks, process_of
 
     p = Path(path)
-    files, _, _ = files_to_read(p, rank, False, max_bytes, lowest=True)
-    raws = [read(f) for f in files]
+    found, _, _ = files_to_read(p, rank, False, max_bytes, lowest=True)
+    # a file that holds several ranks (tracekit.merged_ranks) is one trace per rank
+    pairs = [(f, part) for f in found for raw in [read(f)] for part in (split_ranks(raw) or [raw])]
+    files, raws = [f for f, _ in pairs], [r for _, r in pairs]
     from_manifest = manifest_ranks(p) if p.is_dir() else {}
     ids = [
         FileIdentity(
@@ -129,7 +132,11 @@ def run(
     options = options or Options()
     raws = rank_traces(path, rank, lambda f: _read(f, options), options.max_bytes)
     ev = collect(raws, module_taxonomy(options.taxonomy), kernel_rules(options.kernel_rules))
-    return explain(ev, pattern, step=step, limit=limit)
+    doc = explain(ev, pattern, step=step, limit=limit)
+    split = raws[0].meta.get("rank_split")
+    if split:  # this rank is one process of a file that held several
+        doc["meta"]["rank_split"] = f"{split}; this is rank {raws[0].meta.get('rank')}"
+    return doc
 
 
 def collect(raws: list[RawTrace], taxonomy, rules) -> Evidence:

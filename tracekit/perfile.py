@@ -34,13 +34,17 @@ def per_file(parallel: bool, cache: bool, n_files: int) -> Callable:
     return functools.partial(tabulate_packed, keep=not parallel and n_files == 1)
 
 
-def tabulate_packed(path: str | os.PathLike, options: Options, keep: bool = False) -> tuple[Attributed, dict]:
+#: What a worker returns for one file: its result, or one per rank of a merged file.
+Result = tuple[Attributed, dict] | list[tuple[Attributed, dict]]
+
+
+def tabulate_packed(path: str | os.PathLike, options: Options, keep: bool = False) -> Result:
     """:func:`tabulate_file`, whose tables, steps and windows are packed
     (:func:`tracekit.gathered.pack_tables`): cheaper to send back and to gather than frames."""
     return tabulate_file(path, options, keep)
 
 
-def tabulate_file(path: str | os.PathLike, options: Options, keep: bool = False) -> tuple[Attributed, dict]:
+def tabulate_file(path: str | os.PathLike, options: Options, keep: bool = False) -> Result:
     """:func:`analyse_file`, and the file's tables as one rank: the means over steps and the
     self-checks, unfiltered, keyed ``(kind, name)``; tables, steps and windows packed
     (:class:`~tracekit.gathered.Packed`, read as frames on access). Run in a worker (pool or
@@ -70,13 +74,19 @@ def tabulate_file(path: str | os.PathLike, options: Options, keep: bool = False)
 SMALL_FILE = 4 << 20
 
 
-def tabulate_fresh(path: str | os.PathLike, options: Options, keep: bool) -> tuple[Attributed, dict]:
+def tabulate_fresh(path: str | os.PathLike, options: Options, keep: bool) -> Result:
     """:func:`tabulate_file` without looking in the result cache (but storing in it; a small
     file's parsed columns are not stored, see :data:`SMALL_FILE`)."""
     from . import results
 
     key = results.result_key(path, options) if options.cache else None
-    att = analysis.analyse_file(path, options, store_parsed=key is None or not _small(path))
+    parts = analysis.analyse_parts(path, options, store_parsed=key is None or not _small(path))
+    if len(parts) > 1:  # a file of several ranks: each its own result, kept in memory (not cached)
+        return [
+            pack_tables(replace(a, modules=pd.DataFrame()), tables_of(a, path, options.read_jobs))
+            for a in parts
+        ]
+    att = parts[0]
     tables = tables_of(att, path, options.read_jobs)
     # Module instances are read by no table or view after the pipeline: neither stored nor
     # sent back (they were a tenth of what the parent kept per rank).
@@ -118,6 +128,8 @@ def tables_of(att: Attributed, path: str | os.PathLike, jobs: int = 1) -> dict:
     return {k[:2]: v for k, v in one._computed.items() if k[0] not in ("step", "windows")}
 
 
-def analyse_only(path: str | os.PathLike, options: Options) -> tuple[Attributed, dict]:
-    """:func:`analyse_file` in this process: tables are computed when asked for."""
-    return analysis.analyse_file(path, options), {}
+def analyse_only(path: str | os.PathLike, options: Options) -> Result:
+    """:func:`analyse_file` in this process: tables are computed when asked for (a file of
+    several ranks: one pair per rank)."""
+    parts = analysis.analyse_parts(path, options)
+    return (parts[0], {}) if len(parts) == 1 else [(a, {}) for a in parts]

@@ -361,5 +361,6 @@ class Stored:
         key = result_key(self.source, self.options)
         if key is None or _digest(key) != self.digest:
             raise TraceError(self.source, "changed since it was analysed; analyse it again")
-        att, _ = tabulate_fresh(self.source, self.options, keep=True)
+        got = tabulate_fresh(self.source, self.options, keep=True)
+        att = got[0] if isinstance(got, tuple) else got[0][0]  # a stored file is one rank
         return att.load_intervals(columns)

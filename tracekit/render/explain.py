@@ -53,6 +53,8 @@ def lines(doc: dict) -> list[str]:
             f"this rank has {m['rank_files']} files (successive profiler windows), all searched: "
             + ", ".join(m["files"])
         )
+    if m.get("rank_split"):
+        out.append(f"ranks: {m['rank_split']}")
     if not m["matched"]:
         out.append("no activity name matches (case-insensitive substring or regular expression)")
     for i, c in enumerate(doc["chains"], 1):
