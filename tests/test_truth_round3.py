@@ -208,3 +208,40 @@ def test_helper_processes_do_not_split_a_file(tmp_path):
 
     a = tracekit.load(write_trace(tmp_path / "one.json", doc), cache=False, jobs=1)
     assert list(a.ranks) == [0] and "split" not in a.meta["rank_grouping"]
+
+
+@pytest.mark.parametrize("core", ["bmm", "sdpa"])
+def test_native_multi_head_attention_is_split_by_its_child_ops(tmp_path, core):
+    """Issue 28.4: nn.MultiheadAttention's fast path is one op holding the whole block; its
+    work goes to QKV, Bmm0, Softmax, Bmm1 (or Attention, fused), Output by its child ops."""
+    from tracekit.testing.kernels import BMM, K_ADD, K_COPY, K_FLASH_FWD, K_SOFTMAX
+
+    b = TraceBuilder()
+    want: dict[str, float] = {}
+    with b.step():
+        with b.module("TransformerEncoderLayer", "layers.0"):
+            with b.module("MultiheadAttention", "layers.0.self_attn"):
+                with b.op("aten::_native_multi_head_attention"):
+                    b.kernel(GEMM_A, 10, op="aten::mm")
+                    b.kernel(K_ADD, 3, op="aten::_transform_bias_rescale_qkv")
+                    want["QKV"] = 13
+                    if core == "bmm":
+                        b.kernel(BMM, 4, op="aten::bmm")
+                        b.kernel(K_SOFTMAX, 5, op="aten::_masked_softmax")
+                        b.kernel(BMM, 6, op="aten::bmm")
+                        want.update(Bmm0=4, Softmax=5, Bmm1=6)
+                    else:
+                        b.kernel(K_FLASH_FWD, 8, op="aten::_scaled_dot_product_efficient_attention")
+                        want["Attention"] = 8
+                    b.kernel(K_COPY, 2, op="aten::copy_")
+                    want["Attention other"] = 2
+                    b.kernel(GEMM_A, 7, op="aten::addmm")
+                    want["Output"] = 7
+    a = tracekit.load(b.write(tmp_path / "mha.json"), cache=False)
+    m = a.table("modules")
+    got = {
+        r.module: r.time_ms
+        for r in m.itertuples()
+        if r.phase == "forward" and r.time_ms > 0 and r.module != "Idle"
+    }
+    assert got == pytest.approx({k: _ms(v) for k, v in want.items()}, abs=NS)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .pipeline.composite_attention import composite_parts
 from .pipeline.modules import inherit
 from .pipeline.state import (
     Coded,
@@ -273,6 +274,8 @@ def _attention_parts(
     )[att]
     out[(rotary | rotary_op) & ~fused] = "RoPE"
     out[fused] = "Attention"
+    inside, part = composite_parts(a, np.flatnonzero(att), taxonomy)  # one op, a whole block
+    out[inside] = part[inside]
     return out
 
 
