@@ -18,9 +18,10 @@ docs/metrics.md and nothing else:
   ``Fwd thread id`` > 0, or named ``...Backward`` / ``...Backward0`` as pre-1.9 traces name
   them), or from a thread that runs backward nodes and no ProfilerStep; forward otherwise;
 * phase **walls** tile the step window: forward to the first backward activity, backward to
-  the first optimizer activity, optimizer to the end. When some phase's compute runs outside
-  that window (phases running at the same time, DualPipe), every phase's wall in that step is
-  the measure of the union of its own activities instead.
+  the first optimizer activity, optimizer to the end. When phases run at the same time
+  (DualPipe: two phases' compute at the same instants for over 1% of the step) or a phase's
+  compute would not fit its window, every phase's wall in that step is the measure of the
+  union of its own activities instead.
 
 tracekit's tail rules (gradient reduction, grad norm, unattributed work) are not modelled:
 their effect shows as disagreement on the backward/optimizer edge, which is what a stranger
@@ -44,7 +45,7 @@ COMM = re.compile(
     re.IGNORECASE,
 )
 GEMM = re.compile(
-    r"gemm|xmma|nvjet|cutlass|^(void )?Cijk_|gemv|cublas|hipblaslt|wgmma|matmul|s16816|h16816|s1688|h1688",
+    r"gemm|xmma|nvjet|cutlass|^(void )?Cijk_|^bmm_|gemv|cublas|hipblaslt|wgmma|matmul|s16816|h16816|s1688|h1688",
     re.IGNORECASE,
 )
 NOT_GEMM = re.compile(r"conv|scudnn|winograd|implicit_?gemm|igemm|fprop|dgrad|wgrad|fbgemm", re.IGNORECASE)
@@ -194,12 +195,9 @@ def _step_numbers(acts: list[dict], window: tuple[float, float]) -> dict:
     t_bwd = min(first["backward"], t_opt) if first["backward"] is not None else t_opt
     edges = {"forward": (lo, t_bwd), "backward": (t_bwd, t_opt), "optimizer": (t_opt, hi)}
     own = {p: [a for a in acts if a["phase"] == p] for p in PHASES}
-    outside = any(
-        a["span"][0] < edges[p][0] or a["span"][1] > edges[p][1]
-        for p in PHASES
-        for a in own[p]
-        if a["group"] == "compute" and a["span"][1] > a["span"][0]
-    )
+    compute = {p: union([a["span"] for a in own[p] if a["group"] == "compute"]) for p in PHASES}
+    both = sum(compute.values()) - union([a["span"] for a in acts if a["group"] == "compute"])
+    outside = both > 0.01 * (hi - lo) or any(compute[p] > edges[p][1] - edges[p][0] for p in PHASES)
     busy = union([a["span"] for a in acts])
     res = {"window": (hi - lo) / 1e3, "busy": busy / 1e3, "idle": (hi - lo - busy) / 1e3}
     for p in PHASES:
