@@ -340,7 +340,7 @@ def test_numpy_warnings_are_one_line(box, tmp_path, monkeypatch):
     import tracekit.analysis
     from tracekit.cli import main
 
-    real = tracekit.analysis.analyse_file
+    real = tracekit.analysis.analyse_parts
 
     def noisy(path, options, **kw):
         import numpy as np
@@ -348,7 +348,7 @@ def test_numpy_warnings_are_one_line(box, tmp_path, monkeypatch):
         np.float64(1e308) * np.float64(10)  # RuntimeWarning: overflow
         return real(path, options, **kw)
 
-    monkeypatch.setattr(tracekit.analysis, "analyse_file", noisy)
+    monkeypatch.setattr(tracekit.analysis, "analyse_parts", noisy)
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "c"))
     r = CliRunner().invoke(main, ["analyze", str(trace(box)), "--format", "json"])
     assert r.exit_code == 0
