@@ -175,7 +175,12 @@ def numbers(path: Path) -> dict:
     """``{(rank index, step): {name: ms}}`` with names ``window``, ``busy``, ``idle`` and
     ``<phase>.wall|compute|comm|gemm``; ranks numbered by process id order."""
     out = {}
-    for r, pid in enumerate(sorted(activities(load_events(path)).items(), key=lambda kv: (not isinstance(kv[0], int), kv[0] if isinstance(kv[0], int) else 0, str(kv[0])))):
+    for r, pid in enumerate(
+        sorted(
+            activities(load_events(path)).items(),
+            key=lambda kv: (not isinstance(kv[0], int), kv[0] if isinstance(kv[0], int) else 0, str(kv[0])),
+        )
+    ):
         acts = pid[1]
         by_step = defaultdict(list)
         for a in acts:
