@@ -41,7 +41,7 @@ def device_owners(events: pd.DataFrame) -> pd.Series:
     corr, pid = events["corr"].to_numpy(), events["pid"].to_numpy()
     dev = np.isin(kind, (KERNEL, MEMCPY, MEMSET)) & (corr >= 0)
     rt = (kind == RUNTIME) & (corr >= 0)
-    if not dev.any() or not rt.any():
+    if not dev.any() or not rt.any() or np.unique(pid[rt]).size < 2:  # one launching process
         return pd.Series(dtype=np.int64)
     calls = pd.DataFrame({"corr": corr[rt], "launcher": pid[rt]}).drop_duplicates()
     acts = pd.DataFrame({"corr": corr[dev], "device": pid[dev]})

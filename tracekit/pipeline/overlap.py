@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ..intervals import measure_by
+from .state import codes_of, str_test
 
 #: Compute of two phases at the same instants beyond this share of the step window: overlap.
 OVERLAP_FRACTION = 0.01
@@ -30,37 +31,45 @@ OVERLAP_FRACTION = 0.01
 def own_activity(acts: pd.DataFrame, steps: pd.DataFrame, phases: list[str]) -> pd.DataFrame:
     """Per step (rows of ``steps``, same order) and phase: the measure (ns) of the union of
     the phase's own activities (``own_<p>``), of its compute (``compute_<p>``), its first
-    start and last end (``lo_<p>``, ``hi_<p>``; -1 none), and of all compute (``compute``)."""
+    start and last end (``lo_<p>``, ``hi_<p>``; -1 none), of all compute (``compute``) and of
+    all activity (``busy``)."""
     keep = acts["step"].to_numpy() >= 0
-    frame = pd.DataFrame(
-        {
-            "step": acts["step"].to_numpy()[keep],
-            "phase": acts["phase"].astype(str).to_numpy()[keep],
-            "start": acts["start"].to_numpy(np.int64)[keep],
-            "end": acts["end"].to_numpy(np.int64)[keep],
-            # (a frame with no group yet: every activity counts as compute)
-            "compute": (
-                (acts["group"].astype(str).to_numpy() == "compute")[keep]
-                if "group" in acts
-                else np.ones(keep.sum(), bool)
-            ),
-        }
-    )
     ids = steps["step"].to_numpy()
-    out = pd.DataFrame(index=pd.Index(ids, name="step"))
-    comp = frame[frame["compute"].to_numpy()]
-    out["compute"] = measure_by(comp, ["step"]).reindex(ids).fillna(0).to_numpy(np.int64)
-    own = measure_by(frame, ["step", "phase"])
-    own_c = measure_by(comp, ["step", "phase"])
-    lo = frame.groupby(["step", "phase"])["start"].min()
-    hi = frame.groupby(["step", "phase"])["end"].max()
-    for p in phases:
-        idx = pd.MultiIndex.from_arrays([ids, np.full(len(ids), p, dtype=object)])
-        out[f"own_{p}"] = own.reindex(idx).fillna(0).to_numpy(np.int64)
-        out[f"compute_{p}"] = own_c.reindex(idx).fillna(0).to_numpy(np.int64)
-        out[f"lo_{p}"] = lo.reindex(idx).fillna(-1).to_numpy(np.int64)
-        out[f"hi_{p}"] = hi.reindex(idx).fillna(-1).to_numpy(np.int64)
-    return out.reset_index(drop=True)
+    row = np.searchsorted(ids, acts["step"].to_numpy()[keep])  # steps are sorted by number
+    codes, names = codes_of(acts["phase"])
+    of_phase = np.array([phases.index(n) if n in phases else -1 for n in names], dtype=np.int64)
+    ph = of_phase[codes[keep]]
+    start, end = acts["start"].to_numpy(np.int64)[keep], acts["end"].to_numpy(np.int64)[keep]
+    if "group" in acts:
+        comp = str_test(acts["group"], lambda s: s == "compute")[keep]
+    else:  # a frame with no group yet: every activity counts as compute
+        comp = np.ones(len(row), bool)
+    n, k = len(ids), len(phases)
+    key = row * k + np.maximum(ph, 0)
+    frame = pd.DataFrame({"key": key, "row": row, "start": start, "end": end})
+    ok = ph >= 0
+    own = _by_key(measure_by(frame[ok], ["key"]), n * k)
+    own_c = _by_key(measure_by(frame[ok & comp], ["key"]), n * k)
+    lo = np.full(n * k, np.iinfo(np.int64).max, np.int64)
+    hi = np.full(n * k, -1, np.int64)
+    np.minimum.at(lo, key[ok], start[ok])
+    np.maximum.at(hi, key[ok], end[ok])
+    lo[hi < 0] = -1
+    out = {
+        "compute": _by_key(measure_by(frame[comp], ["row"]), n),
+        "busy": _by_key(measure_by(frame, ["row"]), n),
+    }
+    for j, p in enumerate(phases):
+        out[f"own_{p}"], out[f"compute_{p}"] = own[j::k], own_c[j::k]
+        out[f"lo_{p}"], out[f"hi_{p}"] = lo[j::k], hi[j::k]
+    return pd.DataFrame(out)
+
+
+def _by_key(measured: pd.Series, n: int) -> np.ndarray:
+    """A measure per integer key 0..n-1 (0 where a key has none)."""
+    out = np.zeros(n, np.int64)
+    out[measured.index.to_numpy(np.int64)] = measured.to_numpy(np.int64)
+    return out
 
 
 def overlapping(own: pd.DataFrame, steps: pd.DataFrame, bounds: list[str], phases: list[str]) -> np.ndarray:
@@ -74,8 +83,8 @@ def overlapping(own: pd.DataFrame, steps: pd.DataFrame, bounds: list[str], phase
     return flagged
 
 
-def overlap(own: pd.DataFrame, busy: np.ndarray, phases: list[str]) -> np.ndarray:
+def overlap(own: pd.DataFrame, phases: list[str]) -> np.ndarray:
     """Per step: the time (ns) counted in more than one phase's own wall (the walls' sum minus
-    the union of all activity, ``busy``)."""
+    the union of all activity)."""
     total = sum(own[f"own_{p}"].to_numpy(np.int64) for p in phases)
-    return np.maximum(total - busy, 0)
+    return np.maximum(total - own["busy"].to_numpy(np.int64), 0)

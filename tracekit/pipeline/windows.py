@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..checks import TraceWarning
-from ..intervals import measure_by, unique
+from ..intervals import unique
 from .overlap import overlap, overlapping, own_activity
 from .state import Trace, codes_of, spread, str_column
 
@@ -89,9 +89,8 @@ def find_windows(t: Trace) -> Trace:
     steps["cpu_start"], steps["cpu_end"] = cpu_start, cpu_end
     own = own_activity(a, steps, PHASES)
     flagged = overlapping(own, steps, BOUNDS, PHASES)
-    busy = measure_by(a.loc[keep, ["step", "start", "end"]], ["step"]).reindex(ids).fillna(0)
     steps["phases_overlap"] = flagged
-    steps["overlap_ns"] = np.where(flagged, overlap(own, busy.to_numpy(np.int64), PHASES), 0).astype(np.int64)
+    steps["overlap_ns"] = np.where(flagged, overlap(own, PHASES), 0).astype(np.int64)
     t.steps = steps
     t.windows = windows_of(steps, own)
     return t
