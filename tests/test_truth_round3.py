@@ -167,6 +167,7 @@ def test_merged_file_is_split_into_its_ranks(tmp_path, with_rank_arg):
     a = tracekit.load(path, cache=False, jobs=1)
     assert sorted(a.ranks) == [0, 1, 2, 3]
     assert "split into 4 ranks by process" in a.meta["rank_grouping"]
+    assert any("split into 4 ranks" in n for n in a.meta["notices"])  # shown in every output
     idle = a.table("idle").set_index("rank")
     gemm = a.table("gemm")
     for r, b in enumerate(builders):

@@ -35,6 +35,8 @@ def meta_of(run: Analysis) -> dict:
             f"{unlaunched} device activities with no launching runtime call in the file "
             "belong to no step and are left out (see the no_launch warning)"
         )
+    split = sorted({a.meta["rank_split"] for a in run.ranks.values() if a.meta.get("rank_split")})
+    notices += split  # a file that held several ranks: how they were found
     overlap = _phase_overlap(run)
     if overlap:
         notices.append(overlap)
