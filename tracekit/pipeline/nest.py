@@ -13,8 +13,9 @@ from .state import Trace, add_columns, categorical_take, codes_of, lookup, str_t
 OPT_PREFIX = "Optimizer.step#"
 EVAL_PREFIX = "autograd::engine::evaluate_function:"
 #: An autograd node's name: ``AddmmBackward`` (before torch 1.9), ``MmBackward0`` (since), or
-#: a node of autograd's own namespace (``torch::autograd::AccumulateGrad``, ``CopySlices``).
-BACKWARD_NODE_NAME = r"(?:torch::autograd::)?[A-Z]\w*Backward\d*|torch::autograd::\w+"
+#: the gradient accumulator ``torch::autograd::AccumulateGrad`` (its work, and the hooks it
+#: runs, are backward on the main thread too).
+BACKWARD_NODE_NAME = r"(?:torch::autograd::)?[A-Z]\w*Backward\d*|torch::autograd::AccumulateGrad"
 MODULE_PREFIX = "nn.Module: "
 COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms")
 #: The context columns the sweep gives each range and each activity (range-table rows, -1 none).
