@@ -1,6 +1,6 @@
 """``tracekit capture train|infer``: the click group the main ``tracekit`` CLI adds.
 
-Wire-up (tracekit/cli.py): ``from tracekit.capture.cli import capture; main.add_command(capture)``.
+Wire-up (tracekit/cli/commands.py): ``from tracekit.capture.cli import capture; main.add_command(capture)``.
 Standalone: ``python -m tracekit.capture.cli train --out run1``.
 """
 

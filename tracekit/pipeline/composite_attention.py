@@ -17,7 +17,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..taxonomy import ModuleTaxonomy
+from .taxonomy import ModuleTaxonomy
 
 #: The matmuls of the attention core inside a composite op (Q·Kᵀ, then P·V).
 CORE_BMM = re.compile(r"aten::(bmm|baddbmm)")

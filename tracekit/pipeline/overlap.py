@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..intervals import measure_by
+from .intervals import measure_by
 from .state import codes_of, str_test
 
 #: Compute of two phases at the same instants beyond this share of the step window: overlap.

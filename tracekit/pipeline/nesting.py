@@ -15,7 +15,7 @@ exactly the ranges still open at its start, so:
 both computed with sorts and binary searches, and the contexts then flow down one depth level
 at a time. :func:`sweep` uses that and falls back to the loop for a thread whose ranges
 overlap without nesting, so the result is always the loop's. Where the optional C extension
-``tracekit._nesting`` is built (and ``TRACEKIT_NATIVE`` is not ``0``), :func:`sweep` runs the
+``tracekit.pipeline._nesting`` is built (and ``TRACEKIT_NATIVE`` is not ``0``), :func:`sweep` runs the
 loop itself in C instead: the same stack sweep, a few dozen instructions per element.
 """
 
@@ -192,7 +192,7 @@ def native() -> bool:
 
 
 def sweep_native(pid, tid, start, end, is_range, flags):
-    """:func:`sweep_loop`, run in C (``tracekit._nesting``): the same stack sweep over the same
+    """:func:`sweep_loop`, run in C (``tracekit.pipeline._nesting``): the same stack sweep over the same
     order, with no Python object per element."""
     n = len(start)
     order = sweep_order(pid, tid, start, end, is_range)

@@ -1,7 +1,7 @@
 """A result entry's small frames as one Arrow IPC stream, in their packed form.
 
-A rank's small frames (its steps, windows and tables: :class:`tracekit.gathered.Packed`, what a
-worker sends back anyway) are stored in the result cache (:mod:`tracekit.results`) as one
+A rank's small frames (its steps, windows and tables: :class:`tracekit.ranks.gathered.Packed`, what a
+worker sends back anyway) are stored in the result cache (:mod:`tracekit.ranks.results`) as one
 record batch of one row: each column of each frame is a list column holding the column's
 values (numbers, or int32 codes), beside a ``list<string>`` of its words for label columns.
 What says how to read them back (column names, dtypes) is JSON. Writing it costs no pandas at

@@ -3,7 +3,7 @@ are written (what is written is the renderers' business, :mod:`tracekit.render`)
 
 * Every message is one line on stderr, ``tracekit: error: ...`` (exit 2), ``tracekit: warning:
   ...``, or ``tracekit: interrupted`` (exit 130), with no control or bidi characters
-  (:mod:`tracekit.safetext`); usage errors too, instead of click's four-line block.
+  (:mod:`tracekit.render.safetext`); usage errors too, instead of click's four-line block.
 * Every file goes through :mod:`tracekit.safewrite` (temporary name, fsync, rename; no links).
 """
 
@@ -19,8 +19,8 @@ from typing import NoReturn
 
 import click
 
-from .errors import TraceError
-from .safetext import TERMINAL_NAME_CHARS, bounded, clean_obj, clean_tables
+from ..errors import TraceError
+from ..render.safetext import TERMINAL_NAME_CHARS, bounded, clean_obj, clean_tables
 
 
 class TracekitGroup(click.Group):
@@ -143,7 +143,7 @@ def is_dir_out(out: Path) -> bool:
 def emit(text: str, out: Path | None) -> None:
     """``text`` to ``out`` (whole or not at all), or to stdout."""
     if out:
-        from .safewrite import write_text
+        from ..safewrite import write_text
 
         write_text(out, text)
     else:
@@ -151,7 +151,7 @@ def emit(text: str, out: Path | None) -> None:
 
 
 def write_csv_members(out: Path, texts: dict[str, str]) -> None:
-    from .safewrite import write_members
+    from ..safewrite import write_members
 
     def member(text: str) -> Callable:
         return lambda f: f.write(text.encode("utf-8"))
@@ -176,7 +176,7 @@ def write_table(render: Callable, meta: dict, tables: dict, out: Path | None, **
         return
     from io import StringIO
 
-    from .safewrite import write_text
+    from ..safewrite import write_text
 
     buf = StringIO()
     render(meta, tables, Console(file=buf, width=140, highlight=False), **kw)
@@ -202,8 +202,8 @@ def load_with_progress(load: Callable, path, **kw):
         TimeElapsedColumn,
     )
 
-    from .progress import listening
-    from .read import trace_files
+    from ..progress import listening
+    from ..read.reader import trace_files
 
     p = Path(path)
     try:
@@ -214,7 +214,7 @@ def load_with_progress(load: Callable, path, **kw):
     label = escape(bounded(p.name, 80))  # a file name is not rich markup
     # Redrawn from the progress events, not by rich's refresh thread: with another thread
     # running, a process may not fork, and one big file would be decoded and tabulated on
-    # one core (tracekit.parallel_read, tracekit.forked).
+    # one core (tracekit.read.parallel, tracekit.forked).
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -256,11 +256,11 @@ def write_output(
 ) -> None:
     """Warnings to stderr, then the tables in ``fmt`` to ``out`` (or stdout).
 
-    The output boundary: every name is cleaned here, once (:mod:`tracekit.safetext`; JSON keeps
+    The output boundary: every name is cleaned here, once (:mod:`tracekit.render.safetext`; JSON keeps
     names exact, its writer escapes them), and every file goes through :mod:`tracekit.safewrite`.
     """
-    from .checks import text
-    from .render import formats
+    from ..pipeline.checks import text
+    from ..render import formats
 
     for w in meta["warnings"]:
         warn(text(w))
@@ -268,7 +268,7 @@ def write_output(
         meta = clean_obj(meta)
         tables = clean_tables(tables, TERMINAL_NAME_CHARS if fmt == "table" and not out else None)
     if fmt == "table":  # rich is imported for terminal tables only
-        from .render import terminal as term
+        from ..render import terminal as term
 
         write_table(getattr(term, terminal), meta, tables, out, wide=wide, top=top)
     elif fmt == "json":
@@ -284,7 +284,7 @@ def write_output(
             fail("--format parquet needs --out DIR")
         formats.write_parquet(tables, out)
     elif fmt == "html":
-        from .render.html import write_report
+        from ..render.html import write_report
 
         if not out:
             fail("--format html needs --out FILE.html (or --out DIR for DIR/report.html)")

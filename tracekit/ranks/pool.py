@@ -1,8 +1,8 @@
 """Per-rank work in parallel: a local process pool, or an existing Dask cluster.
 
 Ranks are independent until the final aggregation, so each file is read, linked, attributed
-and tabulated in a worker (:func:`tracekit.perfile.tabulate_file`), and only its (small) tables
-and a handle to its labelled intervals in the result cache (:mod:`tracekit.results`; the
+and tabulated in a worker (:func:`tracekit.ranks.perfile.tabulate_file`), and only its (small) tables
+and a handle to its labelled intervals in the result cache (:mod:`tracekit.ranks.results`; the
 intervals themselves when nothing can be stored) come back: the raw events of a rank live and
 die inside one worker, so the parent never holds more than one rank's raw events (none at all
 when ``jobs > 1``), and its own work per rank is gathering, not computing.
@@ -32,8 +32,8 @@ import signal
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import progress
-from .errors import TraceError
+from .. import progress
+from ..errors import TraceError
 
 
 def default_jobs(n_files: int) -> int:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from tracekit.analyses import REGISTRY
 
 if TYPE_CHECKING:
-    from .analysis import Analysis
+    from ..analysis import Analysis
 
 
 def meta_of(run: Analysis) -> dict:

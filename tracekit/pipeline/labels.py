@@ -16,19 +16,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .pipeline.composite_attention import composite_parts
-from .pipeline.modules import inherit
-from .pipeline.state import (
-    Coded,
-    categorical_take,
-    codes_of,
-    distinct_rows,
-    str_column,
-    str_test,
-    take,
-)
-from .pipeline.state import Trace as LinkedTrace
-from .read import MEMCPY, MEMSET
+from ..read.reader import MEMCPY, MEMSET
+from .composite_attention import composite_parts
+from .modules import inherit
+from .state import Coded, categorical_take, codes_of, distinct_rows, str_column, str_test, take
+from .state import Trace as LinkedTrace
 from .taxonomy import COMM_CATEGORIES, KernelRules, ModuleTaxonomy
 
 

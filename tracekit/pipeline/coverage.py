@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .pipeline.state import str_test
+from .state import str_test
 
 #: phase_evidence values that are not evidence.
 NO_EVIDENCE = ("default", "", "none")

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from .errors import TraceError
+from ..errors import TraceError
 from .schema import (
     CPU_OP,
     KERNEL,
@@ -99,7 +99,7 @@ def _fast_int_column(values: list, none: int = -1) -> np.ndarray:
 class _Selection:
     """The events of a slice that tracekit keeps, their kinds, and what the others say: thread
     and process names (metadata events) and counts of unknown categories. Which is which is
-    :func:`tracekit.schema.event_class`'s call, once per distinct (ph, cat, name)."""
+    :func:`tracekit.read.schema.event_class`'s call, once per distinct (ph, cat, name)."""
 
     def __init__(self) -> None:
         self.unknown: dict[str, int] = {}
@@ -155,7 +155,7 @@ class _FrameBuilder:
     """Columns of the kept events, built one decoded slice at a time.
 
     Each slice's ``Event`` (or ``TextTimeEvent``) structs become small numpy/categorical columns,
-    times included (int64 ns, exact: see :mod:`tracekit.timetext`), and are then dropped, so
+    times included (int64 ns, exact: see :mod:`tracekit.read.timetext`), and are then dropped, so
     only one slice of structs is alive at once and every conversion is slice-independent.
     """
 

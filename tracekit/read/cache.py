@@ -1,7 +1,7 @@
 """A Parquet cache of a trace's parsed columns, in the user's cache directory.
 
 Reading (decoding JSON) is the slow part of an analysis; link and attribute are fast. So the
-:class:`~tracekit.read.RawTrace` of a file is saved as Parquet and read back instead of the
+:class:`~tracekit.read.reader.RawTrace` of a file is saved as Parquet and read back instead of the
 JSON when the file has not changed:
 
 * where: ``$TRACEKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/tracekit``, else ``~/.cache/tracekit``,
@@ -18,7 +18,7 @@ JSON when the file has not changed:
 
 Parquet holds typed columns only: nothing in a cache file is evaluated or unpickled.
 
-The result cache (:mod:`tracekit.results`: a file's analysis, so a re-analysis runs no pipeline)
+The result cache (:mod:`tracekit.ranks.results`: a file's analysis, so a re-analysis runs no pipeline)
 keeps its entries (``<hash>.result.parquet``) in the same directory under the same rules; the
 size bound, :func:`evict`, :func:`info` and :func:`clear` cover both kinds.
 """
@@ -35,14 +35,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .read import _COLUMNS, RawTrace
+from .reader import _COLUMNS, RawTrace
 
 #: Version of the cached columns; bump when read.py's output changes.
 FORMAT = "tracekit-raw-5"
 SUFFIX = ".parquet"
 _META_KEY = b"tracekit"
 #: Entry names: the parse cache's ``<hash>.parquet`` and the result cache's ``<hash>.result.parquet``
-#: (:mod:`tracekit.results`); one size bound and one LRU order over both.
+#: (:mod:`tracekit.ranks.results`); one size bound and one LRU order over both.
 _ENTRY = re.compile(r"[0-9a-f]{32}(\.result)?\.parquet")
 _TEMP = re.compile(r"\.[0-9a-f]{32}(\.result)?\.parquet\..*\.tmp")
 DEFAULT_MAX_CACHE_BYTES = 2 * 1024**3
@@ -69,7 +69,7 @@ def max_cache_bytes() -> int:
 
 
 def _version() -> str:
-    from . import __version__
+    from .. import __version__
 
     return __version__
 
@@ -144,7 +144,7 @@ def load(path: str | os.PathLike, max_bytes: int) -> RawTrace | None:
 def store(raw: RawTrace, path: str | os.PathLike, max_bytes: int, key: str) -> Path | None:
     """Save ``raw``, read from ``path`` when its identity was ``key``; the entry written, or
     None (the file changed while it was read, or the cache directory is not writable)."""
-    from .safewrite import atomic_file
+    from ..safewrite import atomic_file
 
     try:
         if file_key(path, max_bytes) != key:

@@ -8,7 +8,7 @@ plain file, found by seeking; a gzip stream has no index, so its tail is inflate
 only the last bytes are kept, never the whole text).
 
 :func:`head_rank`: Needs: a path and the read bound. Adds: the ``distributedInfo.rank`` the full
-reader (:func:`tracekit.read.read_trace`) would find, or ``None`` when the document has none.
+reader (:func:`tracekit.read.reader.read_trace`) would find, or ``None`` when the document has none.
 Guarantees: never decodes an event; raises :class:`Unknown` when the head or tail cannot be
 told (not a trace of this shape, a key inside a string, more than ``max_bytes``): the caller
 then reads the file in full.
@@ -37,7 +37,7 @@ class Unknown(Exception):
 
 class _Doc(msgspec.Struct):
     """The top-level keys of a trace document that say which rank wrote it (the same type as
-    :class:`tracekit.schema.TraceDoc`, so a value the reader refuses is refused here too)."""
+    :class:`tracekit.read.schema.TraceDoc`, so a value the reader refuses is refused here too)."""
 
     distributedInfo: dict[str, Any] | None = None
 

@@ -26,7 +26,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from .read import KERNEL, MEMCPY, MEMSET, RUNTIME, RawTrace
+from ..read.reader import KERNEL, MEMCPY, MEMSET, RUNTIME, RawTrace
 
 #: A device's activities must be launched by one process for this share of them (the rest:
 #: correlation ids that happen to collide across ranks a merge tool did not offset).

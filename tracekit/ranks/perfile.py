@@ -1,7 +1,7 @@
 """The work of one trace file, as a worker (local pool or Dask) or this process runs it.
 
 :func:`tabulate_file` analyses one file (:func:`tracekit.analysis.analyse_file`) and computes
-its tables as one rank, or takes both from the result cache (:mod:`tracekit.results`); what
+its tables as one rank, or takes both from the result cache (:mod:`tracekit.ranks.results`); what
 comes back to the parent is small: the tables, and the pipeline's output with its intervals
 replaced by a handle to the cache entry (read by the parent only when a view needs them).
 """
@@ -19,10 +19,10 @@ import pandas as pd
 
 from tracekit.analyses import REGISTRY
 
-from . import analysis
-from .analysis import Analysis, Options
+from .. import analysis
+from ..analysis import Analysis, Options
+from ..pipeline import Attributed
 from .gathered import pack_tables
-from .pipeline import Attributed
 
 
 def per_file(parallel: bool, cache: bool, n_files: int) -> Callable:
@@ -40,18 +40,18 @@ Result = tuple[Attributed, dict] | list[tuple[Attributed, dict]]
 
 def tabulate_packed(path: str | os.PathLike, options: Options, keep: bool = False) -> Result:
     """:func:`tabulate_file`, whose tables, steps and windows are packed
-    (:func:`tracekit.gathered.pack_tables`): cheaper to send back and to gather than frames."""
+    (:func:`tracekit.ranks.gathered.pack_tables`): cheaper to send back and to gather than frames."""
     return tabulate_file(path, options, keep)
 
 
 def tabulate_file(path: str | os.PathLike, options: Options, keep: bool = False) -> Result:
     """:func:`analyse_file`, and the file's tables as one rank: the means over steps and the
     self-checks, unfiltered, keyed ``(kind, name)``; tables, steps and windows packed
-    (:class:`~tracekit.gathered.Packed`, read as frames on access). Run in a worker (pool or
+    (:class:`~tracekit.ranks.gathered.Packed`, read as frames on access). Run in a worker (pool or
     Dask), so the parent only gathers small tables: a rank's tables cost the parent nothing
     but their concatenation.
 
-    With ``options.cache`` the result comes from the result cache (:mod:`tracekit.results`)
+    With ``options.cache`` the result comes from the result cache (:mod:`tracekit.ranks.results`)
     when it holds the file (no pipeline runs), and is stored there otherwise; the intervals
     are then a handle to the entry (a lazy Attributed), loaded when something needs them,
     unless ``keep`` (or the entry could not be written: they are returned in memory).

@@ -1,6 +1,6 @@
 """The small tables of many ranks, kept compact by the process that gathers them.
 
-Each rank's tables (its means over steps, ``phase_means``; :func:`tracekit.perfile.tables_of`)
+Each rank's tables (its means over steps, ``phase_means``; :func:`tracekit.ranks.perfile.tables_of`)
 arrive from a worker as DataFrames of a few dozen rows. Kept as they are, each costs the
 parent 7-40 KB of pandas objects (index, block manager, one Python string per label) whatever
 its rows: about 150 KB per rank, 75 MB at 512 ranks. :class:`RankTables` keeps them instead as
@@ -211,7 +211,7 @@ def pack(df: Any) -> Any:
 
 
 def pack_tables(att: Any, tables: dict) -> tuple[Any, dict]:
-    """A worker's result (:func:`tracekit.perfile.tabulate_file`) with its tables, steps and
+    """A worker's result (:func:`tracekit.ranks.perfile.tabulate_file`) with its tables, steps and
     windows packed: what :meth:`RankTables.gather` folds in cheapest."""
     att.steps, att.windows = pack(att.steps), pack(att.windows)
     return att, {k: pack(v) for k, v in tables.items()}

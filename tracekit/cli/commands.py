@@ -9,9 +9,9 @@ from pathlib import Path
 
 import click
 
-from .cli_cache import cache_group
-from .cli_io import TracekitGroup, fail, load_with_progress, reported, write_output
-from .files import DEFAULT_MAX_BYTES
+from ..read.files import DEFAULT_MAX_BYTES
+from .cache import cache_group
+from .io import TracekitGroup, fail, load_with_progress, reported, write_output
 
 #: Phases a --phase filter can name.
 PHASES = ["forward", "recompute", "backward", "unattributed", "optimizer"]
@@ -57,7 +57,7 @@ class Reading:
 
     def load(self, path: Path, **kw):
         """``tracekit.load`` of ``path`` with these options (and ``kw``), showing progress."""
-        from . import load
+        from .. import load
 
         return load_with_progress(
             load,
@@ -212,7 +212,7 @@ def analyze(
 
 def _filters(steps_filter: str | None, phase_filter: str | None, module_filter: str | None):
     """The --steps/--phase/--module filters; a --steps list that does not parse is a usage error."""
-    from .filters import Filters, parse_steps
+    from ..filters import Filters, parse_steps
 
     try:
         return Filters(
@@ -227,7 +227,7 @@ def _filters(steps_filter: str | None, phase_filter: str | None, module_filter: 
 def _filtered(analysis, filters):
     """``analysis`` under ``filters``; a --module name that matches no category (or several) is a
     usage error."""
-    from .filters import FilterError
+    from ..filters import FilterError
 
     try:
         return analysis.filtered(filters) if filters.active else analysis
@@ -283,8 +283,8 @@ def _selected(analysis, only: list[str], per_step: bool) -> dict:
 def explain(path, pattern, step, limit, fmt, reading, no_cache, debug):
     """Why is this number what it is: the chain behind the labels of the activities whose
     name matches PATTERN (case-insensitive substring or regex). docs/explain.md."""
-    from .analysis import Options
-    from .explain import run
+    from ..analysis import Options
+    from ..explain import run
 
     with reported(path, debug):
         doc = run(
@@ -307,8 +307,8 @@ def explain(path, pattern, step, limit, fmt, reading, no_cache, debug):
         else:
             import shutil
 
-            from .render.explain import fit, lines
-            from .safetext import clean
+            from ..render.explain import fit, lines
+            from ..render.safetext import clean
 
             width = shutil.get_terminal_size((100, 24)).columns
             click.echo("\n".join(fit(clean(ln), width) for ln in lines(doc)))
@@ -335,8 +335,8 @@ def compare(a, b, fmt, out, reading, paper, debug):
     Tables: attention (Table VIII: attention time per phase, improvement of B over A in %),
     and deltas (B - A) per phase, module and kernel category with per-step noise.
     """
-    from .compare import compare as compare_runs
-    from .compare import compare_meta
+    from ..compare import compare as compare_runs
+    from ..compare import compare_meta
 
     runs = []
     for path in (a, b):
@@ -354,7 +354,7 @@ def compare(a, b, fmt, out, reading, paper, debug):
 
 def _add_paper(tables: dict, meta: dict) -> tuple[dict, dict]:
     """Tables with the paper's values joined beside them, meta with the citation."""
-    from .paper import citation_meta, with_paper
+    from ..paper import citation_meta, with_paper
 
     return with_paper(tables), {**meta, "paper": citation_meta()}
 

@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, cast
 
-from .errors import TraceError
+from ..errors import TraceError
 
 #: Table VI rows in the paper's order (Attention stands for fused attention kernels; Attention
 #: other is the attention block's glue: q/k/v views and transposes, KV-cache writes, ...).
@@ -232,7 +232,7 @@ class KernelRules:
     comm_kernel: re.Pattern
     comm_op: re.Pattern
     collectives: list[tuple[str, re.Pattern]]
-    #: What :mod:`tracekit.labels` derived from these rules per distinct activity case, kept
+    #: What :mod:`tracekit.pipeline.labels` derived from these rules per distinct activity case, kept
     #: with them: the ranks one process analyses share their kernel names. Read it through
     #: :meth:`remembered`, which bounds it.
     memo: dict = field(default_factory=dict, repr=False, compare=False)

@@ -141,7 +141,7 @@ def _with_matches(a: pd.DataFrame, b: pd.DataFrame, keys: list[str], on: list[st
     """``a``'s ``keys``, ``start`` and ``end``, followed by each interval of ``b`` once per group
     of ``a``'s keys with its ``on`` values (with that group's keys): the rows of ``concat(a,
     b.merge(groups of a, on=on))``, up to their order, built by index arithmetic."""
-    from .pipeline.state import distinct_rows
+    from .state import distinct_rows
 
     both_on = (np.concatenate([a[k].to_numpy(), b[k].to_numpy()]) for k in on)
     on_key = distinct_rows(*(pd.factorize(v)[0] for v in both_on))[0]

@@ -1,7 +1,7 @@
 """The result cache: a trace file's analysis, so that a re-analysis runs no pipeline.
 
-The parse cache (:mod:`tracekit.cache`) saves the decode; this saves everything after it. An
-entry holds what :func:`tracekit.perfile.tabulate_file` computes for one file: its
+The parse cache (:mod:`tracekit.read.cache`) saves the decode; this saves everything after it. An
+entry holds what :func:`tracekit.ranks.perfile.tabulate_file` computes for one file: its
 :class:`~tracekit.pipeline.Attributed` (intervals, steps, windows, meta,
 warnings) and its tables as one rank (the means over steps and the self-checks). It is one
 Parquet file, ``<sha256 of the key>.result.parquet`` beside the parse cache's entries:
@@ -12,7 +12,7 @@ Parquet file, ``<sha256 of the key>.result.parquet`` beside the parse cache's en
   to the parent in place of the intervals;
 * everything else is in the footer: one JSON object (key, mode, meta, warnings, checks) and
   the small frames (steps, windows, tables) packed as the parent gathers them, all in one
-  Arrow IPC stream (:mod:`tracekit.packed_ipc`: typed columns and codes, no pickle, no
+  Arrow IPC stream (:mod:`tracekit.ranks.packed_ipc`: typed columns and codes, no pickle, no
   pandas on either side);
 * key: the parse cache's file key (device, inode, size, mtime, edge hashes, read limit,
   tracekit's version), :data:`RESULT_FORMAT`, a fingerprint of tracekit's own code and rule
@@ -22,7 +22,7 @@ Parquet file, ``<sha256 of the key>.result.parquet`` beside the parse cache's en
 * trusted only after the footer shows the right key, the interval columns with plain types
   and every size within the parse cache's bound (64x the trace's size on disk plus 16 MiB,
   the entry file itself included); anything else is a miss and is rewritten;
-* one size bound and LRU over both kinds of entries (:func:`tracekit.cache.after_store`).
+* one size bound and LRU over both kinds of entries (:func:`tracekit.read.cache.after_store`).
 
 A handle whose entry is gone when its intervals are wanted (evicted, cleared, or written on a
 Dask worker whose cache directory this process cannot see) analyses the file again here and
@@ -45,19 +45,20 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import cache, packed_ipc
-from .checks import TraceWarning
-from .errors import TraceError
-from .pipeline import INTERVAL_COLUMNS, Attributed
+from ..errors import TraceError
+from ..pipeline import INTERVAL_COLUMNS, Attributed
+from ..pipeline.checks import TraceWarning
+from ..read import cache
+from . import packed_ipc
 
 #: Version of a result entry's layout; bump when what is stored changes shape.
 RESULT_FORMAT = "tracekit-result-3"
 SUFFIX = ".result.parquet"
 _INFO = b"tracekit-result"
-#: The footer key of the small frames' IPC stream (:mod:`tracekit.packed_ipc`).
+#: The footer key of the small frames' IPC stream (:mod:`tracekit.ranks.packed_ipc`).
 _FRAMES_KEY = b"tracekit-frames"
 #: The frames of the Attributed stored (its module instances are not: no table or view reads
-#: them after the pipeline, see :func:`tracekit.perfile.tabulate_fresh`).
+#: them after the pipeline, see :func:`tracekit.ranks.perfile.tabulate_fresh`).
 _FRAMES = ("steps", "windows")
 _RULES_MAX_BYTES = 16 << 20
 #: An entry of at most this many intervals is written with lz4 and without column statistics
@@ -85,7 +86,7 @@ def code_digest() -> str:
     import tracekit.analyses
 
     h = hashlib.sha256()
-    for root in (Path(__file__).parent, Path(tracekit.analyses.__file__).parent):
+    for root in (Path(__file__).parents[1], Path(tracekit.analyses.__file__).parent):
         for p in sorted(root.rglob("*")):
             if p.suffix in (".py", ".toml") and "__pycache__" not in p.parts:
                 st = p.stat()
@@ -194,7 +195,7 @@ def _warning(d: Any) -> Any:
 
 def _footer(att: Attributed, tables: dict, key: str) -> dict[bytes, bytes]:
     """The footer of an entry: the JSON object and the small frames, packed, as one Arrow IPC
-    stream (:mod:`tracekit.packed_ipc`; ValueError when something would not read back exactly)."""
+    stream (:mod:`tracekit.ranks.packed_ipc`; ValueError when something would not read back exactly)."""
     frames = {name: att.__dict__["_" + name] for name in _FRAMES}
     named = [k for k in tables if k != ("checks", "")]
     frames.update({f"table:{kind}/{name}": tables[(kind, name)] for kind, name in named})
@@ -217,10 +218,10 @@ def _footer(att: Attributed, tables: dict, key: str) -> dict[bytes, bytes]:
 
 
 def store(att: Attributed, tables: dict, path: str | os.PathLike, options: Any, key: str) -> Stored | None:
-    """Save ``att`` (in memory) and ``tables`` (:func:`~tracekit.perfile.tabulate_file`) of
+    """Save ``att`` (in memory) and ``tables`` (:func:`~tracekit.ranks.perfile.tabulate_file`) of
     ``path``, analysed when its key was ``key``; the handle to the entry, or None (the file
     changed meanwhile, the cache directory is not writable, or something is not storable)."""
-    from .safewrite import atomic_file
+    from ..safewrite import atomic_file
 
     try:
         if att.lazy or result_key(path, options) != key:
@@ -292,9 +293,9 @@ def _summary(loc: Path, digest: bytes, trace_size: int) -> tuple[dict, dict] | N
 
 
 def load(path: str | os.PathLike, options: Any) -> tuple[Attributed, dict] | None:
-    """The cached result of ``path`` as :func:`~tracekit.perfile.tabulate_file` returns it,
+    """The cached result of ``path`` as :func:`~tracekit.ranks.perfile.tabulate_file` returns it,
     intervals lazy (a :class:`Stored`), steps, windows and tables packed
-    (:class:`~tracekit.gathered.Packed`), or None when there is no valid entry."""
+    (:class:`~tracekit.ranks.gathered.Packed`), or None when there is no valid entry."""
     try:
         key = result_key(path, options)
         if key is None:

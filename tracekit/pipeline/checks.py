@@ -80,7 +80,7 @@ def check_rank(
 
     ``tables``: the rank's per-step ``phases``, ``modules`` and ``kernels`` tables;
     ``steps``: its step windows (``step``, ``start``, ``end``, ``complete``; ns);
-    ``meta``: its meta, with ``coverage`` and ``step_ranges`` (:mod:`tracekit.coverage`).
+    ``meta``: its meta, with ``coverage`` and ``step_ranges`` (:mod:`tracekit.pipeline.coverage`).
     """
     out: list[TraceWarning] = []
     phases = tables.get("phases", pd.DataFrame())

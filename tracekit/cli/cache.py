@@ -15,8 +15,8 @@ def cache_group() -> None:
 @cache_group.command(name="info")
 def cache_info() -> None:
     """Where the cache is, how many entries and bytes it holds, and its bound."""
-    from . import cache
-    from .safetext import bounded
+    from ..read import cache
+    from ..render.safetext import bounded
 
     i = cache.info()
     n = i["result_entries"]
@@ -29,8 +29,8 @@ def cache_info() -> None:
 @cache_group.command(name="clear")
 def cache_clear() -> None:
     """Remove every cached trace and analysis result."""
-    from . import cache
-    from .safetext import bounded
+    from ..read import cache
+    from ..render.safetext import bounded
 
     n = cache.clear()
     click.echo(f"removed {n} file{'s' if n != 1 else ''} from {bounded(cache.cache_dir())}")

@@ -4,7 +4,7 @@ Decoding JSON holds the GIL, so only processes decode in parallel. The parent fi
 cut (a ``}`` ``,`` ``{`` gap near each k-th of the array: :func:`plan`), forks one child per range
 but the last, and decodes the last range (with the document's tail: ``distributedInfo``,
 ``deviceProperties``...) itself. Each child reads only its range, decodes it slice by slice with
-the streaming reader (:func:`tracekit.streaming.decode_events`) into a column builder, and sends
+the streaming reader (:func:`tracekit.read.streaming.decode_events`) into a column builder, and sends
 back typed columns: a few bytes per kept event, never a Python object per event. The builders
 are joined in file order, so the columns are exactly those of the serial reader.
 
@@ -33,7 +33,7 @@ import os
 import re
 import tempfile
 
-from . import forked
+from .. import forked
 from .columns import _FrameBuilder
 from .files import PIECE_BYTES, PlainText
 from .schema import TraceDoc

@@ -10,10 +10,10 @@ columns. Times become int64 nanoseconds. Every vintage of Kineto's JSON is accep
 * 64-bit ids, also above 2**63 (stored wrapped to int64: equality is all that is used);
 * events in any order; no CPU side, no GPU side, no ProfilerStep, no distributedInfo.
 
-The pieces: :mod:`tracekit.files` (finding trace files, bounded reading and gunzip),
-:mod:`tracekit.streaming` (decoding the event array slice by slice as the text arrives),
-:mod:`tracekit.schema` (the decoded fields and the event kinds), :mod:`tracekit.columns`
-(structs to columns), :mod:`tracekit.timetext` (exact times); this module ties them together
+The pieces: :mod:`tracekit.read.files` (finding trace files, bounded reading and gunzip),
+:mod:`tracekit.read.streaming` (decoding the event array slice by slice as the text arrives),
+:mod:`tracekit.read.schema` (the decoded fields and the event kinds), :mod:`tracekit.read.columns`
+(structs to columns), :mod:`tracekit.read.timetext` (exact times); this module ties them together
 and decodes small or broken files whole, with one-line errors.
 """
 
@@ -27,11 +27,11 @@ from typing import Any
 import msgspec
 import pandas as pd
 
+from ..errors import TraceError
 from . import native
 from .columns import _COLUMNS, _FrameBuilder
-from .errors import TraceError
 from .files import DEFAULT_MAX_BYTES, TRACE_SUFFIXES, open_text, read_bytes, trace_files, trace_listing
-from .parallel_read import read_parallel
+from .parallel import read_parallel
 from .schema import (
     _CATEGORY_KIND,
     _DECODER,
@@ -204,8 +204,8 @@ def device_names(doc: TraceDoc) -> list[str]:
 
 def read_trace(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES, jobs: int = 1) -> RawTrace:
     """Read one trace file into a :class:`RawTrace`: streamed slice by slice when it is big
-    (:mod:`tracekit.streaming`), by ``jobs`` processes when it is big and plain
-    (:mod:`tracekit.parallel_read`), decoded whole when it is small, broken or unusual."""
+    (:mod:`tracekit.read.streaming`), by ``jobs`` processes when it is big and plain
+    (:mod:`tracekit.read.parallel`), decoded whole when it is small, broken or unusual."""
     got: tuple[_FrameBuilder, TraceDoc | bytearray | None] | None = None
     if jobs > 1 and os.path.isfile(path) and os.path.getsize(path) <= max_bytes:
         got = read_parallel(path, jobs, CHUNK_BYTES)

@@ -21,7 +21,7 @@ rank. Adds: one Attributed whose steps are the files' steps concatenated in time
 Guarantees: step numbers are kept; a number already taken by an earlier window is shifted past
 every number before it (and the shift is reported), so each step stays one step.
 
-:func:`files_of_rank` picks one rank's files by their heads (:mod:`tracekit.rankhead`) before
+:func:`files_of_rank` picks one rank's files by their heads (:mod:`tracekit.ranks.rankhead`) before
 anything is read; :func:`group_results` groups what the workers returned for each file.
 """
 
@@ -38,10 +38,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .checks import TraceWarning
-from .errors import TraceError
-from .pipeline.windows import CUT_FRACTION, CUT_MESSAGE, CUT_MIN_STEPS
-from .read import ANNOTATION, CPU_OP, PYTHON, RUNTIME, trace_listing
+from ..errors import TraceError
+from ..pipeline.checks import TraceWarning
+from ..pipeline.windows import CUT_FRACTION, CUT_MESSAGE, CUT_MIN_STEPS
+from ..read.reader import ANNOTATION, CPU_OP, PYTHON, RUNTIME, trace_listing
 
 #: ``tensorboard_trace_handler`` names files ``{hostname}_{pid}.{time_ns}.pt.trace.json``.
 _HANDLER_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json(\.gz)?$")
@@ -108,7 +108,7 @@ def files_of_rank(
 ) -> tuple[list[Path], list[int], str] | None:
     """The files of ``rank`` (``None``: the lowest rank found) in ``directory``, told from each
     file's head (or tail) and the
-    capture manifest without reading any events (:mod:`tracekit.rankhead`), with every rank
+    capture manifest without reading any events (:mod:`tracekit.ranks.rankhead`), with every rank
     found and the grouping sentence; ``None`` when some file's rank cannot be told so (no
     ``distributedInfo``, not named by a manifest, or unreadable): then the ranks come from the
     processes, which only a full read gives."""
@@ -265,7 +265,7 @@ def _cut_rank_edges(att: Any, unjudged: set) -> Any:
 class MergedIntervals:
     """The intervals of a rank of several window files: each file's, its steps shifted as
     :func:`merge_windows` numbers them, the steps :func:`_cut_rank_edges` cut left out. Held by
-    a lazy Attributed (some file's intervals are in the result cache, :mod:`tracekit.results`)
+    a lazy Attributed (some file's intervals are in the result cache, :mod:`tracekit.ranks.results`)
     and computed when read, so a parent holds no rank's intervals until a table needs them."""
 
     parts: tuple  # ((Attributed, step shift), ...), in time order
@@ -324,7 +324,7 @@ def _first_time(part: Any) -> int:
 
 
 def group_results(p: Path, files: list[Path], done: list[Any]) -> tuple[dict[int, Any], str, dict[int, int]]:
-    """The files' analyses grouped into ranks (:mod:`tracekit.ranks`): files of one process are
+    """The files' analyses grouped into ranks (:mod:`tracekit.ranks.grouping`): files of one process are
     successive windows of one rank. With them, ``{rank: index in files}`` of each rank that is
     one file (whose tables the worker computed; a rank of several windows is computed again
     from its merged intervals)."""
@@ -341,7 +341,7 @@ def group_results(p: Path, files: list[Path], done: list[Any]) -> tuple[dict[int
         )
     groups, how = group_files(ids)
     split = sorted({a.meta["rank_split"] for a in done if a.meta.get("rank_split")})
-    if split:  # a file of several ranks (tracekit.merged_ranks): say how they were found
+    if split:  # a file of several ranks (tracekit.ranks.merged): say how they were found
         how = "; ".join(split + [how])
     ranks, alone = {}, {}
     for r, idx in groups.items():

@@ -1,9 +1,9 @@
 """Decode a trace as its text arrives: slices of ``traceEvents``, never the whole text at once.
 
-The text comes in pieces (:func:`tracekit.files.iter_text`: read, or inflated from gzip, a few
+The text comes in pieces (:func:`tracekit.read.files.iter_text`: read, or inflated from gzip, a few
 MiB at a time). The ``traceEvents`` array is cut at ``}`` ``,`` ``{`` gaps near every
 ``chunk_bytes``; each slice is decoded on its own as a JSON array of typed events, becomes
-columns in the :class:`~tracekit.columns._FrameBuilder`, and its text is dropped. A cut that
+columns in the :class:`~tracekit.read.columns._FrameBuilder`, and its text is dropped. A cut that
 falls inside a string leaves an unbalanced slice, which cannot decode, so the cut moves to the
 next gap: when every piece decodes, the pieces are exactly the document. At the end of the text,
 the rest of the array and whatever follows it (``distributedInfo``, ``deviceProperties``...) is

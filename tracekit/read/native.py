@@ -1,14 +1,14 @@
-"""The reader's fast path: event text straight to columns by the C scanner ``tracekit._kineto``.
+"""The reader's fast path: event text straight to columns by the C scanner ``tracekit.read._kineto``.
 
 :func:`scan` hands a byte range of ``traceEvents`` to the scanner, which reads the JSON once and
 returns flat columns of the events tracekit keeps (which ones, and as what kind, is
-:func:`tracekit.schema.event_class`'s call, made by the scanner once per distinct (ph, cat,
+:func:`tracekit.read.schema.event_class`'s call, made by the scanner once per distinct (ph, cat,
 name)), one entry per kept event, strings as codes of one Python ``str`` per distinct value: no
 Python object per event, and no selection of the kept ones afterwards. This module applies the
 reader's other rules to them, per distinct value: process and thread names, unknown categories,
-string ids (:func:`tracekit.columns._one_int`), and, as :func:`tracekit.columns._slice_times`
+string ids (:func:`tracekit.read.columns._one_int`), and, as :func:`tracekit.read.columns._slice_times`
 does, whether the slice's float times must be read from their text. The result is added to a
-:class:`~tracekit.columns._FrameBuilder` exactly as the msgspec reader would add the same events.
+:class:`~tracekit.read.columns._FrameBuilder` exactly as the msgspec reader would add the same events.
 
 The scanner handles the common, valid shapes only; for anything else (broken or odd JSON, values
 of unexpected types, see ``_kineto.c``) it declines, :func:`scan` returns ``None`` and the caller
@@ -42,7 +42,7 @@ def enabled() -> bool:
 class Scanned:
     """One range's events, scanned and classified, not yet added to a builder.
 
-    The scanner keeps only the events :func:`tracekit.schema.event_class` keeps (it calls it per
+    The scanner keeps only the events :func:`tracekit.read.schema.event_class` keeps (it calls it per
     distinct triple), so the columns hold those alone, in file order. ``n``: the events scanned;
     ``end``: where the scan stopped (the array's ``]`` for a scan to the close); ``text``:
     whether the times were read from their text; ``need_text``: a number scan whose kept

@@ -18,8 +18,8 @@ from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import progress
-from .errors import TraceError
+from .. import progress
+from ..errors import TraceError
 
 #: Default bound on decompressed size; ``--max-bytes`` raises it.
 DEFAULT_MAX_BYTES = 8 * 1024**3
