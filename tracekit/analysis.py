@@ -29,6 +29,7 @@ from .pipeline import Attributed, run
 from .pipeline.checks import TraceWarning, as_warning, check_rank
 from .pipeline.taxonomy import kernel_rules, module_taxonomy
 from .pipeline.windows import Windows, frame_windows
+from .ranks import manifest_tables
 from .ranks.gathered import Computed, RankTables
 from .ranks.grouping import directory_warnings, files_to_read, group_results, host_of, process_of
 from .ranks.merged import split_ranks
@@ -192,7 +193,9 @@ class Analysis:
         return [
             n
             for n, s in REGISTRY.items()
-            if (self.multi_rank or not s.cross_rank) and self.filters.supports(REGISTRY.get(s.source or n, s))
+            if (self.multi_rank or not s.cross_rank)
+            and self.filters.supports(REGISTRY.get(s.source or n, s))
+            and (s.from_manifest is None or not self._manifest_rows(n).empty)
         ]
 
     def _n_steps(self, att: Attributed) -> int:
@@ -208,6 +211,8 @@ class Analysis:
             raise KeyError(f"unknown table {name!r}; tables: {', '.join(self.names())}")
         if spec.cross_rank:
             return self.rank_tables()[name]
+        if spec.from_manifest is not None:
+            return manifest_tables.table(spec, self._manifest_rows(name), per_step, self.multi_rank)
         if spec.derive is not None and spec.source:
             return _whole_numbers(spec, spec.derive(self.table(spec.source, per_step)))
         whole = None if per_step else self._computed.concat("mean", name, list(self.ranks))
@@ -221,6 +226,14 @@ class Analysis:
         if self.multi_rank:
             out.insert(0, "rank", np.repeat(np.fromiter(self.ranks, np.int64), lengths))
         return out
+
+    def _manifest_rows(self, name: str) -> pd.DataFrame:
+        """Table ``name``'s rows from the capture manifest (:mod:`tracekit.ranks.manifest_tables`), once."""
+        key = ("manifest", name, -1)
+        if key not in self._computed:
+            steps = self.filters.steps
+            self._computed[key] = manifest_tables.rows(REGISTRY[name], self.path, list(self.ranks), steps)
+        return self._computed[key]
 
     def _rank_table(self, name: str, rank: int, per_step: bool, copy: bool = True) -> pd.DataFrame:
         """One rank's table (per step, or its mean over steps), computed once; the kept frame
@@ -246,8 +259,7 @@ class Analysis:
             (n, r)
             for n in names
             for r, att in self.ranks.items()
-            if not (REGISTRY[n].cross_rank or REGISTRY[n].derive or att.lazy)
-            and ("mean", n, r) not in self._computed
+            if REGISTRY[n].of_intervals and not att.lazy and ("mean", n, r) not in self._computed
         ]
         rows = sum(len(self.ranks[r].intervals) for r in {r for _, r in todo})
         if self.jobs < 2 or rows < SHARED_ROWS:

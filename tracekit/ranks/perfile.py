@@ -119,7 +119,7 @@ def tables_of(att: Attributed, path: str | os.PathLike, jobs: int = 1) -> dict:
     ``jobs`` processes (:meth:`Analysis._compute`)."""
     one = Analysis(path=os.fspath(path), ranks={0: att}, jobs=jobs)
     for name, spec in REGISTRY.items():
-        if not spec.cross_rank and spec.derive is None:
+        if spec.of_intervals:
             one._rank_table(name, 0, per_step=False)
     one._phase_means(0)
     # Per-step tables stay here: the report needs only the means (and --per-step recomputes
