@@ -28,7 +28,7 @@ import pandas as pd
 from tracekit.pipeline.taxonomy import COMM_CATEGORIES, KERNEL_CATEGORIES
 from tracekit.pipeline.windows import Windows
 
-from ._common import WINDOW_PHASES, narrow, percent, share_column, sums, text, text_index
+from ._common import narrow, percent, sums, text, text_index
 from ._registry import COUNT, MS, PCT, STAGE_MEAN, register
 from ._stages import ORDER, has_stages
 
@@ -58,14 +58,14 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     cols = keys + ["group", "category", "count", "time_ms", "kernel_ms", "percent"]
     done = windows.steps
     used = ["step", "stage", "group", "kernel_category", "count", "start", "end"]
-    used += [share_column(p) for p in WINDOW_PHASES]
+    used += ["share_step"]
     iv = narrow(intervals, used, intervals["step"].isin(done["step"]).to_numpy())
     frame = pd.DataFrame(
         {
             "step": iv["step"].to_numpy(),
             "group": text(iv["group"], {"memset": "memcpy"}),
             "category": text(iv["kernel_category"]),
-            "share": sum(iv[share_column(p)].to_numpy() for p in WINDOW_PHASES) / 1e6,
+            "share": iv["share_step"].to_numpy() / 1e6,
             "dur": (iv["end"] - iv["start"]).to_numpy() / 1e6,
             "count": iv["count"].to_numpy(),
             "start": iv["start"].to_numpy(),

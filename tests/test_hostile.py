@@ -340,7 +340,7 @@ def test_numpy_warnings_are_one_line(box, tmp_path, monkeypatch):
     import tracekit.ranks.analyse
     from tracekit.cli import main
 
-    real = tracekit.ranks.analyse.analyse_file
+    real = tracekit.ranks.analyse.analyse_parts
 
     def noisy(path, options, **kw):
         import numpy as np
@@ -348,7 +348,7 @@ def test_numpy_warnings_are_one_line(box, tmp_path, monkeypatch):
         np.float64(1e308) * np.float64(10)  # RuntimeWarning: overflow
         return real(path, options, **kw)
 
-    monkeypatch.setattr(tracekit.ranks.analyse, "analyse_file", noisy)
+    monkeypatch.setattr(tracekit.ranks.analyse, "analyse_parts", noisy)
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "c"))
     r = CliRunner().invoke(main, ["analyze", str(trace(box)), "--format", "json"])
     assert r.exit_code == 0

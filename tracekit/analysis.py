@@ -9,6 +9,7 @@ attributed once; every table is a function of that one labelled table (``analyse
 from __future__ import annotations
 
 import copy
+import itertools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,6 +194,16 @@ def load(
     if not parallel:  # one process: its file's decode may use the cores instead
         options.read_jobs = read_jobs() if jobs is None else max(1, jobs)
     store = RankTables()
+    slots = itertools.count()
+
+    def gather(i: int, got: Any) -> Any:
+        """A file's result(s) folded into ``store``: ``[(slot, Attributed)]``, one per rank the
+        file holds (a merged file holds several, :mod:`tracekit.ranks.merged`)."""
+        if isinstance(got, TraceError):
+            return got
+        parts = got if isinstance(got, list) else [got]
+        return [(slot, store.gather(slot, *part, options=options)) for slot, part in zip(slots, parts)]
+
     done = map_ranks(
         per_file(parallel, cache, len(files)),
         files,
@@ -200,14 +211,19 @@ def load(
         keep_errors=p.is_dir(),
         jobs=workers,
         scheduler=scheduler,
-        gather=lambda i, got: got if isinstance(got, TraceError) else store.gather(i, *got, options=options),
+        gather=gather,
     )
     failed = [(f, e) for f, e in zip(files, done) if isinstance(e, TraceError)]
     if failed and (strict or len(failed) == len(done)):
         raise failed[0][1]
     skipped += [(f, e.problem) for f, e in failed]
-    kept = [i for i, got in enumerate(done) if not isinstance(got, TraceError)]
-    files, done = [files[i] for i in kept], [done[i] for i in kept]
+    parts = [
+        (files[i], slot, att)
+        for i, got in enumerate(done)
+        if not isinstance(got, TraceError)
+        for slot, att in got
+    ]
+    files, kept, done = [f for f, _, _ in parts], [s for _, s, _ in parts], [a for _, _, a in parts]
     ranks, grouping, alone = group_results(p, files, done)
     grouping = head_grouping or grouping
     if rank is not None:

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import TraceError
+from .pipeline.evidence import EVIDENCE_TEXT
 from .read.reader import ANNOTATION, CPU_OP, RUNTIME, RawTrace
 
 #: The labels that make two activities' chains the same (with the activity's name).
@@ -87,10 +88,13 @@ def rank_traces(path: str | os.PathLike, rank: int | None, read, max_bytes: int)
     ``rank``, the lowest rank's) are read when every file's rank can be told from its head, as
     for ``tracekit analyze --rank`` (:func:`tracekit.ranks.grouping.files_to_read`)."""
     from .ranks.grouping import FileIdentity, files_to_read, group_files, host_of, manifest_ranks, process_of
+    from .ranks.merged import split_ranks
 
     p = Path(path)
-    files, _, _ = files_to_read(p, rank, False, max_bytes, lowest=True)
-    raws = [read(f) for f in files]
+    found, _, _ = files_to_read(p, rank, False, max_bytes, lowest=True)
+    # a file that holds several ranks (tracekit.ranks.merged) is one trace per rank
+    pairs = [(f, part) for f in found for raw in [read(f)] for part in (split_ranks(raw) or [raw])]
+    files, raws = [f for f, _ in pairs], [r for _, r in pairs]
     from_manifest = manifest_ranks(p) if p.is_dir() else {}
     ids = [
         FileIdentity(
@@ -127,7 +131,11 @@ def run(
     options = options or Options()
     raws = rank_traces(path, rank, lambda f: _read(f, options), options.max_bytes)
     ev = collect(raws, module_taxonomy(options.taxonomy), kernel_rules(options.kernel_rules))
-    return explain(ev, pattern, step=step, limit=limit)
+    doc = explain(ev, pattern, step=step, limit=limit)
+    split = raws[0].meta.get("rank_split")
+    if split:  # this rank is one process of a file that held several
+        doc["meta"]["rank_split"] = f"{split}; this is rank {raws[0].meta.get('rank')}"
+    return doc
 
 
 def collect(raws: list[RawTrace], taxonomy, rules) -> Evidence:
@@ -246,7 +254,11 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
         "op_stack": _op_stack(ev, row, origin),
         "module": _module(ev, row),
         "backward": _backward(ev, row, origin),
-        "phase": {"phase": str(row["phase"]), "evidence": str(row["phase_evidence"])},
+        "phase": {
+            "phase": str(row["phase"]),
+            "evidence": str(row["phase_evidence"]),
+            "why": EVIDENCE_TEXT.get(str(row["phase_evidence"]), ""),
+        },
         "step": {
             "step": int(row["step"]),
             "by": str(row["step_by"]),

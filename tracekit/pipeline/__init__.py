@@ -57,6 +57,7 @@ INTERVAL_COLUMNS = [
     "share_backward",
     "share_unattributed",
     "share_optimizer",
+    "share_step",
     "corr",
     "runtime",
     "launched",

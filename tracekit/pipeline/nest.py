@@ -12,6 +12,10 @@ from .state import Trace, add_columns, categorical_take, codes_of, lookup, str_t
 
 OPT_PREFIX = "Optimizer.step#"
 EVAL_PREFIX = "autograd::engine::evaluate_function:"
+#: An autograd node's name: ``AddmmBackward`` (before torch 1.9), ``MmBackward0`` (since), or
+#: the gradient accumulator ``torch::autograd::AccumulateGrad`` (its work, and the hooks it
+#: runs, are backward on the main thread too).
+BACKWARD_NODE_NAME = r"(?:torch::autograd::)?[A-Z]\w*Backward\d*|torch::autograd::AccumulateGrad"
 MODULE_PREFIX = "nn.Module: "
 COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms")
 #: The context columns the sweep gives each range and each activity (range-table rows, -1 none).
@@ -153,6 +157,11 @@ def range_flags(
     module_prefix = ann.MODULE_PREFIX if use_capture_modules else MODULE_PREFIX
     by_name |= np.where(u.str.startswith(module_prefix), is_mod, 0)
     by_name |= np.where(u.str.contains("rotary", case=False, regex=False), is_rope, 0)
+    # An autograd node by its name alone (``AddmmBackward``, ``CudnnConvolutionBackward``):
+    # traces of the legacy profiler and of Kineto before torch 1.9 record backward nodes with
+    # no Sequence number, no Fwd thread id and no evaluate_function around them.
+    is_node = 1 << 19
+    by_name |= np.where(u.str.fullmatch(BACKWARD_NODE_NAME), is_node, 0)
     named = by_name[codes]
     flags = named & (F_OPT | F_EVAL | F_COMM)
     is_op = (kinds == CPU_OP) & ((named & is_step) == 0)
@@ -160,7 +169,9 @@ def range_flags(
     module_kind = ANNOTATION if use_capture_modules else PYTHON
     flags |= np.where((kinds == module_kind) & ((named & is_mod) != 0), F_MODULE, 0)
     # A backward node carries the forward thread's id (>0); forward ops carry none or 0.
-    flags |= np.where(is_op & ((seq >= 0) & (fwd_tid > 0) | ((named & F_EVAL) != 0)), F_BWD, 0)
+    flags |= np.where(
+        is_op & ((seq >= 0) & (fwd_tid > 0) | ((named & F_EVAL) != 0) | ((named & is_node) != 0)), F_BWD, 0
+    )
     flags |= np.where(has_collective, F_COMM, 0)
     flags |= np.where((kinds == PYTHON) & ((named & is_rope) != 0), F_ROPE, 0)
     return flags

@@ -178,6 +178,12 @@ class ModuleTaxonomy:
     bmm: re.Pattern
     rope: re.Pattern
     compiled: re.Pattern = re.compile(r"(?!)")
+    #: One op holding a whole attention block (nn.MultiheadAttention's fast path).
+    composite: re.Pattern = re.compile(r"(?!)")
+    #: Child ops of such a composite op, by what they compute.
+    composite_gemm: re.Pattern = re.compile(r"(?!)")
+    composite_qkv: re.Pattern = re.compile(r"(?!)")
+    composite_softmax: re.Pattern = re.compile(r"(?!)")
 
     def category(self, cls: str, name: str, parent: str, position: int, siblings: int) -> str | None:
         """Category of one module by the first matching rule, or None."""
@@ -317,6 +323,15 @@ def _module_rule(d: dict, source: str, rule_id: str) -> ModuleRule:
         raise TraceError(source, f"bad rule {d!r}: {e}") from None
 
 
+#: Keys of ``[attention]`` that describe a composite attention op -> ModuleTaxonomy field suffix.
+_COMPOSITE_KEYS = {
+    "composite": "",
+    "composite_gemm": "_gemm",
+    "composite_qkv": "_qkv",
+    "composite_softmax": "_softmax",
+}
+
+
 @lru_cache(maxsize=8)
 def module_taxonomy(path: str | None = None) -> ModuleTaxonomy:
     """The built-in module taxonomy, with the rules of ``path`` (a TOML file) tried first."""
@@ -339,6 +354,11 @@ def module_taxonomy(path: str | None = None) -> ModuleTaxonomy:
             bmm=_rx_required(attention["bmm"]),
             rope=_rx_required(attention["rope"], re.IGNORECASE),
             compiled=_rx_required(structure["compiled"]) if "compiled" in structure else re.compile(r"(?!)"),
+            **{
+                f"composite{suffix}": _rx_required(attention[key])
+                for key, suffix in _COMPOSITE_KEYS.items()
+                if key in attention
+            },
         )
     except (re.error, TypeError) as e:
         raise TraceError(path or "modules.toml", f"bad module rules: {e}") from None

@@ -1,6 +1,6 @@
 """The small tables of many ranks, kept compact by the process that gathers them.
 
-Each rank's tables (its means over steps, ``phase_means``; :func:`tracekit.ranks.perfile.tables_of`)
+Each rank's tables (its means over steps, ``phase_means``; :func:`tracekit.ranks.tables.tables_of`)
 arrive from a worker as DataFrames of a few dozen rows. Kept as they are, each costs the
 parent 7-40 KB of pandas objects (index, block manager, one Python string per label) whatever
 its rows: about 150 KB per rank, 75 MB at 512 ranks. :class:`RankTables` keeps them instead as

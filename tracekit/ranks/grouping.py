@@ -347,6 +347,9 @@ def group_results(p: Path, files: list[Path], done: list[Any]) -> tuple[dict[int
             )
         )
     groups, how = group_files(ids)
+    split = sorted({a.meta["rank_split"] for a in done if a.meta.get("rank_split")})
+    if split:  # a file of several ranks (tracekit.ranks.merged): say how they were found
+        how = "; ".join(split + [how])
     ranks, alone = {}, {}
     for r, idx in groups.items():
         merged = copy.copy(merge_windows([done[i] for i in idx]))  # replace() would load lazy intervals

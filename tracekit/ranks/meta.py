@@ -57,6 +57,11 @@ def meta_of(run: Run) -> dict:
             f"{unlaunched} device activities with no launching runtime call in the file "
             "belong to no step and are left out (see the no_launch warning)"
         )
+    split = sorted({a.meta["rank_split"] for a in run.ranks.values() if a.meta.get("rank_split")})
+    notices += split  # a file that held several ranks: how they were found
+    overlap = _phase_overlap(run)
+    if overlap:
+        notices.append(overlap)
     if run.skipped:
         notices.append(
             f"partial result: {len(run.skipped)} file(s) of the directory skipped (listed in the warnings)"
@@ -82,6 +87,26 @@ def meta_of(run: Run) -> dict:
         "partial": bool(run.skipped),
         "skipped": list(run.skipped),
     }
+
+
+def _phase_overlap(run: Run) -> str:
+    """The notice for steps whose phases ran at the same time (:mod:`tracekit.pipeline.overlap`),
+    "" when none did: how many steps, and by how much per such step."""
+    n, total = 0, 0
+    for att in run.ranks.values():
+        st = att.steps
+        if "phases_overlap" not in st:
+            continue
+        hit = st["phases_overlap"].to_numpy(bool) & st["complete"].to_numpy(bool)
+        n += int(hit.sum())
+        total += int(st["overlap_ns"].to_numpy()[hit].sum())
+    if not n:
+        return ""
+    return (
+        f"phases overlapped in time in {n} step(s), by {total / n / 1e6:.3f} ms per such step on "
+        "average (forward and backward running at once, as DualPipe schedules them): there each "
+        "phase's wall is the union of its own activity, so the walls add up to more than the step"
+    )
 
 
 def _filter_meta(run: Run) -> dict:

@@ -362,6 +362,6 @@ class Stored:
         key = result_key(self.source, self.options)
         if key is None or _digest(key) != self.digest:
             raise TraceError(self.source, "changed since it was analysed; analyse it again")
-        att, tables = fresh(self.source, self.options, cached=True)
+        att, tables = fresh(self.source, self.options, cached=True)[0]  # a stored file is one rank
         store(att, tables, self.source, self.options, key)
         return att.load_intervals(columns)

@@ -53,6 +53,8 @@ def lines(doc: dict) -> list[str]:
             f"this rank has {m['rank_files']} files (successive profiler windows), all searched: "
             + ", ".join(m["files"])
         )
+    if m.get("rank_split"):
+        out.append(f"ranks: {m['rank_split']}")
     if not m["matched"]:
         out.append("no activity name matches (case-insensitive substring or regular expression)")
     for i, c in enumerate(doc["chains"], 1):
@@ -160,6 +162,7 @@ def _label_lines(c: dict) -> list[str]:
     k, mc = c["kernel_category"], c["module_category"]
     out = [
         _row("phase", f"{c['phase']['phase']} (evidence: {c['phase']['evidence']})"),
+        *([_row("", c["phase"]["why"])] if c["phase"].get("why") else []),
         _row("step", f"{s['step']} (by {s['by']}{renumbered})" if s["step"] >= 0 else "outside every step"),
         _row("category", f"{k['group']} / {k['category']} (rule {k['rule']})"),
     ]

@@ -55,7 +55,10 @@ class TraceBuilder(DeviceCalls):
     ``"both"`` or ``"none"``. ``autograd_thread``: backward runs on a ``pt_autograd_0`` thread
     (else on the main thread). ``flows``: write ``fwdbwd`` flows from forward op to backward
     node (else only ``Sequence number`` / ``Fwd thread id`` link them). ``jitter_seed``: add
-    0-9 ns of CPU jitter (device times stay exact). Times are microseconds (floats carry ns).
+    0-9 ns of CPU jitter (device times stay exact). ``legacy``: backward as the legacy
+    ``torch.autograd.profiler`` and Kineto before torch 1.9 record it: nodes named
+    ``AddmmBackward`` (no ``0``), no ``Sequence number`` or ``Fwd thread id``, no
+    ``evaluate_function`` and no ``fwdbwd`` flows. Times are microseconds (floats carry ns).
     """
 
     def __init__(
@@ -74,6 +77,7 @@ class TraceBuilder(DeviceCalls):
         pid: int = 48213,
         device: int = 0,
         jitter_seed: int | None = None,
+        legacy: bool = False,
     ) -> None:
         if modules not in MODULE_EVENTS:
             raise ValueError(f"modules must be one of {MODULE_EVENTS}, not {modules!r}")
@@ -91,7 +95,8 @@ class TraceBuilder(DeviceCalls):
         self.rank, self.world_size = rank, world_size
         self.nn_module = modules in ("nn_module", "both")
         self.capture = modules in ("capture", "both")
-        self.flows = flows
+        self.flows = flows and not legacy
+        self.legacy = legacy
         self.origin = self.w.t[self.w.main]
         self.activities: list[Activity] = []
         self.steps: list[int] = []
@@ -238,7 +243,8 @@ class TraceBuilder(DeviceCalls):
         seq = None
         if not self._s.backward:
             seq = self._seq
-            a.update({"Sequence number": seq, "Fwd thread id": 0})
+            if not self.legacy:
+                a.update({"Sequence number": seq, "Fwd thread id": 0})
         top = not self._s.ops
         with self.w.rng_(self._s.tid, name, "cpu_op", args=a) as box:
             op = Op(name=name, tid=self._s.tid, start=box["start"], seq=seq, module=self._module())
@@ -259,9 +265,15 @@ class TraceBuilder(DeviceCalls):
         if fwd is None or fwd.seq is None:
             raise ValueError("the creator must be a forward op (or a kernel launched from one)")
         node = node or _node_name(fwd.name)
-        args = {"Sequence number": fwd.seq, "Fwd thread id": 1}
+        if self.legacy:  # AddmmBackward0 -> AddmmBackward
+            node = node.rstrip("0123456789")
+        args = {} if self.legacy else {"Sequence number": fwd.seq, "Fwd thread id": 1}
         tid = self._s.tid
-        with self.w.rng_(tid, f"autograd::engine::evaluate_function: {node}", args=dict(args)):
+        with ExitStack() as engine:
+            if not self.legacy:
+                engine.enter_context(
+                    self.w.rng_(tid, f"autograd::engine::evaluate_function: {node}", args=dict(args))
+                )
             with self.w.rng_(tid, node, args=dict(args)) as box:
                 op = Op(name=node, tid=tid, start=box["start"], seq=fwd.seq, module=fwd.module)
                 self._s.ops.append(op)
@@ -285,7 +297,8 @@ class TraceBuilder(DeviceCalls):
         communication launched by its post hook (DDP/ZeRO style) runs in here."""
         if not self._s.backward:
             raise RuntimeError("gradient_hook() belongs inside backward()")
-        with self.w.rng_(self._s.tid, f"autograd::engine::evaluate_function: {node}"):
+        name = node if self.legacy else f"autograd::engine::evaluate_function: {node}"
+        with self.w.rng_(self._s.tid, name):
             yield
 
     def worker_collective(self, name: str, us: float, delay: float = 0.0) -> tuple[int, int]:
