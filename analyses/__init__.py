@@ -12,12 +12,15 @@ module here is all it takes to add a table to every output (docs/architecture.md
 
 from . import (  # imported to register; the report order is _ORDER below
     comm,
+    efficiency,
     gemm,
+    gemm_shapes,
     idle,
     kernels,
     layers,
     memcpy,
     modules,
+    op_shapes,
     phases,
     ranks,
     timeline,
@@ -29,7 +32,22 @@ from ._registry import REGISTRY, TableSpec, column_unit, spec_of
 #: of these first). A new table module goes into the import above and here.
 _ORDER = [
     m.__name__
-    for m in (phases, modules, gemm, comm, idle, kernels, memcpy, timeline, top_kernels, layers, ranks)
+    for m in (
+        phases,
+        modules,
+        gemm,
+        gemm_shapes,
+        efficiency,
+        op_shapes,
+        comm,
+        idle,
+        kernels,
+        memcpy,
+        timeline,
+        top_kernels,
+        layers,
+        ranks,
+    )
 ]
 
 

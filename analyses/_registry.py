@@ -21,6 +21,10 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 MS, US, PCT, COUNT, BYTES, INDEX = "ms", "us", "%", "count", "bytes", "index"
+#: Units of the perf model's columns (docs/metrics.md "FLOPs, bytes and % of peak"): a mean
+#: number of calls per step (not rounded), 10^9 FLOP, 10^9 bytes, 10^12 FLOP/s, 10^12 bytes/s,
+#: FLOP per byte.
+CALLS, GFLOP, GBYTE, TFLOPS, TBPS, FLOP_PER_BYTE = "calls", "GFLOP", "GB", "TFLOP/s", "TB/s", "FLOP/B"
 #: Units whose values are whole numbers (printed without decimals, integers in JSON).
 INTEGER_UNITS = {COUNT, BYTES, INDEX}
 

@@ -26,6 +26,8 @@ from .checks import TraceWarning, as_warning, check_rank
 from .errors import TraceError
 from .filters import Filters
 from .gathered import Computed, RankTables
+from .perf.devices import Peaks
+from .perf.devices import resolve as resolve_peaks
 from .pipeline import Attributed, run
 from .pipeline.windows import Windows, frame_windows
 from .ranks import directory_warnings, files_to_read, group_results, host_of, process_of
@@ -44,6 +46,15 @@ class Options:
     #: The host of the process that gathers the results (set for a Dask cluster): a worker on
     #: another host sends the intervals back, since a handle to its cache would not be readable.
     host: str | None = None
+    #: Device peaks: a devices TOML tried before the built-in table, and explicit values
+    #: (``--peak-tflops``: a number or ``dtype=number,...``; ``--peak-bandwidth`` in TB/s).
+    devices: str | None = None
+    peak_tflops: str | None = None
+    peak_bandwidth: float | None = None
+
+    def peaks(self, device_names: list[str]) -> Peaks:
+        """The peaks a file whose ``deviceProperties`` names are ``device_names`` is measured against."""
+        return resolve_peaks(device_names, self.devices, self.peak_tflops, self.peak_bandwidth)
 
 
 #: Fewest intervals whose tables are worth a second process (:meth:`Analysis._compute`): below
@@ -58,7 +69,7 @@ def analyse_file(path: str | os.PathLike, options: Options, store_parsed: bool =
     rules = kernel_rules(options.kernel_rules)
     raw = _read(path, options, store_parsed)
     progress.fraction(progress.DECODED)
-    att = run(raw, tax, rules)
+    att = run(raw, tax, rules, options.peaks(raw.meta.get("devices") or []))
     att.warnings[:0] = raw.warnings
     progress.fraction(progress.LINKED)
     att.meta.update({k: raw.meta[k] for k in ("rank", "world_size", "devices", "events_in_file")})
@@ -305,6 +316,9 @@ def load(
     jobs: int | None = None,
     scheduler=None,
     strict: bool = False,
+    devices: str | None = None,
+    peak_tflops: str | float | None = None,
+    peak_bandwidth: float | None = None,
 ) -> Analysis:
     """Analyse a trace file, or a directory of per-rank trace files (``rank`` picks one).
 
@@ -316,8 +330,21 @@ def load(
     In a directory, files that cannot be analysed are skipped (the result is partial, see
     :attr:`Analysis.skipped`) unless ``strict``, or unless no file can be analysed: then the
     first file's :class:`TraceError` is raised.
+    ``devices``, ``peak_tflops``, ``peak_bandwidth``: the device peaks the % of peak and MFU
+    are measured against (:func:`tracekit.perf.devices.resolve`; a bad value raises
+    :class:`TraceError` before anything is read).
     """
-    options = Options(taxonomy=taxonomy, kernel_rules=kernel_rules, max_bytes=max_bytes, cache=cache)
+    tflops = None if peak_tflops is None else str(peak_tflops)
+    resolve_peaks([], devices, tflops, peak_bandwidth)  # checks the values and the devices file
+    options = Options(
+        taxonomy=taxonomy,
+        kernel_rules=kernel_rules,
+        max_bytes=max_bytes,
+        cache=cache,
+        devices=devices,
+        peak_tflops=tflops,
+        peak_bandwidth=peak_bandwidth,
+    )
     if scheduler is not None:
         import socket
 

@@ -26,6 +26,9 @@ TABLE_NAMES = [
     "phases",
     "modules",
     "gemm",
+    "gemm_shapes",
+    "efficiency",
+    "op_shapes",
     "comm",
     "idle",
     "kernels",
@@ -54,6 +57,23 @@ class Reading:
     kernel_rules: str | None
     max_bytes: int
     strict: bool
+    devices: str | None = None
+    peak_tflops: str | None = None
+    peak_bandwidth: float | None = None
+
+    def options(self, cache: bool = True):
+        """These options as :class:`tracekit.analysis.Options` (for commands that read alone)."""
+        from .analysis import Options
+
+        return Options(
+            taxonomy=self.taxonomy,
+            kernel_rules=self.kernel_rules,
+            max_bytes=self.max_bytes,
+            cache=cache,
+            devices=self.devices,
+            peak_tflops=self.peak_tflops,
+            peak_bandwidth=self.peak_bandwidth,
+        )
 
     def load(self, path: Path, **kw):
         """``tracekit.load`` of ``path`` with these options (and ``kw``), showing progress."""
@@ -67,6 +87,9 @@ class Reading:
             kernel_rules=self.kernel_rules,
             max_bytes=self.max_bytes,
             strict=self.strict,
+            devices=self.devices,
+            peak_tflops=self.peak_tflops,
+            peak_bandwidth=self.peak_bandwidth,
             **kw,
         )
 
@@ -95,6 +118,23 @@ _READING_OPTIONS = (
         is_flag=True,
         help="In a directory, any file that cannot be "
         "analysed is an error (exit 2) instead of being skipped (exit 1).",
+    ),
+    click.option(
+        "--devices",
+        type=click.Path(exists=True, dir_okay=False),
+        help="TOML file of device peaks tried before the built-in table (docs/metrics.md).",
+    ),
+    click.option(
+        "--peak-tflops",
+        metavar="TFLOPS",
+        help="Dense peak TFLOP/s the % of peak and MFU are measured against: one number for "
+        "every dtype, or per dtype (bf16=989,fp8=1979). Overrides the device's row.",
+    ),
+    click.option(
+        "--peak-bandwidth",
+        type=click.FloatRange(min=0, min_open=True),
+        metavar="TBPS",
+        help="Peak memory bandwidth in TB/s (overrides the device's row).",
     ),
 )
 
@@ -276,14 +316,20 @@ def _selected(analysis, only: list[str], per_step: bool) -> dict:
     show_default=True,
     help="Show at most this many chains (largest total time first).",
 )
+@click.option(
+    "--op",
+    "by_op",
+    is_flag=True,
+    help="Match the op whose FLOPs the kernels carry (the perf model's op, e.g. aten::addmm) "
+    "instead of the kernel's name.",
+)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @reading_options
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
 @click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
-def explain(path, pattern, step, limit, fmt, reading, no_cache, debug):
+def explain(path, pattern, step, limit, by_op, fmt, reading, no_cache, debug):
     """Why is this number what it is: the chain behind the labels of the activities whose
     name matches PATTERN (case-insensitive substring or regex). docs/explain.md."""
-    from .analysis import Options
     from .explain import run
 
     with reported(path, debug):
@@ -293,12 +339,8 @@ def explain(path, pattern, step, limit, fmt, reading, no_cache, debug):
             step=step,
             rank=reading.rank,
             limit=limit,
-            options=Options(
-                taxonomy=reading.taxonomy,
-                kernel_rules=reading.kernel_rules,
-                max_bytes=reading.max_bytes,
-                cache=not no_cache,
-            ),
+            options=reading.options(cache=not no_cache),
+            by_op=by_op,
         )
         if fmt == "json":
             import json

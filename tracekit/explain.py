@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from .errors import TraceError
+from .perf import explain as perf_explain
+from .perf.devices import Peaks
 from .read import ANNOTATION, CPU_OP, RUNTIME, RawTrace
 
 #: The labels that make two activities' chains the same (with the activity's name).
@@ -58,6 +60,9 @@ class Evidence:
     modules: list[pd.DataFrame]
     complete: set
     files: list[str]
+    #: Per file, what owns FLOPs (:class:`tracekit.pipeline.flops.Units`) and the peaks.
+    units: list = field(default_factory=list)
+    peaks: list = field(default_factory=list)
 
     def of(self, row: pd.Series) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(events, modules) of the file ``row`` came from."""
@@ -120,6 +125,7 @@ def run(
     rank: int | None = None,
     limit: int = 10,
     options=None,
+    by_op: bool = False,
 ) -> dict:
     """Read the trace (one rank of a directory) and explain ``pattern`` (see :func:`explain`)."""
     from .analysis import Options, _read
@@ -127,20 +133,27 @@ def run(
 
     options = options or Options()
     raws = rank_traces(path, rank, lambda f: _read(f, options), options.max_bytes)
-    ev = collect(raws, module_taxonomy(options.taxonomy), kernel_rules(options.kernel_rules))
-    return explain(ev, pattern, step=step, limit=limit)
+    ev = collect(
+        raws,
+        module_taxonomy(options.taxonomy),
+        kernel_rules(options.kernel_rules),
+        [options.peaks(r.meta.get("devices") or []) for r in raws],
+    )
+    return explain(ev, pattern, step=step, limit=limit, by_op=by_op)
 
 
-def collect(raws: list[RawTrace], taxonomy, rules) -> Evidence:
+def collect(raws: list[RawTrace], taxonomy, rules, peaks: list | None = None) -> Evidence:
     """Run the linking and labelling steps on each file of one rank and keep every activity's
     evidence; the files' activities are merged in time order, their steps numbered as
     :func:`tracekit.ranks.merge_windows` numbers them for ``tracekit analyze``."""
     from .pipeline import Attributed, analyse
     from .ranks import merge_windows
 
-    parts = []
+    parts, units = [], []
+    peaks = peaks or [None] * len(raws)
     for i, raw in enumerate(raws):
-        t = analyse(raw, taxonomy, rules)
+        t = analyse(raw, taxonomy, rules, peaks[i])
+        units.append(t.perf_units)
         acts = t.acts.assign(file=i, file_step=t.acts["step"])
         parts.append(Attributed(raw.path, t.mode, acts, t.steps, t.windows, t.modules, {}))
     merged = merge_windows(parts)
@@ -155,14 +168,19 @@ def collect(raws: list[RawTrace], taxonomy, rules) -> Evidence:
         modules=[p.modules for p in parts],
         complete=complete,
         files=[Path(r.path).name for r in raws],
+        units=units,
+        peaks=[p or Peaks() for p in peaks],
     )
 
 
-def explain(ev: Evidence, pattern: str, step: int | None = None, limit: int = 10) -> dict:
+def explain(
+    ev: Evidence, pattern: str, step: int | None = None, limit: int = 10, by_op: bool = False
+) -> dict:
     """``{"meta": ..., "chains": [...]}``: the grouped chains of the activities matching
-    ``pattern`` (in ``step`` when given), largest total time first, at most ``limit``."""
+    ``pattern`` (in ``step`` when given), largest total time first, at most ``limit``.
+    ``by_op``: match the op that owns their FLOPs (``perf_op``) instead of their own name."""
     a = ev.acts
-    keep = matching(a["name"], compile_pattern(pattern))
+    keep = matching(a["perf_op" if by_op and "perf_op" in a else "name"], compile_pattern(pattern))
     if step is not None:
         keep &= a["step"].to_numpy() == step
     sub = a[keep]
@@ -192,6 +210,7 @@ def explain(ev: Evidence, pattern: str, step: int | None = None, limit: int = 10
         "rank": ev.rank,
         "mode": ev.mode,
         "pattern": pattern,
+        "by_op": by_op,
         "step": step,
         "matched": int(sub["count"].sum()),
         "pieces": len(sub),
@@ -260,7 +279,18 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
             "rule": str(row["rule"]),
         },
         "module_category": {"category": str(row["module"]) or None, "rule": str(row["module_rule"]) or None},
+        "perf": _perf(ev, row, members),
     }
+
+
+def _perf(ev: Evidence, row: pd.Series, members: pd.DataFrame) -> dict | None:
+    """The perf model's section (:mod:`tracekit.perf.explain`) for the chain's file."""
+    f = int(row["file"])
+    if f >= len(ev.units) or "perf_unit" not in ev.acts:
+        return None
+    acts = ev.acts[ev.acts["file"].to_numpy() == f]
+    mine = members[members["file"].to_numpy() == f]
+    return perf_explain.section(acts, ev.units[f], ev.peaks[f], row, mine)
 
 
 def _kind(mode: str, row: pd.Series) -> str:

@@ -35,6 +35,7 @@ def meta_of(run: Analysis) -> dict:
             f"{unlaunched} device activities with no launching runtime call in the file "
             "belong to no step and are left out (see the no_launch warning)"
         )
+    notices += _peak_notices(run)
     if run.skipped:
         notices.append(
             f"partial result: {len(run.skipped)} file(s) of the directory skipped (listed in the warnings)"
@@ -55,11 +56,28 @@ def meta_of(run: Analysis) -> dict:
         "kernel_other_share": {r: a.meta.get("kernel_other_share") for r, a in run.ranks.items()},
         "notices": notices,
         "coverage": {r: a.meta["coverage"] for r, a in run.ranks.items() if a.meta.get("coverage")},
+        "device": {r: a.meta["device"] for r, a in run.ranks.items() if "device" in a.meta},
+        "mfu": {r: a.meta["mfu"] for r, a in run.ranks.items() if "mfu" in a.meta},
         **({"filters": _filter_meta(run)} if run.filters.active else {}),
         "warnings": [w.as_dict() for w in run.warnings],
         "partial": bool(run.skipped),
         "skipped": list(run.skipped),
     }
+
+
+def _peak_notices(run: Analysis) -> list[str]:
+    """One notice per distinct reason a rank with modelled FLOPs has no peak to measure them
+    against (its % of peak and MFU columns are then empty)."""
+    seen: list[str] = []
+    for a in run.ranks.values():
+        why = a.meta.get("device", {}).get("notice")
+        if why and run.mode == "cpu":
+            why = "CPU-only trace: tflops is the CPU's achieved rate, with no peak (--peak-tflops gives one)"
+        if why and (a.meta.get("mfu", {}).get("gflop_per_step") or 0) > 0 and why not in seen:
+            seen.append(why)
+    return [
+        why if why.startswith("CPU") else f"{why}: the % of peak and MFU columns are empty" for why in seen
+    ]
 
 
 def _filter_meta(run: Analysis) -> dict:

@@ -133,7 +133,13 @@ def scaled_grouped_mm(a: Args) -> OpModel | None:
     return grouped_mm(a)
 
 
+#: Third-party ops that are ``linear`` by another name (``x[..., K]``, ``w[N, K]``, bias): they
+#: count where they launch their own kernels (AITER's Triton GEMM, vLLM's ROCm skinny GEMMs);
+#: where they fall back to ``torch.nn.functional.linear`` its ``aten::mm`` is the innermost.
+LINEAR_LIKE = ("aiter::gemm_a16w16", "vllm::rocm_unquantized_gemm")
+
 READERS = {
+    **dict.fromkeys(LINEAR_LIKE, linear),
     "aten::mm": mm,
     "aten::addmm": addmm,
     "aten::bmm": bmm,

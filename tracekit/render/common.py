@@ -22,7 +22,10 @@ from tracekit.analyses import column_unit, spec_of
 from tracekit.analyses._registry import BYTES, COUNT, INDEX, MS, PCT, US
 
 #: Titles of tables that are not in the registry (``tracekit compare``).
-COMPARE_TITLES = {"attention": "Attention time, A vs B (Table VIII)"}
+COMPARE_TITLES = {
+    "attention": "Attention time, A vs B (Table VIII)",
+    "efficiency_rates": "Efficiency, A vs B: achieved TFLOP/s, % of peak, modelled share",
+}
 
 
 def title(name: str) -> str:

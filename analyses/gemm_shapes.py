@@ -1,0 +1,100 @@
+"""Table XII: each GEMM shape's time and % of the device's peak.
+
+One row per (phase, op, batch, m, n, k, dtype) of the GEMMs the perf model found (the op that
+owns the kernels: ``aten::mm``, ``aten::addmm``, ``aten::bmm``...; docs/metrics.md):
+
+* ``calls``: op calls per step; ``gflop``: GFLOP per call; ``total_gflop``: per step;
+* ``time_ms``: the sum of its compute kernels' durations per step; ``us_per_call``;
+* ``tflops``: achieved, total FLOPs over kernel time (TFLOP/s);
+* ``ideal_ms``: the time its FLOPs take at the device's dense peak for the dtype (an fp32 GEMM
+  on TF32 kernels: the tf32 peak); ``peak_pct`` = ideal_ms / time_ms x 100 (= tflops / peak),
+  empty when the device's peak for the dtype is unknown.
+
+Rows are sorted by time, largest first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.pipeline.windows import Windows
+
+from . import _perf
+from ._common import as_text, sums, text
+from ._registry import CALLS, GFLOP, MS, PCT, TFLOPS, US, register
+
+KEYS = ["phase", "op", "batch", "m", "n", "k", "dtype"]
+SUMS = {"calls": "calls", "total_gflop": "gflop", "time_ms": "dur_ms", "ideal_ms": "ideal_ms"}
+COLUMNS = [
+    "step",
+    *KEYS,
+    "calls",
+    "gflop",
+    "total_gflop",
+    "time_ms",
+    "us_per_call",
+    "tflops",
+    "ideal_ms",
+    "peak_pct",
+]
+
+
+def _finish(df: pd.DataFrame) -> pd.DataFrame:
+    """The ratios, from the (mean) sums; largest time first."""
+    df = df.copy()
+    df["gflop"] = _perf.ratio(df["total_gflop"], df["calls"])
+    df["us_per_call"] = _perf.ratio(df["time_ms"], df["calls"], 1000.0)
+    df["tflops"] = _perf.ratio(df["total_gflop"], df["time_ms"])  # GFLOP per ms is TFLOP/s
+    df["ideal_ms"] = _perf.known(df["ideal_ms"], df["total_gflop"])
+    df["peak_pct"] = _perf.ratio(df["ideal_ms"], df["time_ms"], 100.0)
+    by = [c for c in ("rank", "step") if c in df.columns]
+    order = df.sort_values(by + ["time_ms"], ascending=[True] * len(by) + [False], kind="stable")
+    return order[[c for c in ("rank", *COLUMNS) if c in df.columns]].reset_index(drop=True)
+
+
+@register(
+    "gemm_shapes",
+    title="GEMM shapes: time and % of peak",
+    paper="XII",
+    keys=tuple(KEYS),
+    values={
+        "calls": CALLS,
+        "gflop": GFLOP,
+        "total_gflop": GFLOP,
+        "time_ms": MS,
+        "us_per_call": US,
+        "tflops": TFLOPS,
+        "ideal_ms": MS,
+        "peak_pct": PCT,
+    },
+    finish=_finish,
+    filters=frozenset({"phase", "module"}),
+    top=20,
+    sort_by="time_ms",
+    compare="time_ms",
+)
+def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
+    iv = _perf.compute_kernels(intervals, windows.steps["step"].to_numpy())
+    iv = iv[(iv["gemm_m"] >= 0).to_numpy()]
+    if iv.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    got = _perf.amounts(iv)
+    frame = pd.DataFrame(
+        {
+            "step": iv["step"].to_numpy(),
+            "phase": _perf.phase_text(iv),
+            "op": text(iv["perf_op"]),
+            "batch": iv["gemm_b"].to_numpy(),
+            "m": iv["gemm_m"].to_numpy(),
+            "n": iv["gemm_n"].to_numpy(),
+            "k": iv["gemm_k"].to_numpy(),
+            "dtype": text(iv["dtype"]),
+            **{c: got[c] for c in SUMS.values()},
+        }
+    )
+    out = sums(frame, ["step", *KEYS], SUMS, sort=False, observed=True).reset_index()
+    out = as_text(out, ["phase", "op", "dtype"])
+    for c in ("batch", "m", "n", "k"):
+        out[c] = out[c].astype(np.int64)
+    return _finish(out)

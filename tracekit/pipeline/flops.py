@@ -1,0 +1,285 @@
+"""Step ``assign_flops``: each compute activity gets the FLOPs and bytes of the modelled op it
+was launched inside (:mod:`tracekit.perf`), and the time those would take at the device's peak."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..nesting import F_OP
+from ..perf import FLOP_FAMILIES, OpModel, model
+from ..perf.devices import Peaks
+from .state import Trace, add_columns, categorical, codes_of, distinct_rows, str_test, take
+
+#: The shape columns the reader keeps (raw JSON text per CPU op, absent where none).
+SHAPE_COLUMNS = ("input_dims", "input_types", "concrete_inputs")
+#: cuBLAS/CUTLASS kernels that run an fp32 GEMM on TF32 tensor cores (measured against tf32).
+TF32_KERNEL = re.compile(r"tf32|tensorop_s1688", re.IGNORECASE)
+#: A backward node with no modelled op inside: its FLOPs from its forward op's, times this.
+BACKWARD_FACTOR = {"gemm": 2.0, "attention": 2.5, "conv": 2.0, "norm": 2.0}
+#: The columns this step adds, in order.
+COLUMNS = (
+    "flops",
+    "op_bytes",
+    "op_calls",
+    "perf_op",
+    "perf_family",
+    "perf_shape",
+    "dtype",
+    "gemm_b",
+    "gemm_m",
+    "gemm_n",
+    "gemm_k",
+    "compute_ns",
+    "memory_ns",
+)
+
+
+def assign_flops(t: Trace, peaks: Peaks | None = None) -> Trace:
+    """Give every compute activity its share of its op's FLOPs and bytes.
+
+    Needs: ``t.ranges`` (``ev``, ``name``, ``flags``, ``op_r``, ``bwd_r``), ``acts.op_r``,
+    ``bwd_r``, ``fwd_op_r``, ``start``, ``end``, ``group``, ``name``; the events' shape columns
+    (``input_dims``, ``input_types``, ``concrete_inputs``; a trace without them has no model).
+    Adds on ``acts``: ``flops``, ``op_bytes``, ``op_calls`` (float: the activity's share of its
+    op's FLOPs, bytes and call; over an op's activities they add up to the op's own),
+    ``perf_op`` (the modelled op's name, or the backward node's; "" none), ``perf_family``
+    (gemm, attention, conv, norm, elementwise, reduction; "" unmodelled), ``perf_shape`` (the
+    sizes its model read, as text), ``dtype``,
+    ``gemm_b/m/n/k`` (the GEMM's shape, -1 none), ``compute_ns`` / ``memory_ns`` (its FLOPs
+    at the device's peak for its dtype / its bytes at the peak bandwidth, in ns; NaN where no
+    peak is known); ``perf_unit`` (which unit of ``t.perf_units`` owns it, -1 none; for
+    ``tracekit explain``, not kept in the interval table). Sets ``t.meta["device"]``.
+    Guarantees: the owner of an activity is the innermost op on its launch's stack that has a
+    model, unless a FLOP-family op inside that op has one (the op is then decomposed: its
+    inner ops count); element-wise and reduction ops own only what no FLOP-family op does;
+    a backward node with no modelled op inside takes its forward op's FLOPs times
+    :data:`BACKWARD_FACTOR`. Each op call's FLOPs and bytes are given once, split among its
+    compute activities by duration (equally when they all last 0 ns); non-compute activities
+    get none. The model runs once per distinct (op name, shapes).
+    """
+    peaks = peaks or Peaks()
+    a = t.acts
+    units = _range_units(t)
+    owner = _owners(a, t.ranges, units)
+    cols = _spread(a, owner, units)
+    cols.update(_ideal_times(a, cols, peaks))
+    cols["perf_unit"] = np.where(str_test(a["group"], lambda s: s == "compute"), owner, -1)
+    t.acts = add_columns(a, cols)
+    t.meta["device"] = peaks.as_meta()
+    t.perf_units = units
+    return t
+
+
+@dataclass
+class Units:
+    """What owns FLOPs: one entry per range row (its op's model, None where it has none), then
+    one per backward node that takes its forward op's (:func:`_owners` appends them).
+    ``models``: the distinct models; ``key``: per unit, its model's index (-1 none);
+    ``name``: per unit, the op's (or node's) name."""
+
+    models: list[OpModel]
+    key: np.ndarray
+    name: np.ndarray
+
+    def model(self, unit: int) -> OpModel | None:
+        k = int(self.key[unit]) if 0 <= unit < len(self.key) else -1
+        return self.models[k] if k >= 0 else None
+
+    def add(self, models: list[OpModel], names: np.ndarray) -> np.ndarray:
+        """Append units; their indices."""
+        first = len(self.key)
+        self.key = np.concatenate([self.key, len(self.models) + np.arange(len(models))])
+        self.models = self.models + models
+        self.name = np.concatenate([self.name, names.astype(object)])
+        return first + np.arange(len(models))
+
+    def column(self, get, default) -> np.ndarray:
+        """``get(model)`` per unit (``default`` where it has none), and ``default`` once more at
+        the end: index ``len(key)`` stands for "no unit"."""
+        vals = [get(m) for m in self.models] + [default]
+        arr = np.array(vals, dtype=object if isinstance(default, str) else None)
+        return arr[np.append(np.where(self.key >= 0, self.key, len(vals) - 1), len(vals) - 1)]
+
+
+def _range_units(t: Trace) -> Units:
+    """A unit per CPU range: its model (None: not an op, no reader, or no usable shapes),
+    computed once per distinct combination of name and shape texts."""
+    r = t.ranges
+    n = len(r)
+    names = np.asarray(r["name"].astype(str).to_numpy(), object) if n else np.empty(0, object)
+    if not n or any(c not in t.events for c in SHAPE_COLUMNS):
+        return Units([], np.full(n, -1, np.int64), names)
+    ev = r["ev"].to_numpy()
+    is_op = (r["flags"].to_numpy() & F_OP) != 0
+    name_codes, uniq_names = t.name_codes
+    texts = [codes_of(t.events[c]) for c in SHAPE_COLUMNS]
+    key, first = distinct_rows(name_codes[ev], *(codes[ev] for codes, _ in texts), is_op)
+    found: list[OpModel] = []
+    index = np.full(len(first), -1, np.int64)
+    for k, i in enumerate(first):
+        e = ev[i]
+        got = (
+            model(uniq_names[name_codes[e]], *(uniq[codes[e]] or None for codes, uniq in texts))
+            if is_op[i]
+            else None
+        )
+        if got is not None:
+            index[k] = len(found)
+            found.append(got)
+    return Units(found, index[key], names)
+
+
+def nearest(mask: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Per row, the nearest row at or above it along ``parent`` (-1: the root) where ``mask``
+    holds; -1 none. Pointer jumping: each round doubles the stretch of ancestors looked at."""
+    near = np.where(mask, np.arange(len(mask)), -1)
+    up = parent.astype(np.int64, copy=True)
+    todo = np.flatnonzero((near < 0) & (up >= 0))
+    while len(todo):
+        near[todo] = near[up[todo]]
+        up[todo] = up[up[todo]]
+        todo = todo[(near[todo] < 0) & (up[todo] >= 0)]
+    return near
+
+
+def _own(mask: np.ndarray, parent: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Per row of ``start`` (range rows, -1 none): the innermost range at or above it where
+    ``mask`` holds and no masked range inside it does (a decomposed op owns nothing); -1 none."""
+    near = nearest(mask, parent)
+    inner = np.flatnonzero(mask & (parent >= 0))
+    covered = np.zeros(len(mask), bool)
+    above = near[parent[inner]]
+    covered[above[above >= 0]] = True
+    got = take(near, start, -1)
+    return np.where(~take(covered, got, True), got, -1)
+
+
+def _owners(a: pd.DataFrame, r: pd.DataFrame, units: Units) -> np.ndarray:
+    """Per activity, the unit that owns it (-1 none): a modelled op (FLOP families first, then
+    bytes-only ones), else its backward node (units appended to ``units``)."""
+    parent = r["op_r"].to_numpy() if len(r) else np.empty(0, np.int64)
+    fam = units.column(lambda m: m.family, "")[:-1]
+    flop = np.isin(fam, list(FLOP_FAMILIES))
+    op_r = a["op_r"].to_numpy()
+    owner = _own(flop, parent, op_r)
+    rest = owner < 0
+    owner[rest] = _own((fam != "") & ~flop, parent, op_r[rest])
+    node = _backward_nodes(a, r, flop, owner)
+    rows, first, which = np.unique(node[node >= 0], return_index=True, return_inverse=True)
+    if len(rows):
+        fwd = a["fwd_op_r"].to_numpy()[node >= 0][first]
+        made = [_backward_model(units.model(int(f))) for f in fwd]  # type: ignore[arg-type]
+        added = units.add(made, take(units.name, rows, ""))
+        owner[node >= 0] = added[which]
+    return owner
+
+
+def _backward_nodes(a: pd.DataFrame, r: pd.DataFrame, flop: np.ndarray, owner: np.ndarray) -> np.ndarray:
+    """Per activity with no owner, its backward node (a range row) when the node has no
+    FLOP-modelled op inside and its forward op has a FLOP model; -1 otherwise."""
+    bwd, fwd = a["bwd_r"].to_numpy(), a["fwd_op_r"].to_numpy()
+    if not len(r) or not (bwd >= 0).any():
+        return np.full(len(a), -1, np.int64)
+    node_of = r["bwd_r"].to_numpy()
+    has_flop = np.zeros(len(r), bool)  # the node, or a node inside it, holds a FLOP-modelled op
+    up = node_of[flop]
+    while len(up):
+        up = up[up >= 0]
+        has_flop[up] = True
+        up = node_of[up]
+    fwd_flop = (fwd >= 0) & take(flop, fwd, False)
+    use = (owner < 0) & (bwd >= 0) & fwd_flop & ~take(has_flop, bwd, True)
+    return np.where(use, bwd, -1)
+
+
+def _backward_model(fwd: OpModel) -> OpModel:
+    f = BACKWARD_FACTOR[fwd.family]
+    return OpModel(
+        family=fwd.family,
+        flops=fwd.flops * f,
+        bytes=fwd.bytes * 2,
+        dtype=fwd.dtype,
+        formula=f"{f:g} x its forward op's ({fwd.formula}): no op inside the node recorded shapes",
+        shape=fwd.shape,
+        gemm=fwd.gemm,
+    )
+
+
+def _spread(a: pd.DataFrame, owner: np.ndarray, units: Units) -> dict:
+    """The columns of each activity's unit, its FLOPs and bytes split among the unit's compute
+    activities by duration."""
+    owner = np.where(str_test(a["group"], lambda s: s == "compute"), owner, -1)
+    has = owner >= 0
+    dur = (a["end"].to_numpy() - a["start"].to_numpy()).astype(np.float64)
+    n = len(units.key)
+    total = np.bincount(owner[has], weights=dur[has], minlength=n)
+    count = np.bincount(owner[has], minlength=n)
+    o = np.where(has, owner, n)  # n: the "no unit" entry of each column below
+    total, count = np.append(total, 0.0)[o], np.append(count, 1)[o]
+    share = np.where(has, np.where(total > 0, dur / np.where(total > 0, total, 1.0), 1.0 / count), 0.0)
+    gemm = units.column(lambda m: m.gemm or (-1, -1, -1, -1), (-1, -1, -1, -1))
+    cols = {
+        "flops": share * units.column(lambda m: m.flops, 0.0)[o],
+        "op_bytes": share * units.column(lambda m: m.bytes, 0.0)[o],
+        "op_calls": share,
+        "perf_op": categorical(np.append(units.name, "")[np.where(has, o, n)]),
+        "perf_family": categorical(units.column(lambda m: m.family, "")[o]),
+        "perf_shape": categorical(units.column(lambda m: m.shape, "")[o]),
+        "dtype": categorical(units.column(lambda m: m.dtype, "")[o]),
+    }
+    for i, c in enumerate(("gemm_b", "gemm_m", "gemm_n", "gemm_k")):
+        cols[c] = gemm[o, i].astype(np.int64)
+    return cols
+
+
+def _ideal_times(a: pd.DataFrame, cols: dict, peaks: Peaks) -> dict:
+    """``compute_ns``: FLOPs at the peak of the activity's dtype (an fp32 GEMM or convolution
+    on a TF32 kernel: the tf32 peak); ``memory_ns``: bytes at the peak bandwidth."""
+    dtype_codes, dtypes = codes_of(
+        cols["dtype"] if isinstance(cols["dtype"], pd.Series) else pd.Series(cols["dtype"])
+    )
+    tf32 = str_test(a["name"], lambda s: s.str.contains(TF32_KERNEL))
+    fam = np.asarray(cols["perf_family"], dtype=object)
+    on_tf32 = tf32 & np.isin(fam, ["gemm", "conv"]) & (dtypes[dtype_codes] == "fp32")
+    peak = np.array([peaks.flops_peak(d) or np.nan for d in dtypes], np.float64)[dtype_codes]
+    peak = np.where(on_tf32, peaks.flops_peak("tf32") or np.nan, peak)
+    flops = cols["flops"]
+    bw = peaks.bytes_peak() or np.nan
+    return {
+        "compute_ns": np.where(flops > 0, flops / peak * 1e9, 0.0),
+        "memory_ns": np.where(cols["op_bytes"] > 0, cols["op_bytes"] / bw * 1e9, 0.0),
+    }
+
+
+def mfu_meta(acts: pd.DataFrame, steps: pd.DataFrame) -> dict:
+    """Per complete step its MFU: the time its compute kernels' FLOPs take at the device's
+    peak over the step's window, in percent (None where a peak is unknown); ``mean_pct`` over
+    the complete steps (a ratio of sums); ``gflop_per_step``; ``modelled_pct``: the share of
+    compute-kernel time whose op has a model."""
+    done = steps[steps["complete"].to_numpy()]
+    compute = str_test(acts["group"], lambda s: s == "compute") & np.isin(
+        acts["step"].to_numpy(), done["step"]
+    )
+    a = acts[compute]
+    ideal = np.where(np.isnan(a["compute_ns"].to_numpy()), np.inf, a["compute_ns"].to_numpy())
+    per = pd.DataFrame({"step": a["step"].to_numpy(), "ideal": ideal, "flops": a["flops"].to_numpy()})
+    per = per.groupby("step")[["ideal", "flops"]].sum().reindex(done["step"], fill_value=0.0)
+    window = (done["end"] - done["start"]).to_numpy(np.float64)
+    dur = (a["end"] - a["start"]).to_numpy(np.float64)
+    modelled = dur[a["perf_family"].astype(str).to_numpy() != ""].sum()
+
+    def pct(ideal: float, wall: float) -> float | None:
+        return round(float(ideal / wall * 100), 6) if np.isfinite(ideal) and wall > 0 else None
+
+    return {
+        "per_step": [
+            {"step": int(s), "mfu_pct": pct(i, w)} for s, i, w in zip(done["step"], per["ideal"], window)
+        ],
+        "mean_pct": pct(float(per["ideal"].sum()), float(window.sum())),
+        "gflop_per_step": round(float(per["flops"].sum()) / 1e9 / max(len(done), 1), 6),
+        "modelled_pct": round(float(modelled / dur.sum() * 100), 3) if dur.sum() > 0 else None,
+    }
