@@ -46,6 +46,13 @@ def compute_kernels(intervals: pd.DataFrame, done) -> pd.DataFrame:
     return narrow(intervals, COLUMNS, keep)
 
 
+def of_modelled_ops(intervals: pd.DataFrame, done) -> pd.DataFrame:
+    """The perf columns of the activities of modelled ops in the complete steps ``done``: their
+    compute kernels and the memsets or copies they launched (an op's device time)."""
+    keep = intervals["step"].isin(done).to_numpy() & (intervals["perf_family"] != "").to_numpy()
+    return narrow(intervals, COLUMNS, keep)
+
+
 def amounts(iv: pd.DataFrame) -> dict[str, np.ndarray]:
     """Per activity, the amounts the perf tables add up: ``calls``, ``gflop``, ``gbyte``,
     ``dur_ms``, ``ideal_ms``, ``ideal_mem_ms`` (infinite where the peak is unknown) and

@@ -25,6 +25,9 @@ MS, US, PCT, COUNT, BYTES, INDEX = "ms", "us", "%", "count", "bytes", "index"
 #: number of calls per step (not rounded), 10^9 FLOP, 10^9 bytes, 10^12 FLOP/s, 10^12 bytes/s,
 #: FLOP per byte.
 CALLS, GFLOP, GBYTE, TFLOPS, TBPS, FLOP_PER_BYTE = "calls", "GFLOP", "GB", "TFLOP/s", "TB/s", "FLOP/B"
+#: A text value that ``finish`` derives from a row's values (efficiency's ``bound``): not summed
+#: over steps, derived again from the means.
+LABEL = "label"
 #: Units whose values are whole numbers (printed without decimals, integers in JSON).
 INTEGER_UNITS = {COUNT, BYTES, INDEX}
 

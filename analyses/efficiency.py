@@ -22,12 +22,15 @@ import numpy as np
 import pandas as pd
 
 from tracekit.pipeline.windows import Windows
+from tracekit.taxonomy import MODULE_CATEGORIES
 
 from . import _perf
-from ._common import as_text, sums, text
-from ._registry import FLOP_PER_BYTE, GBYTE, GFLOP, MS, PCT, TBPS, TFLOPS, register
+from ._common import WINDOW_PHASES, as_text, sums, text
+from ._registry import FLOP_PER_BYTE, GBYTE, GFLOP, LABEL, MS, PCT, TBPS, TFLOPS, register
 
 KEYS = ["phase", "module"]
+#: Row order: the modules table's categories, then Other.
+MODULE_ROWS = [*MODULE_CATEGORIES, "Other"]
 SUMS = {
     "gflop": "gflop",
     "gbyte": "gbyte",
@@ -54,7 +57,11 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
     total = df["time_ms"] + df["unmodelled_ms"]
     df["modelled_pct"] = _perf.ratio(df["time_ms"], total, 100.0)
     df["ideal_ms"], df["ideal_mem_ms"] = compute, memory
-    return df[[c for c in ("rank", *COLUMNS) if c in df.columns]]
+    by = [c for c in ("rank", "step") if c in df.columns]
+    order = {p: i for i, p in enumerate(WINDOW_PHASES)}, {m: i for i, m in enumerate(MODULE_ROWS)}
+    df = df.assign(_p=df["phase"].astype(str).map(order[0]), _m=df["module"].astype(str).map(order[1]))
+    df = df.sort_values(by + ["_p", "_m"], kind="stable", na_position="last")
+    return df[[c for c in ("rank", *COLUMNS) if c in df.columns]].reset_index(drop=True)
 
 
 @register(
@@ -72,6 +79,7 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
         "tbps": TBPS,
         "intensity": FLOP_PER_BYTE,
         "peak_pct": PCT,
+        "bound": LABEL,
         "modelled_pct": PCT,
     },
     finish=_finish,

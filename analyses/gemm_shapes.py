@@ -4,7 +4,8 @@ One row per (phase, op, batch, m, n, k, dtype) of the GEMMs the perf model found
 owns the kernels: ``aten::mm``, ``aten::addmm``, ``aten::bmm``...; docs/metrics.md):
 
 * ``calls``: op calls per step; ``gflop``: GFLOP per call; ``total_gflop``: per step;
-* ``time_ms``: the sum of its compute kernels' durations per step; ``us_per_call``;
+* ``time_ms``: the sum of the durations of its device activities per step (its kernels, and
+  the memsets or copies it launched, as TraceLens counts an op's time); ``us_per_call``;
 * ``tflops``: achieved, total FLOPs over kernel time (TFLOP/s);
 * ``ideal_ms``: the time its FLOPs take at the device's dense peak for the dtype (an fp32 GEMM
   on TF32 kernels: the tf32 peak); ``peak_pct`` = ideal_ms / time_ms x 100 (= tflops / peak),
@@ -75,7 +76,7 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
     compare="time_ms",
 )
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
-    iv = _perf.compute_kernels(intervals, windows.steps["step"].to_numpy())
+    iv = _perf.of_modelled_ops(intervals, windows.steps["step"].to_numpy())
     iv = iv[(iv["gemm_m"] >= 0).to_numpy()]
     if iv.empty:
         return pd.DataFrame(columns=COLUMNS)

@@ -4,7 +4,8 @@ One row per (phase, op, family, shape, dtype) of the ops the perf model found (d
 "FLOPs and bytes"), as TraceLens' per-shape sheets, per phase:
 
 * ``calls`` per step; ``gflop`` and ``gbyte`` per call; ``total_gflop``, ``total_gbyte`` per step;
-* ``time_ms``: the sum of its compute kernels' durations per step; ``us_per_call``;
+* ``time_ms``: the sum of the durations of its device activities per step (its kernels, and
+  the memsets or copies it launched, as TraceLens counts an op's time); ``us_per_call``;
 * ``tflops``, ``tbps``: achieved (per step totals over kernel time); ``intensity`` = FLOP/byte;
 * ``ideal_ms`` / ``ideal_mem_ms``: the FLOPs at the dtype's peak / the bytes at the peak
   bandwidth; ``peak_pct`` = the larger (the binding roof) over time_ms x 100: how close the
@@ -80,7 +81,7 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
     chart="none",
 )
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
-    iv = _perf.compute_kernels(intervals, windows.steps["step"].to_numpy())
+    iv = _perf.of_modelled_ops(intervals, windows.steps["step"].to_numpy())
     iv = iv[(iv["perf_family"] != "").to_numpy()]
     if iv.empty:
         return pd.DataFrame(columns=COLUMNS)

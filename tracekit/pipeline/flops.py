@@ -57,9 +57,11 @@ def assign_flops(t: Trace, peaks: Peaks | None = None) -> Trace:
     model, unless a FLOP-family op inside that op has one (the op is then decomposed: its
     inner ops count); element-wise and reduction ops own only what no FLOP-family op does;
     a backward node with no modelled op inside takes its forward op's FLOPs times
-    :data:`BACKWARD_FACTOR`. Each op call's FLOPs and bytes are given once, split among its
-    compute activities by duration (equally when they all last 0 ns); non-compute activities
-    get none. The model runs once per distinct (op name, shapes).
+    :data:`BACKWARD_FACTOR`. Every activity an op launched but communication carries its
+    labels (a split-K GEMM's memset is part of the GEMM's time, as TraceLens counts it); each
+    op call's FLOPs and bytes are given once, split by duration among its compute kernels
+    (equally when they all last 0 ns; among its other activities when it launched no
+    compute kernel). The model runs once per distinct (op name, shapes).
     """
     peaks = peaks or Peaks()
     a = t.acts
@@ -67,7 +69,6 @@ def assign_flops(t: Trace, peaks: Peaks | None = None) -> Trace:
     owner = _owners(a, t.ranges, units)
     cols = _spread(a, owner, units)
     cols.update(_ideal_times(a, cols, peaks))
-    cols["perf_unit"] = np.where(str_test(a["group"], lambda s: s == "compute"), owner, -1)
     t.acts = add_columns(a, cols)
     t.meta["device"] = peaks.as_meta()
     t.perf_units = units
@@ -210,26 +211,30 @@ def _backward_model(fwd: OpModel) -> OpModel:
 
 
 def _spread(a: pd.DataFrame, owner: np.ndarray, units: Units) -> dict:
-    """The columns of each activity's unit, its FLOPs and bytes split among the unit's compute
-    activities by duration."""
-    owner = np.where(str_test(a["group"], lambda s: s == "compute"), owner, -1)
+    """The columns of each activity's unit (every activity it launched but communication), its
+    FLOPs, bytes and call split by duration among its compute kernels (among its other
+    activities only when it launched no compute kernel: a memset-only ``zero_``)."""
+    owner = np.where(str_test(a["group"], lambda s: s == "comm"), -1, owner)
     has = owner >= 0
-    dur = (a["end"].to_numpy() - a["start"].to_numpy()).astype(np.float64)
+    compute = str_test(a["group"], lambda s: s == "compute") & has
     n = len(units.key)
-    total = np.bincount(owner[has], weights=dur[has], minlength=n)
-    count = np.bincount(owner[has], minlength=n)
     o = np.where(has, owner, n)  # n: the "no unit" entry of each column below
-    total, count = np.append(total, 0.0)[o], np.append(count, 1)[o]
-    share = np.where(has, np.where(total > 0, dur / np.where(total > 0, total, 1.0), 1.0 / count), 0.0)
+    with_compute = np.append(np.bincount(owner[compute], minlength=n) > 0, False)
+    carries = has & (compute | ~with_compute[o])
+    dur = (a["end"].to_numpy() - a["start"].to_numpy()).astype(np.float64)
+    total = np.append(np.bincount(owner[carries], weights=dur[carries], minlength=n), 0.0)[o]
+    count = np.append(np.bincount(owner[carries], minlength=n), 1)[o]
+    share = np.where(carries, np.where(total > 0, dur / np.where(total > 0, total, 1.0), 1.0 / count), 0.0)
     gemm = units.column(lambda m: m.gemm or (-1, -1, -1, -1), (-1, -1, -1, -1))
     cols = {
         "flops": share * units.column(lambda m: m.flops, 0.0)[o],
         "op_bytes": share * units.column(lambda m: m.bytes, 0.0)[o],
         "op_calls": share,
-        "perf_op": categorical(np.append(units.name, "")[np.where(has, o, n)]),
+        "perf_op": categorical(np.append(units.name, "")[o]),
         "perf_family": categorical(units.column(lambda m: m.family, "")[o]),
         "perf_shape": categorical(units.column(lambda m: m.shape, "")[o]),
         "dtype": categorical(units.column(lambda m: m.dtype, "")[o]),
+        "perf_unit": np.where(has, owner, -1),
     }
     for i, c in enumerate(("gemm_b", "gemm_m", "gemm_n", "gemm_k")):
         cols[c] = gemm[o, i].astype(np.int64)

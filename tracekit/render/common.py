@@ -19,7 +19,23 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analyses import column_unit, spec_of
-from tracekit.analyses._registry import BYTES, COUNT, INDEX, MS, PCT, US
+from tracekit.analyses._registry import (
+    BYTES,
+    CALLS,
+    COUNT,
+    FLOP_PER_BYTE,
+    GBYTE,
+    GFLOP,
+    INDEX,
+    MS,
+    PCT,
+    TBPS,
+    TFLOPS,
+    US,
+)
+
+#: Units of amounts that span many orders of magnitude (a GEMM of 0.001 or 3,000 GFLOP).
+MAGNITUDES = {GFLOP, GBYTE, TFLOPS, TBPS, FLOP_PER_BYTE}
 
 #: Titles of tables that are not in the registry (``tracekit compare``).
 COMPARE_TITLES = {
@@ -63,6 +79,10 @@ def cell(name: str, column: str, v) -> str:
             return f"{round(f):,}" if unit != INDEX else str(round(f))
         if unit == PCT:
             return f"{f:,.1f}"
+        if unit == CALLS:  # a mean number of calls per step: whole, or to two decimals
+            return f"{f:,.2f}".rstrip("0").rstrip(".")
+        if unit in MAGNITUDES:
+            return f"{f:,.1f}" if abs(f) >= 100 else f"{f:,.3f}" if abs(f) >= 1 or f == 0 else f"{f:.3g}"
         if unit == US:
             return f"{f:,.1f}"
         return f"{f:,.3f}"
