@@ -14,7 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ._common import NS_PER_MS, narrow, text
+from tracekit.pipeline.state import str_test
+
+from ._common import NS_PER_MS, text
 
 #: The interval columns the perf tables read.
 COLUMNS = [
@@ -41,16 +43,24 @@ COLUMNS = [
 
 
 def compute_kernels(intervals: pd.DataFrame, done) -> pd.DataFrame:
-    """The perf columns of the compute activities of the complete steps ``done``."""
-    keep = intervals["step"].isin(done).to_numpy() & (intervals["group"] == "compute").to_numpy()
-    return narrow(intervals, COLUMNS, keep)
+    """The perf columns of the compute activities (of the complete steps ``done``; None: of
+    every step the intervals hold)."""
+    keep = (intervals["group"] == "compute").to_numpy().copy()
+    if done is not None:
+        keep &= np.isin(intervals["step"].to_numpy(), done)
+    return intervals[[c for c in COLUMNS if c in intervals.columns]][keep]
 
 
-def of_modelled_ops(intervals: pd.DataFrame, done) -> pd.DataFrame:
-    """The perf columns of the activities of modelled ops in the complete steps ``done``: their
-    compute kernels and the memsets or copies they launched (an op's device time)."""
-    keep = intervals["step"].isin(done).to_numpy() & (intervals["perf_family"] != "").to_numpy()
-    return narrow(intervals, COLUMNS, keep)
+def of_modelled_ops(intervals: pd.DataFrame, done, gemms: bool = False) -> pd.DataFrame:
+    """The perf columns of the activities of modelled ops (``gemms``: of GEMMs) in the complete
+    steps ``done``: their compute kernels and the memsets or copies they launched (an op's
+    device time)."""
+    if gemms:
+        keep = intervals["gemm_m"].to_numpy() >= 0
+    else:
+        keep = str_test(intervals["perf_family"], lambda s: s != "").copy()
+    keep &= np.isin(intervals["step"].to_numpy(), done)
+    return intervals[[c for c in COLUMNS if c in intervals.columns]][keep]
 
 
 def amounts(iv: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -64,7 +74,7 @@ def amounts(iv: pd.DataFrame) -> dict[str, np.ndarray]:
         "dur_ms": (iv["end"] - iv["start"]).to_numpy() / NS_PER_MS,
         "ideal_ms": _unknown_is_inf(iv["compute_ns"].to_numpy()) / NS_PER_MS,
         "ideal_mem_ms": _unknown_is_inf(iv["memory_ns"].to_numpy()) / NS_PER_MS,
-        "modelled": iv["perf_family"].to_numpy() != "",
+        "modelled": str_test(iv["perf_family"], lambda s: s != ""),
     }
 
 

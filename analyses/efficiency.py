@@ -39,8 +39,23 @@ SUMS = {
     "ideal_ms": "ideal_ms",
     "ideal_mem_ms": "ideal_mem_ms",
 }
-RATIOS = ["tflops", "tbps", "intensity", "peak_pct", "bound", "modelled_pct"]
-COLUMNS = ["step", *KEYS, *SUMS, *RATIOS]
+#: Shown first: the amounts and the rates; then the sums the rates come from.
+COLUMNS = [
+    "step",
+    *KEYS,
+    "gflop",
+    "gbyte",
+    "time_ms",
+    "tflops",
+    "tbps",
+    "intensity",
+    "peak_pct",
+    "bound",
+    "modelled_pct",
+    "unmodelled_ms",
+    "ideal_ms",
+    "ideal_mem_ms",
+]
 
 
 def _finish(df: pd.DataFrame) -> pd.DataFrame:

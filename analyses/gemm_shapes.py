@@ -27,17 +27,18 @@ from ._registry import CALLS, GFLOP, MS, PCT, TFLOPS, US, register
 
 KEYS = ["phase", "op", "batch", "m", "n", "k", "dtype"]
 SUMS = {"calls": "calls", "total_gflop": "gflop", "time_ms": "dur_ms", "ideal_ms": "ideal_ms"}
+#: Shown first: per call and the rates; then the sums they come from.
 COLUMNS = [
     "step",
     *KEYS,
     "calls",
     "gflop",
-    "total_gflop",
     "time_ms",
     "us_per_call",
     "tflops",
-    "ideal_ms",
     "peak_pct",
+    "total_gflop",
+    "ideal_ms",
 ]
 
 
@@ -76,8 +77,7 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
     compare="time_ms",
 )
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
-    iv = _perf.of_modelled_ops(intervals, windows.steps["step"].to_numpy())
-    iv = iv[(iv["gemm_m"] >= 0).to_numpy()]
+    iv = _perf.of_modelled_ops(intervals, windows.steps["step"].to_numpy(), gemms=True)
     if iv.empty:
         return pd.DataFrame(columns=COLUMNS)
     got = _perf.amounts(iv)

@@ -33,8 +33,24 @@ SUMS = {
     "ideal_ms": "ideal_ms",
     "ideal_mem_ms": "ideal_mem_ms",
 }
-RATIOS = ["gflop", "gbyte", "us_per_call", "tflops", "tbps", "intensity", "peak_pct"]
-COLUMNS = ["step", *KEYS, *SUMS, *RATIOS]
+#: Shown first: per call and the rates; then the sums they come from.
+COLUMNS = [
+    "step",
+    *KEYS,
+    "calls",
+    "gflop",
+    "gbyte",
+    "time_ms",
+    "us_per_call",
+    "tflops",
+    "tbps",
+    "intensity",
+    "peak_pct",
+    "total_gflop",
+    "total_gbyte",
+    "ideal_ms",
+    "ideal_mem_ms",
+]
 
 
 def _finish(df: pd.DataFrame) -> pd.DataFrame:

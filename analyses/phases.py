@@ -35,6 +35,7 @@ from ._common import (
     labelled_spans,
     percent,
     phases_present,
+    text,
     text_index,
     union_ms_by,
     window_shares,
@@ -52,12 +53,13 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
 
 def _flops(intervals: pd.DataFrame, idx: list) -> tuple[np.ndarray, np.ndarray]:
     """Per (step, phase) of ``idx``: GFLOP and their time at peak (ms, infinite if unknown)."""
-    iv = intervals[(intervals["group"] == "compute").to_numpy()]
+    is_compute = (intervals["group"] == "compute").to_numpy()
+    iv = _perf.compute_kernels(intervals, None)
     got = _perf.amounts(iv)
     frame = pd.DataFrame(
         {
             "step": iv["step"].to_numpy(),
-            "phase": _perf.phase_text(iv),
+            "phase": text(intervals["phase"])[is_compute],
             "gflop": got["gflop"],
             "ideal": got["ideal_ms"],
         }

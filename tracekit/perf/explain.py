@@ -31,7 +31,7 @@ def section(acts: pd.DataFrame, units, peaks: Peaks, row: pd.Series, members: pd
     if dtype == "fp32" and peak is not None and peak == peaks.tflops.get("tf32"):
         dtype = "tf32"
     return {
-        "op": str(units.name[unit]),
+        "op": units.name_of(unit),
         "family": model.family,
         "dtype": model.dtype,
         "shape": model.shape,

@@ -12,7 +12,8 @@ import pandas as pd
 from ..nesting import F_OP
 from ..perf import FLOP_FAMILIES, OpModel, model
 from ..perf.devices import Peaks
-from .state import Trace, add_columns, categorical, codes_of, distinct_rows, str_test, take
+from ..perf.ops import has_reader
+from .state import Trace, add_columns, categorical_take, codes_of, distinct_rows, str_test, take
 
 #: The shape columns the reader keeps (raw JSON text per CPU op, absent where none).
 SHAPE_COLUMNS = ("input_dims", "input_types", "concrete_inputs")
@@ -77,61 +78,67 @@ def assign_flops(t: Trace, peaks: Peaks | None = None) -> Trace:
 
 @dataclass
 class Units:
-    """What owns FLOPs: one entry per range row (its op's model, None where it has none), then
-    one per backward node that takes its forward op's (:func:`_owners` appends them).
-    ``models``: the distinct models; ``key``: per unit, its model's index (-1 none);
-    ``name``: per unit, the op's (or node's) name."""
+    """What owns FLOPs: one unit per range row (its op's model, or none), then one per backward
+    node that takes its forward op's (:func:`_owners` appends them). ``models``: the distinct
+    models; ``key``: per unit, its model's index (-1 none); ``name``: per unit, its op's (or
+    node's) name as a code into ``names``."""
 
     models: list[OpModel]
     key: np.ndarray
     name: np.ndarray
+    names: np.ndarray
 
     def model(self, unit: int) -> OpModel | None:
         k = int(self.key[unit]) if 0 <= unit < len(self.key) else -1
         return self.models[k] if k >= 0 else None
 
-    def add(self, models: list[OpModel], names: np.ndarray) -> np.ndarray:
-        """Append units; their indices."""
+    def name_of(self, unit: int) -> str:
+        return str(self.names[self.name[unit]]) if 0 <= unit < len(self.name) else ""
+
+    def add(self, models: list[OpModel], name_codes: np.ndarray) -> np.ndarray:
+        """Append units (a model each, names as codes into ``names``); their indices."""
         first = len(self.key)
         self.key = np.concatenate([self.key, len(self.models) + np.arange(len(models))])
         self.models = self.models + models
-        self.name = np.concatenate([self.name, names.astype(object)])
+        self.name = np.concatenate([self.name, name_codes])
         return first + np.arange(len(models))
 
-    def column(self, get, default) -> np.ndarray:
-        """``get(model)`` per unit (``default`` where it has none), and ``default`` once more at
-        the end: index ``len(key)`` stands for "no unit"."""
+    def model_index(self, units: np.ndarray) -> np.ndarray:
+        """Per unit of ``units`` (-1: none), its model's index; ``len(models)`` for none."""
+        key = np.append(self.key, -1)[np.where(units >= 0, units, len(self.key))]
+        return np.where(key >= 0, key, len(self.models))
+
+    def per_model(self, get, default) -> np.ndarray:
+        """``get(model)`` per distinct model, and ``default`` at index ``len(models)`` (none)."""
         vals = [get(m) for m in self.models] + [default]
-        arr = np.array(vals, dtype=object if isinstance(default, str) else None)
-        return arr[np.append(np.where(self.key >= 0, self.key, len(vals) - 1), len(vals) - 1)]
+        return np.array(vals, dtype=object if isinstance(default, str) else None)
 
 
 def _range_units(t: Trace) -> Units:
-    """A unit per CPU range: its model (None: not an op, no reader, or no usable shapes),
+    """A unit per CPU range: its model (none: not an op, no reader, or no usable shapes),
     computed once per distinct combination of name and shape texts."""
     r = t.ranges
     n = len(r)
-    names = np.asarray(r["name"].astype(str).to_numpy(), object) if n else np.empty(0, object)
-    if not n or any(c not in t.events for c in SHAPE_COLUMNS):
-        return Units([], np.full(n, -1, np.int64), names)
-    ev = r["ev"].to_numpy()
-    is_op = (r["flags"].to_numpy() & F_OP) != 0
     name_codes, uniq_names = t.name_codes
+    ev = r["ev"].to_numpy() if n else np.empty(0, np.int64)
+    units = Units([], np.full(n, -1, np.int64), name_codes[ev], uniq_names)
+    if not n or any(c not in t.events for c in SHAPE_COLUMNS):
+        return units
     texts = [codes_of(t.events[c]) for c in SHAPE_COLUMNS]
-    key, first = distinct_rows(name_codes[ev], *(codes[ev] for codes, _ in texts), is_op)
-    found: list[OpModel] = []
+    readable = np.array([has_reader(str(x)) for x in uniq_names], bool)
+    dims, dims_uniq = texts[0]
+    shaped = (dims_uniq != "")[dims[ev]]
+    maybe = np.flatnonzero(((r["flags"].to_numpy() & F_OP) != 0) & readable[units.name] & shaped)
+    key, first = distinct_rows(units.name[maybe], *(codes[ev[maybe]] for codes, _ in texts))
     index = np.full(len(first), -1, np.int64)
     for k, i in enumerate(first):
-        e = ev[i]
-        got = (
-            model(uniq_names[name_codes[e]], *(uniq[codes[e]] or None for codes, uniq in texts))
-            if is_op[i]
-            else None
-        )
+        e = ev[maybe[i]]
+        got = model(str(uniq_names[name_codes[e]]), *(str(uniq[codes[e]]) or None for codes, uniq in texts))
         if got is not None:
-            index[k] = len(found)
-            found.append(got)
-    return Units(found, index[key], names)
+            index[k] = len(units.models)
+            units.models.append(got)
+    units.key[maybe] = index[key]
+    return units
 
 
 def nearest(mask: np.ndarray, parent: np.ndarray) -> np.ndarray:
@@ -163,18 +170,20 @@ def _owners(a: pd.DataFrame, r: pd.DataFrame, units: Units) -> np.ndarray:
     """Per activity, the unit that owns it (-1 none): a modelled op (FLOP families first, then
     bytes-only ones), else its backward node (units appended to ``units``)."""
     parent = r["op_r"].to_numpy() if len(r) else np.empty(0, np.int64)
-    fam = units.column(lambda m: m.family, "")[:-1]
-    flop = np.isin(fam, list(FLOP_FAMILIES))
+    per_unit = units.model_index(np.arange(len(units.key)))
+    flop = units.per_model(lambda m: m.family in FLOP_FAMILIES, False).astype(bool)[per_unit]
+    some = per_unit < len(units.models)
     op_r = a["op_r"].to_numpy()
     owner = _own(flop, parent, op_r)
     rest = owner < 0
-    owner[rest] = _own((fam != "") & ~flop, parent, op_r[rest])
+    if (some & ~flop).any():
+        owner[rest] = _own(some & ~flop, parent, op_r[rest])
     node = _backward_nodes(a, r, flop, owner)
     rows, first, which = np.unique(node[node >= 0], return_index=True, return_inverse=True)
     if len(rows):
         fwd = a["fwd_op_r"].to_numpy()[node >= 0][first]
         made = [_backward_model(units.model(int(f))) for f in fwd]  # type: ignore[arg-type]
-        added = units.add(made, take(units.name, rows, ""))
+        added = units.add(made, units.name[rows])
         owner[node >= 0] = added[which]
     return owner
 
@@ -218,26 +227,33 @@ def _spread(a: pd.DataFrame, owner: np.ndarray, units: Units) -> dict:
     has = owner >= 0
     compute = str_test(a["group"], lambda s: s == "compute") & has
     n = len(units.key)
-    o = np.where(has, owner, n)  # n: the "no unit" entry of each column below
+    o = np.where(has, owner, n)  # n: "no unit"
     with_compute = np.append(np.bincount(owner[compute], minlength=n) > 0, False)
     carries = has & (compute | ~with_compute[o])
     dur = (a["end"].to_numpy() - a["start"].to_numpy()).astype(np.float64)
     total = np.append(np.bincount(owner[carries], weights=dur[carries], minlength=n), 0.0)[o]
     count = np.append(np.bincount(owner[carries], minlength=n), 1)[o]
     share = np.where(carries, np.where(total > 0, dur / np.where(total > 0, total, 1.0), 1.0 / count), 0.0)
-    gemm = units.column(lambda m: m.gemm or (-1, -1, -1, -1), (-1, -1, -1, -1))
+    m = units.model_index(owner)  # per activity, its model (len(models): none)
+    every = np.arange(len(units.models) + 1)
+    gemm = units.per_model(lambda x: x.gemm or (-1, -1, -1, -1), (-1, -1, -1, -1))[m]
     cols = {
-        "flops": share * units.column(lambda m: m.flops, 0.0)[o],
-        "op_bytes": share * units.column(lambda m: m.bytes, 0.0)[o],
+        "flops": share * units.per_model(lambda x: x.flops, 0.0)[m],
+        "op_bytes": share * units.per_model(lambda x: x.bytes, 0.0)[m],
         "op_calls": share,
-        "perf_op": categorical(np.append(units.name, "")[o]),
-        "perf_family": categorical(units.column(lambda m: m.family, "")[o]),
-        "perf_shape": categorical(units.column(lambda m: m.shape, "")[o]),
-        "dtype": categorical(units.column(lambda m: m.dtype, "")[o]),
+        "perf_op": categorical_take(units.names, units.name, owner, ""),
+        **{
+            col: categorical_take(units.per_model(get, ""), every, m, "")
+            for col, get in (
+                ("perf_family", lambda x: x.family),
+                ("perf_shape", lambda x: x.shape),
+                ("dtype", lambda x: x.dtype),
+            )
+        },
         "perf_unit": np.where(has, owner, -1),
     }
     for i, c in enumerate(("gemm_b", "gemm_m", "gemm_n", "gemm_k")):
-        cols[c] = gemm[o, i].astype(np.int64)
+        cols[c] = gemm[:, i].astype(np.int64)
     return cols
 
 
@@ -266,25 +282,24 @@ def mfu_meta(acts: pd.DataFrame, steps: pd.DataFrame) -> dict:
     the complete steps (a ratio of sums); ``gflop_per_step``; ``modelled_pct``: the share of
     compute-kernel time whose op has a model."""
     done = steps[steps["complete"].to_numpy()]
-    compute = str_test(acts["group"], lambda s: s == "compute") & np.isin(
-        acts["step"].to_numpy(), done["step"]
-    )
-    a = acts[compute]
-    ideal = np.where(np.isnan(a["compute_ns"].to_numpy()), np.inf, a["compute_ns"].to_numpy())
-    per = pd.DataFrame({"step": a["step"].to_numpy(), "ideal": ideal, "flops": a["flops"].to_numpy()})
-    per = per.groupby("step")[["ideal", "flops"]].sum().reindex(done["step"], fill_value=0.0)
+    ids = done["step"].to_numpy()
+    row = np.searchsorted(ids, acts["step"].to_numpy()) if len(ids) else np.zeros(len(acts), np.int64)
+    row = np.minimum(row, max(len(ids) - 1, 0))
+    keep = str_test(acts["group"], lambda s: s == "compute") & (len(ids) > 0)
+    keep &= ids[row] == acts["step"].to_numpy() if len(ids) else keep
+    ns = acts["compute_ns"].to_numpy()
+    ideal = np.bincount(row[keep], weights=np.where(np.isnan(ns), np.inf, ns)[keep], minlength=len(ids))
+    flops = float(acts["flops"].to_numpy()[keep].sum())
     window = (done["end"] - done["start"]).to_numpy(np.float64)
-    dur = (a["end"] - a["start"]).to_numpy(np.float64)
-    modelled = dur[a["perf_family"].astype(str).to_numpy() != ""].sum()
+    dur = (acts["end"] - acts["start"]).to_numpy(np.float64)[keep]
+    modelled = dur[str_test(acts["perf_family"], lambda s: s != "")[keep]].sum()
 
     def pct(ideal: float, wall: float) -> float | None:
         return round(float(ideal / wall * 100), 6) if np.isfinite(ideal) and wall > 0 else None
 
     return {
-        "per_step": [
-            {"step": int(s), "mfu_pct": pct(i, w)} for s, i, w in zip(done["step"], per["ideal"], window)
-        ],
-        "mean_pct": pct(float(per["ideal"].sum()), float(window.sum())),
-        "gflop_per_step": round(float(per["flops"].sum()) / 1e9 / max(len(done), 1), 6),
+        "per_step": [{"step": int(s), "mfu_pct": pct(i, w)} for s, i, w in zip(ids, ideal, window)],
+        "mean_pct": pct(float(ideal.sum()), float(window.sum())),
+        "gflop_per_step": round(flops / 1e9 / max(len(ids), 1), 6),
         "modelled_pct": round(float(modelled / dur.sum() * 100), 3) if dur.sum() > 0 else None,
     }
