@@ -57,7 +57,7 @@ class Reading:
     kernel_rules: str | None
     max_bytes: int
     strict: bool
-    devices: str | None = None
+    devices: str | None = None  # the device peaks (docs/metrics.md)
     peak_tflops: str | None = None
     peak_bandwidth: float | None = None
 
@@ -65,15 +65,8 @@ class Reading:
         """These options as :class:`tracekit.analysis.Options` (for commands that read alone)."""
         from .analysis import Options
 
-        return Options(
-            taxonomy=self.taxonomy,
-            kernel_rules=self.kernel_rules,
-            max_bytes=self.max_bytes,
-            cache=cache,
-            devices=self.devices,
-            peak_tflops=self.peak_tflops,
-            peak_bandwidth=self.peak_bandwidth,
-        )
+        keep = ("taxonomy", "kernel_rules", "max_bytes", "devices", "peak_tflops", "peak_bandwidth")
+        return Options(cache=cache, **{k: getattr(self, k) for k in keep})
 
     def load(self, path: Path, **kw):
         """``tracekit.load`` of ``path`` with these options (and ``kw``), showing progress."""
@@ -87,9 +80,7 @@ class Reading:
             kernel_rules=self.kernel_rules,
             max_bytes=self.max_bytes,
             strict=self.strict,
-            devices=self.devices,
-            peak_tflops=self.peak_tflops,
-            peak_bandwidth=self.peak_bandwidth,
+            **{k: getattr(self, k) for k in ("devices", "peak_tflops", "peak_bandwidth")},
             **kw,
         )
 
@@ -119,23 +110,9 @@ _READING_OPTIONS = (
         help="In a directory, any file that cannot be "
         "analysed is an error (exit 2) instead of being skipped (exit 1).",
     ),
-    click.option(
-        "--devices",
-        type=click.Path(exists=True, dir_okay=False),
-        help="TOML file of device peaks tried before the built-in table (docs/metrics.md).",
-    ),
-    click.option(
-        "--peak-tflops",
-        metavar="TFLOPS",
-        help="Dense peak TFLOP/s the % of peak and MFU are measured against: one number for "
-        "every dtype, or per dtype (bf16=989,fp8=1979). Overrides the device's row.",
-    ),
-    click.option(
-        "--peak-bandwidth",
-        type=click.FloatRange(min=0, min_open=True),
-        metavar="TBPS",
-        help="Peak memory bandwidth in TB/s (overrides the device's row).",
-    ),
+    click.option("--devices", type=click.Path(exists=True, dir_okay=False), help="TOML of device peaks."),
+    click.option("--peak-tflops", metavar="T", help="Dense peak TFLOP/s: N, or per dtype bf16=N,fp8=M."),
+    click.option("--peak-bandwidth", type=click.FloatRange(min=0, min_open=True), help="Peak TB/s."),
 )
 
 
@@ -316,13 +293,7 @@ def _selected(analysis, only: list[str], per_step: bool) -> dict:
     show_default=True,
     help="Show at most this many chains (largest total time first).",
 )
-@click.option(
-    "--op",
-    "by_op",
-    is_flag=True,
-    help="Match the op whose FLOPs the kernels carry (the perf model's op, e.g. aten::addmm) "
-    "instead of the kernel's name.",
-)
+@click.option("--op", "by_op", is_flag=True, help="Match the op whose FLOPs they carry (aten::addmm).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @reading_options
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")

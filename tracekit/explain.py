@@ -60,8 +60,7 @@ class Evidence:
     modules: list[pd.DataFrame]
     complete: set
     files: list[str]
-    #: Per file, what owns FLOPs (:class:`tracekit.pipeline.flops.Units`) and the peaks.
-    units: list = field(default_factory=list)
+    units: list = field(default_factory=list)  # per file: what owns FLOPs, and the peaks
     peaks: list = field(default_factory=list)
 
     def of(self, row: pd.Series) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -133,12 +132,8 @@ def run(
 
     options = options or Options()
     raws = rank_traces(path, rank, lambda f: _read(f, options), options.max_bytes)
-    ev = collect(
-        raws,
-        module_taxonomy(options.taxonomy),
-        kernel_rules(options.kernel_rules),
-        [options.peaks(r.meta.get("devices") or []) for r in raws],
-    )
+    peaks = [options.peaks(r.meta.get("devices") or []) for r in raws]
+    ev = collect(raws, module_taxonomy(options.taxonomy), kernel_rules(options.kernel_rules), peaks)
     return explain(ev, pattern, step=step, limit=limit, by_op=by_op)
 
 
@@ -180,7 +175,7 @@ def explain(
     ``pattern`` (in ``step`` when given), largest total time first, at most ``limit``.
     ``by_op``: match the op that owns their FLOPs (``perf_op``) instead of their own name."""
     a = ev.acts
-    keep = matching(a["perf_op" if by_op and "perf_op" in a else "name"], compile_pattern(pattern))
+    keep = matching(a["perf_op" if by_op else "name"], compile_pattern(pattern))
     if step is not None:
         keep &= a["step"].to_numpy() == step
     sub = a[keep]
@@ -279,18 +274,8 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
             "rule": str(row["rule"]),
         },
         "module_category": {"category": str(row["module"]) or None, "rule": str(row["module_rule"]) or None},
-        "perf": _perf(ev, row, members),
+        "perf": perf_explain.of_chain(ev, row, members),
     }
-
-
-def _perf(ev: Evidence, row: pd.Series, members: pd.DataFrame) -> dict | None:
-    """The perf model's section (:mod:`tracekit.perf.explain`) for the chain's file."""
-    f = int(row["file"])
-    if f >= len(ev.units) or "perf_unit" not in ev.acts:
-        return None
-    acts = ev.acts[ev.acts["file"].to_numpy() == f]
-    mine = members[members["file"].to_numpy() == f]
-    return perf_explain.section(acts, ev.units[f], ev.peaks[f], row, mine)
 
 
 def _kind(mode: str, row: pd.Series) -> str:

@@ -14,6 +14,16 @@ import pandas as pd
 from .devices import Peaks
 
 
+def of_chain(ev, row: pd.Series, members: pd.DataFrame) -> dict | None:
+    """The section of a ``tracekit explain`` chain (``ev``: its :class:`tracekit.explain.Evidence`),
+    for the file of its first activity."""
+    f = int(row["file"])
+    if f >= len(ev.units) or "perf_unit" not in ev.acts:
+        return None
+    acts = ev.acts[ev.acts["file"].to_numpy() == f]
+    return section(acts, ev.units[f], ev.peaks[f], row, members[members["file"].to_numpy() == f])
+
+
 def section(acts: pd.DataFrame, units, peaks: Peaks, row: pd.Series, members: pd.DataFrame) -> dict | None:
     """The perf section of a chain whose first activity is ``row`` and whose activities are
     ``members`` (rows of ``acts``, one file's); None when its op has no model."""
