@@ -11,6 +11,8 @@ activity's ``compute_ns``/``memory_ns`` is NaN), so a % built on them is empty, 
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pandas as pd
 
@@ -18,72 +20,73 @@ from tracekit.pipeline.state import str_test
 
 from ._common import NS_PER_MS, text
 
-#: The interval columns the perf tables read.
-COLUMNS = [
-    "step",
-    "phase",
-    "module",
-    "group",
-    "start",
-    "end",
-    "flops",
-    "op_bytes",
-    "op_calls",
-    "compute_ns",
-    "memory_ns",
-    "perf_op",
-    "perf_family",
-    "perf_shape",
-    "dtype",
-    "gemm_b",
-    "gemm_m",
-    "gemm_n",
-    "gemm_k",
-]
+
+def frame(intervals: pd.DataFrame) -> pd.DataFrame:
+    """The perf tables' one frame of the intervals, built once per interval table (the frame of
+    the last table asked for is kept while that table lives; callers only read it): one row per
+    compute kernel or activity of a modelled op, with ``step``, ``phase`` (text; none:
+    unattributed), ``module`` (none: Other), ``op``, ``family``, ``shape``, ``dtype``
+    (categoricals), ``batch``, ``m``, ``n``, ``k`` (-1: not a GEMM), ``compute``, ``modelled``
+    (bool) and the amounts: ``calls``, ``gflop``, ``gbyte``, ``dur_ms``, ``ideal_ms``,
+    ``ideal_mem_ms`` (infinite where a peak is unknown)."""
+    held = _FRAME.get("of")
+    if held is not None and held() is intervals:
+        return _FRAME["frame"]
+    out = _frame(intervals)
+    _FRAME.clear()
+    _FRAME.update(of=weakref.ref(intervals, _forget), frame=out)
+    return out
 
 
-def compute_kernels(intervals: pd.DataFrame, done) -> pd.DataFrame:
-    """The perf columns of the compute activities (of the complete steps ``done``; None: of
-    every step the intervals hold)."""
-    keep = (intervals["group"] == "compute").to_numpy().copy()
-    if done is not None:
-        keep &= np.isin(intervals["step"].to_numpy(), done)
-    return intervals[[c for c in COLUMNS if c in intervals.columns]][keep]
+#: The last :func:`frame`: ``of`` (a weak reference to its interval table), ``frame``.
+_FRAME: dict = {}
 
 
-def of_modelled_ops(intervals: pd.DataFrame, done, gemms: bool = False) -> pd.DataFrame:
-    """The perf columns of the activities of modelled ops (``gemms``: of GEMMs) in the complete
-    steps ``done``: their compute kernels and the memsets or copies they launched (an op's
-    device time)."""
-    if gemms:
-        keep = intervals["gemm_m"].to_numpy() >= 0
-    else:
-        keep = str_test(intervals["perf_family"], lambda s: s != "").copy()
-    keep &= np.isin(intervals["step"].to_numpy(), done)
-    return intervals[[c for c in COLUMNS if c in intervals.columns]][keep]
+def _forget(ref: weakref.ref) -> None:
+    if _FRAME.get("of") is ref:
+        _FRAME.clear()
 
 
-def amounts(iv: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Per activity, the amounts the perf tables add up: ``calls``, ``gflop``, ``gbyte``,
-    ``dur_ms``, ``ideal_ms``, ``ideal_mem_ms`` (infinite where the peak is unknown) and
-    ``modelled`` (its op has a model)."""
-    return {
-        "calls": iv["op_calls"].to_numpy(),
-        "gflop": iv["flops"].to_numpy() / 1e9,
-        "gbyte": iv["op_bytes"].to_numpy() / 1e9,
-        "dur_ms": (iv["end"] - iv["start"]).to_numpy() / NS_PER_MS,
-        "ideal_ms": _unknown_is_inf(iv["compute_ns"].to_numpy()) / NS_PER_MS,
-        "ideal_mem_ms": _unknown_is_inf(iv["memory_ns"].to_numpy()) / NS_PER_MS,
-        "modelled": str_test(iv["perf_family"], lambda s: s != ""),
+def _frame(iv: pd.DataFrame) -> pd.DataFrame:
+    compute = str_test(iv["group"], lambda s: s == "compute")
+    modelled = str_test(iv["perf_family"], lambda s: s != "")
+    keep = np.flatnonzero(compute | modelled)
+    cols = {
+        "step": iv["step"].to_numpy()[keep],
+        "phase": text(iv["phase"], {"": "unattributed"})[keep],
+        "module": text(iv["module"], {"": "Other"})[keep],
+        "op": text(iv["perf_op"])[keep],
+        "family": text(iv["perf_family"])[keep],
+        "shape": text(iv["perf_shape"])[keep],
+        "dtype": text(iv["dtype"])[keep],
+        **{
+            k: iv[f"gemm_{c}"].to_numpy()[keep]
+            for k, c in (("batch", "b"), ("m", "m"), ("n", "n"), ("k", "k"))
+        },
+        "compute": compute[keep],
+        "modelled": modelled[keep],
+        "calls": iv["op_calls"].to_numpy()[keep],
+        "gflop": iv["flops"].to_numpy()[keep] / 1e9,
+        "gbyte": iv["op_bytes"].to_numpy()[keep] / 1e9,
+        "dur_ms": (iv["end"].to_numpy()[keep] - iv["start"].to_numpy()[keep]) / NS_PER_MS,
+        "ideal_ms": _unknown_is_inf(iv["compute_ns"].to_numpy()[keep]) / NS_PER_MS,
+        "ideal_mem_ms": _unknown_is_inf(iv["memory_ns"].to_numpy()[keep]) / NS_PER_MS,
     }
+    return pd.DataFrame(cols)
+
+
+def rows(intervals: pd.DataFrame, done, which: str) -> pd.DataFrame:
+    """The rows of :func:`frame` in the complete steps ``done`` (None: every step) that are
+    ``which``: ``compute`` kernels, activities of ``modelled`` ops, or of ``gemm`` ops."""
+    f = frame(intervals)
+    keep = f["m"].to_numpy() >= 0 if which == "gemm" else f[which].to_numpy()
+    if done is not None:
+        keep = keep & np.isin(f["step"].to_numpy(), done)
+    return f[keep]
 
 
 def _unknown_is_inf(ns: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(ns), np.inf, ns)
-
-
-def phase_text(iv: pd.DataFrame) -> pd.Categorical:
-    return text(iv["phase"], {"": "unattributed"})
 
 
 def ratio(num, den, scale: float = 1.0) -> np.ndarray:

@@ -25,7 +25,7 @@ from tracekit.pipeline.windows import Windows
 from tracekit.taxonomy import MODULE_CATEGORIES
 
 from . import _perf
-from ._common import WINDOW_PHASES, as_text, sums, text
+from ._common import WINDOW_PHASES, as_text, sums
 from ._registry import FLOP_PER_BYTE, GBYTE, GFLOP, LABEL, MS, PCT, TBPS, TFLOPS, register
 
 KEYS = ["phase", "module"]
@@ -102,23 +102,11 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
     compare="time_ms",
 )
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
-    iv = _perf.compute_kernels(intervals, windows.steps["step"].to_numpy())
-    if iv.empty:
+    f = _perf.rows(intervals, windows.steps["step"].to_numpy(), "compute")
+    if f.empty:
         return pd.DataFrame(columns=COLUMNS)
-    got = _perf.amounts(iv)
-    on = got["modelled"]
-    frame = pd.DataFrame(
-        {
-            "step": iv["step"].to_numpy(),
-            "phase": _perf.phase_text(iv),
-            "module": text(iv["module"], {"": "Other"}),
-            "gflop": got["gflop"],
-            "gbyte": got["gbyte"],
-            "time_ms": np.where(on, got["dur_ms"], 0.0),
-            "unmodelled_ms": np.where(on, 0.0, got["dur_ms"]),
-            "ideal_ms": got["ideal_ms"],
-            "ideal_mem_ms": got["ideal_mem_ms"],
-        }
-    )
-    out = sums(frame, ["step", *KEYS], SUMS, sort=False, observed=True).reset_index()
+    on = f["modelled"].to_numpy()
+    dur = f["dur_ms"].to_numpy()
+    f = f.assign(time_ms=np.where(on, dur, 0.0), unmodelled_ms=np.where(on, 0.0, dur))
+    out = sums(f, ["step", *KEYS], SUMS, sort=False, observed=True).reset_index()
     return _finish(as_text(out, KEYS))

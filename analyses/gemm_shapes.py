@@ -22,7 +22,7 @@ import pandas as pd
 from tracekit.pipeline.windows import Windows
 
 from . import _perf
-from ._common import as_text, sums, text
+from ._common import as_text, sums
 from ._registry import CALLS, GFLOP, MS, PCT, TFLOPS, US, register
 
 KEYS = ["phase", "op", "batch", "m", "n", "k", "dtype"]
@@ -77,24 +77,10 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
     compare="time_ms",
 )
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
-    iv = _perf.of_modelled_ops(intervals, windows.steps["step"].to_numpy(), gemms=True)
-    if iv.empty:
+    f = _perf.rows(intervals, windows.steps["step"].to_numpy(), "gemm")
+    if f.empty:
         return pd.DataFrame(columns=COLUMNS)
-    got = _perf.amounts(iv)
-    frame = pd.DataFrame(
-        {
-            "step": iv["step"].to_numpy(),
-            "phase": _perf.phase_text(iv),
-            "op": text(iv["perf_op"]),
-            "batch": iv["gemm_b"].to_numpy(),
-            "m": iv["gemm_m"].to_numpy(),
-            "n": iv["gemm_n"].to_numpy(),
-            "k": iv["gemm_k"].to_numpy(),
-            "dtype": text(iv["dtype"]),
-            **{c: got[c] for c in SUMS.values()},
-        }
-    )
-    out = sums(frame, ["step", *KEYS], SUMS, sort=False, observed=True).reset_index()
+    out = sums(f, ["step", *KEYS], SUMS, sort=False, observed=True).reset_index()
     out = as_text(out, ["phase", "op", "dtype"])
     for c in ("batch", "m", "n", "k"):
         out[c] = out[c].astype(np.int64)

@@ -21,7 +21,7 @@ import pandas as pd
 from tracekit.pipeline.windows import Windows
 
 from . import _perf
-from ._common import as_text, sums, text
+from ._common import as_text, sums
 from ._registry import CALLS, FLOP_PER_BYTE, GBYTE, GFLOP, MS, PCT, TBPS, TFLOPS, US, register
 
 KEYS = ["phase", "op", "family", "shape", "dtype"]
@@ -97,21 +97,8 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
     chart="none",
 )
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
-    iv = _perf.of_modelled_ops(intervals, windows.steps["step"].to_numpy())
-    iv = iv[(iv["perf_family"] != "").to_numpy()]
-    if iv.empty:
+    f = _perf.rows(intervals, windows.steps["step"].to_numpy(), "modelled")
+    if f.empty:
         return pd.DataFrame(columns=COLUMNS)
-    got = _perf.amounts(iv)
-    frame = pd.DataFrame(
-        {
-            "step": iv["step"].to_numpy(),
-            "phase": _perf.phase_text(iv),
-            "op": text(iv["perf_op"]),
-            "family": text(iv["perf_family"]),
-            "shape": text(iv["perf_shape"]),
-            "dtype": text(iv["dtype"]),
-            **{c: got[c] for c in SUMS.values()},
-        }
-    )
-    out = sums(frame, ["step", *KEYS], SUMS, sort=False, observed=True).reset_index()
+    out = sums(f, ["step", *KEYS], SUMS, sort=False, observed=True).reset_index()
     return _finish(as_text(out, KEYS))

@@ -35,7 +35,6 @@ from ._common import (
     labelled_spans,
     percent,
     phases_present,
-    text,
     text_index,
     union_ms_by,
     window_shares,
@@ -53,20 +52,10 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
 
 def _flops(intervals: pd.DataFrame, idx: list) -> tuple[np.ndarray, np.ndarray]:
     """Per (step, phase) of ``idx``: GFLOP and their time at peak (ms, infinite if unknown)."""
-    is_compute = (intervals["group"] == "compute").to_numpy()
-    iv = _perf.compute_kernels(intervals, None)
-    got = _perf.amounts(iv)
-    frame = pd.DataFrame(
-        {
-            "step": iv["step"].to_numpy(),
-            "phase": text(intervals["phase"])[is_compute],
-            "gflop": got["gflop"],
-            "ideal": got["ideal_ms"],
-        }
-    )
-    s = frame.groupby(["step", "phase"], observed=True)[["gflop", "ideal"]].sum()
+    f = _perf.rows(intervals, None, "compute")
+    s = f.groupby(["step", "phase"], observed=True)[["gflop", "ideal_ms"]].sum()
     s.index = text_index(s.index)
-    return at(s["gflop"], idx), at(s["ideal"], idx)
+    return at(s["gflop"], idx), at(s["ideal_ms"], idx)
 
 
 def _recomputed(iv: pd.DataFrame):

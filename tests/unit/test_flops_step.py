@@ -12,7 +12,7 @@ from frames import ANNOTATION, CPU_OP, KERNEL, RUNTIME, ev, trace
 
 from tracekit.perf.devices import Peaks
 from tracekit.pipeline import analyse
-from tracekit.pipeline.flops import nearest
+from tracekit.pipeline.flops import climb
 from tracekit.read import RawTrace
 from tracekit.taxonomy import kernel_rules, module_taxonomy
 
@@ -106,7 +106,7 @@ def test_a_trace_without_shape_columns_has_no_model() -> None:
     assert (t.acts["flops"] == 0).all() and (t.acts["perf_family"].astype(str) == "").all()
 
 
-def test_nearest_matches_walking_up_the_tree() -> None:
+def test_climb_matches_walking_up_the_tree_one_row_at_a_time() -> None:
     rng = np.random.default_rng(5)
     for _ in range(200):
         n = int(rng.integers(1, 60))
@@ -118,7 +118,8 @@ def test_nearest_matches_walking_up_the_tree() -> None:
             while j >= 0 and not mask[j]:
                 j = parent[j]
             want.append(j)
-        assert nearest(mask, parent).tolist() == want
+        starts = np.append(np.arange(n), -1)
+        assert climb(mask, parent, starts).tolist() == want + [-1]
 
 
 def test_a_trace_with_no_cpu_ops_has_no_model() -> None:

@@ -48,7 +48,7 @@ def act(
         "step": step, "phase": "forward", "module": module, "group": "compute",
         "start": start_us * US, "end": (start_us + dur_us) * US, "flops": flops, "op_bytes": nbytes,
         "op_calls": calls, "compute_ns": flops / PEAK * 1e9 if peak else np.nan,
-        "memory_ns": nbytes / BW * 1e9 if peak else np.nan, "perf_op": op, "perf_family": family,
+        "memory_ns": nbytes / BW * 1e9 if peak else np.nan, "perf_op": op, "perf_family": family, "perf_shape": "",
         "dtype": dtype, "gemm_b": b, "gemm_m": m, "gemm_n": n, "gemm_k": k,
     }  # fmt: skip
 
@@ -64,7 +64,7 @@ def _intervals(peak: bool = True) -> pd.DataFrame:
         act(1, 50, 15),  # a compute kernel of an op with no model
     ]
     df = pd.DataFrame(rows)
-    for c in ("phase", "module", "group", "perf_op", "perf_family", "dtype"):
+    for c in ("phase", "module", "group", "perf_op", "perf_family", "perf_shape", "dtype"):
         df[c] = pd.Categorical(df[c])
     return df
 

@@ -141,28 +141,31 @@ def _range_units(t: Trace) -> Units:
     return units
 
 
-def nearest(mask: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """Per row, the nearest row at or above it along ``parent`` (-1: the root) where ``mask``
-    holds; -1 none. Pointer jumping: each round doubles the stretch of ancestors looked at."""
-    near = np.where(mask, np.arange(len(mask)), -1)
-    up = parent.astype(np.int64, copy=True)
-    todo = np.flatnonzero((near < 0) & (up >= 0))
-    while len(todo):
-        near[todo] = near[up[todo]]
-        up[todo] = up[up[todo]]
-        todo = todo[(near[todo] < 0) & (up[todo] >= 0)]
-    return near
+def climb(mask: np.ndarray, parent: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Per row of ``start`` (-1: none), the nearest row at or above it along ``parent`` (-1:
+    the root) where ``mask`` holds; -1 none. Only the chains above the starts are walked, all
+    starts a level at a time."""
+    out = np.full(len(start), -1, np.int64)
+    cur = np.asarray(start, np.int64).copy()
+    live = np.flatnonzero(cur >= 0)
+    while len(live):
+        at = cur[live]
+        hit = mask[at]
+        out[live[hit]] = at[hit]
+        live = live[~hit]
+        cur[live] = parent[cur[live]]
+        live = live[cur[live] >= 0]
+    return out
 
 
 def _own(mask: np.ndarray, parent: np.ndarray, start: np.ndarray) -> np.ndarray:
     """Per row of ``start`` (range rows, -1 none): the innermost range at or above it where
     ``mask`` holds and no masked range inside it does (a decomposed op owns nothing); -1 none."""
-    near = nearest(mask, parent)
     inner = np.flatnonzero(mask & (parent >= 0))
+    above = climb(mask, parent, parent[inner])
     covered = np.zeros(len(mask), bool)
-    above = near[parent[inner]]
     covered[above[above >= 0]] = True
-    got = take(near, start, -1)
+    got = climb(mask, parent, start)
     return np.where(~take(covered, got, True), got, -1)
 
 
