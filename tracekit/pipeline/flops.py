@@ -55,8 +55,9 @@ def assign_flops(t: Trace, peaks: Peaks | None = None) -> Trace:
     peak is known); ``perf_unit`` (which unit of ``t.perf_units`` owns it, -1 none; for
     ``tracekit explain``, not kept in the interval table). Sets ``t.meta["device"]``.
     Guarantees: the owner of an activity is the innermost op on its launch's stack that has a
-    model, unless a FLOP-family op inside that op has one (the op is then decomposed: its
-    inner ops count); element-wise and reduction ops own only what no FLOP-family op does;
+    model, unless a FLOP-family op inside that op, on some launch's stack, has one (the op is
+    then decomposed: its inner ops count); element-wise and reduction ops own only what no
+    FLOP-family op does;
     a backward node with no modelled op inside takes its forward op's FLOPs times
     :data:`BACKWARD_FACTOR`. Every activity an op launched but communication carries its
     labels (a split-K GEMM's memset is part of the GEMM's time, as TraceLens counts it); each
@@ -128,7 +129,8 @@ def _range_units(t: Trace) -> Units:
     readable = np.array([has_reader(str(x)) for x in uniq_names], bool)
     dims, dims_uniq = texts[0]
     shaped = (dims_uniq != "")[dims[ev]]
-    maybe = np.flatnonzero(((r["flags"].to_numpy() & F_OP) != 0) & readable[units.name] & shaped)
+    on_chain = _launch_chains(t.acts["op_r"].to_numpy(), r["op_r"].to_numpy())
+    maybe = np.flatnonzero(on_chain & ((r["flags"].to_numpy() & F_OP) != 0) & readable[units.name] & shaped)
     key, first = distinct_rows(units.name[maybe], *(codes[ev[maybe]] for codes, _ in texts))
     index = np.full(len(first), -1, np.int64)
     for k, i in enumerate(first):
@@ -139,6 +141,20 @@ def _range_units(t: Trace) -> Units:
             units.models.append(got)
     units.key[maybe] = index[key]
     return units
+
+
+def _launch_chains(starts: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Per range, whether it is on the op stack of some activity's launch (its innermost op or
+    an op around it): only those ops can own work, or decompose an op that does (an op inside
+    that launched nothing covers nobody)."""
+    on = np.zeros(len(parent), bool)
+    cur = starts[starts >= 0]
+    while len(cur):
+        cur = cur[~on[cur]]  # a level up: each stack climbed until it meets a visited op
+        on[cur] = True
+        cur = parent[cur]
+        cur = cur[cur >= 0]
+    return on
 
 
 def climb(mask: np.ndarray, parent: np.ndarray, start: np.ndarray) -> np.ndarray:
