@@ -23,6 +23,7 @@ from . import (  # imported to register; the report order is _ORDER below
     op_shapes,
     phases,
     ranks,
+    throughput,
     timeline,
     top_kernels,
 )
@@ -33,6 +34,7 @@ from ._registry import REGISTRY, TableSpec, column_unit, spec_of
 _ORDER = [
     m.__name__
     for m in (
+        throughput,
         phases,
         modules,
         gemm,
@@ -52,7 +54,7 @@ _ORDER = [
 
 
 def _position(item: tuple[str, TableSpec]) -> int:
-    fn = item[1].func or item[1].derive
+    fn = item[1].func or item[1].derive or item[1].from_manifest
     module = fn.__module__ if fn is not None else ranks.__name__
     return _ORDER.index(module) if module in _ORDER else len(_ORDER)
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.pipeline.taxonomy import MODULE_CATEGORIES
 from tracekit.pipeline.windows import Windows
-from tracekit.taxonomy import MODULE_CATEGORIES
 
 from . import _perf
 from ._common import WINDOW_PHASES, as_text, sums

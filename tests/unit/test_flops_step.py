@@ -13,8 +13,8 @@ from frames import ANNOTATION, CPU_OP, KERNEL, RUNTIME, ev, trace
 from tracekit.perf.devices import Peaks
 from tracekit.pipeline import analyse
 from tracekit.pipeline.flops import climb
-from tracekit.read import RawTrace
-from tracekit.taxonomy import kernel_rules, module_taxonomy
+from tracekit.pipeline.taxonomy import kernel_rules, module_taxonomy
+from tracekit.read.reader import RawTrace
 
 BF16 = "c10::BFloat16"
 

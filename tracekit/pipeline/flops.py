@@ -9,10 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..nesting import F_OP
 from ..perf import FLOP_FAMILIES, OpModel, model
 from ..perf.devices import Peaks
 from ..perf.ops import has_reader
+from .nesting import F_OP
 from .state import Trace, add_columns, categorical_take, codes_of, distinct_rows, str_test, take
 
 #: The shape columns the reader keeps (raw JSON text per CPU op, absent where none).

@@ -27,8 +27,10 @@ from tracekit.analyses._registry import (
     GBYTE,
     GFLOP,
     INDEX,
+    MB,
     MS,
     PCT,
+    PER_S,
     TBPS,
     TFLOPS,
     US,
@@ -54,15 +56,18 @@ def title(name: str) -> str:
 
 
 def header(name: str, column: str) -> str:
-    """``wall_ms`` -> ``wall (ms)``; ``percent`` -> ``%``; ``vs_mean_pct`` -> ``vs mean (%)``."""
+    """``wall_ms`` -> ``wall (ms)``; ``percent`` -> ``%``; ``vs_mean_pct`` -> ``vs mean (%)``;
+    ``peak_rss_mb`` -> ``peak rss (MB)``; ``tokens_per_s`` -> ``tokens/s``."""
     unit = column_unit(name, column)
     base = column
-    for suffix in ("_ms", "_us", "_pct"):
+    for suffix in ("_ms", "_us", "_pct", "_mb"):
         base = base.removesuffix(suffix)
+    if unit == PER_S and base.endswith("_per_s"):
+        return base.removesuffix("_per_s").replace("_", " ") + "/s"
     if base == "percent":
         return "%" if not column.startswith("paper_") else "paper %"
     base = base.replace("_", " ")
-    shown = {MS: "ms", US: "us", PCT: "%"}.get(unit)
+    shown = {MS: "ms", US: "us", PCT: "%", MB: "MB"}.get(unit)
     return f"{base} ({shown})" if shown else base
 
 
@@ -83,7 +88,7 @@ def cell(name: str, column: str, v) -> str:
             return f"{f:,.2f}".rstrip("0").rstrip(".")
         if unit in MAGNITUDES:
             return f"{f:,.1f}" if abs(f) >= 100 else f"{f:,.3f}" if abs(f) >= 1 or f == 0 else f"{f:.3g}"
-        if unit == US:
+        if unit in (US, MB, PER_S):
             return f"{f:,.1f}"
         return f"{f:,.3f}"
     return str(v)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tracekit.explain import MISSING
 from tracekit.perf.explain import lines as perf_lines
-from tracekit.taxonomy import MODULE_CATEGORIES
+from tracekit.pipeline.taxonomy import MODULE_CATEGORIES
 
 from .terminal import safe_plain
 
