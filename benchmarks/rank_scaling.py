@@ -56,7 +56,7 @@ CHILD = """
 import resource, sys, time, logging, statistics
 logging.disable(logging.CRITICAL)
 import tracekit
-from tracekit.analysis import Options
+from tracekit.ranks.analyse import Options
 from tracekit.ranks.perfile import tabulate_file
 files = sorted(D.iterdir())
 one = [f for f in files if f.name.endswith('.gz')][0]

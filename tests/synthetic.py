@@ -42,13 +42,13 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from tracekit.testing.document import document, write_trace
 from tracekit.testing.events import (
     COMM_STREAM,
     COMPUTE_STREAM,
     COPY_STREAM,
     SIDE_STREAM,
     EventWriter,
-    write_trace,
 )
 from tracekit.testing.kernels import (
     BMM,
@@ -1009,7 +1009,7 @@ def _maybe(cond: bool, factory):
 
 
 def _finish(b: _Builder, cfg: dict) -> dict:
-    return b.document(rank=0, world_size=8, shuffle_seed=cfg["seed"] + 1 if cfg["shuffle"] else None)
+    return document(b, rank=0, world_size=8, shuffle_seed=cfg["seed"] + 1 if cfg["shuffle"] else None)
 
 
 def clone(trace: dict) -> dict:

@@ -17,6 +17,7 @@ from shared_traces import SHARED
 from synthetic import make_trace, write_trace
 
 import tracekit
+import tracekit.ranks.analyse
 from tracekit.cli import main
 from tracekit.read import cache
 from tracekit.read.reader import DEFAULT_MAX_BYTES, read_trace
@@ -29,7 +30,7 @@ def trace(tmp_path, monkeypatch):
     """A real trace when ../shared is here, else a synthetic one: the cache is tested either way
     (as a big file: a small file's parsed columns are not stored beside its result)."""
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cachedir"))
-    monkeypatch.setattr("tracekit.ranks.perfile.SMALL_FILE", -1)
+    monkeypatch.setattr("tracekit.ranks.analyse.SMALL_FILE", -1)
     (tmp_path / "t").mkdir()
     if SRC.is_file():
         p = tmp_path / "t" / SRC.name
@@ -90,7 +91,7 @@ def test_cached_analysis_equals_fresh(trace, monkeypatch, tmp_path):
     # one entry of parsed columns, one of the analysis (tracekit.ranks.results)
     assert len(cache.entries()) == 2 and _listing(trace.parent) == {trace.name}
     # The second load must come from the cache: reading the JSON now fails.
-    monkeypatch.setattr("tracekit.analysis.read_trace", lambda *a, **k: pytest.fail("re-read"))
+    monkeypatch.setattr("tracekit.ranks.analyse.read_trace", lambda *a, **k: pytest.fail("re-read"))
     second = tracekit.load(trace).tables(per_step=True)
     for name in fresh:
         pd.testing.assert_frame_equal(fresh[name], first[name])
@@ -116,7 +117,7 @@ def test_changed_file_invalidates(trace):
 def test_trace_replaced_while_read_is_not_cached(trace, monkeypatch):
     """The key is the identity of the bytes read: a file replaced during the read caches nothing
     (else every later run would print the old numbers under the new file's key)."""
-    real_read = tracekit.analysis.read_trace
+    real_read = tracekit.ranks.analyse.read_trace
     other = write_trace(trace.parent / "other.json", make_trace(n_steps=3, seed=7)[0])
 
     def read_then_replace(path, max_bytes, jobs=1):
@@ -124,10 +125,10 @@ def test_trace_replaced_while_read_is_not_cached(trace, monkeypatch):
         os.replace(other, path)  # a new inode, new size: the trace changed under us
         return raw
 
-    monkeypatch.setattr("tracekit.analysis.read_trace", read_then_replace)
+    monkeypatch.setattr("tracekit.ranks.analyse.read_trace", read_then_replace)
     tracekit.load(trace)
     assert cache.entries() == []
-    monkeypatch.setattr("tracekit.analysis.read_trace", real_read)
+    monkeypatch.setattr("tracekit.ranks.analyse.read_trace", real_read)
     fresh = tracekit.load(trace, cache=False).table("phases", per_step=True)
     pd.testing.assert_frame_equal(tracekit.load(trace).table("phases", per_step=True), fresh)
 

@@ -19,6 +19,7 @@ import pytest
 import tracekit
 import tracekit.analysis as A
 import tracekit.forked as F
+import tracekit.ranks.tables
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_traces" / "tiny-train-1rank"
 
@@ -118,7 +119,7 @@ def test_tables_shared_by_two_processes_are_the_same(forks, monkeypatch):
     this small trace) equals the one computed here alone: values, dtypes and warnings."""
     trace = next(p for p in SAMPLE.iterdir() if p.name.endswith(".json.gz"))
     ranks = tracekit.load(trace, cache=False, jobs=1).ranks
-    monkeypatch.setattr(A, "SHARED_ROWS", 0)
+    monkeypatch.setattr(tracekit.ranks.tables, "SHARED_ROWS", 0)
     alone = A.Analysis(path=str(trace), ranks=ranks, jobs=1)
     assert not forks
     shared = A.Analysis(path=str(trace), ranks=ranks, jobs=2)

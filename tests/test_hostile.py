@@ -230,9 +230,9 @@ def test_forged_cache_is_a_miss_and_repaired(box, monkeypatch):
     key = cache.file_key(t, DEFAULT_MAX_BYTES)
     info = json.dumps({"key": key, "meta": {}, "warnings": []}).encode()
     pq.write_table(pa.table({"x": [1]}).replace_schema_metadata({b"tracekit": info}), cache._entry(key))
-    # Files of at most perfile.SMALL_FILE keep only their result entry; store the parsed
+    # Files of at most analyse.SMALL_FILE keep only their result entry; store the parsed
     # columns too here, so that the forged entry is read, refused and rewritten.
-    monkeypatch.setattr("tracekit.ranks.perfile.SMALL_FILE", -1)
+    monkeypatch.setattr("tracekit.ranks.analyse.SMALL_FILE", -1)
     for _ in range(2):
         p = inproc(box, "analyze", t, "--format", "json")
         assert p.returncode == 0 and p.err == "", p.err
@@ -337,10 +337,10 @@ def test_progress_bar_does_not_render_markup_in_file_names(tmp_path, monkeypatch
 def test_numpy_warnings_are_one_line(box, tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    import tracekit.analysis
+    import tracekit.ranks.analyse
     from tracekit.cli import main
 
-    real = tracekit.analysis.analyse_file
+    real = tracekit.ranks.analyse.analyse_file
 
     def noisy(path, options, **kw):
         import numpy as np
@@ -348,7 +348,7 @@ def test_numpy_warnings_are_one_line(box, tmp_path, monkeypatch):
         np.float64(1e308) * np.float64(10)  # RuntimeWarning: overflow
         return real(path, options, **kw)
 
-    monkeypatch.setattr(tracekit.analysis, "analyse_file", noisy)
+    monkeypatch.setattr(tracekit.ranks.analyse, "analyse_file", noisy)
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "c"))
     r = CliRunner().invoke(main, ["analyze", str(trace(box)), "--format", "json"])
     assert r.exit_code == 0

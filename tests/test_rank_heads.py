@@ -122,14 +122,14 @@ def test_explain_rank_reads_only_its_files(mixed_dir: Path, tmp_path_factory) ->
 def test_explain_without_rank_reads_only_the_lowest_rank(tmp_path: Path, monkeypatch) -> None:
     """No --rank: explain shows the lowest rank, found from the heads, and reads its file alone
     (the others are garbage past their heads or tails)."""
-    import tracekit.analysis
+    import tracekit.ranks.analyse
 
     write_trace(tmp_path / "rank1.pt.trace.json", one_rank(1))
     (tmp_path / "rank2.pt.trace.json").write_bytes(head_then_garbage(one_rank(2)))
     (tmp_path / "rank3.pt.trace.json").write_bytes(garbage_then_tail(one_rank(3)))
     (tmp_path / "rank4.pt.trace.json").write_bytes(head_then_garbage(one_rank(4)))
-    read, seen = tracekit.analysis._read, []
-    monkeypatch.setattr(tracekit.analysis, "_read", lambda f, o: seen.append(f.name) or read(f, o))
+    read, seen = tracekit.ranks.analyse._read, []
+    monkeypatch.setattr(tracekit.ranks.analyse, "_read", lambda f, o: seen.append(f.name) or read(f, o))
     got = _explain(tmp_path, "--format", "json")
     assert got.exit_code == 0, got.output
     assert seen == ["rank1.pt.trace.json"]

@@ -16,11 +16,12 @@ from golden import golden_name, sources
 from synthetic import make_trace, write_trace
 
 import tracekit
+import tracekit.ranks.analyse
 from tracekit import explain
-from tracekit.analysis import Options
 from tracekit.compare import compare
 from tracekit.filters import Filters
 from tracekit.ranks import results
+from tracekit.ranks.analyse import Options
 from tracekit.read import cache
 
 SOURCES = sources()
@@ -45,8 +46,8 @@ def _no_pipeline(monkeypatch) -> None:
         raise AssertionError("the pipeline ran")
 
     monkeypatch.setattr("tracekit.pipeline.run", refuse)
-    monkeypatch.setattr("tracekit.analysis.run", refuse)
-    monkeypatch.setattr("tracekit.analysis.read_trace", refuse)
+    monkeypatch.setattr("tracekit.ranks.analyse.run", refuse)
+    monkeypatch.setattr("tracekit.ranks.analyse.read_trace", refuse)
 
 
 def _same_tables(a: dict, b: dict) -> None:
@@ -138,8 +139,8 @@ def test_changed_rules_file_misses(trace, tmp_path, monkeypatch, change):
     tracekit.load(trace, **kw).tables()
     rules.write_text('[[rule]]\ncategory = "Other"\nkernel = "no_such_kernel_yyy"\n')
     ran = []
-    real = tracekit.analysis.run
-    monkeypatch.setattr("tracekit.analysis.run", lambda *a: ran.append(1) or real(*a))
+    real = tracekit.ranks.analyse.run
+    monkeypatch.setattr("tracekit.ranks.analyse.run", lambda *a: ran.append(1) or real(*a))
     tracekit.load(trace, **kw).tables()
     assert ran == [1]  # the rules' content changed: the result is computed again
     tracekit.load(trace, **kw).tables()
@@ -293,7 +294,7 @@ def test_intervals_become_the_arrow_table_from_pandas_gives(trace, monkeypatch, 
 
 
 def test_one_lru_bound_over_both_kinds(tmp_path, cachedir, monkeypatch):
-    monkeypatch.setattr("tracekit.ranks.perfile.SMALL_FILE", -1)  # both kinds of entries, each file
+    monkeypatch.setattr("tracekit.ranks.analyse.SMALL_FILE", -1)  # both kinds of entries, each file
     traces = [write_trace(tmp_path / f"r{i}.json", make_trace(n_steps=2, seed=i)[0]) for i in range(3)]
     tracekit.load(traces[0])
     one = sum(p.stat().st_size for p in cache.entries())  # a parse and a result entry

@@ -10,12 +10,12 @@ Fine-tuning, and Inference of Large Language Models". The analysis never imports
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ._version import __version__
 from .errors import TraceError
 
 if TYPE_CHECKING:
     from .analysis import Analysis, load
 
-__version__ = "0.1.0"
 __all__ = ["Analysis", "TraceError", "__version__", "load"]
 
 

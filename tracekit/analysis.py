@@ -17,89 +17,24 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.analyses import REGISTRY, TABLES
+from tracekit.analyses import REGISTRY
 
-from . import forked, progress
-from .aggregate import mean_over_steps as _mean_over_steps
 from .aggregate import whole_numbers as _whole_numbers
 from .errors import TraceError
 from .filters import Filters
-from .perf.devices import Peaks
 from .perf.devices import resolve as resolve_peaks
-from .pipeline import Attributed, run
-from .pipeline.checks import TraceWarning, as_warning, check_rank
-from .pipeline.taxonomy import kernel_rules, module_taxonomy
-from .pipeline.windows import Windows, frame_windows
+from .pipeline import Attributed
+from .pipeline.checks import TraceWarning, as_warning
 from .ranks import manifest_tables
+from .ranks.analyse import Options
 from .ranks.gathered import Computed, RankTables
-from .ranks.grouping import directory_warnings, files_to_read, group_results, host_of, process_of
-from .read.reader import DEFAULT_MAX_BYTES, read_trace
+from .ranks.grouping import directory_warnings, files_to_read, group_results
+from .ranks.tables import PerRankTables
+from .read.reader import DEFAULT_MAX_BYTES
 
 
 @dataclass
-class Options:
-    taxonomy: str | None = None
-    kernel_rules: str | None = None
-    max_bytes: int = DEFAULT_MAX_BYTES
-    cache: bool = True
-    #: Processes that decode one big plain file (:mod:`tracekit.read.parallel`); 1 in a rank pool.
-    read_jobs: int = 1
-    #: The host of the process that gathers the results (set for a Dask cluster): a worker on
-    #: another host sends the intervals back, since a handle to its cache would not be readable.
-    host: str | None = None
-    #: Device peaks: a devices TOML tried before the built-in table, and explicit values
-    #: (``--peak-tflops``: a number or ``dtype=number,...``; ``--peak-bandwidth`` in TB/s).
-    devices: str | None = None
-    peak_tflops: str | None = None
-    peak_bandwidth: float | None = None
-
-    def peaks(self, device_names: list[str]) -> Peaks:
-        """The peaks a file whose ``deviceProperties`` names are ``device_names`` is measured against."""
-        return resolve_peaks(device_names, self.devices, self.peak_tflops, self.peak_bandwidth)
-
-
-#: Fewest intervals whose tables are worth a second process (:meth:`Analysis._compute`): below
-#: it they take a few tens of milliseconds.
-SHARED_ROWS = 20_000
-
-
-def analyse_file(path: str | os.PathLike, options: Options, store_parsed: bool = True) -> Attributed:
-    """Read one trace file and run the pipeline (:mod:`tracekit.pipeline`) on it; its parsed
-    columns are stored in the parse cache only when ``store_parsed``."""
-    tax = module_taxonomy(options.taxonomy)
-    rules = kernel_rules(options.kernel_rules)
-    raw = _read(path, options, store_parsed)
-    progress.fraction(progress.DECODED)
-    att = run(raw, tax, rules, options.peaks(raw.meta.get("devices") or []))
-    att.warnings[:0] = raw.warnings
-    progress.fraction(progress.LINKED)
-    att.meta.update({k: raw.meta[k] for k in ("rank", "world_size", "devices", "events_in_file")})
-    att.meta["pid"] = process_of(raw.events)
-    att.meta["host"] = host_of(path, raw.meta.get("host_name"))
-    return att
-
-
-def _read(path: str | os.PathLike, options: Options, store: bool = True):
-    """The parsed columns of ``path``: from its Parquet cache when valid, else read (and
-    cached, when ``store``)."""
-    if not options.cache:
-        return read_trace(path, options.max_bytes, options.read_jobs)
-    from .read import cache
-
-    raw = cache.load(path, options.max_bytes)
-    if raw is None:
-        try:  # the identity of the bytes about to be read; checked again before storing
-            key = cache.file_key(path, options.max_bytes) if store else None
-        except OSError:
-            key = None
-        raw = read_trace(path, options.max_bytes, options.read_jobs)
-        if key is not None:
-            cache.store(raw, path, options.max_bytes, key)
-    return raw
-
-
-@dataclass
-class Analysis:
+class Analysis(PerRankTables):
     """Analysed trace(s): ``tables()`` gives ``{name: DataFrame}``, times in milliseconds."""
 
     path: str
@@ -129,20 +64,6 @@ class Analysis:
             found += [as_warning(w, rank) for w in self._checks(rank)]
         self.warnings = found
 
-    def _checks(self, rank: int) -> list[TraceWarning]:
-        """The rank's self-checks (:func:`~tracekit.pipeline.checks.check_rank`), computed once, with
-        the rank left blank (the caller fills it in: the checks put it in no other place)."""
-        key = ("checks", "", rank)
-        if key not in self._computed:
-            att = self.ranks[rank]
-            tables = {n: self._per_step(n, rank) for n in ("phases", "modules", "kernels")}
-            self._computed[key] = check_rank(None, tables, att.steps, att.meta)
-        return self._computed[key]
-
-    @property
-    def multi_rank(self) -> bool:
-        return len(self.ranks) > 1
-
     @property
     def mode(self) -> str:
         modes = {a.mode for a in self.ranks.values()}
@@ -153,18 +74,6 @@ class Analysis:
         """The labelled interval table (all ranks, with a ``rank`` column)."""
         parts = [a.load_intervals().assign(rank=r) for r, a in self.ranks.items()]
         return pd.concat(parts, ignore_index=True)
-
-    def _rank_intervals(self, rank: int) -> pd.DataFrame:
-        """One rank's intervals. A lazy rank's (read from the result cache, :mod:`tracekit.ranks.results`)
-        are loaded on demand and only the last one asked for is kept: the tables of many ranks
-        are computed one rank after another without holding them all."""
-        att = self.ranks[rank]
-        if not att.lazy:
-            return att.intervals
-        if rank not in self._held:
-            self._held.clear()
-            self._held[rank] = att.load_intervals()
-        return self._held[rank]
 
     @property
     def meta(self) -> dict:
@@ -185,21 +94,21 @@ class Analysis:
         return out
 
     def names(self) -> list[str]:
-        """The tables this analysis has: every registered one that applies (cross-rank tables
-        on several ranks only) and honours the filters."""
+        """The tables of :meth:`PerRankTables.names`; a table read from a capture manifest only
+        where the run directory has one with its rows."""
         return [
             n
-            for n, s in REGISTRY.items()
-            if (self.multi_rank or not s.cross_rank)
-            and self.filters.supports(REGISTRY.get(s.source or n, s))
-            and (s.from_manifest is None or not self._manifest_rows(n).empty)
+            for n in super().names()
+            if REGISTRY[n].from_manifest is None or not self._manifest_rows(n).empty
         ]
 
-    def _n_steps(self, att: Attributed) -> int:
-        done = att.meta.get("complete_steps", [])
-        if self.filters.steps is not None:
-            done = [s for s in done if s in self.filters.steps]
-        return len(done) or 1
+    def _manifest_rows(self, name: str) -> pd.DataFrame:
+        """Table ``name``'s rows from the capture manifest (:mod:`tracekit.ranks.manifest_tables`), once."""
+        key = ("manifest", name, -1)
+        if key not in self._computed:
+            steps = self.filters.steps
+            self._computed[key] = manifest_tables.rows(REGISTRY[name], self.path, list(self.ranks), steps)
+        return self._computed[key]
 
     def table(self, name: str, per_step: bool = False) -> pd.DataFrame:
         """One table; ``per_step`` keeps a ``step`` column instead of the mean over steps."""
@@ -224,53 +133,6 @@ class Analysis:
             out.insert(0, "rank", np.repeat(np.fromiter(self.ranks, np.int64), lengths))
         return out
 
-    def _manifest_rows(self, name: str) -> pd.DataFrame:
-        """Table ``name``'s rows from the capture manifest (:mod:`tracekit.ranks.manifest_tables`), once."""
-        key = ("manifest", name, -1)
-        if key not in self._computed:
-            steps = self.filters.steps
-            self._computed[key] = manifest_tables.rows(REGISTRY[name], self.path, list(self.ranks), steps)
-        return self._computed[key]
-
-    def _rank_table(self, name: str, rank: int, per_step: bool, copy: bool = True) -> pd.DataFrame:
-        """One rank's table (per step, or its mean over steps), computed once; the kept frame
-        itself when not ``copy`` (for a caller that only reads it, such as a concatenation)."""
-        if per_step:
-            return _whole_numbers(REGISTRY[name], self.filters.rows(self._per_step(name, rank)))
-        key = ("mean", name, rank)
-        if key not in self._computed:
-            spec = REGISTRY[name]
-            df = self.filters.rows(self._per_step(name, rank))
-            df = _mean_over_steps(df, self._n_steps(self.ranks[rank]), list(spec.keys))
-            if spec.finish is not None and not df.empty:
-                df = spec.finish(df)
-            self._computed[key] = _whole_numbers(spec, df)
-        return self._computed[key].copy() if copy else self._computed[key]
-
-    def _compute(self, names: list[str]) -> None:
-        """Compute (once) each table of ``names``, per step and as its mean, for every rank whose
-        intervals are in memory, on two processes (:func:`tracekit.forked.share`) when ``jobs``
-        allows it and the intervals are many; else leave them to be computed when asked for.
-        Either way each table is the same: computed by the same code, in one process or the other."""
-        todo = [
-            (n, r)
-            for n in names
-            for r, att in self.ranks.items()
-            if REGISTRY[n].of_intervals and not att.lazy and ("mean", n, r) not in self._computed
-        ]
-        rows = sum(len(self.ranks[r].intervals) for r in {r for _, r in todo})
-        if self.jobs < 2 or rows < SHARED_ROWS:
-            return
-        for got in forked.share(todo, self._computed_for):
-            for key, value in got.items():
-                self._computed[key] = value
-
-    def _computed_for(self, job: tuple[str, int]) -> dict:
-        """What computing one table of one rank adds to ``_computed`` (a job of :meth:`_compute`)."""
-        name, rank = job
-        self._rank_table(name, rank, per_step=False, copy=False)
-        return {k: self._computed[k] for k in (("step", name, rank), ("mean", name, rank))}
-
     def tables(self, per_step: bool = False) -> dict[str, pd.DataFrame]:
         """Every table of :meth:`names`, in report order (cross-rank tables last)."""
         names = self.names()
@@ -291,30 +153,6 @@ class Analysis:
         else:
             out = ranks_table.tables({rank: self._phase_means(rank, copy=False) for rank in self.ranks})
         return {k: _whole_numbers(REGISTRY.get(k), v) for k, v in out.items()}
-
-    def _phase_means(self, rank: int, copy: bool = True) -> pd.DataFrame:
-        """The rank's phase times, mean per step (what the cross-rank tables compare); the kept
-        frame itself when not ``copy``."""
-        key = ("phase_means", "phases", rank)
-        if key not in self._computed:
-            df = self.filters.rows(self._per_step("phases", rank))
-            self._computed[key] = _mean_over_steps(df, self._n_steps(self.ranks[rank]), ["phase"])
-        return self._computed[key].copy() if copy else self._computed[key]
-
-    def _per_step(self, name: str, rank: int) -> pd.DataFrame:
-        """One rank's per-step table, computed once however often it is asked for."""
-        key = ("step", name, rank)
-        if key not in self._computed:
-            iv = self.filters.intervals(self._rank_intervals(rank), REGISTRY[name])
-            self._computed[key] = TABLES[name](iv, self._windows(rank))
-        return self._computed[key].copy()
-
-    def _windows(self, rank: int) -> Windows:
-        """The rank's (step-filtered) windows, framed once for every table (:func:`frame_windows`)."""
-        key = ("windows", "", rank)
-        if key not in self._computed:
-            self._computed[key] = frame_windows(self.filters.windows(self.ranks[rank].windows))
-        return self._computed[key]
 
 
 def load(

@@ -90,8 +90,7 @@ def rank_traces(path: str | os.PathLike, rank: int | None, read, max_bytes: int)
     windows of one process), each with ``meta["rank"]``. Only that rank's files (without
     ``rank``, the lowest rank's) are read when every file's rank can be told from its head, as
     for ``tracekit analyze --rank`` (:func:`tracekit.ranks.grouping.files_to_read`)."""
-    from .analysis import files_to_read
-    from .ranks.grouping import FileIdentity, group_files, host_of, manifest_ranks, process_of
+    from .ranks.grouping import FileIdentity, files_to_read, group_files, host_of, manifest_ranks, process_of
 
     p = Path(path)
     files, _, _ = files_to_read(p, rank, False, max_bytes, lowest=True)
@@ -127,8 +126,8 @@ def run(
     by_op: bool = False,
 ) -> dict:
     """Read the trace (one rank of a directory) and explain ``pattern`` (see :func:`explain`)."""
-    from .analysis import Options, _read
     from .pipeline.taxonomy import kernel_rules, module_taxonomy
+    from .ranks.analyse import Options, _read
 
     options = options or Options()
     raws = rank_traces(path, rank, lambda f: _read(f, options), options.max_bytes)

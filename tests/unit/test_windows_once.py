@@ -12,10 +12,10 @@ import pytest
 from tracekit.analyses import TABLES
 
 import tracekit
-from tracekit import analysis
 from tracekit.filters import Filters
 from tracekit.pipeline.state import Trace
 from tracekit.pipeline.windows import Windows, find_windows, frame_windows
+from tracekit.ranks import tables as rank_tables
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from synthetic import make_trace, write_trace
@@ -65,7 +65,7 @@ def test_every_table_reads_one_windows_framed_once_per_rank(tmp_path, monkeypatc
 
         return table
 
-    monkeypatch.setattr(analysis, "frame_windows", counting)
+    monkeypatch.setattr(rank_tables, "frame_windows", counting)
     for name, func in list(TABLES.items()):
         monkeypatch.setitem(TABLES, name, spy(name, func))
     a = tracekit.load(path, cache=False, jobs=1)

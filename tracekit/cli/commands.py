@@ -64,7 +64,7 @@ class Reading:
 
     def options(self, cache: bool = True):
         """These options as :class:`tracekit.analysis.Options` (for commands that read alone)."""
-        from ..analysis import Options
+        from ..ranks.analyse import Options
 
         keep = ("taxonomy", "kernel_rules", "max_bytes", "devices", "peak_tflops", "peak_bandwidth")
         return Options(cache=cache, **{k: getattr(self, k) for k in keep})

@@ -8,7 +8,7 @@ import pandas as pd
 from ..read.reader import ANNOTATION, CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME
 from .checks import TraceWarning
 from .intervals import containing
-from .nesting import self_pieces
+from .self_time import self_pieces
 from .state import Trace, lookup
 
 DEVICE_KINDS = (KERNEL, MEMCPY, MEMSET)

@@ -1,17 +1,39 @@
 """The ``meta`` of an analysis (what ``--json`` writes beside the tables): kept apart from
-:class:`tracekit.analysis.Analysis`, which only computes."""
+:class:`tracekit.analysis.Analysis`, which only computes. What it reads of the analysis is
+:class:`Run` (the facade uses this module, never the other way round)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tracekit.analyses import REGISTRY
 
 if TYPE_CHECKING:
-    from ..analysis import Analysis
+    from ..filters import Filters
+    from ..pipeline import Attributed
+    from ..pipeline.checks import TraceWarning
 
 
-def meta_of(run: Analysis) -> dict:
+class Run(Protocol):
+    """What :func:`meta_of` reads of an analysis (:class:`tracekit.analysis.Analysis`)."""
+
+    path: str
+    ranks: dict[int, Attributed]
+    warnings: list[TraceWarning]
+    grouping: str
+    filters: Filters
+    skipped: list[dict]
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def multi_rank(self) -> bool: ...
+
+    def names(self) -> list[str]: ...
+
+
+def meta_of(run: Run) -> dict:
     """What JSON ``meta`` says about the run: its ranks, files, steps, devices, notices for a
     reader (CPU-only, inferred steps, partial), coverage, filters and every warning."""
     first = next(iter(run.ranks.values()))
@@ -65,7 +87,7 @@ def meta_of(run: Analysis) -> dict:
     }
 
 
-def _peak_notices(run: Analysis) -> list[str]:
+def _peak_notices(run: Run) -> list[str]:
     """One notice per distinct reason a rank with modelled FLOPs has no peak to measure them
     against (its % of peak and MFU columns are then empty)."""
     seen: list[str] = []
@@ -80,7 +102,7 @@ def _peak_notices(run: Analysis) -> list[str]:
     ]
 
 
-def _filter_meta(run: Analysis) -> dict:
+def _filter_meta(run: Run) -> dict:
     """The filters in force, the tables they leave out and the complete steps they keep."""
     left_out = [
         n for n, s in REGISTRY.items() if (run.multi_rank or not s.cross_rank) and n not in run.names()

@@ -58,7 +58,7 @@ _INFO = b"tracekit-result"
 #: The footer key of the small frames' IPC stream (:mod:`tracekit.ranks.packed_ipc`).
 _FRAMES_KEY = b"tracekit-frames"
 #: The frames of the Attributed stored (its module instances are not: no table or view reads
-#: them after the pipeline, see :func:`tracekit.ranks.perfile.tabulate_fresh`).
+#: them after the pipeline, see :func:`tracekit.ranks.analyse.fresh`).
 _FRAMES = ("steps", "windows")
 _RULES_MAX_BYTES = 16 << 20
 #: An entry of at most this many intervals is written with lz4 and without column statistics
@@ -360,10 +360,11 @@ class Stored:
     def _again(self, columns: list[str] | None) -> pd.DataFrame:
         """The intervals computed again from the trace (and stored again), the same as stored
         as long as the trace is the same file."""
-        from .perfile import tabulate_fresh
+        from .analyse import fresh
 
         key = result_key(self.source, self.options)
         if key is None or _digest(key) != self.digest:
             raise TraceError(self.source, "changed since it was analysed; analyse it again")
-        att, _ = tabulate_fresh(self.source, self.options, keep=True)
+        att, tables = fresh(self.source, self.options, cached=True)
+        store(att, tables, self.source, self.options, key)
         return att.load_intervals(columns)

@@ -70,7 +70,7 @@ def max_cache_bytes() -> int:
 
 
 def _version() -> str:
-    from .. import __version__
+    from .._version import __version__
 
     return __version__
 

@@ -13,7 +13,8 @@ See docs/testing.md.
 
 from . import kernels
 from .builder import TraceBuilder
-from .events import COMM_STREAM, COMPUTE_STREAM, COPY_STREAM, SIDE_STREAM, write_trace
+from .document import write_trace
+from .events import COMM_STREAM, COMPUTE_STREAM, COPY_STREAM, SIDE_STREAM
 from .truth import Activity, Kernel, Op, intersect_window, measure, subtract, union
 
 __all__ = [

@@ -27,11 +27,11 @@ from typing import Any
 from tracekit.annotations import module_range, phase_range
 
 from .device import DeviceCalls, _State
+from .document import document, write_trace
 from .events import (
     COMPUTE_STREAM,
     EPOCH_NS,
     EventWriter,
-    write_trace,
 )
 from .truth import Activity, Kernel, Op
 
@@ -346,8 +346,12 @@ class TraceBuilder(DeviceCalls):
         """The Chrome-trace dict (``shuffle_seed``: events in a random order, as files may be)."""
         if not self.w.events:
             raise ValueError("nothing recorded yet")
-        return self.w.document(
-            rank=self.rank, world_size=self.world_size, shuffle_seed=shuffle_seed, distributed=distributed
+        return document(
+            self.w,
+            rank=self.rank,
+            world_size=self.world_size,
+            shuffle_seed=shuffle_seed,
+            distributed=distributed,
         )
 
     def write(self, path: str | Path, **kwargs: Any) -> Path:

@@ -1,7 +1,7 @@
 """The trace file around the events: Kineto's metadata, the profiler's tail, the header, JSON text.
 
 Kept apart from :mod:`tracekit.testing.events` (which writes the events themselves) so each
-stays readable; ``EventWriter.document``, ``dumps`` and ``write_trace`` there call in here.
+stays readable; this module uses that one, never the other way round.
 """
 
 from __future__ import annotations

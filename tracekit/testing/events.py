@@ -6,7 +6,7 @@ nanoseconds, and appends Chrome-trace events the way Kineto writes them: ``cpu_o
 ``Python parent id``, runtime launches (``cudaLaunchKernel``, ``cuLaunchKernelEx``...) with
 ``correlation`` and ``cbid``, device kernels / memcpy / memset on streams with the same
 ``correlation``, ``ac2g`` flows, then the metadata and header of a real file
-(:meth:`EventWriter.document`). Old Kineto (PyTorch <= 1.13) is ``old_categories``: capitalised
+(:func:`tracekit.testing.document.document`). Old Kineto (PyTorch <= 1.13) is ``old_categories``: capitalised
 categories, ``external id``, ``async_gpu`` flows, no driver calls, a bare header.
 
 Times are written as float microseconds with nanosecond decimals (``ts_format="float"``, modern
@@ -20,7 +20,6 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Self
 
 from .kernels import _CBID, _DEFAULT_API, _DEVICE_CAT, _OLD_CATS
@@ -33,8 +32,6 @@ __all__ = [
     "EventWriter",
     "Launched",
     "Micros",
-    "dumps",
-    "write_trace",
 ]
 
 COMPUTE_STREAM = 7
@@ -369,28 +366,3 @@ class EventWriter:
         return Launched(
             name=name, kind=kind, stream=stream, start=begin, end=end, correlation=c, launch_ts=rt_start
         )
-
-    # the file --------------------------------------------------------------------------------
-    def document(
-        self, *, rank: int = 0, world_size: int = 1, shuffle_seed: int | None = None, distributed: bool = True
-    ) -> dict:
-        """The whole Chrome-trace dict: metadata, the events, the profiler's tail, the header."""
-        from .document import document
-
-        return document(
-            self, rank=rank, world_size=world_size, shuffle_seed=shuffle_seed, distributed=distributed
-        )
-
-
-def dumps(trace: dict) -> str:
-    """JSON text of ``trace``; :class:`Micros` times written with their exact nanoseconds."""
-    from .document import dumps as _dumps
-
-    return _dumps(trace)
-
-
-def write_trace(path: str | Path, trace: dict) -> Path:
-    """Write ``trace`` as .json or .json.gz (by suffix); returns the path."""
-    from .document import write_trace as _write
-
-    return _write(path, trace)

@@ -1,0 +1,107 @@
+"""One trace file analysed afresh: read (or its parsed columns from the parse cache), the
+pipeline run on it, and its tables computed as one rank.
+
+:func:`analyse_file` is the whole of what a file goes through (:class:`Options` says how);
+:func:`fresh` adds its tables (:func:`tracekit.ranks.tables.tables_of`), packed as a worker sends
+them back. Both the per-file work (:mod:`tracekit.ranks.perfile`) and the result cache, which
+analyses a file again when its entry is gone (:mod:`tracekit.ranks.results`), call in here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+import pandas as pd
+
+from .. import progress
+from ..perf.devices import Peaks
+from ..perf.devices import resolve as resolve_peaks
+from ..pipeline import Attributed, run
+from ..pipeline.taxonomy import kernel_rules, module_taxonomy
+from ..read.reader import DEFAULT_MAX_BYTES, read_trace
+from .gathered import pack_tables
+from .grouping import host_of, process_of
+from .tables import tables_of
+
+
+@dataclass
+class Options:
+    taxonomy: str | None = None
+    kernel_rules: str | None = None
+    max_bytes: int = DEFAULT_MAX_BYTES
+    cache: bool = True
+    #: Processes that decode one big plain file (:mod:`tracekit.read.parallel`); 1 in a rank pool.
+    read_jobs: int = 1
+    #: The host of the process that gathers the results (set for a Dask cluster): a worker on
+    #: another host sends the intervals back, since a handle to its cache would not be readable.
+    host: str | None = None
+    #: Device peaks: a devices TOML tried before the built-in table, and explicit values
+    #: (``--peak-tflops``: a number or ``dtype=number,...``; ``--peak-bandwidth`` in TB/s).
+    devices: str | None = None
+    peak_tflops: str | None = None
+    peak_bandwidth: float | None = None
+
+    def peaks(self, device_names: list[str]) -> Peaks:
+        """The peaks a file whose ``deviceProperties`` names are ``device_names`` is measured against."""
+        return resolve_peaks(device_names, self.devices, self.peak_tflops, self.peak_bandwidth)
+
+
+def analyse_file(path: str | os.PathLike, options: Options, store_parsed: bool = True) -> Attributed:
+    """Read one trace file and run the pipeline (:mod:`tracekit.pipeline`) on it; its parsed
+    columns are stored in the parse cache only when ``store_parsed``."""
+    tax = module_taxonomy(options.taxonomy)
+    rules = kernel_rules(options.kernel_rules)
+    raw = _read(path, options, store_parsed)
+    progress.fraction(progress.DECODED)
+    att = run(raw, tax, rules, options.peaks(raw.meta.get("devices") or []))
+    att.warnings[:0] = raw.warnings
+    progress.fraction(progress.LINKED)
+    att.meta.update({k: raw.meta[k] for k in ("rank", "world_size", "devices", "events_in_file")})
+    att.meta["pid"] = process_of(raw.events)
+    att.meta["host"] = host_of(path, raw.meta.get("host_name"))
+    return att
+
+
+def _read(path: str | os.PathLike, options: Options, store: bool = True):
+    """The parsed columns of ``path``: from its Parquet cache when valid, else read (and
+    cached, when ``store``)."""
+    if not options.cache:
+        return read_trace(path, options.max_bytes, options.read_jobs)
+    from ..read import cache
+
+    raw = cache.load(path, options.max_bytes)
+    if raw is None:
+        try:  # the identity of the bytes about to be read; checked again before storing
+            key = cache.file_key(path, options.max_bytes) if store else None
+        except OSError:
+            key = None
+        raw = read_trace(path, options.max_bytes, options.read_jobs)
+        if key is not None:
+            cache.store(raw, path, options.max_bytes, key)
+    return raw
+
+
+#: A file at most this big on disk is kept in the cache as its result only (one entry, not a
+#: parse cache entry as well): decoding it again, when its result cannot be used (other rule
+#: files), costs about what writing and reading its parsed columns would.
+SMALL_FILE = 4 << 20
+
+
+def fresh(path: str | os.PathLike, options: Options, cached: bool) -> tuple[Attributed, dict]:
+    """:func:`analyse_file` and the file's tables as one rank, packed (what the result cache
+    stores as it is, and what the parent gathers). ``cached``: the result will be stored in
+    the result cache, so a small file's parsed columns are not (see :data:`SMALL_FILE`)."""
+    att = analyse_file(path, options, store_parsed=not cached or not _small(path))
+    tables = tables_of(att, path, options.read_jobs)
+    # Module instances are read by no table or view after the pipeline: neither stored nor
+    # sent back (they were a tenth of what the parent kept per rank).
+    # Packed once (what the parent gathers, and what the result cache stores as it is).
+    return pack_tables(replace(att, modules=pd.DataFrame()), tables)
+
+
+def _small(path: str | os.PathLike) -> bool:
+    try:
+        return os.stat(path).st_size <= SMALL_FILE
+    except OSError:
+        return False

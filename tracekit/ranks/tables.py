@@ -1,0 +1,182 @@
+"""Each rank's tables, computed once: the per-rank core of :class:`tracekit.analysis.Analysis`.
+
+:class:`PerRankTables` computes one rank's per-step tables (over its framed windows), their
+means over complete steps, the self-checks and the phase means the cross-rank tables compare,
+keeping each in ``_computed``; on two processes (:func:`tracekit.forked.share`) when the
+intervals are many. The facade (``Analysis``) and a worker computing one file's tables
+(:func:`tables_of`, for :mod:`tracekit.ranks.perfile`) are both one: the worker's tables are the
+facade's, computed by the same code.
+
+Needs: ``ranks`` ({rank: Attributed}), ``filters``, ``_computed``, ``_held`` and ``jobs`` on the
+instance. Guarantees: each table of a rank is computed at most once per instance.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from tracekit.analyses import REGISTRY, TABLES
+
+from .. import forked
+from ..aggregate import mean_over_steps as _mean_over_steps
+from ..aggregate import whole_numbers as _whole_numbers
+from ..filters import Filters
+from ..pipeline import Attributed
+from ..pipeline.checks import TraceWarning, check_rank
+from ..pipeline.windows import Windows, frame_windows
+from .gathered import Computed
+
+#: Fewest intervals whose tables are worth a second process (:meth:`Analysis._compute`): below
+#: it they take a few tens of milliseconds.
+SHARED_ROWS = 20_000
+
+
+class PerRankTables:
+    """The tables of each rank of ``ranks``, computed once (a mixin: the instance holds the
+    state, see the module's docstring)."""
+
+    ranks: dict[int, Attributed]
+    filters: Filters
+    #: ``{(kind, name, rank): frame}`` computed once (workers' tables: :mod:`tracekit.ranks.gathered`).
+    _computed: Any
+    #: The one lazy rank whose intervals are held (:meth:`_rank_intervals`): {rank: DataFrame}.
+    _held: dict
+    #: Processes that may compute the tables of the ranks held in memory (:meth:`_compute`).
+    jobs: int
+
+    @property
+    def multi_rank(self) -> bool:
+        return len(self.ranks) > 1
+
+    def names(self) -> list[str]:
+        """The tables this analysis has: every registered one that applies (cross-rank tables
+        on several ranks only) and honours the filters."""
+        return [
+            n
+            for n, s in REGISTRY.items()
+            if (self.multi_rank or not s.cross_rank) and self.filters.supports(REGISTRY.get(s.source or n, s))
+        ]
+
+    def _checks(self, rank: int) -> list[TraceWarning]:
+        """The rank's self-checks (:func:`~tracekit.pipeline.checks.check_rank`), computed once, with
+        the rank left blank (the caller fills it in: the checks put it in no other place)."""
+        key = ("checks", "", rank)
+        if key not in self._computed:
+            att = self.ranks[rank]
+            tables = {n: self._per_step(n, rank) for n in ("phases", "modules", "kernels")}
+            self._computed[key] = check_rank(None, tables, att.steps, att.meta)
+        return self._computed[key]
+
+    def _rank_intervals(self, rank: int) -> pd.DataFrame:
+        """One rank's intervals. A lazy rank's (read from the result cache, :mod:`tracekit.ranks.results`)
+        are loaded on demand and only the last one asked for is kept: the tables of many ranks
+        are computed one rank after another without holding them all."""
+        att = self.ranks[rank]
+        if not att.lazy:
+            return att.intervals
+        if rank not in self._held:
+            self._held.clear()
+            self._held[rank] = att.load_intervals()
+        return self._held[rank]
+
+    def _n_steps(self, att: Attributed) -> int:
+        done = att.meta.get("complete_steps", [])
+        if self.filters.steps is not None:
+            done = [s for s in done if s in self.filters.steps]
+        return len(done) or 1
+
+    def _rank_table(self, name: str, rank: int, per_step: bool, copy: bool = True) -> pd.DataFrame:
+        """One rank's table (per step, or its mean over steps), computed once; the kept frame
+        itself when not ``copy`` (for a caller that only reads it, such as a concatenation)."""
+        if per_step:
+            return _whole_numbers(REGISTRY[name], self.filters.rows(self._per_step(name, rank)))
+        key = ("mean", name, rank)
+        if key not in self._computed:
+            spec = REGISTRY[name]
+            df = self.filters.rows(self._per_step(name, rank))
+            df = _mean_over_steps(df, self._n_steps(self.ranks[rank]), list(spec.keys))
+            if spec.finish is not None and not df.empty:
+                df = spec.finish(df)
+            self._computed[key] = _whole_numbers(spec, df)
+        return self._computed[key].copy() if copy else self._computed[key]
+
+    def _compute(self, names: list[str]) -> None:
+        """Compute (once) each table of ``names``, per step and as its mean, for every rank whose
+        intervals are in memory, on two processes (:func:`tracekit.forked.share`) when ``jobs``
+        allows it and the intervals are many; else leave them to be computed when asked for.
+        Either way each table is the same: computed by the same code, in one process or the other."""
+        todo = [
+            (n, r)
+            for n in names
+            for r, att in self.ranks.items()
+            if REGISTRY[n].of_intervals and not att.lazy and ("mean", n, r) not in self._computed
+        ]
+        rows = sum(len(self.ranks[r].intervals) for r in {r for _, r in todo})
+        if self.jobs < 2 or rows < SHARED_ROWS:
+            return
+        for got in forked.share(todo, self._computed_for):
+            for key, value in got.items():
+                self._computed[key] = value
+
+    def _computed_for(self, job: tuple[str, int]) -> dict:
+        """What computing one table of one rank adds to ``_computed`` (a job of :meth:`_compute`)."""
+        name, rank = job
+        self._rank_table(name, rank, per_step=False, copy=False)
+        return {k: self._computed[k] for k in (("step", name, rank), ("mean", name, rank))}
+
+    def _phase_means(self, rank: int, copy: bool = True) -> pd.DataFrame:
+        """The rank's phase times, mean per step (what the cross-rank tables compare); the kept
+        frame itself when not ``copy``."""
+        key = ("phase_means", "phases", rank)
+        if key not in self._computed:
+            df = self.filters.rows(self._per_step("phases", rank))
+            self._computed[key] = _mean_over_steps(df, self._n_steps(self.ranks[rank]), ["phase"])
+        return self._computed[key].copy() if copy else self._computed[key]
+
+    def _per_step(self, name: str, rank: int) -> pd.DataFrame:
+        """One rank's per-step table, computed once however often it is asked for."""
+        key = ("step", name, rank)
+        if key not in self._computed:
+            iv = self.filters.intervals(self._rank_intervals(rank), REGISTRY[name])
+            self._computed[key] = TABLES[name](iv, self._windows(rank))
+        return self._computed[key].copy()
+
+    def _windows(self, rank: int) -> Windows:
+        """The rank's (step-filtered) windows, framed once for every table (:func:`frame_windows`)."""
+        key = ("windows", "", rank)
+        if key not in self._computed:
+            self._computed[key] = frame_windows(self.filters.windows(self.ranks[rank].windows))
+        return self._computed[key]
+
+
+@dataclass
+class OneRank(PerRankTables):
+    """One file's tables as one rank (what :func:`tables_of` computes)."""
+
+    ranks: dict[int, Attributed]
+    jobs: int = 1
+    filters: Filters = field(default_factory=Filters)
+    _computed: Any = field(default_factory=Computed, repr=False, compare=False)
+    _held: dict = field(default_factory=dict, repr=False, compare=False)
+
+
+def tables_of(att: Attributed, path: str | os.PathLike, jobs: int = 1) -> dict:
+    """The tables of one file as one rank (see :func:`tracekit.ranks.perfile.tabulate_file`),
+    computed by up to ``jobs`` processes (:meth:`PerRankTables._compute`): every table the
+    facade computes on creation (``Analysis.__post_init__``: all of them on two processes
+    when worth it, the self-checks), the means over steps and the phase means."""
+    one = OneRank(ranks={0: att}, jobs=jobs)
+    one._compute(one.names())
+    one._checks(0)
+    for name, spec in REGISTRY.items():
+        if spec.of_intervals:
+            one._rank_table(name, 0, per_step=False)
+    one._phase_means(0)
+    # Per-step tables stay here: the report needs only the means (and --per-step recomputes
+    # them from the intervals); shipping them would add a third to what the parent unpickles
+    # and keeps per rank. The framed windows are the parent's to derive (from the rank's windows).
+    return {k[:2]: v for k, v in one._computed.items() if k[0] not in ("step", "windows")}
