@@ -21,6 +21,13 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 MS, US, PCT, COUNT, BYTES, INDEX = "ms", "us", "%", "count", "bytes", "index"
+#: Units of the perf model's columns (docs/metrics.md "FLOPs, bytes and % of peak"): a mean
+#: number of calls per step (not rounded), 10^9 FLOP, 10^9 bytes, 10^12 FLOP/s, 10^12 bytes/s,
+#: FLOP per byte.
+CALLS, GFLOP, GBYTE, TFLOPS, TBPS, FLOP_PER_BYTE = "calls", "GFLOP", "GB", "TFLOP/s", "TB/s", "FLOP/B"
+#: A text value that ``finish`` derives from a row's values (efficiency's ``bound``): not summed
+#: over steps, derived again from the means.
+LABEL = "label"
 #: Memory in MiB (2^20 bytes) and a rate per second (``tokens_per_s``: tokens/s).
 MB, PER_S = "MB", "/s"
 #: Units whose values are whole numbers (printed without decimals, integers in JSON).

@@ -295,6 +295,30 @@ ODD = {
             {"ph": "X", "cat": "kernel", "ts": 1, "args": {"bytes": None, "Input Dims": [[[1, [2]]]]}},
         ]
     ),
+    "shapes": _mini_with(
+        [
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::mm",
+                "ts": 1,
+                "dur": 2,
+                "args": {
+                    "Input Dims": [[8, 4096], [4096, 11008]],
+                    "Input type": ["c10::BFloat16", "c10::BFloat16"],
+                    "Input Strides": [[4096, 1], [1, 4096]],
+                    "Concrete Inputs": ["", "", "1.5e3", 'caf\u00e9 "q" \\'],
+                },
+            },
+            {"ph": "X", "cat": "cpu_op", "ts": 3, "args": {"Input Dims": None, "Input type": "scalar"}},
+            {"ph": "X", "cat": "user_annotation", "ts": 3, "args": {"Input Dims": 7, "Concrete Inputs": {}}},
+            {"ph": "X", "cat": "cpu_op", "ts": 4, "args": {"Input Dims": [[8, 4096], [4096, 11008]]}},
+            {"ph": "X", "cat": "python_function", "name": "x", "ts": 4, "args": {"Input Dims": [[1]]}},
+        ]
+    )
+    .replace(b"[[8, 4096], [4096, 11008]]}}", b"[ [8,4096] ,\n [4096, 11008]\t]}}")
+    .replace(b'"Input type": "scalar"', b'"Input type": "scal\\u0061r", "Input Strides": true')
+    .replace(b'"Input Dims": 7', b'"Input Dims": -7.50e+1, "Input Dims": [1]'),
     "two-traceEvents": b'{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1}], "traceEvents": []}',
     "two-traceEvents-last-wins": b'{"traceEvents": [], "traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1}]}',
     "bom": b"\xef\xbb\xbf" + _mini_with([]),
@@ -309,6 +333,26 @@ def test_odd_traces_read_the_same(name, tmp_path):
     gz = tmp_path / "t.json.gz"
     gz.write_bytes(gzip.compress(ODD[name]))
     _check_file(gz, chunks=(None, 128))
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "msgspec"])
+def test_shape_args_are_kept_as_their_exact_text(native, tmp_path):
+    """The four shape args of every kept event: the value's JSON text byte for byte (spacing,
+    escapes, scalars), "" when absent or null; a duplicate key's last value (as msgspec keeps
+    it); the same text in two events is one category."""
+    p = tmp_path / "t.json"
+    p.write_bytes(ODD["shapes"])
+    ev = _outcome(p, native, chunk=128)[0]
+    shaped = ev[ev["ts"] <= 4000].sort_values("ts", kind="stable")
+    got = shaped[["input_dims", "input_types", "input_strides", "concrete_inputs"]].astype(str)
+    assert got.values.tolist() == [
+        ["[[8, 4096], [4096, 11008]]", '["c10::BFloat16", "c10::BFloat16"]', "[[4096, 1], [1, 4096]]",
+         '["", "", "1.5e3", "caf\u00e9 \\"q\\" \\\\"]'],
+        ["", '"scal\\u0061r"', "true", ""],
+        ["[1]", "", "", "{}"],
+        ["[ [8,4096] ,\n [4096, 11008]\t]", "", "", ""],
+    ]  # fmt: skip
+    assert isinstance(ev["input_dims"].dtype, pd.CategoricalDtype)
 
 
 # ----------------------------------------------------------------------------- the scan alone
@@ -411,6 +455,10 @@ ARG_KEYS = [
     "bytes",
     "name",
     "x",
+    "Input Dims",
+    "Input type",
+    "Input Strides",
+    "Concrete Inputs",
 ]
 
 

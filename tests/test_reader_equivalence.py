@@ -20,16 +20,45 @@ from shared_traces import params
 
 import tracekit.read.files as F
 import tracekit.read.reader as R
-from tracekit.read.schema import TraceDoc
+from tracekit.read.schema import SHAPE_FIELDS, TraceDoc
 
 pytestmark = pytest.mark.shared
 
 
-def _load(path):
+def _text(path) -> bytes:
     raw = open(path, "rb").read()
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    return json.loads(raw, parse_float=Decimal)  # the decimals exactly as written
+    return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+
+
+def _load(path):
+    return json.loads(_text(path), parse_float=Decimal)  # the decimals exactly as written
+
+
+def _raw_values(text: str, key: str) -> list[str]:
+    """The JSON text of the value of every member named ``key``, in file order: where the
+    quoted key is followed by ``:`` (a string with that text inside would hold escaped
+    quotes; a string value is never followed by ``:``), to where ``raw_decode`` ends."""
+    dec = json.JSONDecoder()
+    out = []
+    for m in re.finditer(re.escape(json.dumps(key)) + r"\s*:\s*", text):
+        _, end = dec.raw_decode(text, m.end())
+        out.append(text[m.end() : end])
+    return out
+
+
+def _shape_texts(doc: dict, text: str) -> dict[int, dict[str, str]]:
+    """For each event (by its position in ``traceEvents``) with a shape arg, each such arg's
+    JSON text as the file writes it; found in file order, and checked to be that value."""
+    texts: dict[int, dict[str, str]] = {}
+    for col, key in SHAPE_FIELDS.items():
+        raw = iter(_raw_values(text, key))
+        for i, ev in enumerate(doc["traceEvents"]):
+            a = ev.get("args")
+            if isinstance(a, dict) and key in a:
+                t = next(raw)
+                assert json.loads(t, parse_float=Decimal) == a[key], (key, t)
+                texts.setdefault(i, {})[col] = "" if a[key] is None else t
+    return texts
 
 
 def _int(v, none=-1):
@@ -54,7 +83,10 @@ def _times(values):
 
 def reference_frame(path) -> pd.DataFrame:
     rows = []
-    for ev in _load(path)["traceEvents"]:
+    text = _text(path).decode()
+    doc = json.loads(text, parse_float=Decimal)
+    shapes = _shape_texts(doc, text)
+    for i, ev in enumerate(doc["traceEvents"]):
         ph, cat, name = ev.get("ph"), ev.get("cat"), ev.get("name")
         if ph == "M" or cat is None:
             continue
@@ -70,7 +102,7 @@ def reference_frame(path) -> pd.DataFrame:
                 continue
         elif kind == R.FLOW_LAUNCH or ph not in ("s", "f", "t"):
             continue
-        rows.append((kind, ev))
+        rows.append((kind, ev | {"shape texts": shapes.get(i, {})}))
     ts, ts_ok = _times([e.get("ts") for _, e in rows])
     dur, dur_ok = _times([0 if e.get("dur") is None else e.get("dur") for _, e in rows])
     out = []
@@ -100,6 +132,7 @@ def reference_frame(path) -> pd.DataFrame:
                 "bytes": float(b)
                 if isinstance(b, (int, float, Decimal)) and not isinstance(b, bool)
                 else math.nan,
+                **{c: e["shape texts"].get(c, "") for c in SHAPE_FIELDS},
             }
         )
     return pd.DataFrame(out, columns=list(R._COLUMNS))

@@ -29,7 +29,9 @@ def mean_over_steps(df: pd.DataFrame, n_steps: int, keys: list[str] | None = Non
     keys = (["stage"] if "stage" in df.columns and "stage" not in keys else []) + [
         k for k in keys if k in df.columns
     ]
-    values = [c for c in df.columns if c not in keys and c != "step"]
+    # Text columns that are not keys (a label derived from the values, such as efficiency's
+    # ``bound``) are not summed: the table's ``finish`` derives them again from the means.
+    values = [c for c in df.columns if c not in keys and c != "step" and pd.api.types.is_numeric_dtype(df[c])]
     if not keys:
         return df[values].sum().div(n_steps).to_frame().T
     alone = _one_row_per_key(df, keys, values, n_steps)

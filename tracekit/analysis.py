@@ -23,6 +23,7 @@ from tracekit.analyses import REGISTRY
 from .aggregate import whole_numbers as _whole_numbers
 from .errors import TraceError
 from .filters import Filters
+from .perf.devices import resolve as resolve_peaks
 from .pipeline import Attributed
 from .pipeline.checks import TraceWarning, as_warning
 from .ranks import manifest_tables
@@ -166,6 +167,9 @@ def load(
     jobs: int | None = None,
     scheduler=None,
     strict: bool = False,
+    devices: str | None = None,
+    peak_tflops: str | float | None = None,
+    peak_bandwidth: float | None = None,
 ) -> Analysis:
     """Analyse a trace file, or a directory of per-rank trace files (``rank`` picks one).
 
@@ -177,8 +181,21 @@ def load(
     In a directory, files that cannot be analysed are skipped (the result is partial, see
     :attr:`Analysis.skipped`) unless ``strict``, or unless no file can be analysed: then the
     first file's :class:`TraceError` is raised.
+    ``devices``, ``peak_tflops``, ``peak_bandwidth``: the device peaks the % of peak and MFU
+    are measured against (:func:`tracekit.perf.devices.resolve`; a bad value raises
+    :class:`TraceError` before anything is read).
     """
-    options = Options(taxonomy=taxonomy, kernel_rules=kernel_rules, max_bytes=max_bytes, cache=cache)
+    tflops = None if peak_tflops is None else str(peak_tflops)
+    resolve_peaks([], devices, tflops, peak_bandwidth)  # checks the values and the devices file
+    options = Options(
+        taxonomy=taxonomy,
+        kernel_rules=kernel_rules,
+        max_bytes=max_bytes,
+        cache=cache,
+        devices=devices,
+        peak_tflops=tflops,
+        peak_bandwidth=peak_bandwidth,
+    )
     if scheduler is not None:
         import socket
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .errors import TraceError
+from .perf import explain as perf_explain
+from .perf.devices import Peaks
 from .pipeline.evidence import EVIDENCE_TEXT
 from .read.reader import ANNOTATION, CPU_OP, RUNTIME, RawTrace
 
@@ -59,6 +60,8 @@ class Evidence:
     modules: list[pd.DataFrame]
     complete: set
     files: list[str]
+    units: list = field(default_factory=list)  # per file: what owns FLOPs, and the peaks
+    peaks: list = field(default_factory=list)
 
     def of(self, row: pd.Series) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(events, modules) of the file ``row`` came from."""
@@ -81,40 +84,6 @@ def matching(names: pd.Series, rx: re.Pattern) -> np.ndarray:
     return hit[cat.cat.codes.to_numpy()]
 
 
-def rank_traces(path: str | os.PathLike, rank: int | None, read, max_bytes: int) -> list[RawTrace]:
-    """The raw traces of ``rank`` (default: the lowest) of a file or a directory, ranks grouped
-    as ``tracekit.load`` groups them (:mod:`tracekit.ranks.grouping`): every file of the rank (successive
-    windows of one process), each with ``meta["rank"]``. Only that rank's files (without
-    ``rank``, the lowest rank's) are read when every file's rank can be told from its head, as
-    for ``tracekit analyze --rank`` (:func:`tracekit.ranks.grouping.files_to_read`)."""
-    from .ranks.grouping import FileIdentity, files_to_read, group_files, host_of, manifest_ranks, process_of
-    from .ranks.merged import split_ranks
-
-    p = Path(path)
-    found, _, _ = files_to_read(p, rank, False, max_bytes, lowest=True)
-    # a file that holds several ranks (tracekit.ranks.merged) is one trace per rank
-    pairs = [(f, part) for f in found for raw in [read(f)] for part in (split_ranks(raw) or [raw])]
-    files, raws = [f for f, _ in pairs], [r for _, r in pairs]
-    from_manifest = manifest_ranks(p) if p.is_dir() else {}
-    ids = [
-        FileIdentity(
-            rank=from_manifest.get(f.name) if r.meta.get("rank") is None else r.meta["rank"],
-            pid=process_of(r.events),
-            host=host_of(f, r.meta.get("host_name")),
-        )
-        for f, r in zip(files, raws)
-    ]
-    groups, _ = group_files(ids)
-    if rank is None:
-        rank = min(groups)
-    if rank not in groups:
-        raise TraceError(p, f"no rank {rank}; ranks here: {', '.join(map(str, sorted(groups)))}")
-    out = [raws[i] for i in groups[rank]]
-    for raw in out:
-        raw.meta["rank"] = rank
-    return out
-
-
 def run(
     path: str | os.PathLike,
     pattern: str,
@@ -123,31 +92,36 @@ def run(
     rank: int | None = None,
     limit: int = 10,
     options=None,
+    by_op: bool = False,
 ) -> dict:
     """Read the trace (one rank of a directory) and explain ``pattern`` (see :func:`explain`)."""
     from .pipeline.taxonomy import kernel_rules, module_taxonomy
     from .ranks.analyse import Options, _read
+    from .ranks.raw_rank import rank_traces
 
     options = options or Options()
     raws = rank_traces(path, rank, lambda f: _read(f, options), options.max_bytes)
-    ev = collect(raws, module_taxonomy(options.taxonomy), kernel_rules(options.kernel_rules))
-    doc = explain(ev, pattern, step=step, limit=limit)
+    peaks = [options.peaks(r.meta.get("devices") or []) for r in raws]
+    ev = collect(raws, module_taxonomy(options.taxonomy), kernel_rules(options.kernel_rules), peaks)
+    doc = explain(ev, pattern, step=step, limit=limit, by_op=by_op)
     split = raws[0].meta.get("rank_split")
     if split:  # this rank is one process of a file that held several
         doc["meta"]["rank_split"] = f"{split}; this is rank {raws[0].meta.get('rank')}"
     return doc
 
 
-def collect(raws: list[RawTrace], taxonomy, rules) -> Evidence:
+def collect(raws: list[RawTrace], taxonomy, rules, peaks: list | None = None) -> Evidence:
     """Run the linking and labelling steps on each file of one rank and keep every activity's
     evidence; the files' activities are merged in time order, their steps numbered as
     :func:`tracekit.ranks.grouping.merge_windows` numbers them for ``tracekit analyze``."""
     from .pipeline import Attributed, analyse
     from .ranks.grouping import merge_windows
 
-    parts = []
+    parts, units = [], []
+    peaks = peaks or [None] * len(raws)
     for i, raw in enumerate(raws):
-        t = analyse(raw, taxonomy, rules)
+        t = analyse(raw, taxonomy, rules, peaks[i])
+        units.append(t.perf_units)
         acts = t.acts.assign(file=i, file_step=t.acts["step"])
         parts.append(Attributed(raw.path, t.mode, acts, t.steps, t.windows, t.modules, {}))
     merged = merge_windows(parts)
@@ -162,14 +136,19 @@ def collect(raws: list[RawTrace], taxonomy, rules) -> Evidence:
         modules=[p.modules for p in parts],
         complete=complete,
         files=[Path(r.path).name for r in raws],
+        units=units,
+        peaks=[p or Peaks() for p in peaks],
     )
 
 
-def explain(ev: Evidence, pattern: str, step: int | None = None, limit: int = 10) -> dict:
+def explain(
+    ev: Evidence, pattern: str, step: int | None = None, limit: int = 10, by_op: bool = False
+) -> dict:
     """``{"meta": ..., "chains": [...]}``: the grouped chains of the activities matching
-    ``pattern`` (in ``step`` when given), largest total time first, at most ``limit``."""
+    ``pattern`` (in ``step`` when given), largest total time first, at most ``limit``.
+    ``by_op``: match the op that owns their FLOPs (``perf_op``) instead of their own name."""
     a = ev.acts
-    keep = matching(a["name"], compile_pattern(pattern))
+    keep = matching(a["perf_op" if by_op else "name"], compile_pattern(pattern))
     if step is not None:
         keep &= a["step"].to_numpy() == step
     sub = a[keep]
@@ -199,6 +178,7 @@ def explain(ev: Evidence, pattern: str, step: int | None = None, limit: int = 10
         "rank": ev.rank,
         "mode": ev.mode,
         "pattern": pattern,
+        "by_op": by_op,
         "step": step,
         "matched": int(sub["count"].sum()),
         "pieces": len(sub),
@@ -271,6 +251,7 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
             "rule": str(row["rule"]),
         },
         "module_category": {"category": str(row["module"]) or None, "rule": str(row["module_rule"]) or None},
+        "perf": perf_explain.of_chain(ev, row, members),
     }
 
 

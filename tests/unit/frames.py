@@ -25,7 +25,12 @@ _DEFAULTS = {
     "stream": -1,
     "collective": "",
     "bytes": np.nan,
+    "input_dims": "",
+    "input_types": "",
+    "input_strides": "",
+    "concrete_inputs": "",
 }
+_STRINGS = ("name", "flow_ph", "collective", "input_dims", "input_types", "input_strides", "concrete_inputs")
 
 
 def ev(kind: int, name: str, ts: int, dur: int, **kw) -> dict:
@@ -36,10 +41,10 @@ def ev(kind: int, name: str, ts: int, dur: int, **kw) -> dict:
 def trace(*rows: dict) -> Trace:
     """A pipeline Trace over these events, in the given order."""
     df = pd.DataFrame(list(rows), columns=list(_DEFAULTS))
-    for c in ("name", "flow_ph", "collective"):
+    for c in _STRINGS:
         df[c] = pd.Categorical(df[c].astype(str))
     for c in df.columns:
-        if c not in ("name", "flow_ph", "collective", "bytes"):
+        if c not in (*_STRINGS, "bytes"):
             df[c] = df[c].astype(np.int64)
     df["kind"] = df["kind"].astype(np.int8)
     return Trace(path="unit.json", events=df)

@@ -27,6 +27,9 @@ TABLE_NAMES = [
     "phases",
     "modules",
     "gemm",
+    "gemm_shapes",
+    "efficiency",
+    "op_shapes",
     "comm",
     "idle",
     "kernels",
@@ -55,6 +58,16 @@ class Reading:
     kernel_rules: str | None
     max_bytes: int
     strict: bool
+    devices: str | None = None  # the device peaks (docs/metrics.md)
+    peak_tflops: str | None = None
+    peak_bandwidth: float | None = None
+
+    def options(self, cache: bool = True):
+        """These options as :class:`tracekit.analysis.Options` (for commands that read alone)."""
+        from ..ranks.analyse import Options
+
+        keep = ("taxonomy", "kernel_rules", "max_bytes", "devices", "peak_tflops", "peak_bandwidth")
+        return Options(cache=cache, **{k: getattr(self, k) for k in keep})
 
     def load(self, path: Path, **kw):
         """``tracekit.load`` of ``path`` with these options (and ``kw``), showing progress."""
@@ -68,6 +81,7 @@ class Reading:
             kernel_rules=self.kernel_rules,
             max_bytes=self.max_bytes,
             strict=self.strict,
+            **{k: getattr(self, k) for k in ("devices", "peak_tflops", "peak_bandwidth")},
             **kw,
         )
 
@@ -97,6 +111,9 @@ _READING_OPTIONS = (
         help="In a directory, any file that cannot be "
         "analysed is an error (exit 2) instead of being skipped (exit 1).",
     ),
+    click.option("--devices", type=click.Path(exists=True, dir_okay=False), help="TOML of device peaks."),
+    click.option("--peak-tflops", metavar="T", help="Dense peak TFLOP/s: N, or per dtype bf16=N,fp8=M."),
+    click.option("--peak-bandwidth", type=click.FloatRange(min=0, min_open=True), help="Peak TB/s."),
 )
 
 
@@ -278,15 +295,15 @@ def _selected(analysis, only: list[str], per_step: bool) -> dict:
     show_default=True,
     help="Show at most this many chains (largest total time first).",
 )
+@click.option("--op", "by_op", is_flag=True, help="Match the op whose FLOPs they carry (aten::addmm).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @reading_options
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
 @click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
-def explain(path, pattern, step, limit, fmt, reading, no_cache, debug):
+def explain(path, pattern, step, limit, by_op, fmt, reading, no_cache, debug):
     """Why is this number what it is: the chain behind the labels of the activities whose
     name matches PATTERN (case-insensitive substring or regex). docs/explain.md."""
     from ..explain import run
-    from ..ranks.analyse import Options
 
     with reported(path, debug):
         doc = run(
@@ -295,12 +312,8 @@ def explain(path, pattern, step, limit, fmt, reading, no_cache, debug):
             step=step,
             rank=reading.rank,
             limit=limit,
-            options=Options(
-                taxonomy=reading.taxonomy,
-                kernel_rules=reading.kernel_rules,
-                max_bytes=reading.max_bytes,
-                cache=not no_cache,
-            ),
+            options=reading.options(cache=not no_cache),
+            by_op=by_op,
         )
         if fmt == "json":
             import json

@@ -13,10 +13,13 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ..perf.devices import Peaks
 from ..read.reader import RawTrace
 from . import coverage, labels
 from .backward import link_backward
 from .categories import as_categories, assign_categories
+from .flops import COLUMNS as PERF_COLUMNS
+from .flops import assign_flops, mfu_meta
 from .launches import join_launches
 from .modules import assign_modules
 from .nest import nest_cpu_ops
@@ -78,6 +81,7 @@ INTERVAL_COLUMNS = [
     "bwd_link",
     "fwd_op",
     "fwd_op_id",
+    *PERF_COLUMNS,
 ]
 
 
@@ -156,18 +160,22 @@ def link(raw: RawTrace, taxonomy: ModuleTaxonomy) -> Trace:
     return t
 
 
-def analyse(raw: RawTrace, taxonomy: ModuleTaxonomy, rules: KernelRules) -> Trace:
-    """Every step, in order, on one trace file; the whole state (``explain`` reads it)."""
+def analyse(raw: RawTrace, taxonomy: ModuleTaxonomy, rules: KernelRules, peaks: Peaks | None = None) -> Trace:
+    """Every step, in order, on one trace file; the whole state (``explain`` reads it).
+    ``peaks``: the device peaks the FLOPs are measured against (:func:`tracekit.perf.devices.resolve`)."""
     t = link(raw, taxonomy)
     t = assign_categories(t, taxonomy, rules)
+    t = assign_flops(t, peaks)
     t = find_windows(t)
     t = add_shares(t)
     return t
 
 
-def run(raw: RawTrace, taxonomy: ModuleTaxonomy, rules: KernelRules) -> Attributed:
+def run(
+    raw: RawTrace, taxonomy: ModuleTaxonomy, rules: KernelRules, peaks: Peaks | None = None
+) -> Attributed:
     """Every step on one trace file, and the result the tables need."""
-    return result(analyse(raw, taxonomy, rules))
+    return result(analyse(raw, taxonomy, rules, peaks))
 
 
 def result(t: Trace) -> Attributed:
@@ -181,6 +189,7 @@ def result(t: Trace) -> Attributed:
     meta["kernel_other_share"] = labels.other_share(iv)
     meta["coverage"] = coverage.measure(t.acts)
     meta["step_ranges"] = coverage.step_ranges(t.acts, t.step_ranges)
+    meta["mfu"] = mfu_meta(t.acts, t.steps)
     return Attributed(
         path=t.path,
         mode=t.mode,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache, cached_property
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -40,6 +41,8 @@ class Trace:
     windows: pd.DataFrame = field(default_factory=pd.DataFrame)
     meta: dict = field(default_factory=dict)
     warnings: list = field(default_factory=list)  # TraceWarning (tracekit.pipeline.checks) or str
+    #: What owns FLOPs (:class:`tracekit.pipeline.flops.Units`), for ``tracekit explain``.
+    perf_units: Any = None
 
     @cached_property
     def names(self) -> np.ndarray:

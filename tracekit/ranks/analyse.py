@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from .. import progress
+from ..perf.devices import Peaks
+from ..perf.devices import resolve as resolve_peaks
 from ..pipeline import Attributed, run
 from ..pipeline.taxonomy import kernel_rules, module_taxonomy
 from ..read.reader import DEFAULT_MAX_BYTES, read_trace
@@ -35,6 +37,15 @@ class Options:
     #: The host of the process that gathers the results (set for a Dask cluster): a worker on
     #: another host sends the intervals back, since a handle to its cache would not be readable.
     host: str | None = None
+    #: Device peaks: a devices TOML tried before the built-in table, and explicit values
+    #: (``--peak-tflops``: a number or ``dtype=number,...``; ``--peak-bandwidth`` in TB/s).
+    devices: str | None = None
+    peak_tflops: str | None = None
+    peak_bandwidth: float | None = None
+
+    def peaks(self, device_names: list[str]) -> Peaks:
+        """The peaks a file whose ``deviceProperties`` names are ``device_names`` is measured against."""
+        return resolve_peaks(device_names, self.devices, self.peak_tflops, self.peak_bandwidth)
 
 
 def analyse_file(path: str | os.PathLike, options: Options, store_parsed: bool = True) -> Attributed:
@@ -53,7 +64,7 @@ def analyse_parts(path: str | os.PathLike, options: Options, store_parsed: bool 
     progress.fraction(progress.DECODED)
     out = []
     for part in split_ranks(raw) or [raw]:
-        att = run(part, tax, rules)
+        att = run(part, tax, rules, options.peaks(part.meta.get("devices") or []))
         att.warnings[:0] = part.warnings
         att.meta.update({k: part.meta[k] for k in ("rank", "world_size", "devices", "events_in_file")})
         if "rank_split" in part.meta:

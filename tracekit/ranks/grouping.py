@@ -382,7 +382,7 @@ def files_to_read(
     heads) how the directory's files group into ranks: only rank ``rank``'s files (with
     ``lowest`` and no ``rank``, the lowest rank's) are read when every file's rank can be told
     from its head (:func:`files_of_rank`); else every file.
-    Shared by :func:`load` and ``tracekit explain`` (:func:`tracekit.explain.rank_traces`)."""
+    Shared by :func:`load` and ``tracekit explain`` (:func:`tracekit.ranks.raw_rank.rank_traces`)."""
     if not p.exists():
         raise TraceError(p, "no such file or directory")
     files, skipped = trace_listing(p) if p.is_dir() else ([p], [])

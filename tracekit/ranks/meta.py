@@ -62,6 +62,7 @@ def meta_of(run: Run) -> dict:
     overlap = _phase_overlap(run)
     if overlap:
         notices.append(overlap)
+    notices += _peak_notices(run)
     if run.skipped:
         notices.append(
             f"partial result: {len(run.skipped)} file(s) of the directory skipped (listed in the warnings)"
@@ -82,6 +83,8 @@ def meta_of(run: Run) -> dict:
         "kernel_other_share": {r: a.meta.get("kernel_other_share") for r, a in run.ranks.items()},
         "notices": notices,
         "coverage": {r: a.meta["coverage"] for r, a in run.ranks.items() if a.meta.get("coverage")},
+        "device": {r: a.meta["device"] for r, a in run.ranks.items() if "device" in a.meta},
+        "mfu": {r: a.meta["mfu"] for r, a in run.ranks.items() if "mfu" in a.meta},
         **({"filters": _filter_meta(run)} if run.filters.active else {}),
         "warnings": [w.as_dict() for w in run.warnings],
         "partial": bool(run.skipped),
@@ -107,6 +110,21 @@ def _phase_overlap(run: Run) -> str:
         "average (forward and backward running at once, as DualPipe schedules them): there each "
         "phase's wall is the union of its own activity, so the walls add up to more than the step"
     )
+
+
+def _peak_notices(run: Run) -> list[str]:
+    """One notice per distinct reason a rank with modelled FLOPs has no peak to measure them
+    against (its % of peak and MFU columns are then empty)."""
+    seen: list[str] = []
+    for a in run.ranks.values():
+        why = a.meta.get("device", {}).get("notice")
+        if why and run.mode == "cpu":
+            why = "CPU-only trace: tflops is the CPU's achieved rate, with no peak (--peak-tflops gives one)"
+        if why and (a.meta.get("mfu", {}).get("gflop_per_step") or 0) > 0 and why not in seen:
+            seen.append(why)
+    return [
+        why if why.startswith("CPU") else f"{why}: the % of peak and MFU columns are empty" for why in seen
+    ]
 
 
 def _filter_meta(run: Run) -> dict:

@@ -104,6 +104,9 @@ def result_key(path: str | os.PathLike, options: Any) -> str | None:
                 code_digest(),
                 _rules_file(options.taxonomy),
                 _rules_file(options.kernel_rules),
+                _rules_file(options.devices),
+                options.peak_tflops,
+                options.peak_bandwidth,
             ]
         )
     except (OSError, ValueError):

@@ -26,6 +26,11 @@
  *                       as tracekit.columns does, which of the two applies).
  *   bytes       float64 args.bytes when a number, else NaN.
  *   collective  int32   string code of args["Collective name"], -1 when absent or null.
+ *   input_dims input_types input_strides concrete_inputs
+ *               int32   string code of the JSON text of args["Input Dims"], ["Input type"],
+ *                       ["Input Strides"], ["Concrete Inputs"] exactly as it stands in the
+ *                       run (raw bytes from the value's first byte to its last), -1 when
+ *                       absent or null (tracekit.schema.SHAPE_FIELDS).
  *   meta        list    (triple, pid, tid, args.name) for each event of class METADATA with a
  *                       string args.name (naming a process or thread), pid and tid as msgspec
  *                       decodes them (int, str or None).
@@ -99,6 +104,10 @@
 /* The id columns, in the order of the idstr bits. */
 enum { I_PID, I_TID, I_ID, I_CORR, I_SEQ, I_FWD, I_STREAM, N_IDS };
 static const char *const ID_NAMES[N_IDS] = {"pid", "tid", "flow_id", "corr", "seq", "fwd_tid", "stream"};
+
+/* The args kept as their raw JSON text (tracekit.schema.SHAPE_FIELDS), in that order. */
+enum { S_DIMS, S_TYPES, S_STRIDES, S_CONCRETE, N_SHAPES };
+static const char *const SHAPE_NAMES[N_SHAPES] = {"input_dims", "input_types", "input_strides", "concrete_inputs"};
 
 /* ------------------------------------------------------------------ growable arrays */
 
@@ -259,6 +268,7 @@ typedef struct {
     uint8_t *tflags;
     double *nbytes;
     int32_t *coll;
+    int32_t *shape[N_SHAPES];
 } Cols;
 
 typedef struct {
@@ -1013,36 +1023,83 @@ skip_value(Ctx *c, int depth)
 struct VEnt_ {
     const uint8_t *s; /* its text, in the run (NULL: empty way) */
     uint32_t len;
-    int32_t depth;
+    int16_t depth;
+    int32_t code; /* its text's string code once interned (parse_raw), else -1 */
 };
 typedef struct VEnt_ VEnt;
+
+/* The cache's entry for the container at p ('[' or '{', at least 16 bytes before end) at this
+ * depth, moved to the front of its set; NULL when it is not there (*set: the set it goes in). */
+HOT VEnt *
+vcache_find(Ctx *c, const uint8_t *p, int depth, VEnt **set)
+{
+    const uint8_t *end = c->end;
+    uint64_t a, b;
+    memcpy(&a, p, 8);
+    memcpy(&b, p + 8, 8);
+    VEnt *w = c->vcache + ((a * 0x9e3779b97f4a7c15ULL ^ b * 0xc2b2ae3d27d4eb4fULL) >> 56) * VCACHE_WAYS;
+    *set = w;
+    for (int i = 0; i < VCACHE_WAYS && w[i].s; i++) {
+        VEnt e = w[i];
+        if (e.depth == depth && (size_t)(end - p) >= e.len && same_bytes(e.s, p, e.len)) {
+            memmove(w + 1, w, (size_t)i * sizeof *w);
+            w[0] = e;
+            return w;
+        }
+    }
+    return NULL;
+}
+
+/* The container just checked from p to c->p, kept first in its set (when not too long). */
+HOT void
+vcache_keep(Ctx *c, VEnt *set, const uint8_t *p, int depth, int32_t code)
+{
+    if (c->p - p <= VCACHE_MAX) {
+        memmove(set + 1, set, (VCACHE_WAYS - 1) * sizeof *set);
+        set[0] = (VEnt){p, (uint32_t)(c->p - p), (int16_t)depth, code};
+    }
+}
 
 /* The container at c->p ('[' or '{'), as skip_value(c, depth) checks it: found in the cache,
  * else skipped and kept there (most recent first). */
 static int
 skip_container(Ctx *c, int depth)
 {
-    const uint8_t *p = c->p, *end = c->end;
-    if (end - p < 16 || !c->vcache)
+    const uint8_t *p = c->p;
+    VEnt *set, *e;
+    if (c->end - p < 16 || !c->vcache)
         return skip_value(c, depth);
-    uint64_t a, b;
-    memcpy(&a, p, 8);
-    memcpy(&b, p + 8, 8);
-    VEnt *w = c->vcache + ((a * 0x9e3779b97f4a7c15ULL ^ b * 0xc2b2ae3d27d4eb4fULL) >> 56) * VCACHE_WAYS;
-    for (int i = 0; i < VCACHE_WAYS && w[i].s; i++) {
-        VEnt e = w[i];
-        if (e.depth == depth && (size_t)(end - p) >= e.len && same_bytes(e.s, p, e.len)) {
-            memmove(w + 1, w, (size_t)i * sizeof *w);
-            w[0] = e;
-            c->p = p + e.len;
-            return OK;
-        }
+    if ((e = vcache_find(c, p, depth, &set))) {
+        c->p = p + e->len;
+        return OK;
     }
     TRY(skip_value(c, depth));
-    if (c->p - p <= VCACHE_MAX) {
-        memmove(w + 1, w, (VCACHE_WAYS - 1) * sizeof *w);
-        w[0] = (VEnt){p, (uint32_t)(c->p - p), depth};
+    vcache_keep(c, set, p, depth, -1);
+    return OK;
+}
+
+/* The container at c->p, as skip_container checks it, its text interned (*code): a container
+ * found in the cache keeps the code it was given the first time, so a repeated shape is
+ * neither checked nor hashed again. */
+static int
+raw_container(Ctx *c, int depth, int32_t *code)
+{
+    const uint8_t *p = c->p;
+    VEnt *set, *e;
+    if (c->end - p < 16 || !c->vcache) {
+        TRY(skip_value(c, depth));
+        return intern(c, p, c->p - p, 0, code);
     }
+    if ((e = vcache_find(c, p, depth, &set))) {
+        c->p = p + e->len;
+        if (e->code < 0)
+            TRY(intern(c, p, e->len, 0, &e->code));
+        *code = e->code;
+        return OK;
+    }
+    TRY(skip_value(c, depth));
+    TRY(intern(c, p, c->p - p, 0, code));
+    vcache_keep(c, set, p, depth, *code);
     return OK;
 }
 
@@ -1203,6 +1260,7 @@ typedef struct {
     int32_t triple; /* found early (-1: not yet) */
     int skip;       /* a known triple whose events are not kept: values are checked, not read */
     int64_t ids[N_IDS];
+    int32_t shape[N_SHAPES]; /* raw texts' string codes, -1: absent or null */
     uint8_t idstr;
     Tok pid, tid;
     TimeTag ts_tag, dur_tag;
@@ -1211,7 +1269,8 @@ typedef struct {
 } Ev;
 
 enum { K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_ID, K_ARGS, K_OTHER };
-enum { A_CORR, A_SEQ, A_FWD, A_STREAM, A_COLL, A_BYTES, A_NAME, A_OTHER };
+/* The args fields read; A_SHAPE + S_* are the raw-text ones. At most 32 (bits of `seen`). */
+enum { A_CORR, A_SEQ, A_FWD, A_STREAM, A_COLL, A_BYTES, A_NAME, A_SHAPE, A_OTHER = A_SHAPE + N_SHAPES };
 
 #define KEY_IS(s, len, lit) \
     ((len) == (Py_ssize_t)(sizeof(lit) - 1) && same_bytes((s), (const uint8_t *)(lit), sizeof(lit) - 1))
@@ -1248,6 +1307,10 @@ args_key(const Str *k)
     switch (n) {
     case 4:
         return KEY_IS(s, n, "name") ? A_NAME : A_OTHER;
+    case 10:
+        return KEY_IS(s, n, "Input Dims")   ? A_SHAPE + S_DIMS
+               : KEY_IS(s, n, "Input type") ? A_SHAPE + S_TYPES
+                                            : A_OTHER;
     case 5:
         return KEY_IS(s, n, "bytes") ? A_BYTES : A_OTHER;
     case 6:
@@ -1255,10 +1318,13 @@ args_key(const Str *k)
     case 11:
         return KEY_IS(s, n, "correlation") ? A_CORR : A_OTHER;
     case 13:
-        return KEY_IS(s, n, "Fwd thread id") ? A_FWD : A_OTHER;
+        return KEY_IS(s, n, "Fwd thread id")   ? A_FWD
+               : KEY_IS(s, n, "Input Strides") ? A_SHAPE + S_STRIDES
+                                               : A_OTHER;
     case 15:
         return KEY_IS(s, n, "Sequence number")   ? A_SEQ
                : KEY_IS(s, n, "Collective name") ? A_COLL
+               : KEY_IS(s, n, "Concrete Inputs") ? A_SHAPE + S_CONCRETE
                                                  : A_OTHER;
     default:
         return A_OTHER;
@@ -1415,6 +1481,42 @@ parse_bytes(Ctx *c, double *out)
     return parse_literal(c, "null");
 }
 
+/* An args value not read: checked and stepped over (a scalar here, a container by
+ * skip_container). */
+HOT int
+skip_arg(Ctx *c)
+{
+    if (c->p < c->end && *c->p != '{' && *c->p != '[') {
+        const uint8_t *q = scan_scalar(c->p, c->end);
+        if (!q)
+            return FAIL;
+        c->p = q;
+        return OK;
+    }
+    return skip_container(c, 3);
+}
+
+/* An args value kept as its JSON text (tracekit.schema.SHAPE_FIELDS): checked as skip_arg
+ * checks it, and the bytes from its first to its last interned (raw, as they stand: escapes
+ * and whitespace inside kept), *code -1 for null. The interner keys strings by the bytes
+ * between their quotes and raw texts by their own bytes, in one table: equal bytes are equal
+ * Python strings in both (an entry made from a string with an escape is decoded, but its bytes
+ * never spell a raw text: a raw text holding a backslash holds a string, whose opening quote
+ * is not escaped, and the bytes between a string's quotes have no quote that is not). */
+HOT int
+parse_raw(Ctx *c, int32_t *code)
+{
+    const uint8_t *p = c->p;
+    if (p < c->end && *p == 'n') {
+        *code = -1;
+        return parse_literal(c, "null");
+    }
+    if (p < c->end && (*p == '{' || *p == '['))
+        return raw_container(c, 3, code);
+    TRY(skip_arg(c));
+    return intern(c, p, c->p - p, 0, code);
+}
+
 HOT int
 parse_args_field(Ctx *c, Ev *ev, int key)
 {
@@ -1433,15 +1535,10 @@ parse_args_field(Ctx *c, Ev *ev, int key)
         return parse_bytes(c, &ev->nbytes);
     case A_NAME:
         return ev->skip ? check_str_or_null(c) : parse_str_or_null(c, &ev->argname);
-    default: /* a scalar here, a container by skip_value */
-        if (c->p < c->end && *c->p != '{' && *c->p != '[') {
-            const uint8_t *q = scan_scalar(c->p, c->end);
-            if (!q)
-                return FAIL;
-            c->p = q;
-            return OK;
-        }
-        return skip_container(c, 3);
+    case A_OTHER:
+        return skip_arg(c);
+    default: /* A_SHAPE + S_*: kept as text */
+        return ev->skip ? skip_arg(c) : parse_raw(c, &ev->shape[key - A_SHAPE]);
     }
 }
 
@@ -1767,6 +1864,9 @@ grow_cols(Cols *k, size_t need)
     G(k->tflags);
     G(k->nbytes);
     G(k->coll);
+    for (int i = 0; i < N_SHAPES; i++) {
+        G(k->shape[i]);
+    }
 #undef G
     k->cap = c2;
     return OK;
@@ -1787,6 +1887,8 @@ parse_event(Ctx *c)
     ev.ts_tag = ev.dur_tag = T_MISSING;
     for (int i = 0; i < N_IDS; i++)
         ev.ids[i] = -1;
+    for (int i = 0; i < N_SHAPES; i++)
+        ev.shape[i] = -1;
     ev.nbytes = NAN;
     TRY(event_members(c, &ev));
     int32_t t;
@@ -1823,6 +1925,8 @@ parse_event(Ctx *c)
     k->idstr[i] = ev.idstr;
     k->nbytes[i] = ev.nbytes;
     k->coll[i] = ev.coll;
+    for (int j = 0; j < N_SHAPES; j++)
+        k->shape[j][i] = ev.shape[j];
     k->n = i + 1;
     return OK;
 }
@@ -2041,6 +2145,9 @@ put_columns(PyObject *d, Ctx *c)
     for (int i = 0; i < N_IDS; i++)
         if (put_column(d, ID_NAMES[i], &k->ids[i], n, sizeof(int64_t)) < 0)
             return -1;
+    for (int i = 0; i < N_SHAPES; i++)
+        if (put_column(d, SHAPE_NAMES[i], &k->shape[i], n, sizeof(int32_t)) < 0)
+            return -1;
     if (put_column(d, "kind", &k->kind, n, sizeof(int8_t)) < 0 ||
         put_column(d, "classes", &c->triples.cls, c->triples.n, sizeof(int8_t)) < 0 ||
         put_column(d, "counts", &c->triples.count, c->triples.n, sizeof(int64_t)) < 0 ||
@@ -2107,6 +2214,8 @@ free_ctx(Ctx *c)
     free(c->cols.tflags);
     free(c->cols.nbytes);
     free(c->cols.coll);
+    for (int i = 0; i < N_SHAPES; i++)
+        free(c->cols.shape[i]);
     free(c->meta);
     free(c->vcache);
 }

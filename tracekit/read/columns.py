@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
@@ -20,6 +21,7 @@ from .schema import (
     MEMCPY,
     MEMSET,
     METADATA,
+    SHAPE_FIELDS,
     UNKNOWN,
     Args,
     Event,
@@ -85,6 +87,26 @@ def _categorical_codes(codes: np.ndarray, value: Any) -> pd.Categorical:
     remap = np.zeros(len(used) and int(used[-1]) + 1, dtype=np.int64)
     remap[used] = sub
     return pd.Categorical.from_codes(remap[codes], categories=distinct)
+
+
+def _raw_texts(values: list[msgspec.Raw]) -> pd.Categorical:
+    """The JSON texts of ``msgspec.Raw`` values as a categorical: each text as written, ``""``
+    for an absent value (empty), ``null``, or text that is not UTF-8. Each distinct text is
+    decoded once."""
+    if not values:
+        return pd.Categorical([])
+    codes, distinct = pd.factorize(np.array([bytes(v) for v in values], dtype=object))
+    texts = np.array([_raw_text(b) for b in distinct], dtype=object)
+    return _categorical_codes(codes, lambda c: texts[c])
+
+
+def _raw_text(raw: bytes) -> str:
+    if raw == b"null":
+        return ""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:  # msgspec does not check the strings of a raw value
+        return ""
 
 
 def _fast_int_column(values: list, none: int = -1) -> np.ndarray:
@@ -198,6 +220,7 @@ class _FrameBuilder:
             "bytes": np.array(
                 [b if isinstance(b := a.bytes, (int, float)) else np.nan for a in args], dtype=np.float64
             ),
+            **{f: _raw_texts([getattr(a, f) for a in args]) for f in SHAPE_FIELDS},
         }
         self.add_part(len(events), sel, part)
         return True
@@ -228,7 +251,7 @@ class _FrameBuilder:
         so the columns are never held twice over."""
         parts = [p.pop(name) for p in self.parts]
         if not parts:
-            if name in ("name", "flow_ph", "collective"):
+            if name in CATEGORICAL_COLUMNS:
                 return pd.Categorical([])
             return np.zeros(0, dtype=_EMPTY_DTYPES.get(name, np.int64))
         if isinstance(parts[0], pd.Categorical):
@@ -302,7 +325,10 @@ _COLUMNS = (
     "stream",
     "collective",
     "bytes",
+    *SHAPE_FIELDS,
 )
+#: The event columns that are categoricals of strings ("" when absent).
+CATEGORICAL_COLUMNS = ("name", "flow_ph", "collective", *SHAPE_FIELDS)
 
 
 #: Events decoded per chunk by the chunked reader.

@@ -26,6 +26,11 @@ class Args(msgspec.Struct, gc=False):
     collective: str | None = msgspec.field(default=None, name="Collective name")
     bytes: Number | str | None = None
     name: str | None = None  # metadata events: process / thread names
+    # The shapes of an op's inputs, kept as their JSON text (see SHAPE_FIELDS).
+    input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input type")
+    input_strides: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Strides")
+    concrete_inputs: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Concrete Inputs")
 
 
 class Event(msgspec.Struct, gc=False):
@@ -67,6 +72,17 @@ class TraceDoc(msgspec.Struct, gc=False):
 class TextTimeDoc(TraceDoc, gc=False):
     traceEvents: list[TextTimeEvent]  # type: ignore[assignment]
 
+
+#: The ``args`` recorded with ``record_shapes=True``, each an event column of the same name
+#: (:class:`Args`' field) holding the value's JSON text exactly as the file writes it
+#: (whitespace and escapes included), ``""`` when absent, null or not UTF-8: shapes repeat, so
+#: the columns are categorical and a reader parses each distinct text once.
+SHAPE_FIELDS = {
+    "input_dims": "Input Dims",
+    "input_types": "Input type",
+    "input_strides": "Input Strides",
+    "concrete_inputs": "Concrete Inputs",
+}
 
 _DECODER = msgspec.json.Decoder(TraceDoc)
 _TEXT_TIME_DECODER = msgspec.json.Decoder(TextTimeDoc)

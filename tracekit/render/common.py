@@ -19,10 +19,31 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analyses import column_unit, spec_of
-from tracekit.analyses._registry import BYTES, COUNT, INDEX, MB, MS, PCT, PER_S, US
+from tracekit.analyses._registry import (
+    BYTES,
+    CALLS,
+    COUNT,
+    FLOP_PER_BYTE,
+    GBYTE,
+    GFLOP,
+    INDEX,
+    MB,
+    MS,
+    PCT,
+    PER_S,
+    TBPS,
+    TFLOPS,
+    US,
+)
+
+#: Units of amounts that span many orders of magnitude (a GEMM of 0.001 or 3,000 GFLOP).
+MAGNITUDES = {GFLOP, GBYTE, TFLOPS, TBPS, FLOP_PER_BYTE}
 
 #: Titles of tables that are not in the registry (``tracekit compare``).
-COMPARE_TITLES = {"attention": "Attention time, A vs B (Table VIII)"}
+COMPARE_TITLES = {
+    "attention": "Attention time, A vs B (Table VIII)",
+    "efficiency_rates": "Efficiency, A vs B: achieved TFLOP/s, % of peak, modelled share",
+}
 
 
 def title(name: str) -> str:
@@ -63,6 +84,10 @@ def cell(name: str, column: str, v) -> str:
             return f"{round(f):,}" if unit != INDEX else str(round(f))
         if unit == PCT:
             return f"{f:,.1f}"
+        if unit == CALLS:  # a mean number of calls per step: whole, or to two decimals
+            return f"{f:,.2f}".rstrip("0").rstrip(".")
+        if unit in MAGNITUDES:
+            return f"{f:,.1f}" if abs(f) >= 100 else f"{f:,.3f}" if abs(f) >= 1 or f == 0 else f"{f:.3g}"
         if unit in (US, MB, PER_S):
             return f"{f:,.1f}"
         return f"{f:,.3f}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tracekit.explain import MISSING
+from tracekit.perf.explain import lines as perf_lines
 from tracekit.pipeline.taxonomy import MODULE_CATEGORIES
 
 from .terminal import safe_plain
@@ -56,7 +57,8 @@ def lines(doc: dict) -> list[str]:
     if m.get("rank_split"):
         out.append(f"ranks: {m['rank_split']}")
     if not m["matched"]:
-        out.append("no activity name matches (case-insensitive substring or regular expression)")
+        what = "no op with a model" if m.get("by_op") else "no activity name"
+        out.append(f"{what} matches (case-insensitive substring or regular expression)")
     for i, c in enumerate(doc["chains"], 1):
         out += [""] + chain_lines(i, c, m.get("rank_files", 1) > 1)
     if m["shown"] < m["groups"]:
@@ -85,7 +87,7 @@ def chain_lines(i: int, c: dict, several_files: bool = False) -> list[str]:
     out += _launch_lines(c) + _op_stack_lines(c)
     mod = c["module"]
     out.append(_row("module", "none (no module range around the launch)" if mod is None else mod["path"]))
-    out += _backward_lines(c) + _label_lines(c)
+    out += _backward_lines(c) + _label_lines(c) + perf_lines(c.get("perf"), _row)
     return out
 
 

@@ -28,6 +28,7 @@ from tracekit.analyses import spec_of
 from ..pipeline.checks import text
 from ..pipeline.coverage import lines as coverage_lines
 from .common import cell, filters_text, header, numeric, shown_rows, title
+from .perf_charts import CHARTS as PERF_CHARTS
 
 PALETTE = [
     "#4c78a8",
@@ -244,15 +245,17 @@ CHARTS = {
 }
 
 
-def figures(tables: dict[str, pd.DataFrame]) -> list[tuple[str, dict]]:
+def figures(tables: dict[str, pd.DataFrame], meta: dict | None = None) -> list[tuple[str, dict]]:
     """(id, plotly figure) for each chart the tables allow (the registry's ``chart`` says
-    which tables have one)."""
+    which tables have one; the perf charts, :mod:`.perf_charts`, also read ``meta.device``)."""
     figs: list[tuple[str, dict]] = []
     for name, df in tables.items():
         if not isinstance(df, pd.DataFrame) or df.empty:
             continue
         spec = spec_of(name)
-        if name == "ranks":
+        if name in PERF_CHARTS:
+            figs += PERF_CHARTS[name](df, meta or {}, label)
+        elif name == "ranks":
             figs += _rank_chart(df)
         elif name in CHARTS and (spec is None or spec.chart != "none"):
             figs += CHARTS[name](_with_rank(df))
@@ -336,7 +339,7 @@ def render_report(meta: dict, tables: dict[str, pd.DataFrame]) -> str:
     """The whole page as a string."""
     from plotly.offline import get_plotlyjs
 
-    figs = figures(tables)
+    figs = figures(tables, meta)
     title = "tracekit comparison" if "a" in meta and "b" in meta else "tracekit report"
     aggregation = str(meta.get("aggregation", "mean per complete step"))
     charts = "".join(f'<div class="chart" id="c-{i}"></div>' for i, _ in enumerate(figs))

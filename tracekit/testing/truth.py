@@ -8,7 +8,7 @@ the code under test cannot fail.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import pairwise
 from typing import Any
@@ -79,13 +79,15 @@ class Activity:
 
 @dataclass
 class Op:
-    """A CPU op the builder recorded: its name, thread, start (ns), sequence number, module."""
+    """A CPU op the builder recorded: its name, thread, start (ns), sequence number, module,
+    and the shapes it was given (``input_dims``... as planted: Python values)."""
 
     name: str
     tid: int
     start: int
     seq: int | None
     module: str | None
+    shapes: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
