@@ -4,7 +4,8 @@ Per step and (name, category, module, phase) of the complete steps' device activ
 
 * ``count``: how many ran; ``total_ms``: sum of their durations (overlap included);
 * ``mean_us``: total_ms / count, in microseconds (a ratio of the step means);
-* ``percent``: total_ms / the step's device window x 100.
+* ``percent``: total_ms / the total of all rows x 100: the row's share of the device time
+  (sum of durations) of the activities the table covers; the rows add up to 100.
 
 ``category`` is the kernel category (Table X), ``module`` the module category of the launching
 op (Table VI), ``phase`` the launching op's phase. Each step keeps its :data:`KEEP` largest rows
@@ -21,8 +22,8 @@ import pandas as pd
 
 from tracekit.pipeline.windows import Windows
 
-from ._common import as_text, narrow, percent, sums, text
-from ._registry import COUNT, MS, PCT, US, register
+from ._common import as_text, narrow, sums, text
+from ._registry import COUNT, MS, PCT, US, Ratio, register
 
 #: Rows kept per step; the rest are summed into one "(other kernels)" row.
 KEEP = 50
@@ -111,10 +112,7 @@ def short_name(name: str) -> str:
 
 
 def _finish(df: pd.DataFrame) -> pd.DataFrame:
-    """``mean_us`` from the aggregated total and count; largest total first."""
-    df = df.copy()
-    count = df["count"].astype(float)
-    df["mean_us"] = (df["total_ms"] * 1000.0).where(count > 0, 0.0) / count.where(count > 0, 1.0)
+    """Largest total first."""
     by = [c for c in ("rank", "step", "stage") if c in df.columns]
     return df.sort_values(by + ["total_ms"], ascending=[True] * len(by) + [False], kind="stable").reset_index(
         drop=True
@@ -132,7 +130,7 @@ def _keep_top(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([top, other[top.columns]], ignore_index=True)
 
 
-COLUMNS = ["step", "name", "category", "module", "phase", "count", "total_ms", "mean_us", "percent"]
+COLUMNS = ["step", "name", "category", "module", "phase", "count", "total_ms"]
 
 
 @register(
@@ -140,6 +138,10 @@ COLUMNS = ["step", "name", "category", "module", "phase", "count", "total_ms", "
     title="Top kernels",
     keys=("name", "category", "module", "phase"),
     values={"count": COUNT, "total_ms": MS, "mean_us": US, "percent": PCT},
+    ratios={
+        "mean_us": Ratio("total_ms", "count", scale=1000.0),
+        "percent": Ratio("total_ms", "total_ms", within=()),
+    },
     finish=_finish,
     filters=frozenset({"phase", "module"}),
     top=20,
@@ -148,9 +150,8 @@ COLUMNS = ["step", "name", "category", "module", "phase", "count", "total_ms", "
     chart="bar",
 )
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
-    window = windows.steps.set_index("step")["window_ms"]
     used = ["step", "name", "kernel_category", "module", "phase", "start", "end", "count"]
-    iv = narrow(intervals, used, intervals["step"].isin(window.index).to_numpy())
+    iv = narrow(intervals, used, intervals["step"].isin(windows.steps["step"]).to_numpy())
     if iv.empty:
         return pd.DataFrame(columns=COLUMNS)
     frame = pd.DataFrame(
@@ -169,6 +170,4 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     out = as_text(out, ["name", "category", "module", "phase"])
     out = _keep_top(out)
     out["count"] = out["count"].astype("int64")
-    out["mean_us"] = out["total_ms"] * 1000.0 / out["count"]
-    out["percent"] = percent(out["total_ms"], window.reindex(out["step"]).to_numpy())
     return _finish(out)[COLUMNS]

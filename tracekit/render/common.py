@@ -3,7 +3,8 @@
 Machine formats (JSON, CSV, Parquet) keep every row and full names; people get:
 
 * headers with units (``wall_ms`` -> ``wall (ms)``, ``percent`` -> ``%``);
-* numbers by unit: counts and bytes as integers with separators, ms with 3 decimals, % with 1;
+* numbers by unit: ms with 3 decimals, % with 1; counts and bytes with separators, whole
+  numbers without decimals, a mean count with its fraction (:func:`count_text`);
 * no all-zero rows (a phase absent from the trace, a category with nothing in it), and a note
   saying how many were hidden; a row with any non-zero value is always shown;
 * the top rows of long tables (``spec.top``, largest ``spec.sort_by`` first), with a note;
@@ -19,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analyses import column_unit, spec_of
-from tracekit.analyses._registry import BYTES, COUNT, INDEX, MS, PCT, US
+from tracekit.analyses._registry import BYTES, COUNT, INDEX, MEAN, MS, PCT, STAGE_MEAN, US
 
 #: Titles of tables that are not in the registry (``tracekit compare``).
 COMPARE_TITLES = {"attention": "Attention time, A vs B (Table VIII)"}
@@ -35,7 +36,8 @@ def title(name: str) -> str:
 
 
 def header(name: str, column: str) -> str:
-    """``wall_ms`` -> ``wall (ms)``; ``percent`` -> ``%``; ``vs_mean_pct`` -> ``vs mean (%)``."""
+    """``wall_ms`` -> ``wall (ms)``; ``percent`` -> ``%``; ``vs_mean_pct`` -> ``vs mean (%)``;
+    a count or bytes of a table of steps -> ``count (/step)`` (a mean keeps its fraction)."""
     unit = column_unit(name, column)
     base = column
     for suffix in ("_ms", "_us", "_pct"):
@@ -44,19 +46,39 @@ def header(name: str, column: str) -> str:
         return "%" if not column.startswith("paper_") else "paper %"
     base = base.replace("_", " ")
     shown = {MS: "ms", US: "us", PCT: "%"}.get(unit)
+    if unit in (COUNT, BYTES) and _per_step_sums(name):
+        shown = "/step"
     return f"{base} ({shown})" if shown else base
+
+
+def _per_step_sums(name: str) -> bool:
+    """A table of sums per step (its counts are per step, and a mean keeps their fraction)."""
+    spec = spec_of(name)
+    return spec is not None and spec.aggregate in (MEAN, STAGE_MEAN) and spec.source is None
+
+
+def count_text(f: float) -> str:
+    """A count: whole numbers as integers (``1,234``), a mean's fraction with three significant
+    digits at least (``0.5``, ``2.25``, ``0.0167``, ``70.3``), so that it never reads 0 where
+    something ran, and count x mean duration reads as the total."""
+    if abs(f - round(f)) < 1e-9:
+        return f"{round(f):,}"
+    digits = min(max(2 - math.floor(math.log10(abs(f))), 1), 6)
+    return f"{f:,.{digits}f}".rstrip("0").rstrip(".")
 
 
 def cell(name: str, column: str, v) -> str:
     """One value as text, by its column's unit."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
         return ""
     if isinstance(v, (bool, np.bool_)):
         return str(bool(v))
     if isinstance(v, (int, float, np.integer, np.floating)):
         unit = column_unit(name, column)
         f = float(v)
-        if unit in (COUNT, BYTES, INDEX) or (isinstance(v, (int, np.integer)) and unit != MS):
+        if unit in (COUNT, BYTES):
+            return count_text(f)
+        if unit == INDEX or (isinstance(v, (int, np.integer)) and unit != MS):
             return f"{round(f):,}" if unit != INDEX else str(round(f))
         if unit == PCT:
             return f"{f:,.1f}"

@@ -19,6 +19,8 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _clean(v):
+    if v is pd.NA:
+        return None
     if isinstance(v, (np.integer,)):
         return int(v)
     if isinstance(v, (np.floating, float)):
