@@ -11,15 +11,14 @@ Per step and (name, category, module, phase) of the complete steps' device activ
 op (Table VI), ``phase`` the launching op's phase. Each step keeps its :data:`KEEP` largest rows
 and one ``(other kernels)`` row for the rest, so the rows still add up to all device time.
 Rows are sorted by ``total_ms``; files keep full names, the terminal shows the top 20 with names
-shortened by :func:`short_name` (``--wide``: full names).
+shortened by :func:`tracekit.names.short_name` (``--wide``: full names).
 """
 
 from __future__ import annotations
 
-import re
-
 import pandas as pd
 
+from tracekit import names
 from tracekit.pipeline.windows import Windows
 
 from ._common import as_text, narrow, sums, text
@@ -28,87 +27,8 @@ from ._registry import COUNT, MS, PCT, US, Ratio, register
 #: Rows kept per step; the rest are summed into one "(other kernels)" row.
 KEEP = 50
 OTHER = "(other kernels)"
-#: Display length of a shortened kernel name.
-SHORT = 60
-_PRIMITIVE = {
-    "int",
-    "unsigned",
-    "long",
-    "float",
-    "double",
-    "char",
-    "bool",
-    "short",
-    "void",
-    "signed",
-    "const",
-    "half",
-    "true",
-    "false",
-    "at",
-    "c10",
-    "std",
-    "detail",
-    "native",
-}
-
-
-def _outline(s: str) -> tuple[str, list[str]]:
-    """``s`` with each outermost ``<...>`` replaced by ``\x00i\x00`` and the texts inside."""
-    out: list[str] = []
-    inner: list[str] = []
-    cur: list[str] = []
-    depth = 0
-    for ch in s:
-        if ch == "<":
-            depth += 1
-            if depth == 1:
-                continue
-        elif ch == ">" and depth:
-            depth -= 1
-            if depth == 0:
-                out.append(f"\x00{len(inner)}\x00")
-                inner.append("".join(cur))
-                cur = []
-                continue
-        (cur if depth else out).append(ch)
-    return "".join(out), inner
-
-
-def _cut_arguments(s: str) -> str:
-    """``s`` without its trailing ``(...)`` argument list."""
-    if not s.endswith(")"):
-        return s
-    depth = 0
-    for i in range(len(s) - 1, -1, -1):
-        depth += {")": 1, "(": -1}.get(s[i], 0)
-        if depth == 0:
-            return s[:i].rstrip()
-    return s
-
-
-def short_name(name: str) -> str:
-    """A kernel name for display: no return type, argument list or namespaces; template
-    arguments reduced to the first named type (``multimem_all_reduce_kernel<BFloat16>``).
-    Names that are not C++ signatures (``Memcpy DtoD (Device -> Device)``, ``nvjet_...``) are
-    kept, cut to :data:`SHORT` characters."""
-    s = str(name).strip()
-    if "<" in s or "::" in s:
-        s = re.sub(r"^void\s+", "", s.replace("(anonymous namespace)::", ""))
-        outer, inner = _outline(s)
-        outer = _cut_arguments(outer)
-        last = outer.split()[-1] if outer.split() else outer
-        last = last.rsplit("::", 1)[-1] or last
-        m = re.search(r"\x00(\d+)\x00", last)
-        base = re.sub(r"\x00\d+\x00", "", last)
-        named = []
-        if m:
-            words = [w.rsplit("::", 1)[-1] for w in re.findall(r"[A-Za-z_][\w:]*", inner[int(m.group(1))])]
-            named = [w for w in words if w.lower() not in _PRIMITIVE and len(w) > 2]
-        s = f"{base}<{named[0]}>" if named else base or s
-    elif re.match(r"^[\w.$]+\(", s):  # a C signature: name(args)
-        s = _cut_arguments(s)
-    return s if len(s) <= SHORT else s[: SHORT - 1] + "\u2026"
+#: The display form of a kernel name (tracekit.names; files keep the full name).
+short_name = names.short_name
 
 
 def _finish(df: pd.DataFrame) -> pd.DataFrame:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from .errors import TraceError
+from .names import head
 
 #: Table VI rows in the paper's order (Attention stands for fused attention kernels; Attention
 #: other is the attention block's glue: q/k/v views and transposes, KV-cache writes, ...).
@@ -202,18 +203,12 @@ class KernelRule:
     head: re.Pattern | None = None
 
 
-_BRACKETS = re.compile(r"<[^<>]*>|\([^()]*\)")
-
-
 def kernel_head(name: str) -> str:
     """A kernel's own name: template arguments and parameter lists removed, return type
-    dropped (``void at::native::reduce_kernel<512, 1, Op<..>>(..)`` -> ``at::native::reduce_kernel``).
+    dropped (``void at::native::reduce_kernel<512, 1, Op<..>>(..)`` -> ``at::native::reduce_kernel``),
+    in time linear in the name's length whatever its nesting (:func:`tracekit.names.head`).
     Names without brackets (mangled, cuBLAS, Triton) are their own head."""
-    prev, s = None, name
-    while prev != s and ("<" in s or "(" in s):
-        prev, s = s, _BRACKETS.sub("", s)
-    parts = s.split()
-    return parts[-1] if parts else name
+    return head(name)
 
 
 #: Most distinct kernel cases :attr:`KernelRules.memo` keeps between files (~20 MB at most).

@@ -128,8 +128,8 @@ def rich_tables(
 ) -> list[Table]:
     """One table as rich Tables that fit ``width`` (value columns split over several tables,
     each repeating the key columns, when one would not fit); [] when nothing is left to show."""
-    shown = shown_rows(name, df, top=top, wide=wide)
-    rows = shown.frame if skip_zero else df
+    shown = shown_rows(name, df, top=top, wide=wide, skip_zero=skip_zero)
+    rows = shown.frame
     if rows.empty:
         return []
     texts = {c: [cell(name, c, v) for v in rows[c]] for c in df.columns}
