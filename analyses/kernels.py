@@ -34,6 +34,14 @@ from ._common import WINDOW_PHASES, narrow, share_column, sums, text, text_index
 from ._registry import COUNT, MS, PCT, STAGE_MEAN, Ratio, register
 from ._stages import ORDER, has_stages
 
+
+def _idle_has_no_count(df: pd.DataFrame) -> pd.DataFrame:
+    """The Idle row's count is empty in the mean too (idle is no activity; a sum made it 0)."""
+    df = df.copy()
+    df["count"] = df["count"].astype(float).where(df["group"].astype(str) != "idle")
+    return df
+
+
 GROUPS = {
     "compute": KERNEL_CATEGORIES,
     "comm": COMM_CATEGORIES,
@@ -54,6 +62,7 @@ ROWS = [(g, c) for g, cats in GROUPS.items() for c in cats]
     compare="time_ms",
     values={"count": COUNT, "time_ms": MS, "kernel_ms": MS, "percent": PCT},
     ratios={"percent": Ratio("time_ms", "time_ms", within=("stage",))},
+    finish=_idle_has_no_count,
 )
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     staged = has_stages(intervals)

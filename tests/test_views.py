@@ -492,5 +492,7 @@ def test_markdown_reads_well(run):
     assert lines[0].startswith("# tracekit: ") and any(x.startswith("- **mode**") for x in lines)
     assert "| phase | wall (ms) | % |" in md and "### Top kernels" in md
     kernels = md.split("### Kernel categories")[1].split("###")[0]
-    counts = [line.split("|")[3].strip() for line in kernels.splitlines() if line.startswith("| ")][1:]
+    rows = [line.split("|") for line in kernels.splitlines() if line.startswith("| ")][1:]
+    counts = [r[3].strip() for r in rows if r[1].strip() != "idle"]
     assert counts and all(re.fullmatch(r"[\d,]+", c) for c in counts)
+    assert [r[3].strip() for r in rows if r[1].strip() == "idle"] == [""]  # idle: no activities
