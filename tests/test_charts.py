@@ -155,7 +155,7 @@ def test_a_kernel_is_the_sum_of_its_rows_and_colliding_names_are_two_bars():
             "percent": [40.0, 40.0, 11.0, 9.0],
         }
     )
-    (key, fig), *_ = figures({"top_kernels": top})
+    (_key, fig), *_ = figures({"top_kernels": top})
     bars = dict(zip(map(html.unescape, fig["data"][0]["y"]), fig["data"][0]["x"]))
     assert bars["ncclKernel_SendRecv"] == pytest.approx(21.8)
     assert len(bars) == 3
