@@ -282,7 +282,8 @@ def _selected(analysis, only: list[str], per_step: bool) -> dict:
 @click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
 def explain(path, pattern, step, limit, fmt, reading, no_cache, debug):
     """Why is this number what it is: the chain behind the labels of the activities whose
-    name matches PATTERN (case-insensitive substring or regex). docs/explain.md."""
+    name matches PATTERN (case-insensitive substring or regex), in one rank: a directory's
+    lowest rank, or --rank R (the output names the ranks there). docs/explain.md."""
     from .analysis import Options
     from .explain import run
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +58,8 @@ class Evidence:
     modules: list[pd.DataFrame]
     complete: set
     files: list[str]
+    #: Every rank of the directory (one rank is searched: this one).
+    ranks: list[int] = field(default_factory=list)
 
     def of(self, row: pd.Series) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(events, modules) of the file ``row`` came from."""
@@ -80,17 +82,20 @@ def matching(names: pd.Series, rx: re.Pattern) -> np.ndarray:
     return hit[cat.cat.codes.to_numpy()]
 
 
-def rank_traces(path: str | os.PathLike, rank: int | None, read, max_bytes: int) -> list[RawTrace]:
+def rank_traces(
+    path: str | os.PathLike, rank: int | None, read, max_bytes: int
+) -> tuple[list[RawTrace], list[int]]:
     """The raw traces of ``rank`` (default: the lowest) of a file or a directory, ranks grouped
     as ``tracekit.load`` groups them (:mod:`tracekit.ranks`): every file of the rank (successive
-    windows of one process), each with ``meta["rank"]``. Only that rank's files (without
-    ``rank``, the lowest rank's) are read when every file's rank can be told from its head, as
-    for ``tracekit analyze --rank`` (:func:`tracekit.ranks.files_to_read`)."""
+    windows of one process), each with ``meta["rank"]``; and every rank there is. Only that
+    rank's files (without ``rank``, the lowest rank's) are read when every file's rank can be
+    told from its head, as for ``tracekit analyze --rank`` (:func:`tracekit.ranks.files_to_read`)."""
     from .analysis import files_to_read
-    from .ranks import FileIdentity, group_files, host_of, manifest_ranks, process_of
+    from .files import trace_listing
+    from .ranks import FileIdentity, files_of_rank, group_files, host_of, manifest_ranks, process_of
 
     p = Path(path)
-    files, _, _ = files_to_read(p, rank, False, max_bytes, lowest=True)
+    files, _, by_head = files_to_read(p, rank, False, max_bytes, lowest=True)
     raws = [read(f) for f in files]
     from_manifest = manifest_ranks(p) if p.is_dir() else {}
     ids = [
@@ -109,7 +114,11 @@ def rank_traces(path: str | os.PathLike, rank: int | None, read, max_bytes: int)
     out = [raws[i] for i in groups[rank]]
     for raw in out:
         raw.meta["rank"] = rank
-    return out
+    ranks = sorted(groups)
+    if by_head is not None:  # only this rank's files were read: every rank from the heads
+        heads = files_of_rank(p, trace_listing(p)[0], rank, max_bytes)
+        ranks = heads[1] if heads is not None else ranks
+    return out, ranks
 
 
 def run(
@@ -126,8 +135,9 @@ def run(
     from .taxonomy import kernel_rules, module_taxonomy
 
     options = options or Options()
-    raws = rank_traces(path, rank, lambda f: _read(f, options), options.max_bytes)
+    raws, ranks = rank_traces(path, rank, lambda f: _read(f, options), options.max_bytes)
     ev = collect(raws, module_taxonomy(options.taxonomy), kernel_rules(options.kernel_rules))
+    ev.ranks = ranks
     return explain(ev, pattern, step=step, limit=limit)
 
 
@@ -201,6 +211,7 @@ def explain(ev: Evidence, pattern: str, step: int | None = None, limit: int = 10
         "complete_steps": sorted(int(s) for s in ev.complete),
         "rank_files": len(ev.files),
         "files": ev.files,
+        "ranks": ev.ranks or ([ev.rank] if ev.rank is not None else []),
     }
     return {"meta": meta, "chains": chains}
 

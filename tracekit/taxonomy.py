@@ -54,8 +54,19 @@ KERNEL_CATEGORIES = [
     "Embedding",
     "Other",
 ]
-#: Communication categories: the paper's AllReduce / AllGather, all-to-all (expert parallelism).
-COMM_CATEGORIES = ["AllReduce", "AllGather", "AllToAll", "Other"]
+#: Communication categories: every collective (kernels.toml's ``collectives``), so that a
+#: communication kernel's category is its collective, the one label the comm table gives it
+#: too (the paper's AllReduce / AllGather, all-to-all of expert parallelism, ...).
+COMM_CATEGORIES = [
+    "AllReduce",
+    "AllGather",
+    "ReduceScatter",
+    "AllToAll",
+    "Broadcast",
+    "Reduce",
+    "SendRecv",
+    "Other",
+]
 
 
 def _rx_required(pattern: str, flags: int = 0) -> re.Pattern:
