@@ -23,7 +23,9 @@ from tracekit.pipeline.windows import Windows
 from ._common import NS_PER_MS, as_text, narrow, sums
 from ._registry import BYTES, COUNT, MS, PCT, STEP_WINDOW, Ratio, register
 
-_DIRECTION = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP)")
+#: The copy kinds (the ``kind`` column): directions, Memset, and Other for a name saying none.
+KINDS = ["HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "Memset", "Other"]
+_DIRECTION = re.compile("(" + "|".join(KINDS[:5]) + ")")
 
 
 def direction(name: str) -> str:

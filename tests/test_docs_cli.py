@@ -47,3 +47,15 @@ def test_rank_dir_files_exist():
     if not SHARED.is_dir():
         pytest.skip(f"shared traces not found at {SHARED}")
     assert all((SHARED / "hta" / f).is_file() for f in RANK_FILES)
+
+
+def test_generated_sections_are_what_the_code_gives():
+    """The analyze options, every table's columns and ratios, and the values of the label
+    columns are written from the code (tests/docs_generated.py): run
+    ``python tests/docs_cli.py --update`` after changing any of them."""
+    from docs_generated import SECTIONS, sections
+
+    found = sections(DOC.read_text(encoding="utf-8"))
+    assert set(found) == set(SECTIONS)
+    for name, make in SECTIONS.items():
+        assert found[name] == make(), f"docs/cli.md section {name} is stale: python tests/docs_cli.py --update"

@@ -114,12 +114,21 @@ def reading_options(command):
 
 @main.command()
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="table",
+    show_default=True,
+    help="table: terminal tables; json: one object, the JSON contract (docs/cli.md); csv: every "
+    "table after a '# name' line; md: Markdown; parquet: one file per table (needs --out DIR); "
+    "html: a self-contained report with charts (needs --out).",
+)
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
-    help="Write here instead of stdout "
-    "(a directory for csv/parquet: one file per table; for html DIR/report.html).",
+    help="Write here instead of stdout. csv: a directory gets one NAME.csv per table; parquet: a "
+    "directory; html: FILE.html, or a directory (DIR/report.html).",
 )
 @click.option("--per-step", is_flag=True, help="One row per step (a `step` column) instead of the mean.")
 @click.option(
@@ -137,7 +146,8 @@ def reading_options(command):
     "--phase",
     "phase_filter",
     type=click.Choice(PHASES, case_sensitive=False),
-    help="Only this phase (tables that can tell phases apart).",
+    help="Only this phase, in the tables that can tell phases apart (recompute: the part of "
+    "backward that reruns forward modules).",
 )
 @click.option(
     "--module",
@@ -152,7 +162,12 @@ def reading_options(command):
     default=None,
     help="Rows of long tables (top kernels, ranks) shown in the terminal.",
 )
-@click.option("--wide", is_flag=True, help="Terminal: full names, no wrapping (wider than the window).")
+@click.option(
+    "--wide",
+    is_flag=True,
+    help="Terminal: full names instead of their short form (up to 8,000 characters), no "
+    "wrapping (wider than the window). Files always keep full names.",
+)
 @reading_options
 @click.option(
     "--no-cache",
