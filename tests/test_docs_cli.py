@@ -59,3 +59,19 @@ def test_generated_sections_are_what_the_code_gives():
     assert set(found) == set(SECTIONS)
     for name, make in SECTIONS.items():
         assert found[name] == make(), f"docs/cli.md section {name} is stale: python tests/docs_cli.py --update"
+
+
+def test_the_readme_commands_write_nothing_git_would_track():
+    """The README's main job writes ``runs/tiny`` into the checkout: .gitignore covers it."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    outs = sorted(set(re.findall(r"--out (runs/[\w./-]+)", (root / "README.md").read_text())))
+    assert outs
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    for out in outs:
+        r = subprocess.run(["git", "-C", str(root), "check-ignore", "-q", f"{out}/rank0.json"], check=False)
+        assert r.returncode == 0, f"{out} is not ignored by .gitignore"
