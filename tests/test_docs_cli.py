@@ -58,7 +58,9 @@ def test_generated_sections_are_what_the_code_gives():
     found = sections(DOC.read_text(encoding="utf-8"))
     assert set(found) == set(SECTIONS)
     for name, make in SECTIONS.items():
-        assert found[name] == make(), f"docs/cli.md section {name} is stale: python tests/docs_cli.py --update"
+        assert found[name] == make(), (
+            f"docs/cli.md section {name} is stale: python tests/docs_cli.py --update"
+        )
 
 
 def test_the_readme_commands_write_nothing_git_would_track():
@@ -75,3 +77,24 @@ def test_the_readme_commands_write_nothing_git_would_track():
     for out in outs:
         r = subprocess.run(["git", "-C", str(root), "check-ignore", "-q", f"{out}/rank0.json"], check=False)
         assert r.returncode == 0, f"{out} is not ignored by .gitignore"
+
+
+def test_capture_infer_options_table_is_the_code():
+    """docs/capture.md's `capture infer` table gives the options' real defaults (the docs said
+    8 steps where the default is 64)."""
+    from pathlib import Path
+
+    import click
+    from tracekit.capture.cli import infer
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "capture.md").read_text()
+    section = doc.split("## `tracekit capture infer`")[1].split("\n## ")[0]
+    rows = dict(re.findall(r"^\| `(--[\w-]+)[^|]*\| ([^|]*) \|", section, re.M))
+    ctx = click.Context(infer)
+    defaults = {f"--{p.name.replace('_', '-')}": p.get_default(ctx) for p in infer.params}
+    for opt in ("--prompt-len", "--gen-len", "--batch-size"):
+        assert rows[opt].strip() == str(defaults[opt]), (opt, rows[opt], defaults[opt])
+    assert rows["--warmup"].strip() == "1"  # the infer default (train's is 2), set in infer()
+    assert f"`--gen-len {defaults['--gen-len']}` is {defaults['--gen-len']} recorded steps" in " ".join(
+        doc.split()
+    )
