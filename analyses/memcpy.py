@@ -16,7 +16,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.intervals import measure_by
+from tracekit.pipeline.intervals import measure_by
 from tracekit.pipeline.state import categorical_take, codes_of
 from tracekit.pipeline.windows import Windows
 

@@ -11,14 +11,14 @@ Per step and (name, category, module, phase) of the complete steps' device activ
 op (Table VI), ``phase`` the launching op's phase. Each step keeps its :data:`KEEP` largest rows
 and one ``(other kernels)`` row for the rest, so the rows still add up to all device time.
 Rows are sorted by ``total_ms``; files keep full names, the terminal shows the top 20 with names
-shortened by :func:`tracekit.names.short_name` (``--wide``: full names).
+shortened by :func:`tracekit.pipeline.names.short_name` (``--wide``: full names).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from tracekit import names
+from tracekit.pipeline import names
 from tracekit.pipeline.windows import Windows
 
 from ._common import as_text, narrow, sums, text
@@ -27,7 +27,7 @@ from ._registry import COUNT, MS, PCT, US, Ratio, register
 #: Rows kept per step; the rest are summed into one "(other kernels)" row.
 KEEP = 50
 OTHER = "(other kernels)"
-#: The display form of a kernel name (tracekit.names; files keep the full name).
+#: The display form of a kernel name (tracekit.pipeline.names; files keep the full name).
 short_name = names.short_name
 
 

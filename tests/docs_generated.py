@@ -26,7 +26,7 @@ def _cell(text: str) -> str:
 
 
 def analyze_options() -> str:
-    from tracekit.cli import analyze
+    from tracekit.cli.commands import analyze
 
     ctx = click.Context(analyze)
     rows = ["| option | default | meaning |", "|---|---|---|"]
@@ -70,6 +70,11 @@ def tables() -> str:
         for i, (col, unit) in enumerate(spec.values.items()):
             if col in spec.ratios:
                 how = "ratio: " + _ratio(spec.ratios[col])
+            elif getattr(spec, "from_manifest", None) is not None:
+                how = {
+                    "/s": "ratio of totals: the count over the steps' time",
+                    "MB": "peak over the steps",
+                }.get(unit, "from the capture manifest, mean per step")
             elif unit in INTEGER_UNITS - {"index"} and not spec.cross_rank and spec.source is None:
                 how = "sum per step; a mean keeps its fraction"
             elif unit == "index":
@@ -95,8 +100,8 @@ def values() -> str:
     from tracekit.analyses.modules import ROWS
     from tracekit.analyses.timeline import BLOCKS
 
-    from tracekit.cli import PHASES
-    from tracekit.taxonomy import COMM_CATEGORIES, MODULE_CATEGORIES
+    from tracekit.cli.commands import PHASES
+    from tracekit.pipeline.taxonomy import COMM_CATEGORIES, MODULE_CATEGORIES
 
     def words(xs) -> str:
         return ", ".join(f"`{x}`" for x in xs)

@@ -6,7 +6,7 @@
   ``ReduceOp``), which is what cutting a name to 300 characters before shortening it gave.
 * Shortening comes first and bounding second, the same in the terminal, HTML and Markdown;
   JSON and CSV keep the full name, the HTML report shows it as the cell's tooltip.
-* :func:`tracekit.names.head` and :func:`short_name` are linear in the name's length whatever
+* :func:`tracekit.pipeline.names.head` and :func:`short_name` are linear in the name's length whatever
   the nesting: a name nested 50,000 deep costs about what a flat name of its length costs
   (the former head took minutes: it removed one level of brackets per pass).
 """
@@ -24,7 +24,7 @@ from click.testing import CliRunner
 
 import tracekit
 from tracekit.cli import main
-from tracekit.names import head, short_name
+from tracekit.pipeline.names import head, short_name
 from tracekit.render.common import SHORT_CHARS, display_name
 from tracekit.testing import TraceBuilder
 from tracekit.testing.kernels import GEMM_A

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import TraceError
-from .read import ANNOTATION, CPU_OP, RUNTIME, RawTrace
+from .read.reader import ANNOTATION, CPU_OP, RUNTIME, RawTrace
 
 #: The labels that make two activities' chains the same (with the activity's name).
 GROUP_KEY = [
@@ -86,13 +86,14 @@ def rank_traces(
     path: str | os.PathLike, rank: int | None, read, max_bytes: int
 ) -> tuple[list[RawTrace], list[int]]:
     """The raw traces of ``rank`` (default: the lowest) of a file or a directory, ranks grouped
-    as ``tracekit.load`` groups them (:mod:`tracekit.ranks`): every file of the rank (successive
-    windows of one process), each with ``meta["rank"]``; and every rank there is. Only that
-    rank's files (without ``rank``, the lowest rank's) are read when every file's rank can be
-    told from its head, as for ``tracekit analyze --rank`` (:func:`tracekit.ranks.files_to_read`)."""
+    as ``tracekit.load`` groups them (:mod:`tracekit.ranks.grouping`): every file of the rank
+    (successive windows of one process), each with ``meta["rank"]``; and every rank there is.
+    Only that rank's files (without ``rank``, the lowest rank's) are read when every file's rank
+    can be told from its head, as for ``tracekit analyze --rank``
+    (:func:`tracekit.ranks.grouping.files_to_read`)."""
     from .analysis import files_to_read
-    from .files import trace_listing
-    from .ranks import FileIdentity, files_of_rank, group_files, host_of, manifest_ranks, process_of
+    from .ranks.grouping import FileIdentity, files_of_rank, group_files, host_of, manifest_ranks, process_of
+    from .read.files import trace_listing
 
     p = Path(path)
     files, _, by_head = files_to_read(p, rank, False, max_bytes, lowest=True)
@@ -132,7 +133,7 @@ def run(
 ) -> dict:
     """Read the trace (one rank of a directory) and explain ``pattern`` (see :func:`explain`)."""
     from .analysis import Options, _read
-    from .taxonomy import kernel_rules, module_taxonomy
+    from .pipeline.taxonomy import kernel_rules, module_taxonomy
 
     options = options or Options()
     raws, ranks = rank_traces(path, rank, lambda f: _read(f, options), options.max_bytes)
@@ -144,9 +145,9 @@ def run(
 def collect(raws: list[RawTrace], taxonomy, rules) -> Evidence:
     """Run the linking and labelling steps on each file of one rank and keep every activity's
     evidence; the files' activities are merged in time order, their steps numbered as
-    :func:`tracekit.ranks.merge_windows` numbers them for ``tracekit analyze``."""
+    :func:`tracekit.ranks.grouping.merge_windows` numbers them for ``tracekit analyze``."""
     from .pipeline import Attributed, analyse
-    from .ranks import merge_windows
+    from .ranks.grouping import merge_windows
 
     parts = []
     for i, raw in enumerate(raws):
@@ -275,7 +276,7 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
 
 
 def _kind(mode: str, row: pd.Series) -> str:
-    from .read import KIND_NAMES
+    from .read.reader import KIND_NAMES
 
     k = int(row["kind"])
     return KIND_NAMES[k] if 0 <= k < len(KIND_NAMES) else str(k)

@@ -32,7 +32,7 @@ from typing import Any
 
 import pandas as pd
 
-from tracekit.names import short_name
+from tracekit.pipeline.names import short_name
 
 from .common import display_name, title
 

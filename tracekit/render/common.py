@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analyses import column_unit, spec_of
-from tracekit.analyses._registry import BYTES, COUNT, INDEX, MEAN, MS, PCT, STAGE_MEAN, US
+from tracekit.analyses._registry import BYTES, COUNT, INDEX, MB, MEAN, MS, PCT, PER_S, STAGE_MEAN, US
 
-from ..safetext import TERMINAL_NAME_CHARS, bounded
+from .safetext import TERMINAL_NAME_CHARS, bounded
 
 #: Longest shortened name shown (the short form of a kernel, with an ellipsis past it).
 SHORT_CHARS = 60
@@ -47,15 +47,18 @@ def title(name: str) -> str:
 
 def header(name: str, column: str) -> str:
     """``wall_ms`` -> ``wall (ms)``; ``percent`` -> ``%``; ``vs_mean_pct`` -> ``vs mean (%)``;
-    a count or bytes of a table of steps -> ``count (/step)`` (a mean keeps its fraction)."""
+    ``peak_rss_mb`` -> ``peak rss (MB)``; ``tokens_per_s`` -> ``tokens/s``; a count or bytes of
+    a table of steps -> ``count (/step)`` (a mean keeps its fraction)."""
     unit = column_unit(name, column)
     base = column
-    for suffix in ("_ms", "_us", "_pct"):
+    for suffix in ("_ms", "_us", "_pct", "_mb"):
         base = base.removesuffix(suffix)
+    if unit == PER_S and base.endswith("_per_s"):
+        return base.removesuffix("_per_s").replace("_", " ") + "/s"
     if base == "percent":
         return "%" if not column.startswith("paper_") else "paper %"
     base = base.replace("_", " ")
-    shown = {MS: "ms", US: "us", PCT: "%"}.get(unit)
+    shown = {MS: "ms", US: "us", PCT: "%", MB: "MB"}.get(unit)
     if unit in (COUNT, BYTES) and _per_step_sums(name):
         shown = "/step"
     return f"{base} ({shown})" if shown else base
@@ -92,7 +95,7 @@ def cell(name: str, column: str, v) -> str:
             return f"{round(f):,}" if unit != INDEX else str(round(f))
         if unit == PCT:
             return f"{f:,.1f}"
-        if unit == US:
+        if unit in (US, MB, PER_S):
             return f"{f:,.1f}"
         return f"{f:,.3f}"
     return str(v)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..checks import text
-from ..coverage import lines as coverage_lines
+from ..pipeline.checks import text
+from ..pipeline.coverage import lines as coverage_lines
 from .charts import figures, label
 from .common import cell, filters_text, header, numeric, shown_rows, title
 
