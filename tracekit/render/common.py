@@ -65,9 +65,10 @@ def header(name: str, column: str) -> str:
 
 
 def _per_step_sums(name: str) -> bool:
-    """A table of sums per step (its counts are per step, and a mean keeps their fraction)."""
+    """A table of the trace's sums per step (counts of activities: per step, and a mean keeps
+    their fraction); not a table derived from another or read from the capture manifest."""
     spec = spec_of(name)
-    return spec is not None and spec.aggregate in (MEAN, STAGE_MEAN) and spec.source is None
+    return spec is not None and spec.func is not None and spec.aggregate in (MEAN, STAGE_MEAN)
 
 
 def count_text(f: float) -> str:
