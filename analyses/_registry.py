@@ -40,6 +40,35 @@ PER_STEP = "per-step"  # only meaningful per step: no mean row (e.g. step window
 
 Table = Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame]
 
+#: Denominators every step has (:class:`Ratio`): the step's device window, the row's phase wall.
+STEP_WINDOW, PHASE_WALL = "step window", "phase wall"
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A ratio column: ``scale x num / of``, derived from the table's aggregated values.
+
+    Ratio columns are never aggregated themselves: a table gives its sums per step, the mean
+    over steps is taken of those (:func:`tracekit.aggregate.mean_over_steps`), and every ratio
+    column is computed afterwards, per step and for the mean alike
+    (:func:`tracekit.aggregate.derive_ratios`): a percent is a ratio of means, never a mean of
+    ratios. ``of`` is the denominator:
+
+    * a value column of the same row (``gemm_ms / compute_ms``, ``total_ms / count``);
+    * with ``within`` (key columns, ``()`` for none), the sum of that column over the rows of
+      the step sharing those keys: the row's share of the table's own total (kernel
+      categories of a stage, top kernels);
+    * :data:`STEP_WINDOW` / :data:`PHASE_WALL`: the step's device window / the wall of the
+      row's phase (for the mean: their mean over the same steps).
+
+    A zero denominator gives 0.
+    """
+
+    num: str
+    of: str
+    scale: float = 100.0
+    within: tuple[str, ...] | None = None
+
 
 @dataclass(frozen=True)
 class TableSpec:
@@ -49,8 +78,10 @@ class TableSpec:
     * ``values``: value column -> unit (``ms``, ``us``, ``%``, ``count``, ``bytes``);
     * ``aggregate``: :data:`MEAN`, :data:`STAGE_MEAN` or :data:`PER_STEP`;
     * ``chart``: ``bar``, ``stacked`` or ``none`` (the HTML report's default chart);
-    * ``finish``: recomputes ratio columns (e.g. a mean duration) after aggregation, so they are
-      ratios of means, never means of ratios;
+    * ``ratios``: ratio column -> :class:`Ratio`: percents, shares and mean durations, derived
+      from the aggregated columns (never averaged);
+    * ``finish``: what else is derived after aggregation (a layer against the mean layer, the
+      row order), from the aggregated columns;
     * ``filters``: the filters (``phase``, ``module``) the table honours by computing on the
       filtered intervals; a filter on a key column (``phase``) also selects rows; a table that
       can honour neither way is left out of a filtered run;
@@ -77,6 +108,7 @@ class TableSpec:
     values: dict[str, str] = field(default_factory=dict)
     aggregate: str = MEAN
     chart: str = "bar"
+    ratios: dict[str, Ratio] = field(default_factory=dict)
     finish: Callable[[pd.DataFrame], pd.DataFrame] | None = None
     filters: frozenset[str] = frozenset()
     top: int | None = None

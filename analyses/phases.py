@@ -7,7 +7,8 @@ Per step and phase:
   with no phase evidence (``unattributed``, a row only where there is some) or else the first
   optimizer activity, optimizer from there to the step's last device end (absent phases are
   empty).
-* ``percent``: wall_ms / step window x 100 (the rows add up to 100).
+* ``percent``: wall_ms / step window x 100 (the rows add up to 100; for the mean, of the mean
+  wall over the mean window: :class:`~analyses._registry.Ratio`).
 * ``compute_ms``: measure of the union of the compute kernels launched by the phase's ops.
 * ``comm_ms``: measure of the union of the communication kernels launched by the phase's ops.
 * ``exposed_comm_ms``: measure, inside the phase window, of (union of all communication)
@@ -33,13 +34,12 @@ from ._common import (
     WINDOW_PHASES,
     at,
     labelled_spans,
-    percent,
     phases_present,
     text_index,
     union_ms_by,
     window_shares,
 )
-from ._registry import GFLOP, MS, PCT, register
+from ._registry import GFLOP, MS, PCT, STEP_WINDOW, Ratio, register
 
 
 def _finish(df: pd.DataFrame) -> pd.DataFrame:
@@ -70,6 +70,7 @@ def _recomputed(iv: pd.DataFrame):
     chart="stacked",
     compare="wall_ms",
     finish=_finish,
+    ratios={"percent": Ratio("wall_ms", STEP_WINDOW)},
     values={
         "wall_ms": MS,
         "percent": PCT,
@@ -105,7 +106,6 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
             "step": win["step"].to_numpy(),
             "phase": win["phase"].to_numpy(),
             "wall_ms": win["wall_ms"].to_numpy(),
-            "percent": percent(win["wall_ms"], win["window_ms"]),
             "compute_ms": col(compute),
             "comm_ms": col(comm),
             "exposed_comm_ms": col(exposed),

@@ -301,7 +301,27 @@ def compute_truth(acts: list[Activity], steps: list[int], n_layers: int) -> tupl
                 row[col] = sum(r[col] for r in rs) / len(steps)
             out.append(row)
         mean[name] = out
+    _mean_percents(mean)
     return dict(per), mean
+
+
+def _mean_percents(mean: dict[str, list[dict]]) -> None:
+    """A mean table's percent is the ratio of its means (docs/metrics.md), never the mean of
+    the steps' percents: of the mean step window (phases), the mean phase wall (modules), the
+    mean compute time (gemm), the mean window (idle), the total of the rows (timeline)."""
+    window = mean["idle"][0]["window_ms"] if mean.get("idle") else 0.0
+    walls = {r["phase"]: r["wall_ms"] for r in mean.get("phases", [])}
+    of = {
+        "idle": lambda r: (r["idle_ms"], r["window_ms"]),
+        "phases": lambda r: (r["wall_ms"], window),
+        "gemm": lambda r: (r["gemm_ms"], r["compute_ms"]),
+        "modules": lambda r: (r["time_ms"], walls.get(r["phase"], 0.0)),
+        "timeline": lambda r: (r["time_ms"], sum(x["time_ms"] for x in mean["timeline"])),
+    }
+    for name, ratio in of.items():
+        for r in mean.get(name, []):
+            num, den = ratio(r)
+            r["percent"] = num * 100 / den if den else 0.0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -143,6 +143,11 @@ def test_rank_of_a_directory(tmp_path):
     dst = tmp_path / "two"
     shutil.copytree(SAMPLE_DIR / "tiny-zero2-2ranks", dst)
     assert explain_json(dst, "aten", "--rank", "1")["meta"]["rank"] == 1
+    # without --rank one rank is searched, and the output says which and what else there is
+    doc = explain_json(dst, "aten")
+    assert doc["meta"]["rank"] == 0 and doc["meta"]["ranks"] == [0, 1]
+    text = CliRunner().invoke(main, ["explain", str(dst), "aten", "--no-cache"]).output
+    assert "one rank searched: rank 0 of the 2 here (ranks 0-1); --rank R searches another" in text
     run = CliRunner().invoke(main, ["explain", str(dst), "aten", "--rank", "7", "--no-cache"])
     assert run.exit_code == 2 and "no rank 7; ranks here: 0, 1" in run.output
 

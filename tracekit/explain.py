@@ -62,6 +62,8 @@ class Evidence:
     files: list[str]
     units: list = field(default_factory=list)  # per file: what owns FLOPs, and the peaks
     peaks: list = field(default_factory=list)
+    #: Every rank of the directory (one rank is searched: this one).
+    ranks: list[int] = field(default_factory=list)
 
     def of(self, row: pd.Series) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(events, modules) of the file ``row`` came from."""
@@ -100,9 +102,10 @@ def run(
     from .ranks.raw_rank import rank_traces
 
     options = options or Options()
-    raws = rank_traces(path, rank, lambda f: _read(f, options), options.max_bytes)
+    raws, ranks = rank_traces(path, rank, lambda f: _read(f, options), options.max_bytes)
     peaks = [options.peaks(r.meta.get("devices") or []) for r in raws]
     ev = collect(raws, module_taxonomy(options.taxonomy), kernel_rules(options.kernel_rules), peaks)
+    ev.ranks = ranks
     doc = explain(ev, pattern, step=step, limit=limit, by_op=by_op)
     split = raws[0].meta.get("rank_split")
     if split:  # this rank is one process of a file that held several
@@ -188,6 +191,7 @@ def explain(
         "complete_steps": sorted(int(s) for s in ev.complete),
         "rank_files": len(ev.files),
         "files": ev.files,
+        "ranks": ev.ranks or ([ev.rank] if ev.rank is not None else []),
     }
     return {"meta": meta, "chains": chains}
 

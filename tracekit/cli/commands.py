@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from ..read.files import DEFAULT_MAX_BYTES
 from .cache import cache_group
-from .io import TracekitGroup, fail, load_with_progress, reported, write_output
+from .io import TracekitGroup, fail, reported, write_output
+from .reading import reading_options
 
 #: Phases a --phase filter can name.
 PHASES = ["forward", "recompute", "backward", "unattributed", "optimizer"]
@@ -49,95 +47,23 @@ def main() -> None:
     """Where did the time of this LLM step go? Analyse PyTorch profiler traces."""
 
 
-@dataclass(frozen=True)
-class Reading:
-    """What every command that reads traces was told (:func:`reading_options`)."""
-
-    rank: int | None
-    taxonomy: str | None
-    kernel_rules: str | None
-    max_bytes: int
-    strict: bool
-    devices: str | None = None  # the device peaks (docs/metrics.md)
-    peak_tflops: str | None = None
-    peak_bandwidth: float | None = None
-
-    def options(self, cache: bool = True):
-        """These options as :class:`tracekit.analysis.Options` (for commands that read alone)."""
-        from ..ranks.analyse import Options
-
-        keep = ("taxonomy", "kernel_rules", "max_bytes", "devices", "peak_tflops", "peak_bandwidth")
-        return Options(cache=cache, **{k: getattr(self, k) for k in keep})
-
-    def load(self, path: Path, **kw):
-        """``tracekit.load`` of ``path`` with these options (and ``kw``), showing progress."""
-        from .. import load
-
-        return load_with_progress(
-            load,
-            path,
-            rank=self.rank,
-            taxonomy=self.taxonomy,
-            kernel_rules=self.kernel_rules,
-            max_bytes=self.max_bytes,
-            strict=self.strict,
-            **{k: getattr(self, k) for k in ("devices", "peak_tflops", "peak_bandwidth")},
-            **kw,
-        )
-
-
-_READING_OPTIONS = (
-    click.option("--rank", type=int, help="Only this rank of a directory of per-rank traces."),
-    click.option(
-        "--taxonomy",
-        type=click.Path(exists=True, dir_okay=False),
-        help="TOML file of module rules tried before the built-in ones.",
-    ),
-    click.option(
-        "--kernel-rules",
-        type=click.Path(exists=True, dir_okay=False),
-        help="TOML file of kernel rules tried before the built-in ones.",
-    ),
-    click.option(
-        "--max-bytes",
-        type=click.IntRange(min=1),
-        default=DEFAULT_MAX_BYTES,
-        show_default=True,
-        help="Refuse traces that decompress to more than this.",
-    ),
-    click.option(
-        "--strict",
-        is_flag=True,
-        help="In a directory, any file that cannot be "
-        "analysed is an error (exit 2) instead of being skipped (exit 1).",
-    ),
-    click.option("--devices", type=click.Path(exists=True, dir_okay=False), help="TOML of device peaks."),
-    click.option("--peak-tflops", metavar="T", help="Dense peak TFLOP/s: N, or per dtype bf16=N,fp8=M."),
-    click.option("--peak-bandwidth", type=click.FloatRange(min=0, min_open=True), help="Peak TB/s."),
-)
-
-
-def reading_options(command):
-    """The options of every command that reads traces (which rank, which rules, what limit),
-    handed to ``command`` as one :class:`Reading` (its ``reading`` argument)."""
-
-    @functools.wraps(command)
-    def with_reading(**kw):
-        return command(reading=Reading(**{k: kw.pop(k) for k in Reading.__dataclass_fields__}), **kw)
-
-    for option in reversed(_READING_OPTIONS):
-        with_reading = option(with_reading)
-    return with_reading
-
-
 @main.command()
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="table",
+    show_default=True,
+    help="table: terminal tables; json: one object, the JSON contract (docs/cli.md); csv: every "
+    "table after a '# name' line; md: Markdown; parquet: one file per table (needs --out DIR); "
+    "html: a self-contained report with charts (needs --out).",
+)
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
-    help="Write here instead of stdout "
-    "(a directory for csv/parquet: one file per table; for html DIR/report.html).",
+    help="Write here instead of stdout. csv: a directory gets one NAME.csv per table; parquet: a "
+    "directory; html: FILE.html, or a directory (DIR/report.html).",
 )
 @click.option("--per-step", is_flag=True, help="One row per step (a `step` column) instead of the mean.")
 @click.option(
@@ -155,7 +81,8 @@ def reading_options(command):
     "--phase",
     "phase_filter",
     type=click.Choice(PHASES, case_sensitive=False),
-    help="Only this phase (tables that can tell phases apart).",
+    help="Only this phase, in the tables that can tell phases apart (recompute: the part of "
+    "backward that reruns forward modules).",
 )
 @click.option(
     "--module",
@@ -170,7 +97,12 @@ def reading_options(command):
     default=None,
     help="Rows of long tables (top kernels, ranks) shown in the terminal.",
 )
-@click.option("--wide", is_flag=True, help="Terminal: full names, no wrapping (wider than the window).")
+@click.option(
+    "--wide",
+    is_flag=True,
+    help="Terminal: full names instead of their short form (up to 8,000 characters), no "
+    "wrapping (wider than the window). Files always keep full names.",
+)
 @reading_options
 @click.option(
     "--no-cache",
@@ -302,7 +234,8 @@ def _selected(analysis, only: list[str], per_step: bool) -> dict:
 @click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
 def explain(path, pattern, step, limit, by_op, fmt, reading, no_cache, debug):
     """Why is this number what it is: the chain behind the labels of the activities whose
-    name matches PATTERN (case-insensitive substring or regex). docs/explain.md."""
+    name matches PATTERN (case-insensitive substring or regex), in one rank: a directory's
+    lowest rank, or --rank R (the output names the ranks there). docs/explain.md."""
     from ..explain import run
 
     with reported(path, debug):

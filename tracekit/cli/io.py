@@ -20,7 +20,7 @@ from typing import NoReturn
 import click
 
 from ..errors import TraceError
-from ..render.safetext import TERMINAL_NAME_CHARS, bounded, clean_obj, clean_tables
+from ..render.safetext import bounded, clean_obj, clean_tables
 
 
 class TracekitGroup(click.Group):
@@ -266,7 +266,7 @@ def write_output(
         warn(text(w))
     if fmt != "json":
         meta = clean_obj(meta)
-        tables = clean_tables(tables, TERMINAL_NAME_CHARS if fmt == "table" and not out else None)
+        tables = clean_tables(tables)  # bounded where shown, after shortening (render.common)
     if fmt == "table":  # rich is imported for terminal tables only
         from ..render import terminal as term
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ..errors import TraceError
+from .names import head
 
 #: Table VI rows in the paper's order (Attention stands for fused attention kernels; Attention
 #: other is the attention block's glue: q/k/v views and transposes, KV-cache writes, ...).
@@ -53,8 +54,19 @@ KERNEL_CATEGORIES = [
     "Embedding",
     "Other",
 ]
-#: Communication categories: the paper's AllReduce / AllGather, all-to-all (expert parallelism).
-COMM_CATEGORIES = ["AllReduce", "AllGather", "AllToAll", "Other"]
+#: Communication categories: every collective (kernels.toml's ``collectives``), so that a
+#: communication kernel's category is its collective, the one label the comm table gives it
+#: too (the paper's AllReduce / AllGather, all-to-all of expert parallelism, ...).
+COMM_CATEGORIES = [
+    "AllReduce",
+    "AllGather",
+    "ReduceScatter",
+    "AllToAll",
+    "Broadcast",
+    "Reduce",
+    "SendRecv",
+    "Other",
+]
 
 
 def _rx_required(pattern: str, flags: int = 0) -> re.Pattern:
@@ -208,18 +220,12 @@ class KernelRule:
     head: re.Pattern | None = None
 
 
-_BRACKETS = re.compile(r"<[^<>]*>|\([^()]*\)")
-
-
 def kernel_head(name: str) -> str:
     """A kernel's own name: template arguments and parameter lists removed, return type
-    dropped (``void at::native::reduce_kernel<512, 1, Op<..>>(..)`` -> ``at::native::reduce_kernel``).
+    dropped (``void at::native::reduce_kernel<512, 1, Op<..>>(..)`` -> ``at::native::reduce_kernel``),
+    in time linear in the name's length whatever its nesting (:func:`tracekit.pipeline.names.head`).
     Names without brackets (mangled, cuBLAS, Triton) are their own head."""
-    prev, s = None, name
-    while prev != s and ("<" in s or "(" in s):
-        prev, s = s, _BRACKETS.sub("", s)
-    parts = s.split()
-    return parts[-1] if parts else name
+    return head(name)
 
 
 #: Most distinct kernel cases :attr:`KernelRules.memo` keeps between files (~20 MB at most).

@@ -22,6 +22,7 @@ import pandas as pd
 from tracekit.analyses import REGISTRY, TABLES
 
 from .. import forked
+from ..aggregate import derive_ratios
 from ..aggregate import mean_over_steps as _mean_over_steps
 from ..aggregate import whole_numbers as _whole_numbers
 from ..filters import Filters
@@ -92,16 +93,21 @@ class PerRankTables:
     def _rank_table(self, name: str, rank: int, per_step: bool, copy: bool = True) -> pd.DataFrame:
         """One rank's table (per step, or its mean over steps), computed once; the kept frame
         itself when not ``copy`` (for a caller that only reads it, such as a concatenation)."""
+        spec = REGISTRY[name]
         if per_step:
-            return _whole_numbers(REGISTRY[name], self.filters.rows(self._per_step(name, rank)))
+            df = derive_ratios(spec, self._per_step(name, rank), self._windows(rank), None)
+            return _whole_numbers(spec, self.filters.rows(df))
         key = ("mean", name, rank)
         if key not in self._computed:
-            spec = REGISTRY[name]
-            df = self.filters.rows(self._per_step(name, rank))
-            df = _mean_over_steps(df, self._n_steps(self.ranks[rank]), list(spec.keys))
+            # Sums first, then ratios: the mean of each summed column over the steps, every
+            # ratio column from those means (registry's Ratio), and only then the rows a
+            # filter keeps (a share's denominator is the whole table's).
+            n = self._n_steps(self.ranks[rank])
+            df = _mean_over_steps(self._per_step(name, rank), n, list(spec.keys))
+            df = derive_ratios(spec, df, self._windows(rank), n)
             if spec.finish is not None and not df.empty:
                 df = spec.finish(df)
-            self._computed[key] = _whole_numbers(spec, df)
+            self._computed[key] = _whole_numbers(spec, self.filters.rows(df), mean=True)
         return self._computed[key].copy() if copy else self._computed[key]
 
     def _compute(self, names: list[str]) -> None:

@@ -34,6 +34,12 @@ def _pieces(d: dict, counted: str) -> str:
     return f" ({n} self-time pieces)" if n is not None and n != d[counted] else ""
 
 
+def _ranks_text(ranks: list) -> str:
+    if ranks == list(range(ranks[0], ranks[0] + len(ranks))):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "ranks " + ", ".join(map(str, ranks[:8])) + (", ..." if len(ranks) > 8 else "")
+
+
 def _row(label: str, text: str) -> str:
     return f"    {label:<{LABEL}}{text}"
 
@@ -49,6 +55,11 @@ def lines(doc: dict) -> list[str]:
         ),
         "times: ms after the trace's first event; chains by total time, largest first",
     ]
+    if len(m.get("ranks", [])) > 1:
+        out.append(
+            f"one rank searched: rank {m['rank']} of the {len(m['ranks'])} here "
+            f"({_ranks_text(m['ranks'])}); --rank R searches another"
+        )
     if m.get("rank_files", 1) > 1:
         out.append(
             f"this rank has {m['rank_files']} files (successive profiler windows), all searched: "

@@ -20,13 +20,16 @@ COLOURS = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b
 
 
 def _over_ranks(name: str, df: pd.DataFrame) -> pd.DataFrame:
-    """Several ranks: the mean of each shape's sums over ranks, its ratios recomputed."""
-    if "rank" not in df.columns:
+    """One point per shape: with several ranks or steps (the per-step tables), the mean of
+    each shape's sums over them, its ratios recomputed."""
+    if "rank" not in df.columns and "step" not in df.columns:
         return df
     spec = spec_of(name)
     keys = list(spec.keys) if spec else []
-    sums = [c for c in df.columns if c not in keys and c != "rank" and pd.api.types.is_numeric_dtype(df[c])]
-    mean = df.groupby(keys, observed=True, sort=False)[sums].mean().reset_index()
+    over = [c for c in ("rank", "step") if c in df.columns]
+    sums = [c for c in df.columns if c not in keys + over and pd.api.types.is_numeric_dtype(df[c])]
+    n = len(df[over].drop_duplicates())  # a shape absent from a rank or step counts as 0 there
+    mean = (df.groupby(keys, observed=True, sort=False)[sums].sum() / n).reset_index()
     return spec.finish(mean) if spec and spec.finish else mean
 
 
@@ -40,8 +43,9 @@ def _layout(title: str, xtitle: str, ytitle: str, label) -> dict:
     return {
         "title": {"text": label(title)},
         "height": 460,
-        "margin": {"l": 70, "r": 20, "t": 50, "b": 60},
-        "legend": {"orientation": "h"},
+        # The legend above the plot, under the title, as every chart's (tracekit.render.charts).
+        "margin": {"l": 70, "r": 20, "t": 90, "b": 60},
+        "legend": {"orientation": "h", "x": 0, "y": 1.0, "xanchor": "left", "yanchor": "bottom"},
         "hovermode": "closest",
         "xaxis": {"type": "log", "title": {"text": xtitle}, "automargin": True},
         "yaxis": {"type": "log", "title": {"text": ytitle}, "automargin": True},
@@ -61,9 +65,17 @@ def _points(df: pd.DataFrame, x: str, y: str, by: str, hover: list[str], label) 
                 "marker": {"color": COLOURS[i % len(COLOURS)], "size": 9, "opacity": 0.75},
                 "text": ["<br>".join(label(f"{c}: {_fmt(r[c])}") for c in hover) for _, r in g.iterrows()],
                 "hoverinfo": "text",
+                "meta": {"series": str(group)},
             }
         )
     return traces
+
+
+def _meta(table: str, x: str, y: str, by: str) -> dict:
+    """What a test needs to check the points against the table: one point per shape (the
+    table's keys; several ranks or steps: the mean of its sums, ratios recomputed), x and y
+    its columns, one series per value of ``by``."""
+    return {"table": table, "points": {"x": x, "y": y, "by": by}}
 
 
 def _fmt(v) -> str:
@@ -110,6 +122,7 @@ def roofline(df: pd.DataFrame, meta: dict, label) -> list[tuple[str, dict]]:
     fig = {
         "data": traces,
         "layout": _layout(f"Roofline: op shapes on {what}", "FLOP per byte", "TFLOP/s", label),
+        "meta": _meta("op_shapes", "intensity", "tflops", "family"),
     }
     return [("roofline", fig)]
 
@@ -134,7 +147,12 @@ def gemm_sizes(df: pd.DataFrame, meta: dict, label) -> list[tuple[str, dict]]:
     layout: dict[str, Any] = _layout(
         "GEMM efficiency against size (Fig. 11)", "GFLOP per call", "TFLOP/s", label
     )
-    return [("gemm_sizes", {"data": traces, "layout": layout})]
+    return [
+        (
+            "gemm_sizes",
+            {"data": traces, "layout": layout, "meta": _meta("gemm_shapes", "gflop", "tflops", "dtype")},
+        )
+    ]
 
 
 CHARTS = {"op_shapes": roofline, "gemm_shapes": gemm_sizes}
