@@ -135,7 +135,7 @@ def _replace_footer(loc: Path, key: bytes, value: bytes) -> None:
     pq.write_table(table.replace_schema_metadata(md), loc)
 
 
-@pytest.mark.parametrize("blob", sorted((REGRESSIONS / "cache").glob("ipc-*.bin")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("blob", sorted((REGRESSIONS / "ipc").glob("ipc-*.bin")), ids=lambda p: p.stem)
 def test_a_result_entry_with_damaged_frames_is_a_miss_and_rewritten(box, blob):
     """A few flipped bytes in the footer's Arrow IPC stream (key intact) made every later run
     die with SIGSEGV: ``table.nbytes`` was read before ``validate(full=True)``."""
@@ -153,7 +153,7 @@ def test_a_result_entry_with_damaged_frames_is_a_miss_and_rewritten(box, blob):
     assert packed_ipc.decode([], blob.read_bytes(), 1 << 30) is None
 
 
-def test_damaged_frames_are_refused_in_process(blob_dir=REGRESSIONS / "cache"):
+def test_damaged_frames_are_refused_in_process(blob_dir=REGRESSIONS / "ipc"):
     """The same streams, decoded in a child (a crash must fail the test, not the run)."""
     code = "import sys; from tracekit import packed_ipc; print(packed_ipc.decode([], open(sys.argv[1], 'rb').read(), 1 << 30))"
     for blob in sorted(blob_dir.glob("ipc-*.bin")):
