@@ -166,9 +166,9 @@ def _streamed(path, monkeypatch, stats: list) -> R.RawTrace:
     monkeypatch.setattr(F, "PIECE_BYTES", 1 << 12)
     real = R.stream_decode
 
-    def spy(pieces, builder, chunk_bytes, stats_=None):
+    def spy(pieces, builder, chunk_bytes, stats_=None, **kw):
         st: dict = {}
-        got = real(pieces, builder, chunk_bytes, st)
+        got = real(pieces, builder, chunk_bytes, st, **kw)
         stats.append((got, st))
         return got
 

@@ -237,7 +237,10 @@ def test_layers_of_a_real_run(run):
     "text, steps", [("3-7", (3, 4, 5, 6, 7)), ("2,4,9", (2, 4, 9)), ("1-2, 8", (1, 2, 8)), ("5", (5,))]
 )
 def test_parse_steps(text, steps):
-    assert parse_steps(text) == steps
+    """Ranges as written, resolved against the steps a run has (never expanded)."""
+    ranges = parse_steps(text)
+    assert Filters(step_ranges=ranges).resolved(steps=range(20)).steps == steps
+    assert Filters(step_ranges=ranges).resolved(steps=[*steps, 99]).steps == steps
 
 
 @pytest.mark.parametrize("bad", ["3-", "a", "7-3", ""])

@@ -87,11 +87,12 @@ class Analysis(PerRankTables):
         """The same ranks and warnings, with tables computed over the intervals ``filters``
         keeps (a copy: the checks of ``__post_init__`` ran on the whole run already).
         Raises :class:`tracekit.filters.FilterError` for a ``module`` naming no category, or
-        several without a comma list."""
+        several without a comma list, and for ``step_ranges`` holding no complete step."""
         modules = [a.load_intervals(["module"])["module"] for a in self.ranks.values()]
         present = {c for m in modules for c in m.astype(str).unique()}
+        steps = {s for a in self.ranks.values() for s in a.meta.get("complete_steps", [])}
         out = copy.copy(self)
-        out.filters, out._computed, out._held = filters.resolved(present), Computed(), {}
+        out.filters, out._computed, out._held = filters.resolved(present, steps), Computed(), {}
         return out
 
     def names(self) -> list[str]:

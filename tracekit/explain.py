@@ -72,11 +72,15 @@ class Evidence:
 
 
 def compile_pattern(pattern: str) -> re.Pattern:
-    """Case-insensitive regex of ``pattern``; a pattern that is not a valid regex is a literal."""
+    """Case-insensitive regex of ``pattern``, run in linear time (RE2, as user rules are:
+    ``(k+)+$x`` cannot backtrack); a pattern that is not a valid RE2 regex (or uses lookaround
+    or backreferences) is a literal."""
+    from .pipeline.taxonomy import linear
+
     try:
-        return re.compile(pattern, re.IGNORECASE)
+        return linear(pattern, re.IGNORECASE)
     except (re.error, RecursionError, OverflowError):
-        return re.compile(re.escape(pattern), re.IGNORECASE)
+        return linear(re.escape(pattern), re.IGNORECASE)
 
 
 def matching(names: pd.Series, rx: re.Pattern) -> np.ndarray:

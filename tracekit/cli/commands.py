@@ -120,6 +120,7 @@ def main() -> None:
 @click.option(
     "--scheduler",
     metavar="ADDRESS",
+    callback=lambda ctx, param, value: _scheduler(value),
     help="Run the per-rank work on an existing Dask cluster (e.g. tcp://host:8786; needs tracekit[dask]).",
 )
 @click.option(
@@ -160,13 +161,25 @@ def analyze(
         sys.exit(1)
 
 
+def _scheduler(address: str | None) -> str | None:
+    """A --scheduler that is not a Dask scheduler's address is a usage error."""
+    if address is None:
+        return None
+    from ..ranks.pool import check_scheduler
+
+    try:
+        return check_scheduler(address)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--scheduler") from None
+
+
 def _filters(steps_filter: str | None, phase_filter: str | None, module_filter: str | None):
     """The --steps/--phase/--module filters; a --steps list that does not parse is a usage error."""
     from ..filters import Filters, parse_steps
 
     try:
         return Filters(
-            steps=parse_steps(steps_filter) if steps_filter else None,
+            step_ranges=parse_steps(steps_filter) if steps_filter else None,
             phase=phase_filter.lower() if phase_filter else None,
             module=module_filter or None,
         )
@@ -175,14 +188,14 @@ def _filters(steps_filter: str | None, phase_filter: str | None, module_filter: 
 
 
 def _filtered(analysis, filters):
-    """``analysis`` under ``filters``; a --module name that matches no category (or several) is a
-    usage error."""
+    """``analysis`` under ``filters``; a --module name that matches no category (or several), or
+    --steps that hold no step of the run, is a usage error."""
     from ..filters import FilterError
 
     try:
         return analysis.filtered(filters) if filters.active else analysis
     except FilterError as e:
-        raise click.BadParameter(str(e).removeprefix("--module "), param_hint="--module") from None
+        raise click.BadParameter(str(e).removeprefix(e.option + " "), param_hint=e.option) from None
 
 
 def _report(analysis, only: list[str], per_step: bool, paper: bool) -> tuple[dict, dict]:

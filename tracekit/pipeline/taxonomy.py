@@ -87,7 +87,7 @@ def _rx(pattern: str | None, flags: int = 0) -> re.Pattern | None:
         raise TypeError(f"a pattern must be a string, not {type(pattern).__name__}")
     if pattern in _builtin_patterns():
         return cast(re.Pattern, _OnFirstUse(pattern, flags))
-    return _linear(pattern, flags)
+    return linear(pattern, flags)
 
 
 class _OnFirstUse:
@@ -137,7 +137,7 @@ def _builtin_patterns() -> frozenset[str]:
     return frozenset(found)
 
 
-def _linear(pattern: str, flags: int):
+def linear(pattern: str, flags: int = 0):
     """``pattern`` compiled by RE2 (linear time; same syntax as ``re`` for what rules use:
     ``(?i)``/``(?-i:...)`` groups, classes, anchors; no lookaround or backreferences), with
     ``re.IGNORECASE`` honoured. Without google-re2 installed, Python's ``re`` is used."""

@@ -19,9 +19,12 @@ Parquet file, ``<sha256 of the key>.result.parquet`` beside the parse cache's en
   files (so an edited checkout never reuses old results), and the path and SHA-256 of the
   ``--taxonomy`` / ``--kernel-rules`` files. Taken before the analysis and checked again
   before storing: a trace changed meanwhile caches nothing;
-* trusted only after the footer shows the right key, the interval columns with plain types
-  and every size within the parse cache's bound (64x the trace's size on disk plus 16 MiB,
-  the entry file itself included); anything else is a miss and is rewritten;
+* trusted only after its seal checks (:func:`tracekit.read.cache.read_sealed`: a keyed checksum
+  of the whole file, checked before anything in it is decoded), then the footer shows the right
+  key, the interval columns with plain types and every size within the parse cache's bound
+  (64x the trace's size on disk plus 16 MiB: the entry file itself, its columns decoded as rows
+  times widths, and the frames' IPC stream, validated before anything reads it); anything else
+  is a miss and is rewritten;
 * one size bound and LRU over both kinds of entries (:func:`tracekit.read.cache.after_store`).
 
 A handle whose entry is gone when its intervals are wanted (evicted, cleared, or written on a
@@ -143,11 +146,6 @@ def _plain(t: pa.DataType) -> bool:
     )
 
 
-def _in_memory(pf: pq.ParquetFile) -> int:
-    md = pf.metadata
-    return sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
-
-
 def _arrow(df: pd.DataFrame) -> pa.Table:
     """``df`` as an Arrow table: the one ``pa.Table.from_pandas(df, preserve_index=False)``
     gives, without its pandas metadata (the entry's footer replaces it), built from the
@@ -224,16 +222,14 @@ def store(att: Attributed, tables: dict, path: str | os.PathLike, options: Any, 
     """Save ``att`` (in memory) and ``tables`` (:func:`~tracekit.ranks.perfile.tabulate_file`) of
     ``path``, analysed when its key was ``key``; the handle to the entry, or None (the file
     changed meanwhile, the cache directory is not writable, or something is not storable)."""
-    from ..safewrite import atomic_file
-
     try:
         if att.lazy or result_key(path, options) != key:
             return None  # replaced or modified while analysed: never cache old results under it
-        table = _arrow(att.intervals).replace_schema_metadata(_footer(att, tables, key))
+        footer = {**_footer(att, tables, key), **cache.SEAL_HOLE}
+        table = _arrow(att.intervals).replace_schema_metadata(footer)
         loc = entry(key)
         loc.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with atomic_file(loc, sync_dir=False) as f:
-            _write(table, f)
+        _write(table, loc)
         size = os.stat(path).st_size
     except Exception:
         return None
@@ -241,7 +237,7 @@ def store(att: Attributed, tables: dict, path: str | os.PathLike, options: Any, 
     return Stored(os.fspath(loc), _digest(key), os.fspath(path), size, options)
 
 
-def _write(table: pa.Table, f: Any) -> None:
+def _write(table: pa.Table, loc: Path) -> None:
     """Write an entry's Parquet. A small one (:data:`SMALL_ENTRY_ROWS`; a rank of a few
     thousand intervals is its columns' fixed costs, not its data) with lz4, no column
     statistics (nothing reads them) and dictionary pages for the categorical columns only:
@@ -249,10 +245,10 @@ def _write(table: pa.Table, f: Any) -> None:
     3.3 of the 3.6 ms an entry of 558 intervals and 45 columns took; now 1.2 ms (CPU, warm
     process), and the file is no bigger. Read back identically either way (the tests)."""
     if table.num_rows > SMALL_ENTRY_ROWS:
-        pq.write_table(table, f, compression="zstd")
+        cache.write_sealed(loc, table, compression="zstd")
         return
     dictionaries = [c.name for c in table.schema if pa.types.is_dictionary(c.type)]
-    pq.write_table(table, f, compression="lz4", write_statistics=False, use_dictionary=dictionaries)
+    cache.write_sealed(loc, table, compression="lz4", write_statistics=False, use_dictionary=dictionaries)
 
 
 def _open(loc: Path, digest: bytes, trace_size: int) -> tuple[pq.ParquetFile, dict] | None:
@@ -260,16 +256,16 @@ def _open(loc: Path, digest: bytes, trace_size: int) -> tuple[pq.ParquetFile, di
     :func:`_digest` is ``digest``, with
     plain interval columns, every size in bounds; None otherwise (a miss)."""
     limit = _bound(trace_size)
-    if loc.stat().st_size > limit:  # the footer (with the small tables) is read whole
+    pf = cache.read_sealed(loc, limit)  # the whole entry, its seal checked
+    if pf is None:
         return None
-    pf = pq.ParquetFile(loc)
     info = json.loads((pf.schema_arrow.metadata or {}).get(_INFO, b"{}"))
     if not isinstance(info, dict) or not isinstance(info.get("key"), str) or _digest(info["key"]) != digest:
         return None
     schema = pf.schema_arrow
     if schema.names != INTERVAL_COLUMNS or not all(_plain(f.type) for f in schema):
         return None
-    if _in_memory(pf) > limit:
+    if cache.decoded_bound(pf) > limit:
         return None
     return pf, info
 

@@ -29,7 +29,7 @@ from .schema import (
     event_class,
     flow_phase,
 )
-from .timetext import number_times, text_times
+from .timetext import number_floats, number_times, text_times
 
 _INT_OR_NONE = {int, type(None)}
 
@@ -217,11 +217,11 @@ class _FrameBuilder:
             "fwd_tid": _fast_int_column([a.fwd_tid for a in args]),
             "stream": _fast_int_column([a.stream for a in args]),
             "collective": _categorical([a.collective or "" for a in args]),
-            "bytes": np.array(
-                [b if isinstance(b := a.bytes, (int, float)) else np.nan for a in args], dtype=np.float64
-            ),
             **{f: _raw_texts([getattr(a, f) for a in args]) for f in SHAPE_FIELDS},
         }
+        part["bytes"], odd = number_floats([a.bytes for a in args])
+        if odd is not None:  # numbers past float64's range: those events are dropped
+            part["odd"] = odd
         self.add_part(len(events), sel, part)
         return True
 
@@ -260,16 +260,28 @@ class _FrameBuilder:
             return union_categoricals(parts, sort_categories=True)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
+    def _odd(self) -> np.ndarray | None:
+        """The events with an odd number (:func:`tracekit.timetext.number_floats`), or None."""
+        if not any("odd" in p for p in self.parts):
+            return None
+        return np.concatenate(
+            [p.pop("odd") if "odd" in p else np.zeros(len(p["kind"]), bool) for p in self.parts]
+        )
+
     def finish(self, path: str | os.PathLike) -> tuple[pd.DataFrame, list[str], dict]:
         warnings: list[str] = []
         if self.unknown:
             listed = ", ".join(f"{k!r} ({v})" for k, v in sorted(self.unknown.items())[:5])
             warnings.append(f"ignored events of unknown categories: {listed}")
+        odd = self._odd()
         ts, dur = self._column("ts"), self._column("dur")
         ts_ok, dur_ok = self._column("ts_ok"), self._column("dur_ok")
         bad_ts = ~ts_ok
         if bad_ts.any():
             warnings.append(f"dropped {int(bad_ts.sum())} events with no valid timestamp")
+        if odd is not None:
+            warnings.append(f"dropped {int(odd.sum())} events with a number out of range (args.bytes)")
+            bad_ts |= odd
         neg = (dur < 0) & ts_ok
         if neg.any():
             warnings.append(f"{int(neg.sum())} events with negative duration were clamped to 0")

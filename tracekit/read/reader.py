@@ -29,6 +29,7 @@ import pandas as pd
 
 from ..errors import TraceError
 from . import native
+from .blanks import Blanks
 from .columns import _COLUMNS, _FrameBuilder
 from .files import DEFAULT_MAX_BYTES, TRACE_SUFFIXES, open_text, read_bytes, trace_files, trace_listing
 from .parallel import read_parallel
@@ -94,10 +95,14 @@ class RawTrace:
 _NONBLANK = re.compile(rb"[^ \t\r\n]")
 
 
-def decode(data: bytes, path: str | os.PathLike, text_times: bool = False) -> TraceDoc:
+def decode(
+    data: bytes, path: str | os.PathLike, text_times: bool = False, blanks: Blanks | None = None
+) -> TraceDoc:
     """Typed decode of the JSON document; every failure becomes a one-line TraceError.
 
-    ``text_times``: keep ``ts``/``dur`` as their JSON text (:class:`TextTimeEvent`)."""
+    ``text_times``: keep ``ts``/``dur`` as their JSON text (:class:`TextTimeEvent`).
+    ``blanks``: ``data`` had long runs of whitespace squeezed out; byte offsets in messages
+    are the file's."""
     if not _NONBLANK.search(data):  # stops at the first byte that is not blank; no copy
         raise TraceError(path, "empty file")
     if data[:3] == b"\xef\xbb\xbf":  # UTF-8 byte order mark: harmless
@@ -121,11 +126,15 @@ def decode(data: bytes, path: str | os.PathLike, text_times: bool = False) -> Tr
         if "truncated" in msg.lower():
             raise TraceError(path, "truncated JSON (the file ends early)") from None
         at = re.search(r"\(byte (\d+)\)", msg)
-        if at and re.match(rb"-?(NaN|Infinity|nan|inf)", data[int(at.group(1)) : int(at.group(1)) + 9]):
+        byte = int(at.group(1)) if at else 0
+        in_file = byte if blanks is None else blanks.original(byte)
+        if at and re.match(rb"-?(NaN|Infinity|nan|inf)", data[byte : byte + 9]):
             raise TraceError(
                 path,
-                f"NaN or Infinity at byte {at.group(1)}: not valid JSON (a trace written with allow_nan?)",
+                f"NaN or Infinity at byte {in_file}: not valid JSON (a trace written with allow_nan?)",
             ) from None
+        if at:
+            msg = msg.replace(at.group(0), f"(byte {in_file})")
         raise TraceError(path, f"not valid JSON ({msg})") from None
     except RecursionError:
         raise TraceError(path, "JSON nested too deeply") from None
@@ -153,16 +162,19 @@ def _check_text(data: bytes, path: str | os.PathLike) -> None:
 CHUNK_BYTES = 32 << 20
 
 
-def _decode_whole(data: bytes | bytearray, path: str | os.PathLike, builder: _FrameBuilder) -> TraceDoc:
+def _decode_whole(
+    data: bytes | bytearray, path: str | os.PathLike, builder: _FrameBuilder, blanks: Blanks | None = None
+) -> TraceDoc:
     """The document of ``data``, its events added to ``builder`` (its ``traceEvents`` emptied):
-    scanned natively when it is a well-formed trace, else decoded by msgspec (with its errors)."""
+    scanned natively when it is a well-formed trace, else decoded by msgspec (with its errors;
+    ``blanks``: how ``data`` was squeezed, for the byte offsets they name)."""
     if native.enabled():
         got = _native_whole(data, path, builder)
         if got is not None:
             return got
-    doc = decode(bytes(data), path)
+    doc = decode(bytes(data), path, blanks=blanks)
     if not builder.add(doc.traceEvents):  # epoch-scale float times: decode them as text
-        doc = decode(bytes(data), path, text_times=True)
+        doc = decode(bytes(data), path, text_times=True, blanks=blanks)
         builder.add(doc.traceEvents)
     doc.traceEvents = []
     return doc
@@ -209,11 +221,12 @@ def read_trace(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES, jobs
     got: tuple[_FrameBuilder, TraceDoc | bytearray | None] | None = None
     if jobs > 1 and os.path.isfile(path) and os.path.getsize(path) <= max_bytes:
         got = read_parallel(path, jobs, CHUNK_BYTES)
+    blanks = Blanks()  # long runs of whitespace squeezed out as the text arrives
     if got is None:
         builder = _FrameBuilder()
         pieces = open_text(path, max_bytes)
         try:
-            got = builder, stream_decode(pieces, builder, CHUNK_BYTES)
+            got = builder, stream_decode(pieces, builder, CHUNK_BYTES, blanks=blanks)
         finally:
             pieces.close()
     builder, got_doc = got
@@ -221,10 +234,10 @@ def read_trace(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES, jobs
     if isinstance(got_doc, TraceDoc):
         doc = got_doc
     elif got_doc is None:  # broken or unusual: read again whole, for the decoder's own error message
-        builder = _FrameBuilder()
-        doc = _decode_whole(read_bytes(path, max_bytes), path, builder)
+        builder, blanks = _FrameBuilder(), Blanks()
+        doc = _decode_whole(read_bytes(path, max_bytes, blanks), path, builder, blanks)
     else:  # a short text: one whole decode, after what was streamed
-        doc = _decode_whole(got_doc, path, builder)
+        doc = _decode_whole(got_doc, path, builder, blanks)
     del got_doc
     frame, warnings, meta = builder.finish(path)
     meta.update(

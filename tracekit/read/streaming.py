@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 import msgspec
 
 from . import native
+from .blanks import Blanks
 from .columns import _FrameBuilder
 from .files import PlainText
 from .schema import _DECODER, _TEXT_TIME_DECODER, Event, TextTimeEvent, TraceDoc
@@ -51,7 +52,15 @@ class _Slicer:
     bytearray whose front is deleted is copied into new memory at its next append, and the
     kernel faults in every new page: 1.4 times the text's size in page faults, every read.)"""
 
-    def __init__(self, pieces: Iterable[bytes] | PlainText, builder: _FrameBuilder, chunk_bytes: int) -> None:
+    def __init__(
+        self,
+        pieces: Iterable[bytes] | PlainText,
+        builder: _FrameBuilder,
+        chunk_bytes: int,
+        blanks: Blanks | None = None,
+    ) -> None:
+        #: Long runs of whitespace are squeezed out as the text arrives (None: kept).
+        self.blanks = blanks
         self.pieces: Iterator[bytes] | PlainText = pieces if isinstance(pieces, PlainText) else iter(pieces)
         self.buf = bytearray()
         self.n = 0
@@ -76,7 +85,7 @@ class _Slicer:
             return False
         end = self.n + len(piece)
         self.buf[self.n : end] = piece  # in place; grows the buffer only past its size
-        self.n = end
+        self.n = end if self.blanks is None else self.blanks.squeeze(self.buf, self.n, end)
         self.peak = max(self.peak, end)
         return True
 
@@ -113,7 +122,7 @@ class _Slicer:
         if not got:
             self.eof = True
             return False
-        self.n += got
+        self.n = self.n + got if self.blanks is None else self.blanks.squeeze(self.buf, self.n, self.n + got)
         self.peak = max(self.peak, self.n)
         return True
 
@@ -123,6 +132,8 @@ class _Slicer:
         with memoryview(self.buf) as mv:
             mv[:rest] = mv[upto : self.n]
         self.n = rest
+        if self.blanks is not None:
+            self.blanks.dropped(upto)
 
     def held(self) -> bytearray:
         """The buffer cut to the text it holds (its spare size given back)."""
@@ -203,7 +214,11 @@ class _Slicer:
 
 
 def stream_decode(
-    pieces: Iterable[bytes] | PlainText, builder: _FrameBuilder, chunk_bytes: int, stats: dict | None = None
+    pieces: Iterable[bytes] | PlainText,
+    builder: _FrameBuilder,
+    chunk_bytes: int,
+    stats: dict | None = None,
+    blanks: Blanks | None = None,
 ) -> TraceDoc | bytearray | None:
     """Decode the text of ``pieces`` into ``builder``, one slice of ``traceEvents`` at a time.
 
@@ -211,9 +226,11 @@ def stream_decode(
     when it is shorter than about two slices or not shaped like a trace near its start (decode it
     whole); or ``None`` when a slice or the end did not decode (the file is broken or unusual:
     read it again whole, for the decoder's own error message). ``stats`` receives the largest
-    text buffered (``peak_buffer``) and the number of slices.
+    text buffered (``peak_buffer``) and the number of slices. ``blanks``: squeeze long runs of
+    whitespace out of the text as it arrives (:mod:`tracekit.blanks`; the text returned is the
+    squeezed one, ``blanks`` maps its offsets back).
     """
-    s = _Slicer(pieces, builder, chunk_bytes)
+    s = _Slicer(pieces, builder, chunk_bytes, blanks)
     if isinstance(pieces, PlainText):  # all of a short text, else to just past the first cut
         short = pieces.left <= 2 * chunk_bytes + s.margin
         s.target = 2 * chunk_bytes + s.margin if short else chunk_bytes + 2 * s.margin
@@ -281,8 +298,8 @@ def decode_rest(text: bytes | bytearray, pos: int, head: bytes, builder: _FrameB
         doc_text = b"".join((head, _SENTINEL, mv[scanned.end + 1 :]))
     try:
         doc = _DECODER.decode(doc_text)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return None
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError):
+        return None  # msgspec decodes it all again, for its own error
     if len(doc.traceEvents) != 1 or doc.traceEvents[0].name != _SENTINEL_NAME:
         return None
     scanned.add_to(builder)
