@@ -17,6 +17,9 @@ from . import (  # imported to register; the report order is _ORDER below
     kernels,
     layers,
     memcpy,
+    memory,
+    memory_modules,
+    memory_timeline,
     modules,
     phases,
     ranks,
@@ -30,7 +33,7 @@ from ._registry import REGISTRY, TableSpec, column_unit, spec_of
 _ORDER = [
     m.__name__
     for m in (phases, modules, gemm, comm, idle, kernels, memcpy, timeline, top_kernels, layers, ranks)
-]
+] + [m.__name__ for m in (memory, memory_modules, memory_timeline)]
 
 
 def _position(item: tuple[str, TableSpec]) -> int:

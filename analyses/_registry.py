@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 MS, US, PCT, COUNT, BYTES, INDEX = "ms", "us", "%", "count", "bytes", "index"
+#: Megabytes of 2**20 bytes (MiB, as torch's memory statistics count them).
+MB = "MB"
 #: Units whose values are whole numbers (printed without decimals, integers in JSON).
 INTEGER_UNITS = {COUNT, BYTES, INDEX}
 
@@ -28,6 +30,11 @@ INTEGER_UNITS = {COUNT, BYTES, INDEX}
 MEAN = "mean"  # sum over complete steps / number of complete steps (absent = 0)
 STAGE_MEAN = "stage-mean"  # MEAN, but rows of an inference stage over the steps holding it
 PER_STEP = "per-step"  # only meaningful per step: no mean row (e.g. step windows)
+PRESENT_MEAN = "present-mean"  # each row's mean over the complete steps that hold it
+
+#: What a table function reads: the labelled intervals, or the labelled memory events
+#: (:attr:`tracekit.pipeline.Attributed.memory`).
+INTERVALS, MEMORY_EVENTS = "intervals", "memory"
 
 Table = Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame]
 
@@ -38,7 +45,13 @@ class TableSpec:
 
     * ``keys``: the label columns a row is identified by (besides ``step``, ``stage``, ``rank``);
     * ``values``: value column -> unit (``ms``, ``us``, ``%``, ``count``, ``bytes``);
-    * ``aggregate``: :data:`MEAN`, :data:`STAGE_MEAN` or :data:`PER_STEP`;
+    * ``aggregate``: :data:`MEAN`, :data:`STAGE_MEAN`, :data:`PRESENT_MEAN` (a row absent from
+      a step says nothing about it: peaks) or :data:`PER_STEP` (the per-step rows, also as the
+      mean view);
+    * ``reads``: :data:`INTERVALS` (``func(intervals, windows)``) or :data:`MEMORY_EVENTS`
+      (``func(memory, windows)``: the rank's memory events; a run with none has no such table);
+    * ``shown``: False for a table kept for its chart and the files (JSON, CSV, Parquet), whose
+      rows the terminal, Markdown and HTML tables leave out;
     * ``chart``: ``bar``, ``stacked`` or ``none`` (the HTML report's default chart);
     * ``finish``: recomputes ratio columns (e.g. a mean duration) after aggregation, so they are
       ratios of means, never means of ratios;
@@ -72,6 +85,8 @@ class TableSpec:
     source: str | None = None
     derive: Callable[[pd.DataFrame], pd.DataFrame] | None = None
     cross_rank: bool = False
+    reads: str = INTERVALS
+    shown: bool = True
 
     @property
     def heading(self) -> str:

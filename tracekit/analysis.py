@@ -18,8 +18,10 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analyses import REGISTRY, TABLES
+from tracekit.analyses._registry import MEMORY_EVENTS, PER_STEP, PRESENT_MEAN
 
 from . import forked, progress
+from .aggregate import mean_over_present as _mean_over_present
 from .aggregate import mean_over_steps as _mean_over_steps
 from .aggregate import whole_numbers as _whole_numbers
 from .checks import TraceWarning, as_warning, check_rank
@@ -178,8 +180,15 @@ class Analysis:
         return [
             n
             for n, s in REGISTRY.items()
-            if (self.multi_rank or not s.cross_rank) and self.filters.supports(REGISTRY.get(s.source or n, s))
+            if (self.multi_rank or not s.cross_rank)
+            and self.filters.supports(REGISTRY.get(s.source or n, s))
+            and (s.reads != MEMORY_EVENTS or self.has_memory)
         ]
+
+    @property
+    def has_memory(self) -> bool:
+        """Whether some rank's trace records memory events (``profile_memory=True``)."""
+        return any(a.meta.get("memory_events", 0) for a in self.ranks.values())
 
     def _n_steps(self, att: Attributed) -> int:
         done = att.meta.get("complete_steps", [])
@@ -217,7 +226,10 @@ class Analysis:
         if key not in self._computed:
             spec = REGISTRY[name]
             df = self.filters.rows(self._per_step(name, rank))
-            df = _mean_over_steps(df, self._n_steps(self.ranks[rank]), list(spec.keys))
+            if spec.aggregate == PRESENT_MEAN:
+                df = _mean_over_present(df, list(spec.keys))
+            elif spec.aggregate != PER_STEP:
+                df = _mean_over_steps(df, self._n_steps(self.ranks[rank]), list(spec.keys))
             if spec.finish is not None and not df.empty:
                 df = spec.finish(df)
             self._computed[key] = _whole_numbers(spec, df)
@@ -282,8 +294,9 @@ class Analysis:
         """One rank's per-step table, computed once however often it is asked for."""
         key = ("step", name, rank)
         if key not in self._computed:
-            iv = self.filters.intervals(self._rank_intervals(rank), REGISTRY[name])
-            self._computed[key] = TABLES[name](iv, self._windows(rank))
+            spec = REGISTRY[name]
+            rows = self.ranks[rank].memory if spec.reads == MEMORY_EVENTS else self._rank_intervals(rank)
+            self._computed[key] = TABLES[name](self.filters.intervals(rows, spec), self._windows(rank))
         return self._computed[key].copy()
 
     def _windows(self, rank: int) -> Windows:

@@ -11,7 +11,7 @@ Parquet file, ``<sha256 of the key>.result.parquet`` beside the parse cache's en
   :class:`~tracekit.pipeline.Attributed` holds instead of them, and is what a worker sends back
   to the parent in place of the intervals;
 * everything else is in the footer: one JSON object (key, mode, meta, warnings, checks) and
-  the small frames (steps, windows, tables) packed as the parent gathers them, all in one
+  the small frames (steps, windows, memory events, tables) packed as the parent gathers them, all in one
   Arrow IPC stream (:mod:`tracekit.packed_ipc`: typed columns and codes, no pickle, no
   pandas on either side);
 * key: the parse cache's file key (device, inode, size, mtime, edge hashes, read limit,
@@ -51,14 +51,14 @@ from .errors import TraceError
 from .pipeline import INTERVAL_COLUMNS, Attributed
 
 #: Version of a result entry's layout; bump when what is stored changes shape.
-RESULT_FORMAT = "tracekit-result-3"
+RESULT_FORMAT = "tracekit-result-4"
 SUFFIX = ".result.parquet"
 _INFO = b"tracekit-result"
 #: The footer key of the small frames' IPC stream (:mod:`tracekit.packed_ipc`).
 _FRAMES_KEY = b"tracekit-frames"
 #: The frames of the Attributed stored (its module instances are not: no table or view reads
 #: them after the pipeline, see :func:`tracekit.perfile.tabulate_fresh`).
-_FRAMES = ("steps", "windows")
+_FRAMES = ("steps", "windows", "memory")
 _RULES_MAX_BYTES = 16 << 20
 #: An entry of at most this many intervals is written with lz4 and without column statistics
 #: (:func:`_write`); a bigger one with zstd, as before.
@@ -310,6 +310,7 @@ def load(path: str | os.PathLike, options: Any) -> tuple[Attributed, dict] | Non
             intervals=Stored(os.fspath(loc), digest, os.fspath(path), size, options),
             steps=frames["steps"],
             windows=frames["windows"],
+            memory=frames["memory"],
             meta=info["meta"],
             warnings=[_warning(w) for w in info.get("warnings", [])],
         )

@@ -11,6 +11,13 @@ if TYPE_CHECKING:
     from .analysis import Analysis
 
 
+#: The notice of a run whose traces record no memory events.
+MEMORY_NOTICE = (
+    "no memory events: record the profile with torch.profiler.profile(profile_memory=True) "
+    "for the memory tables"
+)
+
+
 def meta_of(run: Analysis) -> dict:
     """What JSON ``meta`` says about the run: its ranks, files, steps, devices, notices for a
     reader (CPU-only, inferred steps, partial), coverage, filters and every warning."""
@@ -35,6 +42,8 @@ def meta_of(run: Analysis) -> dict:
             f"{unlaunched} device activities with no launching runtime call in the file "
             "belong to no step and are left out (see the no_launch warning)"
         )
+    if not run.has_memory:
+        notices.append(MEMORY_NOTICE)
     if run.skipped:
         notices.append(
             f"partial result: {len(run.skipped)} file(s) of the directory skipped (listed in the warnings)"

@@ -73,7 +73,7 @@ _TEXT_TIME_DECODER = msgspec.json.Decoder(TextTimeDoc)
 
 
 # Normalised event kinds. Values are small ints in the ``kind`` column.
-KERNEL, MEMCPY, MEMSET, RUNTIME, CPU_OP, ANNOTATION, PYTHON, FLOW_LAUNCH, FLOW_FWDBWD = range(9)
+KERNEL, MEMCPY, MEMSET, RUNTIME, CPU_OP, ANNOTATION, PYTHON, FLOW_LAUNCH, FLOW_FWDBWD, MEMORY = range(10)
 KIND_NAMES = [
     "kernel",
     "memcpy",
@@ -84,6 +84,7 @@ KIND_NAMES = [
     "python",
     "flow_launch",
     "flow_fwdbwd",
+    "memory",
 ]
 
 _CATEGORY_KIND = {

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 
 from tracekit.pipeline.state import Trace
-from tracekit.read import ANNOTATION, CPU_OP, FLOW_FWDBWD, KERNEL, PYTHON, RUNTIME
+from tracekit.read import ANNOTATION, CPU_OP, FLOW_FWDBWD, KERNEL, MEMORY, PYTHON, RUNTIME
 
-__all__ = ["ANNOTATION", "CPU_OP", "FLOW_FWDBWD", "KERNEL", "PYTHON", "RUNTIME", "ev", "trace"]
+__all__ = ["ANNOTATION", "CPU_OP", "FLOW_FWDBWD", "KERNEL", "MEMORY", "PYTHON", "RUNTIME", "ev", "trace"]
 
 _DEFAULTS = {
     "kind": KERNEL,
@@ -25,7 +25,13 @@ _DEFAULTS = {
     "stream": -1,
     "collective": "",
     "bytes": np.nan,
+    "device_type": -1,
+    "device_id": -1,
+    "total_allocated": np.nan,
+    "total_reserved": np.nan,
+    "addr": -1,
 }
+_FLOATS = ("bytes", "total_allocated", "total_reserved")
 
 
 def ev(kind: int, name: str, ts: int, dur: int, **kw) -> dict:
@@ -39,7 +45,9 @@ def trace(*rows: dict) -> Trace:
     for c in ("name", "flow_ph", "collective"):
         df[c] = pd.Categorical(df[c].astype(str))
     for c in df.columns:
-        if c not in ("name", "flow_ph", "collective", "bytes"):
+        if c not in ("name", "flow_ph", "collective", *_FLOATS):
             df[c] = df[c].astype(np.int64)
     df["kind"] = df["kind"].astype(np.int8)
+    for c in _FLOATS:
+        df[c] = df[c].astype(np.float64)
     return Trace(path="unit.json", events=df)

@@ -19,6 +19,7 @@ from ..taxonomy import KernelRules, ModuleTaxonomy
 from .backward import link_backward
 from .categories import as_categories, assign_categories
 from .launches import join_launches
+from .memory import label_memory, memory_rows, no_rows
 from .modules import assign_modules
 from .nest import nest_cpu_ops
 from .phases import assign_phases, assign_stages
@@ -84,7 +85,8 @@ INTERVAL_COLUMNS = [
 class Attributed:
     """One rank, analysed: ``intervals`` (one labelled row per activity of a complete step),
     ``steps`` (per step its device window and phase boundaries), ``windows`` (one row per step
-    and window), ``modules`` (module instances)."""
+    and window), ``modules`` (module instances), ``memory`` (the memory events of complete
+    steps, labelled: :func:`tracekit.pipeline.memory.memory_rows`)."""
 
     path: str
     mode: str
@@ -94,6 +96,7 @@ class Attributed:
     modules: pd.DataFrame = field(default_factory=pd.DataFrame)
     meta: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    memory: pd.DataFrame = field(default_factory=no_rows)
 
     @property
     def lazy(self) -> bool:
@@ -139,6 +142,7 @@ def _frame_field(name: str) -> property:
 
 Attributed.steps = _frame_field("steps")
 Attributed.windows = _frame_field("windows")
+Attributed.memory = _frame_field("memory")
 
 
 def link(raw: RawTrace, taxonomy: ModuleTaxonomy) -> Trace:
@@ -159,6 +163,7 @@ def analyse(raw: RawTrace, taxonomy: ModuleTaxonomy, rules: KernelRules) -> Trac
     """Every step, in order, on one trace file; the whole state (``explain`` reads it)."""
     t = link(raw, taxonomy)
     t = assign_categories(t, taxonomy, rules)
+    t = label_memory(t, taxonomy)
     t = find_windows(t)
     t = add_shares(t)
     return t
@@ -189,4 +194,5 @@ def result(t: Trace) -> Attributed:
         modules=t.modules,
         meta=meta,
         warnings=t.warnings,
+        memory=memory_rows(t.memory, done),
     )

@@ -2,8 +2,9 @@
 
 Every step is a function ``step(t: Trace) -> Trace`` that adds named columns to ``t.acts`` (the
 activity table: one row per device activity, or per CPU op piece on CPU-only traces) or adds one
-of the side tables (``ranges``, ``modules``, ``step_ranges``, ``steps``, ``windows``). Steps never remove or
-rewrite a column an earlier step added; each documents what it needs, adds and guarantees.
+of the side tables (``ranges``, ``modules``, ``step_ranges``, ``steps``, ``windows``,
+``memory``). Steps never remove or rewrite a column an earlier step added; each documents what
+it needs, adds and guarantees.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ class Trace:
     table. ``ranges``: the CPU ranges (ops, annotations, module frames) the nesting sweep keeps,
     with their enclosing context. ``modules``: one row per module instance (forward call).
     ``step_ranges``: the ProfilerStep ranges (CPU side). ``steps``: each step's device window.
-    ``windows``: one row per (step, window) of the time engine.
+    ``windows``: one row per (step, window) of the time engine. ``memory``: the labelled
+    memory events (:mod:`tracekit.pipeline.memory`).
     """
 
     path: str
@@ -38,6 +40,7 @@ class Trace:
     step_ranges: pd.DataFrame = field(default_factory=pd.DataFrame)
     steps: pd.DataFrame = field(default_factory=pd.DataFrame)
     windows: pd.DataFrame = field(default_factory=pd.DataFrame)
+    memory: pd.DataFrame = field(default_factory=pd.DataFrame)
     meta: dict = field(default_factory=dict)
     warnings: list = field(default_factory=list)  # TraceWarning (tracekit.checks) or str
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analyses import column_unit, spec_of
-from tracekit.analyses._registry import BYTES, COUNT, INDEX, MS, PCT, US
+from tracekit.analyses._registry import BYTES, COUNT, INDEX, MB, MS, PCT, US
 
 #: Titles of tables that are not in the registry (``tracekit compare``).
 COMPARE_TITLES = {"attention": "Attention time, A vs B (Table VIII)"}
@@ -34,16 +34,24 @@ def title(name: str) -> str:
     return COMPARE_TITLES.get(name, name)
 
 
+def for_people(name: str) -> bool:
+    """Whether the terminal, Markdown and HTML tables show table ``name`` (a table kept for its
+    chart and the files says not: its spec's ``shown``)."""
+    spec = spec_of(name)
+    return spec is None or spec.shown
+
+
 def header(name: str, column: str) -> str:
-    """``wall_ms`` -> ``wall (ms)``; ``percent`` -> ``%``; ``vs_mean_pct`` -> ``vs mean (%)``."""
+    """``wall_ms`` -> ``wall (ms)``; ``percent`` -> ``%``; ``vs_mean_pct`` -> ``vs mean (%)``;
+    ``held_mb`` -> ``held (MB)``."""
     unit = column_unit(name, column)
     base = column
-    for suffix in ("_ms", "_us", "_pct"):
+    for suffix in ("_ms", "_us", "_pct", "_mb"):
         base = base.removesuffix(suffix)
     if base == "percent":
         return "%" if not column.startswith("paper_") else "paper %"
     base = base.replace("_", " ")
-    shown = {MS: "ms", US: "us", PCT: "%"}.get(unit)
+    shown = {MS: "ms", US: "us", PCT: "%", MB: "MB"}.get(unit)
     return f"{base} ({shown})" if shown else base
 
 

@@ -27,7 +27,8 @@ from tracekit.analyses import spec_of
 
 from ..checks import text
 from ..coverage import lines as coverage_lines
-from .common import cell, filters_text, header, numeric, shown_rows, title
+from .common import cell, filters_text, for_people, header, numeric, shown_rows, title
+from .memory_chart import memory_charts
 
 PALETTE = [
     "#4c78a8",
@@ -254,6 +255,8 @@ def figures(tables: dict[str, pd.DataFrame]) -> list[tuple[str, dict]]:
         spec = spec_of(name)
         if name == "ranks":
             figs += _rank_chart(df)
+        elif spec is not None and spec.chart == "memory":
+            figs += memory_charts(df)
         elif name in CHARTS and (spec is None or spec.chart != "none"):
             figs += CHARTS[name](_with_rank(df))
         elif name.endswith("_delta") and "delta_ms" in df:
@@ -341,7 +344,9 @@ def render_report(meta: dict, tables: dict[str, pd.DataFrame]) -> str:
     aggregation = str(meta.get("aggregation", "mean per complete step"))
     charts = "".join(f'<div class="chart" id="c-{i}"></div>' for i, _ in enumerate(figs))
     calls = script_json([{"id": f"c-{i}", "name": n, "fig": f} for i, (n, f) in enumerate(figs)])
-    tables_html = "".join(table_html(k, v) for k, v in tables.items() if isinstance(v, pd.DataFrame))
+    tables_html = "".join(
+        table_html(k, v) for k, v in tables.items() if isinstance(v, pd.DataFrame) and for_people(k)
+    )
     js = get_plotlyjs().replace("</script", "<\\/script")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

@@ -20,7 +20,7 @@ from tracekit.analyses import spec_of
 
 from ..coverage import lines as coverage_lines
 from ..safetext import clean
-from .common import cell, filters_text, header, numeric, shown_rows, steps_text, title
+from .common import cell, filters_text, for_people, header, numeric, shown_rows, steps_text, title
 from .fasttable import FastTable
 
 #: C0 and C1 control characters: a kernel name is attacker-controlled text, and an escape
@@ -228,7 +228,8 @@ def render(
         )
     _head(meta, console)
     for name, df in tables.items():
-        for t in rich_tables(name, df, width=console.width, top=top, wide=wide) if len(df) else []:
+        shown = len(df) and for_people(name)
+        for t in rich_tables(name, df, width=console.width, top=top, wide=wide) if shown else []:
             console.print(t)
 
 
