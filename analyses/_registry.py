@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 MS, US, PCT, COUNT, BYTES, INDEX = "ms", "us", "%", "count", "bytes", "index"
-#: Megabytes of 2**20 bytes (MiB, as torch's memory statistics count them).
-MB = "MB"
+#: Memory in MiB (2^20 bytes) and a rate per second (``tokens_per_s``: tokens/s).
+MB, PER_S = "MB", "/s"
 #: Units whose values are whole numbers (printed without decimals, integers in JSON).
 INTEGER_UNITS = {COUNT, BYTES, INDEX}
 

@@ -42,8 +42,7 @@ def for_people(name: str) -> bool:
 
 
 def header(name: str, column: str) -> str:
-    """``wall_ms`` -> ``wall (ms)``; ``percent`` -> ``%``; ``vs_mean_pct`` -> ``vs mean (%)``;
-    ``held_mb`` -> ``held (MB)``."""
+    """``wall_ms`` -> ``wall (ms)``; ``percent`` -> ``%``; ``vs_mean_pct`` -> ``vs mean (%)``."""
     unit = column_unit(name, column)
     base = column
     for suffix in ("_ms", "_us", "_pct", "_mb"):
