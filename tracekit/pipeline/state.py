@@ -24,11 +24,14 @@ class Trace:
     table. ``ranges``: the CPU ranges (ops, annotations, module frames) the nesting sweep keeps,
     with their enclosing context. ``modules``: one row per module instance (forward call).
     ``step_ranges``: the ProfilerStep ranges (CPU side). ``steps``: each step's device window.
-    ``windows``: one row per (step, window) of the time engine.
+    ``windows``: one row per (step, window) of the time engine. ``memory``: the ``[memory]``
+    events (kind MEMORY, read's columns), which are not in ``events``: no step but the memory
+    steps reads them.
     """
 
     path: str
     events: pd.DataFrame
+    memory: pd.DataFrame = field(default_factory=pd.DataFrame)
     mode: str = ""
     #: Module ranges come from tracekit's capture annotations (else ``nn.Module`` frames).
     capture_modules: bool = False
