@@ -35,10 +35,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .columns import CATEGORICAL_COLUMNS
 from .read import _COLUMNS, RawTrace
 
 #: Version of the cached columns; bump when read.py's output changes.
-FORMAT = "tracekit-raw-5"
+FORMAT = "tracekit-raw-7"
 SUFFIX = ".parquet"
 _META_KEY = b"tracekit"
 #: Entry names: the parse cache's ``<hash>.parquet`` and the result cache's ``<hash>.result.parquet``
@@ -49,8 +50,13 @@ DEFAULT_MAX_CACHE_BYTES = 2 * 1024**3
 _EDGE = 1 << 16
 #: In-memory columns may be this many times the trace's size on disk (gzip included), plus slack.
 _EXPANSION, _SLACK = 64, 16 << 20
-_CATEGORICAL = {"name", "flow_ph", "collective"}
-_TYPES = {"kind": pa.int8(), "bytes": pa.float64()}
+_CATEGORICAL = set(CATEGORICAL_COLUMNS)
+_TYPES = {
+    "kind": pa.int8(),
+    "bytes": pa.float64(),
+    "total_allocated": pa.float64(),
+    "total_reserved": pa.float64(),
+}
 
 
 def cache_dir() -> Path:

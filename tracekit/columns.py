@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
@@ -18,8 +19,10 @@ from .schema import (
     CPU_OP,
     KERNEL,
     MEMCPY,
+    MEMORY,
     MEMSET,
     METADATA,
+    SHAPE_FIELDS,
     UNKNOWN,
     Args,
     Event,
@@ -85,6 +88,38 @@ def _categorical_codes(codes: np.ndarray, value: Any) -> pd.Categorical:
     remap = np.zeros(len(used) and int(used[-1]) + 1, dtype=np.int64)
     remap[used] = sub
     return pd.Categorical.from_codes(remap[codes], categories=distinct)
+
+
+def _numbers(values: list) -> np.ndarray:
+    """float64 of the values that are numbers (int or float), NaN for the others."""
+    return np.array([v if isinstance(v, (int, float)) else np.nan for v in values], dtype=np.float64)
+
+
+def _small_ints(values: list) -> np.ndarray:
+    """int64 of the values that are ints within int64, -1 for the others (floats too)."""
+    return np.array(
+        [v if type(v) is int and -(1 << 63) <= v < 1 << 63 else -1 for v in values], dtype=np.int64
+    )
+
+
+def _raw_texts(values: list[msgspec.Raw]) -> pd.Categorical:
+    """The JSON texts of ``msgspec.Raw`` values as a categorical: each text as written, ``""``
+    for an absent value (empty), ``null``, or text that is not UTF-8. Each distinct text is
+    decoded once."""
+    if not values:
+        return pd.Categorical([])
+    codes, distinct = pd.factorize(np.array([bytes(v) for v in values], dtype=object))
+    texts = np.array([_raw_text(b) for b in distinct], dtype=object)
+    return _categorical_codes(codes, lambda c: texts[c])
+
+
+def _raw_text(raw: bytes) -> str:
+    if raw == b"null":
+        return ""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:  # msgspec does not check the strings of a raw value
+        return ""
 
 
 def _fast_int_column(values: list, none: int = -1) -> np.ndarray:
@@ -195,9 +230,13 @@ class _FrameBuilder:
             "fwd_tid": _fast_int_column([a.fwd_tid for a in args]),
             "stream": _fast_int_column([a.stream for a in args]),
             "collective": _categorical([a.collective or "" for a in args]),
-            "bytes": np.array(
-                [b if isinstance(b := a.bytes, (int, float)) else np.nan for a in args], dtype=np.float64
-            ),
+            "bytes": _numbers([a.alloc_bytes if k == MEMORY else a.bytes for a, k in zip(args, sel.kinds)]),
+            **{f: _raw_texts([getattr(a, f) for a in args]) for f in SHAPE_FIELDS},
+            "device_type": _small_ints([a.device_type for a in args]),
+            "device_id": _small_ints([a.device_id for a in args]),
+            "total_allocated": _numbers([a.total_allocated for a in args]),
+            "total_reserved": _numbers([a.total_reserved for a in args]),
+            "addr": _int_column([a.addr for a in args]),
         }
         self.add_part(len(events), sel, part)
         return True
@@ -228,7 +267,7 @@ class _FrameBuilder:
         so the columns are never held twice over."""
         parts = [p.pop(name) for p in self.parts]
         if not parts:
-            if name in ("name", "flow_ph", "collective"):
+            if name in CATEGORICAL_COLUMNS:
                 return pd.Categorical([])
             return np.zeros(0, dtype=_EMPTY_DTYPES.get(name, np.int64))
         if isinstance(parts[0], pd.Categorical):
@@ -285,7 +324,14 @@ class _FrameBuilder:
 
 
 _NO_ARGS = Args()
-_EMPTY_DTYPES = {"bytes": np.float64, "kind": np.int8, "ts_ok": bool, "dur_ok": bool}
+_EMPTY_DTYPES = {
+    "bytes": np.float64,
+    "total_allocated": np.float64,
+    "total_reserved": np.float64,
+    "kind": np.int8,
+    "ts_ok": bool,
+    "dur_ok": bool,
+}
 #: The event columns, in order.
 _COLUMNS = (
     "kind",
@@ -302,7 +348,15 @@ _COLUMNS = (
     "stream",
     "collective",
     "bytes",
+    *SHAPE_FIELDS,
+    "device_type",
+    "device_id",
+    "total_allocated",
+    "total_reserved",
+    "addr",
 )
+#: The event columns that are categoricals of strings ("" when absent).
+CATEGORICAL_COLUMNS = ("name", "flow_ph", "collective", *SHAPE_FIELDS)
 
 
 #: Events decoded per chunk by the chunked reader.

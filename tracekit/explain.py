@@ -138,11 +138,12 @@ def collect(raws: list[RawTrace], taxonomy, rules) -> Evidence:
     from .pipeline import Attributed, analyse
     from .ranks import merge_windows
 
-    parts = []
+    parts, events = [], []
     for i, raw in enumerate(raws):
         t = analyse(raw, taxonomy, rules)
         acts = t.acts.assign(file=i, file_step=t.acts["step"])
         parts.append(Attributed(raw.path, t.mode, acts, t.steps, t.windows, t.modules, {}))
+        events.append(t.events)  # what the activities' event positions point into
     merged = merge_windows(parts)
     steps = merged.steps
     complete = set(steps.loc[steps["complete"], "step"].tolist()) if len(steps) else set()
@@ -151,7 +152,7 @@ def collect(raws: list[RawTrace], taxonomy, rules) -> Evidence:
         rank=raws[0].meta.get("rank"),
         mode=merged.mode,
         acts=merged.intervals.reset_index(drop=True),
-        events=[r.events for r in raws],
+        events=events,
         modules=[p.modules for p in parts],
         complete=complete,
         files=[Path(r.path).name for r in raws],

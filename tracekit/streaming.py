@@ -171,18 +171,18 @@ class _Slicer:
         return _TEXT_EVENTS_DECODER if self.text else _EVENTS_DECODER
 
     def decode(self, pos: int, cut: int, decoder: msgspec.json.Decoder) -> list:
-        """The events between ``pos`` and ``cut`` decoded in place, as a JSON array: the byte
-        before ``pos`` (the ``,`` or ``[`` before the first event) and the one at ``cut`` (after
-        the last event's ``}``) are made ``[`` and ``]`` meanwhile. No copy of the text (but for
-        text times, whose ``msgspec.Raw`` values point into what they were decoded from)."""
+        """The events between ``pos`` and ``cut`` decoded as a JSON array: the byte before
+        ``pos`` (the ``,`` or ``[`` before the first event) and the one at ``cut`` (after the
+        last event's ``}``) are made ``[`` and ``]`` meanwhile. Decoded from a copy of the
+        slice: the events' ``msgspec.Raw`` values (the shapes, text times) point into what they
+        were decoded from, and would pin the buffer. (The native scanner, which reads most
+        slices, copies nothing.)"""
         buf = self.buf
         before, after = buf[pos - 1], buf[cut]
         buf[pos - 1], buf[cut] = 0x5B, 0x5D  # '[' and ']'
         try:
             with memoryview(buf) as mv, mv[pos - 1 : cut + 1] as text:
-                if decoder is _TEXT_EVENTS_DECODER:  # msgspec.Raw values would pin the buffer
-                    return decoder.decode(bytes(text))
-                return decoder.decode(text)
+                return decoder.decode(bytes(text))
         finally:
             buf[pos - 1], buf[cut] = before, after
 

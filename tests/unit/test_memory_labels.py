@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 from frames import ANNOTATION, CPU_OP, KERNEL, MEMORY, PYTHON, RUNTIME, ev, trace
 
 from tracekit.pipeline.backward import link_backward
 from tracekit.pipeline.categories import assign_categories
 from tracekit.pipeline.launches import join_launches
-from tracekit.pipeline.memory import held_at_pass_end, label_memory
+from tracekit.pipeline.memory import ROW_COLUMNS, held_at_pass_end, label_memory, memory_rows
 from tracekit.pipeline.modules import assign_modules
 from tracekit.pipeline.nest import nest_cpu_ops
 from tracekit.pipeline.phases import assign_phases
@@ -64,8 +65,8 @@ def _labelled(rows: list[dict]):
 
 def test_memory_events_take_step_phase_and_module_of_a_launch_at_their_place():
     t = _labelled(_rows())
-    m = t.memory
-    assert m["ts"].tolist() == [35, 50, 90, 150, 300, 425, 480, 720, 760]  # time order
+    m = t.memory.sort_values("ts")
+    assert m["ts"].tolist() == [35, 50, 90, 150, 300, 425, 480, 720, 760]
     assert (m["step"] == 1).all()
     assert m["phase"].astype(str).tolist() == ["forward"] * 5 + ["backward"] * 2 + ["optimizer"] * 2
     assert m["module"].astype(str).tolist() == ["MLP"] * 4 + ["Other"] + ["MLP"] * 2 + ["Other"] * 2
@@ -78,7 +79,15 @@ def test_memory_events_take_step_phase_and_module_of_a_launch_at_their_place():
 def test_a_trace_without_memory_events_has_an_empty_memory_table():
     t = _labelled([r for r in _rows() if r["kind"] != MEMORY])
     assert t.memory.empty and t.meta["memory_events"] == 0
-    assert "device" in t.memory.columns
+    assert memory_rows(t.memory, pd.Series([1])).columns.tolist() == ROW_COLUMNS
+
+
+def test_memory_rows_are_the_complete_steps_events_in_time_order():
+    t = _labelled(_rows())
+    rows = memory_rows(t.memory, pd.Series([1]))
+    assert rows.columns.tolist() == ROW_COLUMNS
+    assert rows["t_ns"].tolist() == [35, 50, 90, 150, 300, 425, 480, 720, 760]
+    assert memory_rows(t.memory, pd.Series([2])).empty
 
 
 def test_held_ends_each_forward_pass_where_its_backward_starts():

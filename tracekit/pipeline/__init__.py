@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .. import coverage, labels
-from ..read import RawTrace
+from ..read import RawTrace, split_memory
 from ..taxonomy import KernelRules, ModuleTaxonomy
 from .backward import link_backward
 from .categories import as_categories, assign_categories
@@ -147,7 +147,8 @@ Attributed.memory = _frame_field("memory")
 
 def link(raw: RawTrace, taxonomy: ModuleTaxonomy) -> Trace:
     """The linking steps: who launched each activity, in which op stack, module, step, phase."""
-    t = Trace(path=raw.path, events=raw.events)
+    events, memory = split_memory(raw.events)
+    t = Trace(path=raw.path, events=events, memory=memory)
     t = join_launches(t)
     t = find_steps(t)
     t = nest_cpu_ops(t)

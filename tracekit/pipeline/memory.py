@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 
 from .. import labels
-from ..read import MEMORY
 from ..taxonomy import ModuleTaxonomy
 from .backward import link_backward
 from .modules import work_module
@@ -25,10 +24,11 @@ from .phases import assign_phases
 from .state import Trace, add_columns, categorical, take
 from .steps import place_in_steps
 
-#: The columns of ``t.memory``, in order (one row per memory event, in time order).
-MEMORY_COLUMNS = [
+#: The columns :func:`label_memory` adds to ``t.memory`` (read's columns of the events).
+LABELS = ["step", "t_ns", "device", "phase", "recompute", "module", "held", "has_addr"]
+#: The columns the tables read (:func:`memory_rows`), in time order.
+ROW_COLUMNS = [
     "step",
-    "ts",
     "t_ns",
     "device",
     "bytes",
@@ -39,14 +39,10 @@ MEMORY_COLUMNS = [
     "module",
     "held",
     "has_addr",
-    "ev",
-    "tid",
 ]
 #: PyTorch's ``c10::DeviceType`` codes of the devices a memory event names; CUDA and HIP (ROCm)
 #: are both ``gpu``. Any other code is ``device<code>``.
 DEVICE_TYPES = {0: "cpu", 1: "gpu", 6: "gpu", 12: "xpu", 13: "mps", 15: "hpu", 19: "mtia", 20: "privateuse1"}
-#: The columns the tables read (:func:`memory_rows`).
-ROW_COLUMNS = [c for c in MEMORY_COLUMNS if c not in ("ts", "ev", "tid")]
 _DTYPES = {
     "step": np.int64,
     "ts": np.int64,
@@ -57,65 +53,64 @@ _DTYPES = {
     "recompute": bool,
     "held": bool,
     "has_addr": bool,
-    "ev": np.int64,
-    "tid": np.int64,
 }
 
 
 def label_memory(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
     """Label every memory event with its step, phase and module category, as a launch there.
 
-    Needs: ``t.events`` rows of kind MEMORY (``bytes``, ``device_type``, ``device_id``,
-    ``total_allocated``, ``total_reserved``, ``addr``); ``t.step_ranges``; ``t.ranges`` with
-    their context (:func:`~tracekit.pipeline.nest.nest_cpu_ops`); ``t.modules`` with their
-    categories (:func:`~tracekit.pipeline.categories.assign_categories`).
-    Adds: ``t.memory`` (:data:`MEMORY_COLUMNS`; time order, equal times in file order):
-    ``step`` (-1 outside every step), ``ts``, ``t_ns`` (since its step's ProfilerStep began;
-    no markers: since the first memory event), ``device`` (``cpu``, ``gpu:N``...), ``bytes``
-    (signed), ``total_allocated`` / ``total_reserved`` (NaN where not recorded), ``phase``,
-    ``recompute``, ``module`` (category), ``held`` (a forward allocation still allocated when
-    its forward pass ended), ``has_addr``, ``ev``, ``tid``; meta ``memory_events``.
+    Needs: ``t.memory`` (the MEMORY events, read's columns: ``pid``, ``tid``, ``ts``,
+    ``bytes``, ``device_type``, ``device_id``, ``total_allocated``, ``total_reserved``,
+    ``addr``); ``t.step_ranges``; ``t.ranges`` with their context
+    (:func:`~tracekit.pipeline.nest.nest_cpu_ops`); ``t.modules`` with their categories
+    (:func:`~tracekit.pipeline.categories.assign_categories`).
+    Adds on ``t.memory`` (:data:`LABELS`): ``step`` (-1 outside every step), ``t_ns`` (since
+    its step's ProfilerStep began; no markers: since the first memory event), ``device``
+    (``cpu``, ``gpu:N``...), ``phase``, ``recompute``, ``module`` (category), ``held`` (a
+    forward allocation still allocated when its forward pass ended), ``has_addr``; meta
+    ``memory_events``.
     Guarantees: the step is :func:`~tracekit.pipeline.steps.place_in_steps`' (the launch
     rule), the op stack the nesting sweep's, the backward link, module, phase and category
     those :func:`link_backward`, :func:`work_module`, :func:`assign_phases` and
     :func:`tracekit.labels.module_categories` give a launch at the event's place: one
-    category per event, the innermost module's that has one.
+    category per event, the innermost module's that has one. ``held`` follows the events in
+    time order, equal times in file order (:func:`held_at_pass_end`).
     """
-    ev = t.events
-    rows = np.flatnonzero(ev["kind"].to_numpy() == MEMORY)
-    t.meta["memory_events"] = int(rows.size)
-    if rows.size == 0:
-        t.memory = _empty(MEMORY_COLUMNS)
+    mem = t.memory
+    t.meta["memory_events"] = len(mem)
+    if not len(mem):
+        t.memory = _empty(ROW_COLUMNS + ["ts"])
         return t
-    rows = rows[np.lexsort((rows, ev["ts"].to_numpy()[rows]))]  # time, then file order
-    view = link_backward(_as_launches(t, rows))
+    view = link_backward(_as_launches(t, mem))
     view.acts = add_columns(view.acts, work_module(view, view.acts))
     a = assign_phases(view).acts
     module, _ = labels.module_categories(view, taxonomy)
-    phase = a["phase"]
-    nbytes = ev["bytes"].to_numpy(np.float64)[rows]
-    addr = ev["addr"].to_numpy()[rows]
-    device = _devices(ev["device_type"].to_numpy()[rows], ev["device_id"].to_numpy()[rows])
+    forward = (a["phase"] == "forward").to_numpy()
     step = a["step"].to_numpy()
-    t.memory = pd.DataFrame(
-        {
-            "step": step,
-            "ts": a["launch_ts"].to_numpy(),
-            "t_ns": a["launch_ts"].to_numpy() - _step_start(t, a),
-            "device": device,
-            "bytes": nbytes,
-            "total_allocated": ev["total_allocated"].to_numpy(np.float64)[rows],
-            "total_reserved": ev["total_reserved"].to_numpy(np.float64)[rows],
-            "phase": phase.array,
-            "recompute": a["recompute"].to_numpy(bool),
-            "module": module.categorical(),
-            "held": held_at_pass_end(step, (phase == "forward").to_numpy(), device, addr, nbytes),
-            "has_addr": addr != -1,
-            "ev": rows,
-            "tid": a["launch_tid"].to_numpy(),
-        }
+    device = _devices(mem["device_type"].to_numpy(), mem["device_id"].to_numpy())
+    addr = mem["addr"].to_numpy()
+    order = time_order(mem)
+    held = np.empty(len(mem), bool)
+    held[order] = held_at_pass_end(
+        step[order], forward[order], device[order], addr[order], mem["bytes"].to_numpy(np.float64)[order]
     )
+    labelled = {
+        "step": step,
+        "t_ns": a["launch_ts"].to_numpy() - _step_start(t, a),
+        "device": device,
+        "phase": a["phase"].array,
+        "recompute": a["recompute"].to_numpy(bool),
+        "module": module.categorical(),
+        "held": held,
+        "has_addr": addr != -1,
+    }
+    t.memory = add_columns(mem, labelled)
     return t
+
+
+def time_order(mem: pd.DataFrame) -> np.ndarray:
+    """The rows of ``mem`` by time, equal times in file order (its row order)."""
+    return np.lexsort((np.arange(len(mem)), mem["ts"].to_numpy()))
 
 
 def _empty(columns: list[str]) -> pd.DataFrame:
@@ -128,33 +123,33 @@ def no_rows() -> pd.DataFrame:
 
 
 def memory_rows(memory: pd.DataFrame, steps: pd.Series) -> pd.DataFrame:
-    """The memory events of ``steps`` (the complete ones), with the columns the tables read
-    (:data:`ROW_COLUMNS`), label columns as categoricals of the values present."""
+    """The labelled memory events of ``steps`` (the complete ones) in time order, with the
+    columns the tables read (:data:`ROW_COLUMNS`), label columns as categoricals of the values
+    present."""
+    memory = memory.iloc[time_order(memory)]
     keep = memory["step"].isin(steps).to_numpy()
     out = memory.loc[keep, ROW_COLUMNS].reset_index(drop=True)
     for c in ("device", "phase", "module"):
-        out[c] = out[c].astype("category")
-        out[c] = out[c].cat.remove_unused_categories()
+        out[c] = out[c].astype("category").cat.remove_unused_categories()
     return out
 
 
-def _as_launches(t: Trace, rows: np.ndarray) -> Trace:
-    """A view of ``t`` whose activity table is the memory events ``rows`` as launches (their own
+def _as_launches(t: Trace, mem: pd.DataFrame) -> Trace:
+    """A view of ``t`` whose activity table is the memory events as launches (their own
     process, thread and time), placed in steps and in the op stack; its warnings are its own
     (the linking functions' warnings about launches do not concern memory events)."""
-    ev = t.events
-    pid, tid, ts = (ev[c].to_numpy()[rows] for c in ("pid", "tid", "ts"))
-    in_file = np.ones(len(rows), bool)
+    pid, tid, ts = (mem[c].to_numpy() for c in ("pid", "tid", "ts"))
+    in_file = np.ones(len(mem), bool)
     rng = t.step_ranges
     if len(rng):
         step = take(rng["step"].to_numpy(), place_in_steps(rng, pid, ts, in_file)[0], -1)
     else:  # no markers: the whole trace is one step (as find_steps numbers the activities)
-        step = np.zeros(len(rows), np.int64)
+        step = np.zeros(len(mem), np.int64)
     _, ctx = sweep_with_points(t.ranges, pid, tid, ts)
     view = copy.copy(t)  # the decoded names are shared, not decoded again
     view.warnings, view.meta = [], {}
     acts = pd.DataFrame(
-        {"ev": rows, "launch_pid": pid, "launch_tid": tid, "launch_ts": ts, "launched": in_file, "step": step}
+        {"launch_pid": pid, "launch_tid": tid, "launch_ts": ts, "launched": in_file, "step": step}
     )
     acts = add_columns(acts, ctx)
     view.acts = add_columns(acts, op_columns(view, ctx["op_r"], ctx["comm_r"]))

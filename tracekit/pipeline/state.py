@@ -25,12 +25,14 @@ class Trace:
     table. ``ranges``: the CPU ranges (ops, annotations, module frames) the nesting sweep keeps,
     with their enclosing context. ``modules``: one row per module instance (forward call).
     ``step_ranges``: the ProfilerStep ranges (CPU side). ``steps``: each step's device window.
-    ``windows``: one row per (step, window) of the time engine. ``memory``: the labelled
-    memory events (:mod:`tracekit.pipeline.memory`).
+    ``windows``: one row per (step, window) of the time engine. ``memory``: the ``[memory]``
+    events (kind MEMORY, read's columns), which are not in ``events``: no step but the memory
+    steps reads them (:mod:`tracekit.pipeline.memory` adds their labels).
     """
 
     path: str
     events: pd.DataFrame
+    memory: pd.DataFrame = field(default_factory=pd.DataFrame)
     mode: str = ""
     #: Module ranges come from tracekit's capture annotations (else ``nn.Module`` frames).
     capture_modules: bool = False
@@ -40,7 +42,6 @@ class Trace:
     step_ranges: pd.DataFrame = field(default_factory=pd.DataFrame)
     steps: pd.DataFrame = field(default_factory=pd.DataFrame)
     windows: pd.DataFrame = field(default_factory=pd.DataFrame)
-    memory: pd.DataFrame = field(default_factory=pd.DataFrame)
     meta: dict = field(default_factory=dict)
     warnings: list = field(default_factory=list)  # TraceWarning (tracekit.checks) or str
 

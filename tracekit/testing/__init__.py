@@ -14,7 +14,7 @@ See docs/testing.md.
 from . import kernels
 from .builder import TraceBuilder
 from .events import COMM_STREAM, COMPUTE_STREAM, COPY_STREAM, SIDE_STREAM, write_trace
-from .truth import Activity, Kernel, Op, intersect_window, measure, subtract, union
+from .truth import Activity, Kernel, MemoryEvent, Op, intersect_window, measure, subtract, union
 
 __all__ = [
     "COMM_STREAM",
@@ -23,6 +23,7 @@ __all__ = [
     "SIDE_STREAM",
     "Activity",
     "Kernel",
+    "MemoryEvent",
     "Op",
     "TraceBuilder",
     "intersect_window",

@@ -33,11 +33,19 @@ from .events import (
     EventWriter,
     write_trace,
 )
-from .truth import Activity, Kernel, Op
+from .memory import MemoryCalls
+from .truth import Activity, Kernel, MemoryEvent, Op
 
-__all__ = ["Kernel", "Op", "TraceBuilder"]
+__all__ = ["Kernel", "MemoryEvent", "Op", "TraceBuilder"]
 
 MODULE_EVENTS = ("nn_module", "capture", "both", "none")
+#: The shape args ``record_shapes=True`` writes on an op, in the order Kineto writes them.
+SHAPE_ARGS = {
+    "concrete_inputs": "Concrete Inputs",
+    "input_types": "Input type",
+    "input_strides": "Input Strides",
+    "input_dims": "Input Dims",
+}
 
 
 def _node_name(op_name: str) -> str:
@@ -46,7 +54,7 @@ def _node_name(op_name: str) -> str:
     return "".join(p.capitalize() for p in base.split("_") if p) + "Backward0"
 
 
-class TraceBuilder(DeviceCalls):
+class TraceBuilder(DeviceCalls, MemoryCalls):
     """Build one rank's Kineto trace: steps, modules, ops, kernels, backward, comm, optimizer.
 
     ``modules``: how module ranges are recorded: ``"nn_module"`` (python_function
@@ -100,6 +108,7 @@ class TraceBuilder(DeviceCalls):
         self._s = _State(tid=self.w.main)
         self._instances: dict[str, int] = {}
         self._class_count: dict[str, int] = defaultdict(int)
+        self._init_memory()
 
     # time ------------------------------------------------------------------------------------
     def ns(self, us: float) -> int:
@@ -231,17 +240,38 @@ class TraceBuilder(DeviceCalls):
 
     # ops -------------------------------------------------------------------------------------
     @contextmanager
-    def op(self, name: str, args: dict | None = None) -> Iterator[Op]:
+    def op(
+        self,
+        name: str,
+        args: dict | None = None,
+        *,
+        input_dims: list | None = None,
+        input_types: list | None = None,
+        input_strides: list | None = None,
+        concrete_inputs: list | None = None,
+    ) -> Iterator[Op]:
         """A CPU op (``cpu_op``). Forward ops carry the autograd ``Sequence number`` (ops share
-        the number until a top-level op creates its node) and ``Fwd thread id`` 0."""
-        a = dict(args or {})
+        the number until a top-level op creates its node) and ``Fwd thread id`` 0. The shapes
+        (``input_dims=[[8, 4096], [4096, 11008]]``, ``input_types=["c10::BFloat16", ...]``...)
+        are written as ``record_shapes=True`` writes them: ``Input Dims``, ``Input type``,
+        ``Input Strides``, ``Concrete Inputs``, each value as JSON."""
+        given = {
+            "input_dims": input_dims,
+            "input_types": input_types,
+            "input_strides": input_strides,
+            "concrete_inputs": concrete_inputs,
+        }
+        shapes = {k: v for k, v in given.items() if v is not None}
+        a: dict[str, Any] = {SHAPE_ARGS[k]: shapes[k] for k in SHAPE_ARGS if k in shapes} | dict(args or {})
         seq = None
         if not self._s.backward:
             seq = self._seq
             a.update({"Sequence number": seq, "Fwd thread id": 0})
         top = not self._s.ops
         with self.w.rng_(self._s.tid, name, "cpu_op", args=a) as box:
-            op = Op(name=name, tid=self._s.tid, start=box["start"], seq=seq, module=self._module())
+            op = Op(
+                name=name, tid=self._s.tid, start=box["start"], seq=seq, module=self._module(), shapes=shapes
+            )
             self._s.ops.append(op)
             try:
                 yield op
