@@ -9,8 +9,10 @@ with plain ``json``:
   ``Bytes`` only;
 * its device: Device Type 0 is ``cpu``, 1 (CUDA) and 6 (HIP, ROCm) are ``gpu:<Device Id>``;
 * its step: the ``ProfilerStep#N`` range (``ph: X``) of its process that holds its timestamp,
-  ``[ts, ts + dur)``; a process with no step ranges is placed by time among all of them; a
-  trace with no ProfilerStep at all is one step, numbered 0;
+  ``[ts, ts + dur)``; a process with no step ranges is placed by time among all of them. A
+  trace with no ProfilerStep has steps 1, 2... bounded by its ``Optimizer.step#`` ranges (each
+  step ends where one ends; the first begins at the trace's first event other than a memory
+  event), and with fewer than two of those is one step, numbered 0;
 * per step and device, the events in time order (equal times in file order):
   ``peak_allocated_mb`` is the highest ``Total Allocated`` (None where no event records it);
   ``peak_growth_mb`` is the largest rise above the allocation at the step's start: with totals,
@@ -49,14 +51,26 @@ def device_name(args: dict) -> str:
 
 
 def _steps(events: list[dict]) -> list[tuple[int, object, float, float]]:
-    """(number, pid, start, end) of every ProfilerStep range, times in microseconds."""
-    out = []
+    """(number, pid, start, end) of every ProfilerStep range, times in microseconds; with none,
+    the steps the ``Optimizer.step#`` ranges bound (two or more): step k ends where the k-th
+    one ends and begins where the one before ended (the first: at the trace's first event)."""
+    out, optimizer = [], []
     for e in events:
         name = str(e.get("name", ""))
-        if e.get("ph") == "X" and name.startswith("ProfilerStep#"):
-            start = float(e["ts"])
-            out.append((int(name.split("#", 1)[1]), e.get("pid"), start, start + float(e.get("dur", 0))))
-    return out
+        if e.get("ph") != "X" or str(e.get("cat", "")).startswith("gpu_"):
+            continue  # a GPU-side projection (gpu_user_annotation) is not the CPU range
+        start = float(e["ts"])
+        end = start + float(e.get("dur", 0))
+        if name.startswith("ProfilerStep#"):
+            out.append((int(name.split("#", 1)[1]), e.get("pid"), start, end))
+        elif name.startswith("Optimizer.step#"):
+            optimizer.append((end, e.get("pid")))
+    if out or len(optimizer) < 2:
+        return out
+    first = min(float(e["ts"]) for e in events if "ts" in e and e.get("name") != "[memory]")
+    optimizer.sort(key=lambda r: r[0])
+    starts = [first] + [end for end, _ in optimizer[:-1]]
+    return [(k + 1, pid, lo, end) for k, ((end, pid), lo) in enumerate(zip(optimizer, starts))]
 
 
 def _step_of(pid, ts: float, steps: list) -> int | None:
