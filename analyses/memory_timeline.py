@@ -26,7 +26,7 @@ from tracekit.pipeline.windows import Windows
 from ._registry import MB, MEMORY_EVENTS, MS, PER_STEP, register
 from .memory import MB_BYTES, complete, level
 
-SLICES = 300
+SLICES = 100
 VALUES = {"t_ms": MS, "allocated_mb": MB, "growth_mb": MB}
 COLUMNS = ["step", "device", "phase", *VALUES]
 

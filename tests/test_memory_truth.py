@@ -20,6 +20,7 @@ from dataclasses import replace
 import pytest
 
 import tracekit
+from tracekit.filters import Filters
 from tracekit.testing import TraceBuilder
 from tracekit.testing.kernels import GEMM_A, GEMM_NN, K_ADAM, K_MUL
 
@@ -242,3 +243,19 @@ def test_one_window_without_markers(tmp_path):
 def test_inference_holds_what_the_step_keeps(tmp_path):
     mem = _check(Plant().build(steps=3, inference=True), tmp_path).table("memory", per_step=True)
     assert set(mem["phase"]) == {"step", "forward"}
+
+
+def test_without_memory_events_no_memory_table_and_one_notice(tmp_path):
+    b = TraceBuilder()
+    with b.step():
+        b.kernel(GEMM_A, 10, op="aten::mm")
+    a = tracekit.load(b.write(tmp_path / "t.json"), cache=False, jobs=1)
+    memory_tables = {"memory", "memory_modules", "memory_timeline"}
+    assert not memory_tables & set(a.tables())
+    notes = [n for n in a.meta["notices"] if "memory" in n]
+    assert len(notes) == 1 and "profile_memory=True" in notes[0]
+    left_out = a.filtered(Filters(phase="backward")).meta["filters"]["tables_left_out"]
+    assert not memory_tables & set(left_out)  # not a filter's doing: the run has none
+    with_memory = _check(Plant().build(steps=3), tmp_path)
+    assert memory_tables <= set(with_memory.tables())
+    assert not any("memory" in n for n in with_memory.meta["notices"])

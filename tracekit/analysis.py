@@ -175,15 +175,18 @@ class Analysis:
         return out
 
     def names(self) -> list[str]:
-        """The tables this analysis has: every registered one that applies (cross-rank tables
-        on several ranks only) and honours the filters."""
+        """The tables this analysis has: every registered one that applies (:meth:`applies`)
+        and honours the filters."""
         return [
             n
             for n, s in REGISTRY.items()
-            if (self.multi_rank or not s.cross_rank)
-            and self.filters.supports(REGISTRY.get(s.source or n, s))
-            and (s.reads != MEMORY_EVENTS or self.has_memory)
+            if self.applies(s) and self.filters.supports(REGISTRY.get(s.source or n, s))
         ]
+
+    def applies(self, spec) -> bool:
+        """Whether the run has table ``spec`` when no filter leaves it out: cross-rank tables
+        on several ranks only, memory tables where some trace records memory."""
+        return (self.multi_rank or not spec.cross_rank) and (spec.reads != MEMORY_EVENTS or self.has_memory)
 
     @property
     def has_memory(self) -> bool:

@@ -73,9 +73,7 @@ def meta_of(run: Analysis) -> dict:
 
 def _filter_meta(run: Analysis) -> dict:
     """The filters in force, the tables they leave out and the complete steps they keep."""
-    left_out = [
-        n for n, s in REGISTRY.items() if (run.multi_rank or not s.cross_rank) and n not in run.names()
-    ]
+    left_out = [n for n, s in REGISTRY.items() if run.applies(s) and n not in run.names()]
     out = {**run.filters.describe(), "tables_left_out": left_out}
     if run.filters.steps is not None:
         out["complete_steps_kept"] = {
