@@ -21,7 +21,7 @@ from .backward import link_backward
 from .modules import work_module
 from .nest import op_columns, sweep_with_points
 from .phases import assign_phases
-from .state import Trace, add_columns, categorical, take
+from .state import Trace, add_columns, categorical, distinct_rows, take
 from .steps import place_in_steps
 
 #: The columns :func:`label_memory` adds to ``t.memory`` (read's columns of the events).
@@ -169,13 +169,13 @@ def _step_start(t: Trace, a: pd.DataFrame) -> np.ndarray:
 
 
 def _devices(kind: np.ndarray, index: np.ndarray) -> pd.Categorical:
-    """``cpu``, ``gpu:N`` (CUDA, HIP), ``xpu:N``...: one name per distinct (type, id)."""
-    pairs, first = np.unique(np.stack([kind, index], axis=1), axis=0, return_inverse=True)
+    """``cpu``, ``gpu:N`` (CUDA, HIP), ``xpu:N``...: named once per distinct (type, id)."""
+    key, first = distinct_rows(kind, index)
     names = []
-    for k, i in pairs.tolist():
+    for k, i in zip(kind[first].tolist(), index[first].tolist()):
         base = DEVICE_TYPES.get(k, f"device{k}")
         names.append(base if base == "cpu" else f"{base}:{i}")
-    return categorical(np.asarray(names, dtype=object)[first.ravel()])
+    return categorical(np.asarray(names, dtype=object)[key])
 
 
 def held_at_pass_end(
