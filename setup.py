@@ -1,5 +1,5 @@
-"""The optional C extensions: tracekit/_kineto.c (the reader's fast path, tracekit/native.py) and
-tracekit/_nesting.c (the link step's enclosing-range sweep, tracekit/nesting.py).
+"""The optional C extensions: tracekit/read/_kineto.c (the reader's fast path, tracekit/read/native.py) and
+tracekit/pipeline/_nesting.c (the link step's enclosing-range sweep, tracekit/pipeline/nesting.py).
 
 The package list is found here (:func:`packages`), not written by hand; everything else is
 declared in pyproject.toml. ``optional=True``: where it cannot be compiled
@@ -31,11 +31,16 @@ setup(
     packages=packages(),
     ext_modules=[
         Extension(
-            "tracekit._kineto",
-            ["tracekit/_kineto.c"],
+            "tracekit.read._kineto",
+            ["tracekit/read/_kineto.c"],
             extra_compile_args=_FLAGS,
             optional=True,
         ),
-        Extension("tracekit._nesting", ["tracekit/_nesting.c"], extra_compile_args=_FLAGS, optional=True),
+        Extension(
+            "tracekit.pipeline._nesting",
+            ["tracekit/pipeline/_nesting.c"],
+            extra_compile_args=_FLAGS,
+            optional=True,
+        ),
     ],
 )

@@ -7,7 +7,7 @@ import weakref
 import numpy as np
 import pandas as pd
 
-from tracekit.intervals import measure, measure_by
+from tracekit.pipeline.intervals import measure, measure_by
 from tracekit.pipeline.state import categorical_take, codes_of
 from tracekit.pipeline.windows import Windows
 

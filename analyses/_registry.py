@@ -65,7 +65,12 @@ class TableSpec:
       step) instead of from the intervals, e.g. the spread across layers;
     * ``compare``: the value column ``tracekit compare`` reports as B - A per key
       (``<name>_delta``); None: the table is not compared;
-    * ``cross_rank``: a table over the ranks of a directory (only there).
+    * ``cross_rank``: a table over the ranks of a directory (only there);
+    * ``from_manifest`` and ``summary``: a table read from the capture manifest beside the
+      traces (``manifest.json`` of a ``tracekit capture`` directory), not from the intervals:
+      ``from_manifest(manifest)`` gives one row per rank and step (``rank``, ``step``
+      columns), empty when the manifest has nothing for it (then the run has no such table);
+      ``summary(rows)`` turns one rank's rows into its reported rows.
     """
 
     name: str
@@ -85,8 +90,16 @@ class TableSpec:
     source: str | None = None
     derive: Callable[[pd.DataFrame], pd.DataFrame] | None = None
     cross_rank: bool = False
+    from_manifest: Callable[[dict], pd.DataFrame] | None = None
+    summary: Callable[[pd.DataFrame], pd.DataFrame] | None = None
     reads: str = INTERVALS
     shown: bool = True
+
+    @property
+    def of_intervals(self) -> bool:
+        """Computed from one rank's intervals (or its memory events, ``reads``) and windows
+        (``func``): what each rank's worker computes, per step then as the mean."""
+        return self.func is not None
 
     @property
     def heading(self) -> str:
@@ -139,6 +152,10 @@ def _guess_unit(column: str) -> str:
         return MS
     if c.endswith("_us"):
         return US
+    if c.endswith("_mb"):
+        return MB
+    if c.endswith("_per_s"):
+        return PER_S
     if c.endswith("_pct") or c == "percent":
         return PCT
     if c in ("count", "ranks", "layers", "passes"):

@@ -1,6 +1,6 @@
 """Inference stages in tables: split a step's activities by ``stage`` when the trace has them.
 
-See :mod:`tracekit.stages` for how activities get a stage (prefill / decode / mixed). Tables
+See :mod:`tracekit.pipeline.stages` for how activities get a stage (prefill / decode / mixed). Tables
 that support stages (kernels, timeline) add a ``stage`` column right after ``step`` when at
 least one activity has a stage; activities of such a trace without one go to ``other``.
 Training traces keep their columns unchanged.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tracekit.intervals import minus_measure_by
+from tracekit.pipeline.intervals import minus_measure_by
 from tracekit.pipeline.windows import Windows
 
 from ._common import NS_PER_MS, as_text, narrow, percent, sums, text

@@ -13,9 +13,9 @@ instant is split equally among the activities of that group running then. So
 Compute categories (the paper's Element-wise, RoPE, Triton, GEMM, RMSNorm, Attention, then
 Convolution, Normalization, Reduction, Data movement, Quantization, MoE routing, Embedding,
 Other) and communication categories (AllReduce, AllGather, AllToAll, Other) come from the
-ordered kernel rules (tracekit.taxonomy.KERNEL_CATEGORIES / COMM_CATEGORIES).
+ordered kernel rules (tracekit.pipeline.taxonomy.KERNEL_CATEGORIES / COMM_CATEGORIES).
 
-Inference traces with prefill and decode stages (:mod:`tracekit.stages`) get one block of rows
+Inference traces with prefill and decode stages (:mod:`tracekit.pipeline.stages`) get one block of rows
 per step and ``stage``; a stage's window then runs from its first activity's start to its last
 activity's end, and its rows (Idle included) add up to that window.
 """
@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.pipeline.taxonomy import COMM_CATEGORIES, KERNEL_CATEGORIES
 from tracekit.pipeline.windows import Windows
-from tracekit.taxonomy import COMM_CATEGORIES, KERNEL_CATEGORIES
 
 from ._common import WINDOW_PHASES, narrow, percent, share_column, sums, text, text_index
 from ._registry import COUNT, MS, PCT, STAGE_MEAN, register

@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.pipeline.taxonomy import MODULE_CATEGORIES
 from tracekit.pipeline.windows import Windows
-from tracekit.taxonomy import MODULE_CATEGORIES
 
 from ._registry import MB, MEMORY_EVENTS, PRESENT_MEAN, register
 from .memory import MB_BYTES, complete

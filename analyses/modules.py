@@ -24,8 +24,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.pipeline.taxonomy import MODULE_CATEGORIES
 from tracekit.pipeline.windows import Windows
-from tracekit.taxonomy import MODULE_CATEGORIES
 
 from ._common import at, percent, phases_present, window_shares
 from ._registry import MS, PCT, register

@@ -14,7 +14,7 @@ window) goes to the block of the op that launched it:
 ``percent`` is of the forward window, so the rows add up to 100. The table is empty when the
 trace has no decoder-layer modules.
 
-Inference traces with stages (:mod:`tracekit.stages`) get rows per step and ``stage``: a stage's
+Inference traces with stages (:mod:`tracekit.pipeline.stages`) get rows per step and ``stage``: a stage's
 window runs from its first forward activity to its last one's end, and the table adds
 ``passes``: the forward passes of the model in that stage (a pass: one call of the outermost
 module that holds the decoder layers; before/after are per pass), so ``count`` is layers per pass and

@@ -53,7 +53,9 @@ DEFAULT_SRC = shared_traces() / "tracelens" / "b200__eager_trace.json.gz"
 
 #: ``import tracekit`` imports no pandas (the CLI's --help stays fast): the modules a load uses
 #: are imported here, outside the timed window, as every other tool's are.
-_TK = "import tracekit, tracekit.analysis, tracekit.results, tracekit.perfile, tracekit.analyses\n"
+_TK = (
+    "import tracekit, tracekit.analysis, tracekit.ranks.results, tracekit.ranks.perfile, tracekit.analyses\n"
+)
 CHILD = {
     "tracekit cold": _TK + "t=time.perf_counter()\na=tracekit.load(F, cache=False); a.tables()\n",
     "tracekit serial": "import os\nos.environ['TRACEKIT_READ_JOBS']='1'\n"
@@ -168,7 +170,7 @@ def measure(f: Path, d: Path, events: int | None, tools: list[str], timeout: flo
     out = []
     for tool in tools:
         if tool == "tracekit cold":
-            from tracekit import cache as tk_cache
+            from tracekit.read import cache as tk_cache
 
             tk_cache.clear()  # the user's cache directory (tracekit cache clear)
         if tool == "tracekit cached":

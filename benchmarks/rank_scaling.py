@@ -57,7 +57,7 @@ import resource, sys, time, logging, statistics
 logging.disable(logging.CRITICAL)
 import tracekit
 from tracekit.analysis import Options
-from tracekit.perfile import tabulate_file
+from tracekit.ranks.perfile import tabulate_file
 files = sorted(D.iterdir())
 one = [f for f in files if f.name.endswith('.gz')][0]
 tabulate_file(one, Options(cache=False))  # warm: imports, rule tables

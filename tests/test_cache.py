@@ -17,9 +17,9 @@ from shared_traces import SHARED
 from synthetic import make_trace, write_trace
 
 import tracekit
-from tracekit import cache
 from tracekit.cli import main
-from tracekit.read import DEFAULT_MAX_BYTES, read_trace
+from tracekit.read import cache
+from tracekit.read.reader import DEFAULT_MAX_BYTES, read_trace
 
 SRC = SHARED / "hta" / "trace_filter__sampled_rank-0.json.gz"
 
@@ -29,7 +29,7 @@ def trace(tmp_path, monkeypatch):
     """A real trace when ../shared is here, else a synthetic one: the cache is tested either way
     (as a big file: a small file's parsed columns are not stored beside its result)."""
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cachedir"))
-    monkeypatch.setattr("tracekit.perfile.SMALL_FILE", -1)
+    monkeypatch.setattr("tracekit.ranks.perfile.SMALL_FILE", -1)
     (tmp_path / "t").mkdir()
     if SRC.is_file():
         p = tmp_path / "t" / SRC.name
@@ -87,7 +87,7 @@ def test_cached_analysis_equals_fresh(trace, monkeypatch, tmp_path):
     fresh = tracekit.load(trace, cache=False).tables(per_step=True)
     assert not (tmp_path / "cachedir").exists()  # --no-cache writes nothing
     first = tracekit.load(trace).tables(per_step=True)
-    # one entry of parsed columns, one of the analysis (tracekit.results)
+    # one entry of parsed columns, one of the analysis (tracekit.ranks.results)
     assert len(cache.entries()) == 2 and _listing(trace.parent) == {trace.name}
     # The second load must come from the cache: reading the JSON now fails.
     monkeypatch.setattr("tracekit.analysis.read_trace", lambda *a, **k: pytest.fail("re-read"))

@@ -1,4 +1,4 @@
-"""Self-checks (tracekit.checks): each fires on a planted bad case, names its rank and step,
+"""Self-checks (tracekit.pipeline.checks): each fires on a planted bad case, names its rank and step,
 and reaches the terminal, JSON meta and HTML; they stay quiet where the numbers are right."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from click.testing import CliRunner
 from shared_traces import SHARED, params
 
 import tracekit
-from tracekit import checks
-from tracekit.checks import TraceWarning, check_rank
 from tracekit.cli import main
-from tracekit.coverage import lines as coverage_lines
+from tracekit.pipeline import checks
+from tracekit.pipeline.checks import TraceWarning, check_rank
+from tracekit.pipeline.coverage import lines as coverage_lines
 from tracekit.testing import TraceBuilder
 from tracekit.testing.kernels import GEMM_A, K_ADAM, K_MUL
 
@@ -170,7 +170,7 @@ def test_shared_traces_are_quiet_where_numbers_are_right(src, tmp_path):
 
 
 def test_coverage_shares_are_exact_on_a_hand_built_table():
-    from tracekit.coverage import line, measure
+    from tracekit.pipeline.coverage import line, measure
 
     acts = pd.DataFrame(
         {

@@ -68,6 +68,6 @@ def test_cli_table_names_are_the_registry():
     the registry's, in report order."""
     from tracekit.analyses import REGISTRY
 
-    from tracekit.cli import TABLE_NAMES
+    from tracekit.cli.commands import TABLE_NAMES
 
     assert list(REGISTRY) == TABLE_NAMES

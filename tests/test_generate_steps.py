@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 import tracekit
-from tracekit.stages import from_passes
+from tracekit.pipeline.stages import from_passes
 from tracekit.testing import TraceBuilder
 from tracekit.testing.kernels import GEMM_A, K_MUL
 

@@ -222,8 +222,8 @@ def test_forged_cache_is_a_miss_and_repaired(box, monkeypatch):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tracekit import cache
-    from tracekit.read import DEFAULT_MAX_BYTES
+    from tracekit.read import cache
+    from tracekit.read.reader import DEFAULT_MAX_BYTES
 
     t = trace(box)
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(box / "cache"))
@@ -232,7 +232,7 @@ def test_forged_cache_is_a_miss_and_repaired(box, monkeypatch):
     pq.write_table(pa.table({"x": [1]}).replace_schema_metadata({b"tracekit": info}), cache._entry(key))
     # Files of at most perfile.SMALL_FILE keep only their result entry; store the parsed
     # columns too here, so that the forged entry is read, refused and rewritten.
-    monkeypatch.setattr("tracekit.perfile.SMALL_FILE", -1)
+    monkeypatch.setattr("tracekit.ranks.perfile.SMALL_FILE", -1)
     for _ in range(2):
         p = inproc(box, "analyze", t, "--format", "json")
         assert p.returncode == 0 and p.err == "", p.err
@@ -313,7 +313,7 @@ def test_hostile_trace_names_in_the_table(box):
 def test_progress_bar_does_not_render_markup_in_file_names(tmp_path, monkeypatch):
     import io
 
-    from tracekit import cli_io
+    from tracekit.cli import io as cli_io
 
     t = tmp_path / "[link=https:evil.example]x\u202e.json"
     t.write_text(json.dumps(mini_trace()))

@@ -15,8 +15,8 @@ import pytest
 from shared_traces import shared_trace
 
 import tracekit
-from tracekit.stages import from_passes, stage_of_range
-from tracekit.taxonomy import kernel_rules
+from tracekit.pipeline.stages import from_passes, stage_of_range
+from tracekit.pipeline.taxonomy import kernel_rules
 
 SGLANG_PD = "tracelens/inference__sglang_prefilldecode__sglang_Qwen3-8B_prefilldecode.json.gz"
 SGLANG_DEC = "tracelens/inference__sglang_decode__sglang_Qwen3-8B_decode.json.gz"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tracekit.taxonomy import COMM_CATEGORIES, KERNEL_CATEGORIES, kernel_rules
+from tracekit.pipeline.taxonomy import COMM_CATEGORIES, KERNEL_CATEGORIES, kernel_rules
 
 CORPUS = Path(__file__).resolve().parent / "data" / "kernel_corpus.csv"
 
@@ -113,7 +113,7 @@ def test_module_corpus():
     """Real module classes (with parent class, qualified name where capture recorded one, and
     position among same-class siblings) of the shared traces and samples, plus issue 12's
     families: each gets its own category ("" = none, it inherits its parent's)."""
-    from tracekit.taxonomy import module_taxonomy
+    from tracekit.pipeline.taxonomy import module_taxonomy
 
     tax = module_taxonomy()
     with MODULES.open(newline="") as f:

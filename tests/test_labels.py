@@ -1,4 +1,4 @@
-"""The assign-categories step (tracekit.labels): one label of each kind per activity, each
+"""The assign-categories step (tracekit.pipeline.labels): one label of each kind per activity, each
 with the rule that gave it."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import tracekit
-from tracekit.labels import assign_categories
 from tracekit.pipeline import link
-from tracekit.read import read_trace
-from tracekit.taxonomy import kernel_rules, module_taxonomy
+from tracekit.pipeline.labels import assign_categories
+from tracekit.pipeline.taxonomy import kernel_rules, module_taxonomy
+from tracekit.read.reader import read_trace
 from tracekit.testing import TraceBuilder
 from tracekit.testing.kernels import GEMM_A, K_MUL
 
@@ -47,7 +47,7 @@ def test_every_activity_gets_one_label_of_each_kind_with_its_rule(tmp_path):
 def test_labels_kept_between_files_are_the_rules_labels_and_bounded(tmp_path, monkeypatch):
     import dataclasses
 
-    from tracekit import taxonomy
+    from tracekit.pipeline import taxonomy
 
     linked = link(read_trace(_plant(tmp_path)), module_taxonomy())
     rules = dataclasses.replace(kernel_rules(), memo={})  # a private memo: the cached rules' stays as it is
@@ -199,7 +199,7 @@ def test_every_packaged_rule_string_compiles():
     fail later than when the rules are loaded."""
     import re
 
-    from tracekit import taxonomy
+    from tracekit.pipeline import taxonomy
 
     strings = taxonomy._builtin_patterns()
     assert len(strings) > 50

@@ -16,7 +16,7 @@ import pytest
 import tracekit
 from tracekit.errors import TraceError
 from tracekit.explain import run as explain
-from tracekit.read import MEMORY, read_trace
+from tracekit.read.reader import MEMORY, read_trace
 from tracekit.testing import TraceBuilder, write_trace
 from tracekit.testing.kernels import GEMM_A, GEMM_NN, K_ADAM, K_MUL
 
@@ -131,7 +131,7 @@ def test_memory_events_alone_are_nothing_to_analyse(tmp_path):
 def test_the_pipeline_keeps_memory_events_apart(tmp_path):
     """The pipeline's ``events`` hold no MEMORY row; ``memory`` holds them all, read's columns."""
     from tracekit.pipeline import link
-    from tracekit.taxonomy import module_taxonomy
+    from tracekit.pipeline.taxonomy import module_taxonomy
 
     _, path, _ = _with_and_without(tmp_path, _training, False)
     raw = read_trace(path)

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-import tracekit.native as N
+import tracekit.read.native as N
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or N._kineto is None, reason="Linux mprotect, compiled scanner"

@@ -1,4 +1,4 @@
-"""The native reader (tracekit/_kineto.c through tracekit/native.py) == the msgspec reader.
+"""The native reader (tracekit/read/_kineto.c through tracekit/read/native.py) == the msgspec reader.
 
 Whatever the input -- every shared real trace, the sample traces, synthetic and builder traces,
 the broken inputs of test_bad_input, and hypothesis-generated and mutated event texts (escapes,
@@ -12,7 +12,7 @@ Under AddressSanitizer and UndefinedBehaviorSanitizer (not in CI), from a copy o
 
     gcc -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -std=c11 -fPIC \
         -shared -I$(python -c 'import sysconfig; print(sysconfig.get_paths()["include"])') \
-        tracekit/_kineto.c -o tracekit/_kineto$(python3-config --extension-suffix)
+        tracekit/read/_kineto.c -o tracekit/read/_kineto$(python3-config --extension-suffix)
     TRACEKIT_TEST_INSTALLED=1 ASAN_OPTIONS=detect_leaks=0 TRACEKIT_FUZZ_EXAMPLES=1500 \
         LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)" \
         python -m pytest tests/test_native_reader.py
@@ -36,12 +36,12 @@ from shared_traces import params
 from synthetic import make_trace
 from test_bad_input import BROKEN
 
-import tracekit.files as F
-import tracekit.native as N
-import tracekit.read as R
-from tracekit.columns import _FrameBuilder
+import tracekit.read.files as F
+import tracekit.read.native as N
+import tracekit.read.reader as R
 from tracekit.errors import TraceError
-from tracekit.streaming import _EVENTS_DECODER, _TEXT_EVENTS_DECODER
+from tracekit.read.columns import _FrameBuilder
+from tracekit.read.streaming import _EVENTS_DECODER, _TEXT_EVENTS_DECODER
 from tracekit.testing.strategies import planted_traces
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
@@ -110,17 +110,17 @@ def _check_file(path, chunks=(None, 1 << 14)) -> None:
 
 
 def test_the_extension_is_built():
-    """``pip install -e .`` compiles tracekit/_kineto.c; without it every other test here would
+    """``pip install -e .`` compiles tracekit/read/_kineto.c; without it every other test here would
     only compare msgspec with itself."""
-    assert N._kineto is not None, "tracekit._kineto is not compiled: pip install -e ."
+    assert N._kineto is not None, "tracekit.read._kineto is not compiled: pip install -e ."
     assert N.enabled()
 
 
 def test_the_scanner_keeps_what_its_classifier_keeps():
     """The scanner asks ``classify`` per distinct triple and keeps the events it gives a class
-    >= 0; its metadata class is tracekit.schema's; a classifier's error propagates (it is not
+    >= 0; its metadata class is tracekit.read.schema's; a classifier's error propagates (it is not
     a quiet decline), as does a class outside int8."""
-    from tracekit.schema import MEMORY, METADATA
+    from tracekit.read.schema import MEMORY, METADATA
 
     assert N._kineto.METADATA == METADATA
     assert N._kineto.MEMORY == MEMORY
@@ -155,7 +155,7 @@ def test_shared_traces_read_the_same(path, scans):
 @pytest.mark.parametrize("path", params())
 def test_shared_traces_read_the_same_in_parallel(path, tmp_path, monkeypatch, scans):
     """Forked children and the parent scan their ranges natively: == msgspec's serial read."""
-    import tracekit.parallel_read as P
+    import tracekit.read.parallel as P
     from tracekit import forked
 
     raw = open(path, "rb").read()

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracekit import nesting
-from tracekit.nesting import sweep, sweep_loop, sweep_numpy
+from tracekit.pipeline import nesting
+from tracekit.pipeline.nesting import sweep, sweep_loop, sweep_numpy
 
 
 def _nested(draw, lo, hi, depth, out):
@@ -88,10 +88,10 @@ def test_native_can_be_turned_off(monkeypatch):
     assert not nesting.native()
 
 
-@pytest.mark.skipif(not os.environ.get("CI"), reason="a dev tree may predate tracekit/_nesting.c")
+@pytest.mark.skipif(not os.environ.get("CI"), reason="a dev tree may predate tracekit/pipeline/_nesting.c")
 def test_native_is_built_in_ci():
     """CI installs with ``pip install -e .``, which compiles it: the tests above then cover it."""
-    assert nesting._nesting is not None, "tracekit._nesting is not compiled: pip install -e ."
+    assert nesting._nesting is not None, "tracekit.pipeline._nesting is not compiled: pip install -e ."
 
 
 def test_sweep_order_is_the_five_key_lexsort():

@@ -199,12 +199,12 @@ def _analysis_sources() -> list[Path]:
 #: The places allowed to unpickle, as ``(file, class or function)``: results pickled in memory by
 #: tracekit's own processes, never bytes from a trace, a cache entry or any file.
 #: * a pool worker's result, opened by the parent just before it is gathered
-#:   (``parallel._Sealed``): the same message multiprocessing and Dask unpickle for every result
+#:   (``pool._Sealed``): the same message multiprocessing and Dask unpickle for every result
 #:   anyway, only opened later (a test below checks that nothing else constructs or opens one);
 #: * what a forked child sends back (``forked.receive``): its share of the jobs
-#:   (``forked.share``) or its columns (``parallel_read``), read from a pipe or an in-memory
+#:   (``forked.share``) or its columns (``read.parallel``), read from a pipe or an in-memory
 #:   file the parent made before the fork, which no other process writes.
-IPC_UNPICKLE = {("tracekit/parallel.py", "_Sealed"), ("tracekit/forked.py", "receive")}
+IPC_UNPICKLE = {("tracekit/ranks/pool.py", "_Sealed"), ("tracekit/forked.py", "receive")}
 
 
 def _allowed_lines(path: Path, tree: ast.Module) -> set[int]:
@@ -248,7 +248,7 @@ def test_no_eval_or_unpickling_in_the_analysis_code():
 
 def test_sealed_results_are_made_and_opened_only_by_the_pool():
     """The allowed unpickling stays where it is: ``_Sealed`` is built only by a worker's attempt
-    and opened only where the parent gathers a result, in parallel.py; no other module names it."""
+    and opened only where the parent gathers a result, in ranks/pool.py; no other module names it."""
     uses = []
     for path in _analysis_sources():
         text = path.read_text(encoding="utf-8")
@@ -258,7 +258,7 @@ def test_sealed_results_are_made_and_opened_only_by_the_pool():
                 getattr(node, "attr", None),
             ):
                 uses.append(path.relative_to(ROOT).as_posix())
-    assert uses and set(uses) == {"tracekit/parallel.py"}, uses
+    assert uses and set(uses) == {"tracekit/ranks/pool.py"}, uses
 
 
 def test_taxonomy_files_are_data_not_code(tmp_path):

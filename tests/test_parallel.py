@@ -105,13 +105,13 @@ def test_workers_send_back_each_rank_tables(ranks_dir):
     a = tracekit.load(ranks_dir, jobs=2, cache=False)
     for rank in a.ranks:
         for name, spec in REGISTRY.items():
-            if not spec.cross_rank and spec.derive is None:
+            if spec.of_intervals:
                 assert ("mean", name, rank) in a._computed
         assert ("checks", "", rank) in a._computed and ("phase_means", "phases", rank) in a._computed
 
 
 def test_small_files_go_in_batches(tmp_path):
-    from tracekit.parallel import SMALL_FILE, batch_size
+    from tracekit.ranks.pool import SMALL_FILE, batch_size
 
     small = []
     for i in range(2000):
@@ -152,7 +152,7 @@ def _kept_by_parent(d, n: int, monkeypatch) -> tuple[int, int]:
 def test_the_parent_keeps_no_frames_per_rank(tmp_path, monkeypatch):
     """The per-rank state the parent keeps does not grow with the rank count as pandas frames
     (which cost 7-40 KB each whatever their rows): a rank's tables, steps and windows are kept
-    as rows of columns over all ranks (tracekit.gathered); what is left per rank (meta, a
+    as rows of columns over all ranks (tracekit.ranks.gathered); what is left per rank (meta, a
     handle to its cache entry, its rows) is a few KB. Before: ~16 frames, ~130 KB per rank."""
     trace, _ = make_trace(n_steps=2, seed=3)
     kept = {}

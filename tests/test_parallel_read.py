@@ -16,8 +16,8 @@ import pytest
 from shared_traces import params
 
 import tracekit.forked as FK
-import tracekit.parallel_read as P
-import tracekit.read as R
+import tracekit.read.parallel as P
+import tracekit.read.reader as R
 from tracekit.errors import TraceError
 
 
@@ -145,7 +145,7 @@ def _inflate_threads() -> int:
 def test_gzip_is_inflated_one_piece_ahead_and_errors_arrive_in_order(tmp_path, monkeypatch):
     """The pieces arrive whole and in order, then the stream's error (a truncated gzip) after
     them; closing the reader early stops the inflating thread."""
-    import tracekit.files as F
+    import tracekit.read.files as F
 
     monkeypatch.setattr(F, "PIECE_BYTES", 1 << 12)
     text = json.dumps({"traceEvents": _events(3000)}).encode()

@@ -14,7 +14,7 @@ import pyarrow as pa
 from synthetic import make_trace, write_trace
 
 import tracekit
-from tracekit import parallel
+from tracekit.ranks import pool
 
 
 def _ranks(d, n: int) -> None:
@@ -108,13 +108,13 @@ def test_the_pool_opens_one_result_at_a_time(tmp_path):
     for i in range(64):
         files.append(tmp_path / f"{i}.json")
         files[-1].write_bytes(b"{}" * (i + 1))
-    assert parallel.batch_size(files, 2) == 8
+    assert pool.batch_size(files, 2) == 8
     open_at_gather = []
 
     def gather(i: int, result: _Result) -> float:
         open_at_gather.append(_Result.alive)
         return float(result.payload[0])
 
-    got = parallel.map_ranks(_work, files, jobs=2, gather=gather)
+    got = pool.map_ranks(_work, files, jobs=2, gather=gather)
     assert got == [2.0 * (i + 1) for i in range(64)]
     assert max(open_at_gather) == 1, open_at_gather

@@ -6,7 +6,7 @@ from synthetic import make_trace, write_trace
 
 import tracekit
 from tracekit import progress
-from tracekit.read import CHUNK_BYTES
+from tracekit.read.reader import CHUNK_BYTES
 
 
 def test_progress_rises_and_each_file_finishes(tmp_path):
@@ -41,7 +41,7 @@ def test_the_terminal_bar_runs_no_thread_and_still_draws(tmp_path, monkeypatch):
     import io
     import threading
 
-    from tracekit import cli_io
+    from tracekit.cli import io as cli_io
 
     trace, _ = make_trace(n_layers=2, n_steps=2)
     f = write_trace(tmp_path / "t.json", trace)

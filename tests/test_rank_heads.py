@@ -1,5 +1,5 @@
 """--rank R on a directory reads only rank R's files: every other file's rank comes from its
-head (or tail, or the capture manifest), never from its events (tracekit.rankhead)."""
+head (or tail, or the capture manifest), never from its events (tracekit.ranks.rankhead)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from click.testing import CliRunner
 import tracekit
 from tracekit.cli import main
 from tracekit.errors import TraceError
-from tracekit.rankhead import Unknown, head_rank
-from tracekit.read import read_trace
+from tracekit.ranks.rankhead import Unknown, head_rank
+from tracekit.read.reader import read_trace
 from tracekit.testing import TraceBuilder, write_trace
 from tracekit.testing.kernels import GEMM_A, K_ADAM, K_MUL
 

@@ -1,5 +1,5 @@
 """Files are not ranks: files of one process are successive windows of one rank
-(tracekit.ranks); files of different distributed ranks stay ranks."""
+(tracekit.ranks.grouping); files of different distributed ranks stay ranks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import tracekit
-from tracekit.ranks import FileIdentity, group_files
+from tracekit.ranks.grouping import FileIdentity, group_files
 from tracekit.testing import TraceBuilder, write_trace
 from tracekit.testing.kernels import GEMM_A, GEMM_NN, K_ADAM, K_MUL
 

@@ -18,9 +18,9 @@ import pandas as pd
 import pytest
 from shared_traces import params
 
-import tracekit.files as F
-import tracekit.read as R
-from tracekit.schema import SHAPE_FIELDS, TraceDoc
+import tracekit.read.files as F
+import tracekit.read.reader as R
+from tracekit.read.schema import SHAPE_FIELDS, TraceDoc
 
 pytestmark = pytest.mark.shared
 

@@ -93,7 +93,7 @@ def test_terminal_tables_unchanged_on_real_traces(name, monkeypatch):
     """Every table of real traces at 80 and 60 columns, --wide, --top 3 and in colour: the same
     bytes as rich's own Table."""
     import tracekit
-    from tracekit.safetext import TERMINAL_NAME_CHARS, clean_obj, clean_tables
+    from tracekit.render.safetext import TERMINAL_NAME_CHARS, clean_obj, clean_tables
 
     src = SHARED / name
     if not src.exists():

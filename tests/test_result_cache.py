@@ -1,4 +1,4 @@
-"""The result cache (tracekit/results.py): a re-analysis takes every table from the cache
+"""The result cache (tracekit/ranks/results.py): a re-analysis takes every table from the cache
 without running the pipeline, equal to a cold analysis on every golden trace; the intervals are
 read only when a view needs them; anything changed, forged or broken is a miss, not an error."""
 
@@ -16,10 +16,12 @@ from golden import golden_name, sources
 from synthetic import make_trace, write_trace
 
 import tracekit
-from tracekit import cache, explain, results
+from tracekit import explain
 from tracekit.analysis import Options
 from tracekit.compare import compare
 from tracekit.filters import Filters
+from tracekit.ranks import results
+from tracekit.read import cache
 
 SOURCES = sources()
 
@@ -163,7 +165,7 @@ def _break(loc: Path, how: str) -> None:
 
 
 def _forge_frames(loc: Path, how: str) -> None:
-    """The right key, and small frames (the footer's IPC stream, tracekit/packed_ipc.py) that
+    """The right key, and small frames (the footer's IPC stream, tracekit/ranks/packed_ipc.py) that
     are not what tracekit writes: a column of another type (timestamps), a label code past
     its words, or the stream cut short."""
     t = pq.read_table(loc)
@@ -291,7 +293,7 @@ def test_intervals_become_the_arrow_table_from_pandas_gives(trace, monkeypatch, 
 
 
 def test_one_lru_bound_over_both_kinds(tmp_path, cachedir, monkeypatch):
-    monkeypatch.setattr("tracekit.perfile.SMALL_FILE", -1)  # both kinds of entries, each file
+    monkeypatch.setattr("tracekit.ranks.perfile.SMALL_FILE", -1)  # both kinds of entries, each file
     traces = [write_trace(tmp_path / f"r{i}.json", make_trace(n_steps=2, seed=i)[0]) for i in range(3)]
     tracekit.load(traces[0])
     one = sum(p.stat().st_size for p in cache.entries())  # a parse and a result entry
@@ -350,8 +352,8 @@ def test_a_worker_sends_its_steps_and_windows_packed(trace):
     """What a worker sends back (tabulate_file, cache on) holds its steps and windows packed,
     analysed and stored or read from the entry: the parent gathers them as they are (unpacked,
     they cost the worker a decode and the parent a pack per rank)."""
-    from tracekit.gathered import Packed
-    from tracekit.perfile import tabulate_file
+    from tracekit.ranks.gathered import Packed
+    from tracekit.ranks.perfile import tabulate_file
 
     for run in ("stored", "cached"):
         att, _ = tabulate_file(trace, Options())
@@ -406,7 +408,7 @@ def _window_file(path: str, steps: list[int], durations: list[int], start: int):
 def test_lazy_merge_equals_eager_merge_with_a_cut_edge_step():
     """A short first step alone in its window file is cut against the rank's median step
     (ranks._cut_rank_edges): the lazy merge leaves out the same rows, reading nothing early."""
-    from tracekit.ranks import merge_windows
+    from tracekit.ranks.grouping import merge_windows
 
     def parts(lazy: bool):
         a = _window_file("a", [1], [1], 0)
@@ -435,7 +437,7 @@ def test_dask_workers_send_handles_and_a_worker_elsewhere_sends_intervals(tmp_pa
     since the parent could not read its cache directory."""
     import distributed  # the test extra installs it
 
-    from tracekit.perfile import tabulate_file
+    from tracekit.ranks.perfile import tabulate_file
 
     d = _ranks_dir(tmp_path)
     cold = tracekit.load(d, cache=False, jobs=1)
@@ -455,11 +457,11 @@ def test_dask_workers_send_handles_and_a_worker_elsewhere_sends_intervals(tmp_pa
 
 
 def test_packed_frames_read_back_exactly_or_are_refused():
-    """The entry's small frames (tracekit/packed_ipc.py): every kind of column a table has
+    """The entry's small frames (tracekit/ranks/packed_ipc.py): every kind of column a table has
     reads back equal, dtypes and column index included; a frame whose dtype JSON would not
     carry exactly is refused when stored, never stored inexact."""
-    from tracekit import packed_ipc
-    from tracekit.gathered import pack
+    from tracekit.ranks import packed_ipc
+    from tracekit.ranks.gathered import pack
 
     frames = {
         "mixed": pd.DataFrame(

@@ -1,7 +1,7 @@
 """Every view and format of ``tracekit analyze`` on every real trace (../shared), every sample
 and a multi-rank directory: no traceback, tables that fit 80 columns, files that parse.
 
-One load per trace; each view reuses it through the CLI's own code (``cli._selected``, ``cli_io.write_output``).
+One load per trace; each view reuses it through the CLI's own code (``commands._selected``, ``cli_io.write_output``).
 Nothing is written beside the traces (they are read with the cache off; outputs go to tmp_path).
 """
 
@@ -16,7 +16,8 @@ import pytest
 from shared_traces import shared_traces
 
 import tracekit
-from tracekit import cli, cli_io
+from tracekit.cli import commands
+from tracekit.cli import io as cli_io
 from tracekit.filters import Filters
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
@@ -48,7 +49,7 @@ def test_every_view_and_format(src, tmp_path, capsys, monkeypatch):
         src = tmp_path / src.name
     a = tracekit.load(src, cache=False, jobs=1)
     for label, view, only, per_step in _views(a):
-        tables = cli._selected(view, only, per_step)
+        tables = commands._selected(view, only, per_step)
         meta = view.meta
         out = tmp_path / label
         out.mkdir()
@@ -73,4 +74,4 @@ def test_every_view_and_format(src, tmp_path, capsys, monkeypatch):
         cli_io.write_output("html", meta, tables, out / "r.html", "render")
         assert "Inference timeline" not in (out / "r.html").read_text()
     if a.multi_rank:
-        assert {"ranks", "rank_summary"} <= set(cli._selected(a, [], False))
+        assert {"ranks", "rank_summary"} <= set(commands._selected(a, [], False))

@@ -1,7 +1,7 @@
 """The facade: ``tracekit.load(path)`` -> :class:`Analysis`, whose tables are DataFrames.
 
 A file is one rank; a directory's files are grouped into ranks by distributedInfo (or the
-capture manifest), else by process (:mod:`tracekit.ranks`): files of one process are successive
+capture manifest), else by process (:mod:`tracekit.ranks.grouping`): files of one process are successive
 windows of one rank. Each rank is read, linked and
 attributed once; every table is a function of that one labelled table (``analyses/``).
 """
@@ -24,15 +24,16 @@ from . import forked, progress
 from .aggregate import mean_over_present as _mean_over_present
 from .aggregate import mean_over_steps as _mean_over_steps
 from .aggregate import whole_numbers as _whole_numbers
-from .checks import TraceWarning, as_warning, check_rank
 from .errors import TraceError
 from .filters import Filters
-from .gathered import Computed, RankTables
 from .pipeline import Attributed, run
+from .pipeline.checks import TraceWarning, as_warning, check_rank
+from .pipeline.taxonomy import kernel_rules, module_taxonomy
 from .pipeline.windows import Windows, frame_windows
-from .ranks import directory_warnings, files_to_read, group_results, host_of, process_of
-from .read import DEFAULT_MAX_BYTES, read_trace
-from .taxonomy import kernel_rules, module_taxonomy
+from .ranks import manifest_tables
+from .ranks.gathered import Computed, RankTables
+from .ranks.grouping import directory_warnings, files_to_read, group_results, host_of, process_of
+from .read.reader import DEFAULT_MAX_BYTES, read_trace
 
 
 @dataclass
@@ -41,7 +42,7 @@ class Options:
     kernel_rules: str | None = None
     max_bytes: int = DEFAULT_MAX_BYTES
     cache: bool = True
-    #: Processes that decode one big plain file (:mod:`tracekit.parallel_read`); 1 in a rank pool.
+    #: Processes that decode one big plain file (:mod:`tracekit.read.parallel`); 1 in a rank pool.
     read_jobs: int = 1
     #: The host of the process that gathers the results (set for a Dask cluster): a worker on
     #: another host sends the intervals back, since a handle to its cache would not be readable.
@@ -74,7 +75,7 @@ def _read(path: str | os.PathLike, options: Options, store: bool = True):
     cached, when ``store``)."""
     if not options.cache:
         return read_trace(path, options.max_bytes, options.read_jobs)
-    from . import cache
+    from .read import cache
 
     raw = cache.load(path, options.max_bytes)
     if raw is None:
@@ -95,14 +96,14 @@ class Analysis:
     path: str
     ranks: dict[int, Attributed]
     #: Every warning of the run: those given here, each rank's pipeline warnings (with its
-    #: rank) and the self-checks (:mod:`tracekit.checks`); exactly JSON ``meta.warnings``.
+    #: rank) and the self-checks (:mod:`tracekit.pipeline.checks`); exactly JSON ``meta.warnings``.
     warnings: list[TraceWarning] = field(default_factory=list)
     grouping: str = ""
     filters: Filters = field(default_factory=Filters)
     #: Files of a directory that were skipped (unreadable, not traces, not regular files):
     #: ``[{"file": name, "problem": why}]``; the result is then partial.
     skipped: list[dict] = field(default_factory=list)
-    #: ``{(kind, name, rank): frame}`` computed once (workers' tables: :mod:`tracekit.gathered`).
+    #: ``{(kind, name, rank): frame}`` computed once (workers' tables: :mod:`tracekit.ranks.gathered`).
     _computed: Any = field(default_factory=Computed, repr=False, compare=False)
     #: The one lazy rank whose intervals are held (:meth:`_rank_intervals`): {rank: DataFrame}.
     _held: dict = field(default_factory=dict, repr=False, compare=False)
@@ -120,7 +121,7 @@ class Analysis:
         self.warnings = found
 
     def _checks(self, rank: int) -> list[TraceWarning]:
-        """The rank's self-checks (:func:`~tracekit.checks.check_rank`), computed once, with
+        """The rank's self-checks (:func:`~tracekit.pipeline.checks.check_rank`), computed once, with
         the rank left blank (the caller fills it in: the checks put it in no other place)."""
         key = ("checks", "", rank)
         if key not in self._computed:
@@ -145,7 +146,7 @@ class Analysis:
         return pd.concat(parts, ignore_index=True)
 
     def _rank_intervals(self, rank: int) -> pd.DataFrame:
-        """One rank's intervals. A lazy rank's (read from the result cache, :mod:`tracekit.results`)
+        """One rank's intervals. A lazy rank's (read from the result cache, :mod:`tracekit.ranks.results`)
         are loaded on demand and only the last one asked for is kept: the tables of many ranks
         are computed one rank after another without holding them all."""
         att = self.ranks[rank]
@@ -158,8 +159,8 @@ class Analysis:
 
     @property
     def meta(self) -> dict:
-        """What JSON ``meta`` says about the run (:func:`tracekit.run_meta.meta_of`)."""
-        from .run_meta import meta_of
+        """What JSON ``meta`` says about the run (:func:`tracekit.ranks.meta.meta_of`)."""
+        from .ranks.meta import meta_of
 
         return meta_of(self)
 
@@ -180,13 +181,19 @@ class Analysis:
         return [
             n
             for n, s in REGISTRY.items()
-            if self.applies(s) and self.filters.supports(REGISTRY.get(s.source or n, s))
+            if self.applies(n) and self.filters.supports(REGISTRY.get(s.source or n, s))
         ]
 
-    def applies(self, spec) -> bool:
-        """Whether the run has table ``spec`` when no filter leaves it out: cross-rank tables
-        on several ranks only, memory tables where some trace records memory."""
-        return (self.multi_rank or not spec.cross_rank) and (spec.reads != MEMORY_EVENTS or self.has_memory)
+    def applies(self, name: str) -> bool:
+        """Whether the run has table ``name`` when no filter leaves it out: cross-rank tables
+        on several ranks only, manifest tables where the manifest has their rows, memory
+        tables where some trace records memory."""
+        s = REGISTRY[name]
+        return (
+            (self.multi_rank or not s.cross_rank)
+            and (s.from_manifest is None or not self._manifest_rows(name).empty)
+            and (s.reads != MEMORY_EVENTS or self.has_memory)
+        )
 
     @property
     def has_memory(self) -> bool:
@@ -206,6 +213,8 @@ class Analysis:
             raise KeyError(f"unknown table {name!r}; tables: {', '.join(self.names())}")
         if spec.cross_rank:
             return self.rank_tables()[name]
+        if spec.from_manifest is not None:
+            return manifest_tables.table(spec, self._manifest_rows(name), per_step, self.multi_rank)
         if spec.derive is not None and spec.source:
             return _whole_numbers(spec, spec.derive(self.table(spec.source, per_step)))
         whole = None if per_step else self._computed.concat("mean", name, list(self.ranks))
@@ -219,6 +228,14 @@ class Analysis:
         if self.multi_rank:
             out.insert(0, "rank", np.repeat(np.fromiter(self.ranks, np.int64), lengths))
         return out
+
+    def _manifest_rows(self, name: str) -> pd.DataFrame:
+        """Table ``name``'s rows from the capture manifest (:mod:`tracekit.ranks.manifest_tables`), once."""
+        key = ("manifest", name, -1)
+        if key not in self._computed:
+            steps = self.filters.steps
+            self._computed[key] = manifest_tables.rows(REGISTRY[name], self.path, list(self.ranks), steps)
+        return self._computed[key]
 
     def _rank_table(self, name: str, rank: int, per_step: bool, copy: bool = True) -> pd.DataFrame:
         """One rank's table (per step, or its mean over steps), computed once; the kept frame
@@ -247,8 +264,7 @@ class Analysis:
             (n, r)
             for n in names
             for r, att in self.ranks.items()
-            if not (REGISTRY[n].cross_rank or REGISTRY[n].derive or att.lazy)
-            and ("mean", n, r) not in self._computed
+            if REGISTRY[n].of_intervals and not att.lazy and ("mean", n, r) not in self._computed
         ]
         rows = sum(len(self.ranks[r].intervals) for r in {r for _, r in todo})
         if self.jobs < 2 or rows < SHARED_ROWS:
@@ -324,8 +340,8 @@ def load(
 ) -> Analysis:
     """Analyse a trace file, or a directory of per-rank trace files (``rank`` picks one).
 
-    ``cache``: use and fill the Parquet cache of parsed columns (:mod:`tracekit.cache`) and the
-    result cache (:mod:`tracekit.results`): a cached file's tables come without running the
+    ``cache``: use and fill the Parquet cache of parsed columns (:mod:`tracekit.read.cache`) and the
+    result cache (:mod:`tracekit.ranks.results`): a cached file's tables come without running the
     pipeline, its intervals are read when something needs them.
     ``jobs``: ranks analysed in parallel by a local process pool (default: one per core);
     ``scheduler``: address of (or a Client for) an existing Dask cluster to run them on instead.
@@ -340,9 +356,9 @@ def load(
         options.host = socket.gethostname()
     p = Path(path)
     files, skipped, head_grouping = files_to_read(p, rank, strict, max_bytes)
-    from .parallel import default_jobs, map_ranks
-    from .parallel_read import read_jobs
-    from .perfile import per_file
+    from .ranks.perfile import per_file
+    from .ranks.pool import default_jobs, map_ranks
+    from .read.parallel import read_jobs
 
     workers = default_jobs(len(files)) if jobs is None else jobs
     parallel = scheduler is not None or (workers > 1 and len(files) > 1)

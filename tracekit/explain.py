@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import TraceError
-from .read import ANNOTATION, CPU_OP, RUNTIME, RawTrace
+from .read.reader import ANNOTATION, CPU_OP, RUNTIME, RawTrace
 
 #: The labels that make two activities' chains the same (with the activity's name).
 GROUP_KEY = [
@@ -82,12 +82,12 @@ def matching(names: pd.Series, rx: re.Pattern) -> np.ndarray:
 
 def rank_traces(path: str | os.PathLike, rank: int | None, read, max_bytes: int) -> list[RawTrace]:
     """The raw traces of ``rank`` (default: the lowest) of a file or a directory, ranks grouped
-    as ``tracekit.load`` groups them (:mod:`tracekit.ranks`): every file of the rank (successive
+    as ``tracekit.load`` groups them (:mod:`tracekit.ranks.grouping`): every file of the rank (successive
     windows of one process), each with ``meta["rank"]``. Only that rank's files (without
     ``rank``, the lowest rank's) are read when every file's rank can be told from its head, as
-    for ``tracekit analyze --rank`` (:func:`tracekit.ranks.files_to_read`)."""
+    for ``tracekit analyze --rank`` (:func:`tracekit.ranks.grouping.files_to_read`)."""
     from .analysis import files_to_read
-    from .ranks import FileIdentity, group_files, host_of, manifest_ranks, process_of
+    from .ranks.grouping import FileIdentity, group_files, host_of, manifest_ranks, process_of
 
     p = Path(path)
     files, _, _ = files_to_read(p, rank, False, max_bytes, lowest=True)
@@ -123,7 +123,7 @@ def run(
 ) -> dict:
     """Read the trace (one rank of a directory) and explain ``pattern`` (see :func:`explain`)."""
     from .analysis import Options, _read
-    from .taxonomy import kernel_rules, module_taxonomy
+    from .pipeline.taxonomy import kernel_rules, module_taxonomy
 
     options = options or Options()
     raws = rank_traces(path, rank, lambda f: _read(f, options), options.max_bytes)
@@ -134,9 +134,9 @@ def run(
 def collect(raws: list[RawTrace], taxonomy, rules) -> Evidence:
     """Run the linking and labelling steps on each file of one rank and keep every activity's
     evidence; the files' activities are merged in time order, their steps numbered as
-    :func:`tracekit.ranks.merge_windows` numbers them for ``tracekit analyze``."""
+    :func:`tracekit.ranks.grouping.merge_windows` numbers them for ``tracekit analyze``."""
     from .pipeline import Attributed, analyse
-    from .ranks import merge_windows
+    from .ranks.grouping import merge_windows
 
     parts, events = [], []
     for i, raw in enumerate(raws):
@@ -265,7 +265,7 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
 
 
 def _kind(mode: str, row: pd.Series) -> str:
-    from .read import KIND_NAMES
+    from .read.reader import KIND_NAMES
 
     k = int(row["kind"])
     return KIND_NAMES[k] if 0 <= k < len(KIND_NAMES) else str(k)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from .taxonomy import MODULE_CATEGORIES
+from .pipeline.taxonomy import MODULE_CATEGORIES
 
 
 class FilterError(ValueError):

@@ -11,7 +11,7 @@ loses its results: :func:`share` then runs the jobs the child took in this proce
 always gets every result, computed by the same code. Ctrl-C stops both: the parent kills and
 reaps the child before the interrupt goes on.
 
-The parts shared with :mod:`tracekit.parallel_read`: :func:`fork` (signals held across it, the
+The parts shared with :mod:`tracekit.read.parallel`: :func:`fork` (signals held across it, the
 child always leaving through ``os._exit``), :func:`send` / :func:`receive` (a protocol-5 pickle
 with its arrays as raw bytes), :func:`reap` (kill and wait).
 """

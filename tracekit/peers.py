@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .analysis import Analysis
-from .intervals import intersection_measure, measure, union
+from .pipeline.intervals import intersection_measure, measure, union
 
 
 def tracekit_like_hta(analysis: Analysis) -> dict:

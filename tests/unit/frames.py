@@ -1,4 +1,4 @@
-"""Tiny hand-built event frames (the columns tracekit.read produces) for the pipeline's unit tests."""
+"""Tiny hand-built event frames (the columns tracekit.read.reader produces) for the pipeline's unit tests."""
 
 from __future__ import annotations
 
@@ -6,7 +6,16 @@ import numpy as np
 import pandas as pd
 
 from tracekit.pipeline.state import Trace
-from tracekit.read import ANNOTATION, CPU_OP, FLOW_FWDBWD, KERNEL, MEMORY, PYTHON, RUNTIME, split_memory
+from tracekit.read.reader import (
+    ANNOTATION,
+    CPU_OP,
+    FLOW_FWDBWD,
+    KERNEL,
+    MEMORY,
+    PYTHON,
+    RUNTIME,
+    split_memory,
+)
 
 __all__ = ["ANNOTATION", "CPU_OP", "FLOW_FWDBWD", "KERNEL", "MEMORY", "PYTHON", "RUNTIME", "ev", "trace"]
 

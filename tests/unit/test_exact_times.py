@@ -11,9 +11,9 @@ import json
 import numpy as np
 import pytest
 
-import tracekit.read as R
+import tracekit.read.reader as R
 from tracekit.errors import TraceError
-from tracekit.timetext import number_times, text_times
+from tracekit.read.timetext import number_times, text_times
 
 # (JSON text, exact ns or None when not a valid time): forms that real files hold.
 CASES = [

@@ -1,4 +1,4 @@
-"""tracekit.gathered: the parent's compact copy of every rank's small tables gives back exactly
+"""tracekit.ranks.gathered: the parent's compact copy of every rank's small tables gives back exactly
 the frames that were added (values, dtypes, category order, column index), one at a time or
 concatenated as pd.concat would."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.gathered import Computed, RankTables
+from tracekit.ranks.gathered import Computed, RankTables
 
 
 def _frame(rng: np.random.Generator, n: int, cats: list[str]) -> pd.DataFrame:
@@ -74,7 +74,7 @@ def test_concat_is_pd_concat_when_all_alike_and_none_otherwise():
 
 def test_a_packed_frame_is_the_frame():
     """What a worker sends (pack) loads back as the frame, and gathers as the frame would."""
-    from tracekit.gathered import pack
+    from tracekit.ranks.gathered import pack
 
     rng = np.random.default_rng(7)
     store = RankTables()

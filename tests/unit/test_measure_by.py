@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.intervals import measure, measure_by, unique
+from tracekit.pipeline.intervals import measure, measure_by, unique
 
 
 def _brute(frame: pd.DataFrame, keys: list[str]) -> dict:
@@ -57,7 +57,7 @@ def test_unique_equals_numpy_unique() -> None:
 
 
 def test_merged_search_equals_searchsorted() -> None:
-    from tracekit.nesting import _merged_search
+    from tracekit.pipeline.nesting import _merged_search
 
     rng = np.random.default_rng(0)
     for n in (0, 1, 10, 1000):

@@ -15,7 +15,7 @@ from tracekit.pipeline.nest import nest_cpu_ops
 from tracekit.pipeline.phases import assign_phases
 from tracekit.pipeline.state import categorical
 from tracekit.pipeline.steps import find_steps
-from tracekit.taxonomy import kernel_rules, module_taxonomy
+from tracekit.pipeline.taxonomy import kernel_rules, module_taxonomy
 
 FWD, BWD = 1, 2  # forward (main) and autograd threads
 GPU = {"device_type": 1, "device_id": 0}

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 from tracekit.analyses._common import narrow, sums
 
-from tracekit.intervals import minus_measure_by
+from tracekit.pipeline.intervals import minus_measure_by
 
 
 def test_narrow_keeps_the_asked_columns_it_has_on_the_masked_rows():

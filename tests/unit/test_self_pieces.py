@@ -1,4 +1,4 @@
-"""Self time of nested CPU ops (tracekit.nesting.self_pieces): the vectorised split equals the
+"""Self time of nested CPU ops (tracekit.pipeline.nesting.self_pieces): the vectorised split equals the
 reference sweep, and the pieces tile every thread's busy time exactly once."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracekit.nesting import _pieces_loop, self_pieces
+from tracekit.pipeline.nesting import _pieces_loop, self_pieces
 
 
 @st.composite

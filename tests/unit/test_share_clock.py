@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracekit.intervals import ShareClock
+from tracekit.pipeline.intervals import ShareClock
 
 
 def _interpolated(clock: ShareClock, lo, hi) -> np.ndarray:

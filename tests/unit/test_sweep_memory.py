@@ -8,7 +8,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from tracekit.nesting import F_MODULE, F_OP, sweep, sweep_loop, sweep_numpy
+from tracekit.pipeline.nesting import F_MODULE, F_OP, sweep, sweep_loop, sweep_numpy
 
 
 def _nested(k: int):

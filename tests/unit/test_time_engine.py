@@ -1,4 +1,4 @@
-"""Unit tests of the time engine: find_windows, add_shares and tracekit.intervals."""
+"""Unit tests of the time engine: find_windows, add_shares and tracekit.pipeline.intervals."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracekit.intervals import containing, measure_by, minus_measure_by
+from tracekit.pipeline.intervals import containing, measure_by, minus_measure_by
 from tracekit.pipeline.shares import add_shares
 from tracekit.pipeline.state import Trace
 from tracekit.pipeline.windows import find_windows

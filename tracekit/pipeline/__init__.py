@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .. import coverage, labels
-from ..read import RawTrace, split_memory
-from ..taxonomy import KernelRules, ModuleTaxonomy
+from ..read.reader import RawTrace, split_memory
+from . import coverage, labels
 from .backward import link_backward
 from .categories import as_categories, assign_categories
 from .launches import join_launches
@@ -26,6 +25,7 @@ from .phases import assign_phases, assign_stages
 from .shares import add_shares
 from .state import Trace
 from .steps import find_steps
+from .taxonomy import KernelRules, ModuleTaxonomy
 from .windows import find_windows
 
 __all__ = ["Attributed", "Trace", "analyse", "link", "run"]
@@ -121,14 +121,14 @@ def _set_intervals(self: Attributed, value) -> None:
 
 
 # ``intervals`` is a DataFrame, or a store of one (the result cache's handle, see
-# tracekit.results) that is read on access: a parent process then holds no rank's intervals
+# tracekit.ranks.results) that is read on access: a parent process then holds no rank's intervals
 # until something asks for them. The dataclass field is kept for the constructor and replace().
 Attributed.intervals = property(_get_intervals, _set_intervals)
 
 
 def _frame_field(name: str) -> property:
     """``steps`` / ``windows``: a DataFrame, or a holder of one (``load() -> DataFrame``, e.g.
-    a gathering parent's compact copy, :mod:`tracekit.gathered`) read on access."""
+    a gathering parent's compact copy, :mod:`tracekit.ranks.gathered`) read on access."""
 
     def get(self: Attributed) -> pd.DataFrame:
         held = self.__dict__["_" + name]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..checks import TraceWarning
-from ..nesting import F_BWD, F_MODULE, F_OP, MOD_IN_BWD
-from ..read import FLOW_FWDBWD
+from ..read.reader import FLOW_FWDBWD
+from .checks import TraceWarning
+from .nesting import F_BWD, F_MODULE, F_OP, MOD_IN_BWD
 from .state import Trace, add_columns, as_str, cat_test, categorical, lookup, take
 
 

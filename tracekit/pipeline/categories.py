@@ -1,15 +1,15 @@
 """Step ``assign_categories``: the labels of the paper's tables, applied once from the rules data
-(:mod:`tracekit.labels`)."""
+(:mod:`tracekit.pipeline.labels`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from .. import labels
-from ..stages import pass_index
-from ..taxonomy import KernelRules, ModuleTaxonomy
+from . import labels
+from .stages import pass_index
 from .state import Trace, add_columns
+from .taxonomy import KernelRules, ModuleTaxonomy
 
 #: Label columns stored as categoricals in the final interval table.
 CATEGORICAL = ("group", "kernel_category", "rule", "collective", "module", "module_rule", "block")
@@ -22,7 +22,7 @@ def assign_categories(t: Trace, taxonomy: ModuleTaxonomy, rules: KernelRules) ->
     Needs: ``acts.kind``, ``name``, ``op``, ``top_op``, ``top_op_ts``, ``top_op_id``,
     ``comm_text``, ``module_id``, ``rope_frame``, ``backward_node``, ``launch_ts``, ``step``;
     ``t.modules``.
-    Adds on ``acts``: the columns of :func:`tracekit.labels.assign_categories` (``group``,
+    Adds on ``acts``: the columns of :func:`tracekit.pipeline.labels.assign_categories` (``group``,
     ``kernel_category``, ``rule``, ``collective``, ``module`` ("" unless compute),
     ``module_rule``, ``block``), and ``fwd_pass`` (forward pass of the model in
     progress at launch, -1 none), ``is_gemm``. On ``t.modules``: ``category``, ``rule``,

@@ -41,8 +41,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..intervals import containing
-from ..read import PYTHON
+from ..read.reader import PYTHON
+from .intervals import containing
 from .state import Trace, codes_of, spread, str_test, take
 
 ZERO_GRAD_PREFIX = "Optimizer.zero_grad#"

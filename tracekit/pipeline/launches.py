@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..checks import TraceWarning
-from ..intervals import containing
-from ..nesting import self_pieces
-from ..read import ANNOTATION, CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME
+from ..read.reader import ANNOTATION, CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME
+from .checks import TraceWarning
+from .intervals import containing
+from .nesting import self_pieces
 from .state import Trace, lookup
 
 DEVICE_KINDS = (KERNEL, MEMCPY, MEMSET)

@@ -15,14 +15,14 @@ import copy
 import numpy as np
 import pandas as pd
 
-from .. import labels
-from ..taxonomy import ModuleTaxonomy
+from . import labels
 from .backward import link_backward
 from .modules import work_module
 from .nest import op_columns, sweep_with_points
 from .phases import assign_phases
 from .state import Trace, add_columns, categorical, distinct_rows, take
 from .steps import place_in_steps
+from .taxonomy import ModuleTaxonomy
 
 #: The columns :func:`label_memory` adds to ``t.memory`` (read's columns of the events).
 LABELS = ["step", "t_ns", "device", "phase", "recompute", "module", "held", "has_addr"]

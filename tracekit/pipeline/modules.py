@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 
 from .. import annotations as ann
-from ..nesting import F_MODULE, F_ROPE
-from ..taxonomy import ModuleTaxonomy
 from .nest import MODULE_PREFIX
+from .nesting import F_MODULE, F_ROPE
 from .state import Coded, Trace, add_columns, categorical_take, distinct_rows, lookup, str_column, take
+from .taxonomy import ModuleTaxonomy
 
 
 def assign_modules(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
@@ -89,7 +89,7 @@ _EMPTY = {
 
 def module_table(t: Trace, taxonomy: ModuleTaxonomy) -> tuple[pd.DataFrame, Coded]:
     """One row per module instance (one forward call) and its place in the module tree
-    (categories are assigned by :func:`tracekit.labels.assign_categories`), and its
+    (categories are assigned by :func:`tracekit.pipeline.labels.assign_categories`), and its
     ``instance`` column as codes."""
     r = t.ranges
     local = np.flatnonzero((r["flags"].to_numpy() & F_MODULE) != 0)

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 
 from .. import annotations as ann
-from ..nesting import F_BWD, F_COMM, F_EVAL, F_MODULE, F_OP, F_OPT, F_ROPE, own_context, sweep
-from ..read import ANNOTATION, CPU_OP, PYTHON
+from ..read.reader import ANNOTATION, CPU_OP, PYTHON
+from .nesting import F_BWD, F_COMM, F_EVAL, F_MODULE, F_OP, F_OPT, F_ROPE, own_context, sweep
 from .state import Trace, add_columns, categorical_take, codes_of, lookup, str_test, take
 
 OPT_PREFIX = "Optimizer.step#"
@@ -24,7 +24,7 @@ def nest_cpu_ops(t: Trace) -> Trace:
     Needs: ``acts.launch_pid``, ``launch_tid``, ``launch_ts``, ``launched``, ``ev``.
     Adds: ``t.ranges`` (one row per CPU op, module frame, optimizer/backward/collective range:
     ``ev``, ``name``, ``pid``, ``tid``, ``start``, ``end``, ``seq``, ``fwd_tid``, ``flags``
-    (:mod:`tracekit.nesting` bits) and its own enclosing context ``op_r`` ... ``bits``), and on
+    (:mod:`tracekit.pipeline.nesting` bits) and its own enclosing context ``op_r`` ... ``bits``), and on
     ``acts``: ``op_r`` (innermost CPU op), ``top_r`` (outermost op inside the innermost module),
     ``mod_r`` (innermost module frame), ``bwd_r`` (innermost backward node), ``comm_r``
     (innermost collective range) as rows of ``t.ranges`` (-1 none); ``ctx_bits`` (inherited
@@ -155,7 +155,7 @@ def range_flags(
     has_collective: np.ndarray,
     use_capture_modules: bool,
 ) -> np.ndarray:
-    """Bit flags per range event (:mod:`tracekit.nesting`), vectorised over the names
+    """Bit flags per range event (:mod:`tracekit.pipeline.nesting`), vectorised over the names
     (``(codes, distinct)``: each distinct name is tested once); ``has_collective``: the event
     records a collective ("Collective name")."""
     codes, uniq = names

@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 
 from .. import annotations as ann
-from .. import stages as _stages
-from ..intervals import containing
-from ..nesting import F_BWD, F_EVAL, F_OPT, MOD_IN_BWD
-from ..read import ANNOTATION
+from ..read.reader import ANNOTATION
+from . import stages as _stages
 from .evidence import EV, EVIDENCE, NO_EVIDENCE, PH, PHASES, optimizer_ops, step_tail
+from .intervals import containing
+from .nesting import F_BWD, F_EVAL, F_OPT, MOD_IN_BWD
 from .state import Coded, Trace, add_columns, as_str, categorical, categorical_take, take
 
 #: The annotated stages, in the order of their codes ("": none).
@@ -111,7 +111,7 @@ def _on_autograd_thread(t: Trace) -> np.ndarray:
 
 
 def assign_stages(t: Trace) -> Trace:
-    """Give each activity its inference stage (see :mod:`tracekit.stages`).
+    """Give each activity its inference stage (see :mod:`tracekit.pipeline.stages`).
 
     Needs: ``acts.annotated_stage``, ``launch_pid``, ``launch_ts``, ``step``, ``phase``;
     ``t.modules``.

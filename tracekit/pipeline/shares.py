@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..intervals import ShareClock
+from .intervals import ShareClock
 from .state import Trace, add_columns, str_column
 from .windows import BOUNDS, PHASES
 

@@ -21,7 +21,7 @@ import pandas as pd
 class Trace:
     """One rank's trace as the pipeline builds it up.
 
-    ``events``: the columns :mod:`tracekit.read` decoded (read-only). ``acts``: the activity
+    ``events``: the columns :mod:`tracekit.read.reader` decoded (read-only). ``acts``: the activity
     table. ``ranges``: the CPU ranges (ops, annotations, module frames) the nesting sweep keeps,
     with their enclosing context. ``modules``: one row per module instance (forward call).
     ``step_ranges``: the ProfilerStep ranges (CPU side). ``steps``: each step's device window.
@@ -43,7 +43,7 @@ class Trace:
     steps: pd.DataFrame = field(default_factory=pd.DataFrame)
     windows: pd.DataFrame = field(default_factory=pd.DataFrame)
     meta: dict = field(default_factory=dict)
-    warnings: list = field(default_factory=list)  # TraceWarning (tracekit.checks) or str
+    warnings: list = field(default_factory=list)  # TraceWarning (tracekit.pipeline.checks) or str
 
     @cached_property
     def names(self) -> np.ndarray:

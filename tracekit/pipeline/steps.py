@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..checks import TraceWarning
-from ..intervals import containing
-from ..read import ANNOTATION, CPU_OP
+from ..read.reader import ANNOTATION, CPU_OP
+from .checks import TraceWarning
+from .intervals import containing
 from .state import Coded, Trace, add_columns, categorical, take
 
 STEP_PREFIX = "ProfilerStep#"

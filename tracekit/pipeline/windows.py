@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..checks import TraceWarning
-from ..intervals import unique
+from .checks import TraceWarning
+from .intervals import unique
 from .state import Trace, codes_of, spread, str_column
 
 #: The phase windows of a step, in time order (unattributed: the tail with no phase evidence).
@@ -43,7 +43,7 @@ def find_windows(t: Trace) -> Trace:
     Guarantees: a step's phase windows tile its step window in order; times stay int64
     (epoch nanoseconds do not survive float64). The first/last step is incomplete when it is
     under 10% of the median step (cut by the profiling window; a warning names it); a file with
-    fewer than 3 steps is judged with its rank's other files (:mod:`tracekit.ranks`).
+    fewer than 3 steps is judged with its rank's other files (:mod:`tracekit.ranks.grouping`).
     """
     a = t.acts
     keep = a["step"].to_numpy() >= 0
@@ -153,7 +153,7 @@ def frame_windows(windows: pd.DataFrame) -> Windows:
     """The step of the time engine that the tables start from: windows computed once.
 
     Needs: a windows table (``step``, ``window``, ``start``, ``end``, ``complete``; one rank's,
-    after its files are merged and its steps cut, see :mod:`tracekit.ranks`).
+    after its files are merged and its steps cut, see :mod:`tracekit.ranks.grouping`).
     Adds: :class:`Windows`: its complete steps' device windows and phase windows.
     Guarantees: computed once per rank (and filter) by :class:`tracekit.analysis.Analysis`, and
     every table reads its windows from it: no table derives windows itself.

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tracekit.explain import MISSING
-from tracekit.taxonomy import MODULE_CATEGORIES
+from tracekit.pipeline.taxonomy import MODULE_CATEGORIES
 
 from .terminal import safe_plain
 

@@ -25,8 +25,8 @@ import pandas as pd
 
 from tracekit.analyses import spec_of
 
-from ..checks import text
-from ..coverage import lines as coverage_lines
+from ..pipeline.checks import text
+from ..pipeline.coverage import lines as coverage_lines
 from .common import cell, filters_text, for_people, header, numeric, shown_rows, title
 from .memory_chart import memory_charts
 

@@ -18,10 +18,10 @@ from rich.text import Text
 
 from tracekit.analyses import spec_of
 
-from ..coverage import lines as coverage_lines
-from ..safetext import clean
+from ..pipeline.coverage import lines as coverage_lines
 from .common import cell, filters_text, for_people, header, numeric, shown_rows, steps_text, title
 from .fasttable import FastTable
+from .safetext import clean
 
 #: C0 and C1 control characters: a kernel name is attacker-controlled text, and an escape
 #: sequence (ESC [, OSC ...) printed raw would drive the user's terminal.

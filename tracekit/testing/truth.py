@@ -1,7 +1,7 @@
 """The planted truth: device activities with the labels a trace's author meant, and plain
 interval arithmetic (half-open ``[start, end)`` in integer ns) to compute expected tables.
 
-Deliberately independent of ``tracekit.intervals``: a test that computes its expectation with
+Deliberately independent of ``tracekit.pipeline.intervals``: a test that computes its expectation with
 the code under test cannot fail.
 """
 

@@ -1,0 +1,389 @@
+"""The ``tracekit`` command: ``analyze`` (and ``capture`` when the capture extra is installed)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from ..read.files import DEFAULT_MAX_BYTES
+from .cache import cache_group
+from .io import TracekitGroup, fail, load_with_progress, reported, write_output
+
+#: Phases a --phase filter can name.
+PHASES = ["forward", "recompute", "backward", "unattributed", "optimizer"]
+
+FORMATS = ["table", "json", "csv", "md", "parquet", "html"]
+
+#: The tables ``--table`` can name, in report order: ``tracekit.analyses.REGISTRY``'s names
+#: (tests/test_core_has_no_heavy_imports.py checks they are the same), written out so that
+#: importing the CLI (``tracekit --help``, ``--version``, ``cache``) does not import the
+#: analyses, and with them pandas, numpy and pyarrow.
+TABLE_NAMES = [
+    "throughput",
+    "phases",
+    "modules",
+    "gemm",
+    "comm",
+    "idle",
+    "kernels",
+    "memcpy",
+    "timeline",
+    "top_kernels",
+    "layers",
+    "layer_spread",
+    "rank_summary",
+    "ranks",
+    "memory",
+    "memory_modules",
+    "memory_timeline",
+]
+
+
+@click.group(cls=TracekitGroup)
+@click.version_option(package_name="tracekit")
+def main() -> None:
+    """Where did the time of this LLM step go? Analyse PyTorch profiler traces."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What every command that reads traces was told (:func:`reading_options`)."""
+
+    rank: int | None
+    taxonomy: str | None
+    kernel_rules: str | None
+    max_bytes: int
+    strict: bool
+
+    def load(self, path: Path, **kw):
+        """``tracekit.load`` of ``path`` with these options (and ``kw``), showing progress."""
+        from .. import load
+
+        return load_with_progress(
+            load,
+            path,
+            rank=self.rank,
+            taxonomy=self.taxonomy,
+            kernel_rules=self.kernel_rules,
+            max_bytes=self.max_bytes,
+            strict=self.strict,
+            **kw,
+        )
+
+
+_READING_OPTIONS = (
+    click.option("--rank", type=int, help="Only this rank of a directory of per-rank traces."),
+    click.option(
+        "--taxonomy",
+        type=click.Path(exists=True, dir_okay=False),
+        help="TOML file of module rules tried before the built-in ones.",
+    ),
+    click.option(
+        "--kernel-rules",
+        type=click.Path(exists=True, dir_okay=False),
+        help="TOML file of kernel rules tried before the built-in ones.",
+    ),
+    click.option(
+        "--max-bytes",
+        type=click.IntRange(min=1),
+        default=DEFAULT_MAX_BYTES,
+        show_default=True,
+        help="Refuse traces that decompress to more than this.",
+    ),
+    click.option(
+        "--strict",
+        is_flag=True,
+        help="In a directory, any file that cannot be "
+        "analysed is an error (exit 2) instead of being skipped (exit 1).",
+    ),
+)
+
+
+def reading_options(command):
+    """The options of every command that reads traces (which rank, which rules, what limit),
+    handed to ``command`` as one :class:`Reading` (its ``reading`` argument)."""
+
+    @functools.wraps(command)
+    def with_reading(**kw):
+        return command(reading=Reading(**{k: kw.pop(k) for k in Reading.__dataclass_fields__}), **kw)
+
+    for option in reversed(_READING_OPTIONS):
+        with_reading = option(with_reading)
+    return with_reading
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Write here instead of stdout "
+    "(a directory for csv/parquet: one file per table; for html DIR/report.html).",
+)
+@click.option("--per-step", is_flag=True, help="One row per step (a `step` column) instead of the mean.")
+@click.option(
+    "--table",
+    "only",
+    multiple=True,
+    metavar="NAME",
+    type=click.Choice(TABLE_NAMES, case_sensitive=False),
+    help="Only this table (repeatable): " + ", ".join(TABLE_NAMES) + ".",
+)
+@click.option(
+    "--steps", "steps_filter", metavar="LIST", help="Only these steps: ranges and lists, e.g. 3-7 or 2,4,9."
+)
+@click.option(
+    "--phase",
+    "phase_filter",
+    type=click.Choice(PHASES, case_sensitive=False),
+    help="Only this phase (tables that can tell phases apart).",
+)
+@click.option(
+    "--module",
+    "module_filter",
+    metavar="NAMES",
+    help="Only these module categories: a name (case-insensitive; a unique prefix will do, "
+    "e.g. rms = RMSNorm), or several separated by commas (bmm0,softmax,bmm1).",
+)
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Rows of long tables (top kernels, ranks) shown in the terminal.",
+)
+@click.option("--wide", is_flag=True, help="Terminal: full names, no wrapping (wider than the window).")
+@reading_options
+@click.option(
+    "--no-cache",
+    is_flag=True,
+    help="Neither read nor write the Parquet cache of "
+    "parsed columns (in ~/.cache/tracekit; see `tracekit cache info`).",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Ranks analysed in parallel (local process pool). [default: one per core]",
+)
+@click.option(
+    "--scheduler",
+    metavar="ADDRESS",
+    help="Run the per-rank work on an existing Dask cluster (e.g. tcp://host:8786; needs tracekit[dask]).",
+)
+@click.option(
+    "--paper",
+    is_flag=True,
+    help="Add the paper's published values (Llama 2-7B on "
+    "A800, Zhang et al.) beside yours as paper_* columns, where a table matches.",
+)
+@click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
+def analyze(
+    path,
+    fmt,
+    out,
+    per_step,
+    only,
+    steps_filter,
+    phase_filter,
+    module_filter,
+    top,
+    wide,
+    reading,
+    no_cache,
+    jobs,
+    scheduler,
+    paper,
+    debug,
+):
+    """Print the paper's tables for a trace file or a directory of per-rank traces.
+
+    Exit status: 0; 1 when files of a directory were skipped (a partial result); 2 on error.
+    """
+    filters = _filters(steps_filter, phase_filter, module_filter)
+    with reported(path, debug):
+        analysis = reading.load(path, cache=not no_cache, jobs=jobs, scheduler=scheduler)
+        tables, meta = _report(_filtered(analysis, filters), [n.lower() for n in only], per_step, paper)
+        write_output(fmt, meta, tables, out, "render", wide=wide, top=top)
+    if meta.get("partial"):
+        sys.exit(1)
+
+
+def _filters(steps_filter: str | None, phase_filter: str | None, module_filter: str | None):
+    """The --steps/--phase/--module filters; a --steps list that does not parse is a usage error."""
+    from ..filters import Filters, parse_steps
+
+    try:
+        return Filters(
+            steps=parse_steps(steps_filter) if steps_filter else None,
+            phase=phase_filter.lower() if phase_filter else None,
+            module=module_filter or None,
+        )
+    except ValueError as e:
+        raise click.BadParameter(str(e).removeprefix("--steps "), param_hint="--steps") from None
+
+
+def _filtered(analysis, filters):
+    """``analysis`` under ``filters``; a --module name that matches no category (or several) is a
+    usage error."""
+    from ..filters import FilterError
+
+    try:
+        return analysis.filtered(filters) if filters.active else analysis
+    except FilterError as e:
+        raise click.BadParameter(str(e).removeprefix("--module "), param_hint="--module") from None
+
+
+def _report(analysis, only: list[str], per_step: bool, paper: bool) -> tuple[dict, dict]:
+    """(tables, meta) to write: the tables asked for, the aggregation said, the paper's values
+    beside them with ``paper``."""
+    tables = _selected(analysis, only, per_step)
+    meta = analysis.meta
+    if per_step:
+        meta["aggregation"] = "per step (one row per complete step)"
+    if paper:
+        tables, meta = _add_paper(tables, meta)
+    return tables, meta
+
+
+def _selected(analysis, only: list[str], per_step: bool) -> dict:
+    """The tables asked for (all by default); naming one the run does not have is an error."""
+    if not only:
+        return analysis.tables(per_step=per_step)
+    from tracekit.analyses import REGISTRY
+
+    have = analysis.names()
+    missing = [n for n in only if n not in have]
+    if missing:
+        if all(REGISTRY[n].cross_rank for n in missing):
+            why = "needs a directory of several ranks"
+        elif all(REGISTRY[n].from_manifest for n in missing) and not analysis.filters.active:
+            why = "needs a tracekit capture directory (its manifest.json records the steps' measures)"
+        else:
+            why = "does not apply to this run or its filters"
+        raise click.BadParameter(f"{', '.join(missing)}: {why}", param_hint="--table")
+    return {n: analysis.table(n, per_step) for n in have if n in only}
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("pattern")
+@click.option("--step", type=int, help="Only activities of this step.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Show at most this many chains (largest total time first).",
+)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@reading_options
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
+@click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
+def explain(path, pattern, step, limit, fmt, reading, no_cache, debug):
+    """Why is this number what it is: the chain behind the labels of the activities whose
+    name matches PATTERN (case-insensitive substring or regex). docs/explain.md."""
+    from ..analysis import Options
+    from ..explain import run
+
+    with reported(path, debug):
+        doc = run(
+            path,
+            pattern,
+            step=step,
+            rank=reading.rank,
+            limit=limit,
+            options=Options(
+                taxonomy=reading.taxonomy,
+                kernel_rules=reading.kernel_rules,
+                max_bytes=reading.max_bytes,
+                cache=not no_cache,
+            ),
+        )
+        if fmt == "json":
+            import json
+
+            click.echo(json.dumps(doc, indent=2))
+        else:
+            import shutil
+
+            from ..render.explain import fit, lines
+            from ..render.safetext import clean
+
+            width = shutil.get_terminal_size((100, 24)).columns
+            click.echo("\n".join(fit(clean(ln), width) for ln in lines(doc)))
+
+
+COMPARE_FORMATS = ["table", "json", "csv", "md", "html"]
+
+
+@main.command()
+@click.argument("a", type=click.Path(path_type=Path))
+@click.argument("b", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(COMPARE_FORMATS), default="table", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), help="Write here instead of stdout.")
+@reading_options
+@click.option(
+    "--paper",
+    is_flag=True,
+    help="Add the paper's Table VIII (naive vs FlashAttention) beside the attention table.",
+)
+@click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
+def compare(a, b, fmt, out, reading, paper, debug):
+    """Compare two runs A and B (e.g. eager vs SDPA attention, ZeRO-2 vs ZeRO-3).
+
+    Tables: attention (Table VIII: attention time per phase, improvement of B over A in %),
+    and deltas (B - A) per phase, module and kernel category with per-step noise.
+    """
+    from ..compare import compare as compare_runs
+    from ..compare import compare_meta
+
+    runs = []
+    for path in (a, b):
+        with reported(path, debug):
+            runs.append(reading.load(path))
+    with reported(f"{a} vs {b}", debug):
+        tables = compare_runs(*runs)
+        meta = compare_meta(*runs)
+        if paper:
+            tables, meta = _add_paper(tables, meta)
+        write_output(fmt, meta, tables, out, "render_compare")
+    if any(r.meta.get("partial") for r in runs):
+        sys.exit(1)
+
+
+def _add_paper(tables: dict, meta: dict) -> tuple[dict, dict]:
+    """Tables with the paper's values joined beside them, meta with the citation."""
+    from ..paper import citation_meta, with_paper
+
+    return with_paper(tables), {**meta, "paper": citation_meta()}
+
+
+def _capture() -> click.Command:
+    """``tracekit capture``, imported when it is run (the capture layer's imports cost
+    ``analyze`` nothing); without the capture extra, a command that explains itself."""
+    try:
+        from tracekit.capture.cli import capture
+    except ImportError:  # capture layer not installed: `tracekit capture` explains itself
+
+        @click.command(context_settings={"ignore_unknown_options": True})
+        @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+        def missing(args):
+            """Capture traces (needs: pip install 'tracekit[capture]')."""
+            fail("capture needs the capture extra: pip install 'tracekit[capture]'")
+
+        return missing
+    return capture
+
+
+main.add_lazy("capture", _capture)
+main.add_command(cache_group)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""Per-rank work in parallel: a local process pool, or an existing Dask cluster.
+
+Ranks are independent until the final aggregation, so each file is read, linked, attributed
+and tabulated in a worker (:func:`tracekit.ranks.perfile.tabulate_file`), and only its (small) tables
+and a handle to its labelled intervals in the result cache (:mod:`tracekit.ranks.results`; the
+intervals themselves when nothing can be stored) come back: the raw events of a rank live and
+die inside one worker, so the parent never holds more than one rank's raw events (none at all
+when ``jobs > 1``), and its own work per rank is gathering, not computing.
+
+* ``jobs=1``: in this process, one rank after another;
+* ``jobs=N``: a :mod:`multiprocessing` pool of N workers. Workers ignore SIGINT: Ctrl-C reaches
+  the parent only, which terminates the pool (no worker tracebacks, no hang) and re-raises
+  :class:`KeyboardInterrupt`;
+* ``scheduler="tcp://host:8786"`` (or a ``distributed.Client``): ``Client.map`` on an existing
+  Dask cluster (``pip install 'tracekit[dask]'``). The workers need tracekit installed.
+
+Small files go to the workers in batches (:func:`batch_size`): a task is a list of files, so
+the per-task cost (pickling a message each way, a Dask scheduler round trip) is paid per batch.
+Workers are started once per run (the pool) or are the cluster's own; each imports tracekit
+once, on its first task, and keeps it.
+
+With ``keep_errors=True`` a file that raises :class:`~tracekit.errors.TraceError` yields that
+error in its place instead of failing the whole run (the caller decides what a bad file means).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import signal
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import progress
+from ..errors import TraceError
+
+
+def default_jobs(n_files: int) -> int:
+    return max(1, min(n_files, os.cpu_count() or 1))
+
+
+class _Attempt:
+    """``fn(file, *args)``, or the TraceError it raised when errors are kept (picklable).
+    With ``sealed`` (a worker's), the result comes back pickled (:class:`_Sealed`)."""
+
+    def __init__(self, fn: Callable, args: tuple, keep_errors: bool, sealed: bool = False):
+        self.fn, self.args, self.keep_errors, self.sealed = fn, args, keep_errors, sealed
+
+    def __call__(self, item: tuple[int, Any]) -> tuple[int, Any]:
+        i, f = item
+        try:
+            got = self.fn(f, *self.args)
+        except TraceError as e:
+            if not self.keep_errors:
+                raise
+            got = e
+        return i, _Sealed(got) if self.sealed else got
+
+
+class _Sealed:
+    """A worker's result for one file, pickled in the worker and unpickled by the parent only
+    just before it is gathered (:meth:`open`). A batch of files is one message, and the pool's
+    result thread (or Dask's client) unpickles a whole message when it arrives, a batch or two
+    ahead of the gathering: as objects, 64 small ranks' results cost the parent ~256 KB of
+    memory each (pandas indexes, dtypes, arrays: 16 MB a batch), as bytes ~34 KB. So what is
+    in flight stays small whatever the batch size, and only one rank's result is ever open."""
+
+    __slots__ = ("blob",)
+
+    def __init__(self, result: Any):
+        self.blob = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def open(self) -> Any:
+        got, self.blob = pickle.loads(self.blob), b""
+        return got
+
+
+class _Batch:
+    """:class:`_Attempt` over a batch of items: one task, one result message (picklable)."""
+
+    def __init__(self, attempt: _Attempt):
+        self.attempt = attempt
+
+    def __call__(self, items: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+        return [self.attempt(item) for item in items]
+
+
+#: Files at most this big (on average) are sent to workers in batches: the per-task cost
+#: (a message each way, a scheduler round trip on Dask) then falls on a batch, not a file.
+SMALL_FILE = 4 << 20
+
+
+def batch_size(files: Sequence[Any], workers: int) -> int:
+    """Files per task: about four tasks per worker, at most 64 files each; one file per task
+    when files are big (the work then dwarfs the per-task cost, and a batch would hold several
+    ranks' results in one message)."""
+    sizes = []
+    for f in files[:64]:
+        try:
+            sizes.append(os.stat(f).st_size)
+        except (OSError, TypeError, ValueError):
+            sizes.append(SMALL_FILE + 1)
+    if not sizes or sum(sizes) / len(sizes) > SMALL_FILE:
+        return 1
+    return max(1, min(64, len(files) // (4 * max(workers, 1))))
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _as_is(i: int, result: Any) -> Any:
+    return result
+
+
+def map_ranks(
+    fn: Callable,
+    files: Sequence[Any],
+    *args,
+    jobs: int = 1,
+    scheduler: Any = None,
+    keep_errors: bool = False,
+    gather: Callable[[int, Any], Any] = _as_is,
+) -> list:
+    """``[gather(i, fn(f, *args)) for i, f in enumerate(files)]``, in order, run as asked.
+    ``gather`` runs here, on each result as it arrives: it can fold what the caller keeps
+    compact at once, so the results of all files are never held whole together."""
+    files = list(files)
+    attempt = _Attempt(fn, args, keep_errors)
+    if scheduler is not None:
+        return _map_dask(_Attempt(fn, args, keep_errors, sealed=True), files, scheduler, gather)
+    out: list = [None] * len(files)
+    if jobs <= 1 or len(files) <= 1:
+        for item in enumerate(files):
+            i, result = attempt(item)
+            out[i] = gather(i, result)
+            progress.file_done()
+        return out
+    pool = None
+    try:
+        # SIGINT is held while the workers fork: a Ctrl-C landing in a fork hook would be
+        # swallowed there ("Exception ignored in _releaseLock"); it is delivered right after.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            pool = multiprocessing.Pool(min(jobs, len(files)), initializer=_ignore_sigint)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        chunk = batch_size(files, min(jobs, len(files)))
+        sealed = _Attempt(fn, args, keep_errors, sealed=True)
+        for i, result in pool.imap_unordered(sealed, enumerate(files), chunksize=chunk):
+            out[i] = gather(i, result.open())
+            progress.file_done()
+        pool.close()
+    except BaseException:
+        if pool is not None:
+            pool.terminate()
+        raise
+    finally:
+        if pool is not None:
+            pool.join()
+    return out
+
+
+def _map_dask(attempt: _Attempt, files: list, scheduler: Any, gather: Callable[[int, Any], Any]) -> list:
+    try:
+        from distributed import Client
+    except ImportError:
+        raise RuntimeError("--scheduler needs Dask: pip install 'tracekit[dask]'") from None
+    from distributed import as_completed
+
+    own = not isinstance(scheduler, Client)
+    client = Client(scheduler) if own else scheduler
+    futures = None
+    try:
+        workers = max(1, sum(client.nthreads().values()))
+        k = batch_size(files, workers)
+        items = list(enumerate(files))
+        batches = [items[j : j + k] for j in range(0, len(items), k)]
+        futures = client.map(_Batch(attempt), batches, pure=False)
+        out: list = [None] * len(files)
+        for fut in as_completed(futures):
+            for i, result in fut.result():
+                out[i] = gather(i, result.open())
+                progress.file_done()
+            fut.release()
+        return out
+    except KeyboardInterrupt:
+        if futures is not None:
+            client.cancel(futures)
+        raise
+    finally:
+        if own:
+            client.close()

@@ -1,0 +1,1 @@
+"""Read: a trace file's bytes to columnar events (:mod:`tracekit.read.reader`)."""

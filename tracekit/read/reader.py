@@ -1,0 +1,254 @@
+"""Read a Kineto (PyTorch profiler) Chrome trace into columnar events.
+
+One typed ``msgspec`` decode keeps only the fields that the link and attribute steps use (every
+other key of every event is skipped by the decoder, never materialised), then the events become
+columns. Times become int64 nanoseconds. Every vintage of Kineto's JSON is accepted:
+
+* categories in any case (``Kernel``/``kernel``, ``Runtime``/``cuda_runtime``, ...), CUDA and
+  ROCm runtime calls, ``cuda_driver`` launches (Triton's ``cuLaunchKernel``);
+* ``ts``/``dur`` as integer or float microseconds (nanosecond decimals kept);
+* 64-bit ids, also above 2**63 (stored wrapped to int64: equality is all that is used);
+* events in any order; no CPU side, no GPU side, no ProfilerStep, no distributedInfo.
+
+The pieces: :mod:`tracekit.read.files` (finding trace files, bounded reading and gunzip),
+:mod:`tracekit.read.streaming` (decoding the event array slice by slice as the text arrives),
+:mod:`tracekit.read.schema` (the decoded fields and the event kinds), :mod:`tracekit.read.columns`
+(structs to columns), :mod:`tracekit.read.timetext` (exact times); this module ties them together
+and decodes small or broken files whole, with one-line errors.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import pandas as pd
+
+from ..errors import TraceError
+from . import native
+from .columns import _COLUMNS, _FrameBuilder
+from .files import DEFAULT_MAX_BYTES, TRACE_SUFFIXES, open_text, read_bytes, trace_files, trace_listing
+from .parallel import read_parallel
+from .schema import (
+    _CATEGORY_KIND,
+    _DECODER,
+    _PYTHON_KEEP_PREFIX,
+    _PYTHON_KEEP_SUBSTR,
+    _TEXT_TIME_DECODER,
+    ANNOTATION,
+    CPU_OP,
+    FLOW_FWDBWD,
+    FLOW_LAUNCH,
+    KERNEL,
+    KIND_NAMES,
+    MEMCPY,
+    MEMORY,
+    MEMSET,
+    PYTHON,
+    RUNTIME,
+    TraceDoc,
+)
+from .streaming import _head, decode_rest, stream_decode
+from .timetext import MAX_US as _MAX_US
+
+#: Re-exported: the rest of tracekit imports the event kinds and the file helpers from here.
+__all__ = [
+    "ANNOTATION",
+    "CPU_OP",
+    "DEFAULT_MAX_BYTES",
+    "FLOW_FWDBWD",
+    "FLOW_LAUNCH",
+    "KERNEL",
+    "KIND_NAMES",
+    "MEMCPY",
+    "MEMORY",
+    "MEMSET",
+    "PYTHON",
+    "RUNTIME",
+    "TRACE_SUFFIXES",
+    "_CATEGORY_KIND",
+    "_COLUMNS",
+    "_MAX_US",
+    "_PYTHON_KEEP_PREFIX",
+    "_PYTHON_KEEP_SUBSTR",
+    "RawTrace",
+    "decode",
+    "read_bytes",
+    "read_trace",
+    "split_memory",
+    "trace_files",
+    "trace_listing",
+]
+
+
+@dataclass
+class RawTrace:
+    """Columnar events of one trace file (one rank)."""
+
+    path: str
+    events: pd.DataFrame
+    meta: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def split_memory(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``events`` without its MEMORY rows (the allocator's ``[memory]`` events, which only
+    memory analyses read), and those rows; ``events`` itself when it has none."""
+    mem = events["kind"].to_numpy() == MEMORY
+    if not mem.any():
+        return events, events.iloc[:0]
+    return events[~mem].reset_index(drop=True), events[mem].reset_index(drop=True)
+
+
+_NONBLANK = re.compile(rb"[^ \t\r\n]")
+
+
+def decode(data: bytes, path: str | os.PathLike, text_times: bool = False) -> TraceDoc:
+    """Typed decode of the JSON document; every failure becomes a one-line TraceError.
+
+    ``text_times``: keep ``ts``/``dur`` as their JSON text (:class:`TextTimeEvent`)."""
+    if not _NONBLANK.search(data):  # stops at the first byte that is not blank; no copy
+        raise TraceError(path, "empty file")
+    if data[:3] == b"\xef\xbb\xbf":  # UTF-8 byte order mark: harmless
+        data = data[3:]
+    _check_text(data, path)
+    try:
+        return (_TEXT_TIME_DECODER if text_times else _DECODER).decode(data)
+    except UnicodeDecodeError as e:  # msgspec passes the codec's error through
+        raise TraceError(
+            path, f"not UTF-8 text: a JSON string holds the invalid byte 0x{e.object[e.start]:02x}"
+        ) from None
+    except msgspec.ValidationError as e:
+        msg = str(e)
+        if "Expected `object`, got" in msg and "$" not in msg.rsplit("-", maxsplit=1)[-1]:
+            raise TraceError(path, f"not a trace: the top level must be a JSON object ({msg})") from None
+        if "missing required field `traceEvents`" in msg:
+            raise TraceError(path, "not a trace: no `traceEvents` list") from None
+        raise TraceError(path, f"malformed trace: {msg}") from None
+    except msgspec.DecodeError as e:
+        msg = str(e)
+        if "truncated" in msg.lower():
+            raise TraceError(path, "truncated JSON (the file ends early)") from None
+        at = re.search(r"\(byte (\d+)\)", msg)
+        if at and re.match(rb"-?(NaN|Infinity|nan|inf)", data[int(at.group(1)) : int(at.group(1)) + 9]):
+            raise TraceError(
+                path,
+                f"NaN or Infinity at byte {at.group(1)}: not valid JSON (a trace written with allow_nan?)",
+            ) from None
+        raise TraceError(path, f"not valid JSON ({msg})") from None
+    except RecursionError:
+        raise TraceError(path, "JSON nested too deeply") from None
+
+
+def _check_text(data: bytes, path: str | os.PathLike) -> None:
+    """Refuse UTF-16/UTF-32 text (with or without a byte order mark) and binary files."""
+    head = data[:4096]
+    if head[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff"):
+        raise TraceError(path, "UTF-32 text; traces are UTF-8 JSON (convert with iconv)")
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise TraceError(path, "UTF-16 text; traces are UTF-8 JSON (convert with iconv)")
+    if b"\x00" not in head:
+        return
+    # BOM-less UTF-16: JSON is ASCII punctuation, so every other byte is NUL.
+    even, odd = head[0::2], head[1::2]
+    if len(head) >= 4 and (even.count(0) >= 0.9 * len(even) or odd.count(0) >= 0.9 * len(odd)):
+        raise TraceError(
+            path, "UTF-16 text without a byte order mark; traces are UTF-8 JSON (convert with iconv)"
+        )
+    raise TraceError(path, "binary file (NUL bytes), not a JSON trace")
+
+
+#: Bytes of JSON per slice of ``traceEvents`` (the cuts are found near multiples of this).
+CHUNK_BYTES = 32 << 20
+
+
+def _decode_whole(data: bytes | bytearray, path: str | os.PathLike, builder: _FrameBuilder) -> TraceDoc:
+    """The document of ``data``, its events added to ``builder`` (its ``traceEvents`` emptied):
+    scanned natively when it is a well-formed trace, else decoded by msgspec (with its errors)."""
+    if native.enabled():
+        got = _native_whole(data, path, builder)
+        if got is not None:
+            return got
+    doc = decode(bytes(data), path)
+    if not builder.add(doc.traceEvents):  # epoch-scale float times: decode them as text
+        doc = decode(bytes(data), path, text_times=True)
+        builder.add(doc.traceEvents)
+    doc.traceEvents = []
+    return doc
+
+
+def _native_whole(
+    data: bytes | bytearray, path: str | os.PathLike, builder: _FrameBuilder
+) -> TraceDoc | None:
+    """:func:`_decode_whole` by the native scanner; ``None`` (nothing added) when it declines."""
+    start = 3 if data[:3] == b"\xef\xbb\xbf" else 0
+    try:
+        _check_text(bytes(data[start : start + 4096]), path)
+    except TraceError:
+        return None
+    with memoryview(data) as mv:
+        head = _head(mv[start:])
+    if head is None:
+        return None
+    return decode_rest(data, start + len(head) + 1, head, builder, False)
+
+
+def rank_of(doc: TraceDoc, path: str | os.PathLike) -> int | None:
+    info = doc.distributedInfo or {}
+    r = info.get("rank") if isinstance(info, dict) else None
+    return _int_or_none(r)
+
+
+def _int_or_none(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 31 else None
+
+
+def device_names(doc: TraceDoc) -> list[str]:
+    names = []
+    for d in doc.deviceProperties or []:
+        if isinstance(d, dict) and isinstance(d.get("name"), str):
+            names.append(d["name"])
+    return names
+
+
+def read_trace(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES, jobs: int = 1) -> RawTrace:
+    """Read one trace file into a :class:`RawTrace`: streamed slice by slice when it is big
+    (:mod:`tracekit.read.streaming`), by ``jobs`` processes when it is big and plain
+    (:mod:`tracekit.read.parallel`), decoded whole when it is small, broken or unusual."""
+    got: tuple[_FrameBuilder, TraceDoc | bytearray | None] | None = None
+    if jobs > 1 and os.path.isfile(path) and os.path.getsize(path) <= max_bytes:
+        got = read_parallel(path, jobs, CHUNK_BYTES)
+    if got is None:
+        builder = _FrameBuilder()
+        pieces = open_text(path, max_bytes)
+        try:
+            got = builder, stream_decode(pieces, builder, CHUNK_BYTES)
+        finally:
+            pieces.close()
+    builder, got_doc = got
+    del got
+    if isinstance(got_doc, TraceDoc):
+        doc = got_doc
+    elif got_doc is None:  # broken or unusual: read again whole, for the decoder's own error message
+        builder = _FrameBuilder()
+        doc = _decode_whole(read_bytes(path, max_bytes), path, builder)
+    else:  # a short text: one whole decode, after what was streamed
+        doc = _decode_whole(got_doc, path, builder)
+    del got_doc
+    frame, warnings, meta = builder.finish(path)
+    meta.update(
+        {
+            "rank": rank_of(doc, path),
+            "world_size": _int_or_none((doc.distributedInfo or {}).get("world_size"))
+            if isinstance(doc.distributedInfo, dict)
+            else None,
+            "devices": device_names(doc),
+            "schema_version": doc.schemaVersion,
+            "events_in_file": builder.n_events,
+            "host_name": doc.host_name,
+        }
+    )
+    return RawTrace(path=os.fspath(path), events=frame, meta=meta, warnings=warnings)
