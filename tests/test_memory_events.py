@@ -77,12 +77,16 @@ def _analysis(path):
 @pytest.mark.parametrize("plant", [_training, _cpu_only], ids=["training", "cpu-only"])
 def test_every_table_ignores_memory_events(tmp_path, plant, legacy):
     """The tables, meta and explain output of a trace are those of the same trace without its
-    memory events (some of which come before and after everything else)."""
+    memory events (some of which come before and after everything else), but for the memory
+    tables they add and the notice saying how to record memory that they take away."""
     _, with_mem, without = _with_and_without(tmp_path, plant, legacy)
     (tables, meta), (bare_tables, bare_meta) = _analysis(with_mem), _analysis(without)
-    assert tables.keys() == bare_tables.keys()
-    for name in tables:
+    assert set(tables) == set(bare_tables) | {"memory", "memory_modules", "memory_timeline"}
+    for name in bare_tables:
         pd.testing.assert_frame_equal(tables[name], bare_tables[name], obj=name)
+    notice = [n for n in bare_meta["notices"] if "profile_memory=True" in n]
+    assert len(notice) == 1 and not any("profile_memory=True" in n for n in meta["notices"])
+    bare_meta["notices"].remove(notice[0])
     assert {k: v for k, v in meta.items() if k != "events_in_file"} == {
         k: v for k, v in bare_meta.items() if k != "events_in_file"
     }
