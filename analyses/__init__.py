@@ -19,6 +19,9 @@ from . import (  # imported to register; the report order is _ORDER below
     kernels,
     layers,
     memcpy,
+    memory,
+    memory_modules,
+    memory_timeline,
     modules,
     op_shapes,
     phases,
@@ -49,6 +52,9 @@ _ORDER = [
         top_kernels,
         layers,
         ranks,
+        memory,
+        memory_modules,
+        memory_timeline,
     )
 ]
 

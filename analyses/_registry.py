@@ -37,6 +37,11 @@ INTEGER_UNITS = {COUNT, BYTES, INDEX}
 MEAN = "mean"  # sum over complete steps / number of complete steps (absent = 0)
 STAGE_MEAN = "stage-mean"  # MEAN, but rows of an inference stage over the steps holding it
 PER_STEP = "per-step"  # only meaningful per step: no mean row (e.g. step windows)
+PRESENT_MEAN = "present-mean"  # each row's mean over the complete steps that hold it
+
+#: What a table function reads: the labelled intervals, or the labelled memory events
+#: (:attr:`tracekit.pipeline.Attributed.memory`).
+INTERVALS, MEMORY_EVENTS = "intervals", "memory"
 
 Table = Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame]
 
@@ -76,7 +81,13 @@ class TableSpec:
 
     * ``keys``: the label columns a row is identified by (besides ``step``, ``stage``, ``rank``);
     * ``values``: value column -> unit (``ms``, ``us``, ``%``, ``count``, ``bytes``);
-    * ``aggregate``: :data:`MEAN`, :data:`STAGE_MEAN` or :data:`PER_STEP`;
+    * ``aggregate``: :data:`MEAN`, :data:`STAGE_MEAN`, :data:`PRESENT_MEAN` (a row absent from
+      a step says nothing about it: peaks) or :data:`PER_STEP` (the per-step rows, also as the
+      mean view);
+    * ``reads``: :data:`INTERVALS` (``func(intervals, windows)``) or :data:`MEMORY_EVENTS`
+      (``func(memory, windows)``: the rank's memory events; a run with none has no such table);
+    * ``shown``: False for a table kept for its chart and the files (JSON, CSV, Parquet), whose
+      rows the terminal, Markdown and HTML tables leave out;
     * ``chart``: ``bar``, ``stacked`` or ``none`` (the HTML report's default chart);
     * ``ratios``: ratio column -> :class:`Ratio`: percents, shares and mean durations, derived
       from the aggregated columns (never averaged);
@@ -120,11 +131,13 @@ class TableSpec:
     cross_rank: bool = False
     from_manifest: Callable[[dict], pd.DataFrame] | None = None
     summary: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+    reads: str = INTERVALS
+    shown: bool = True
 
     @property
     def of_intervals(self) -> bool:
-        """Computed from one rank's intervals and windows (``func``): what each rank's worker
-        computes, per step then as the mean."""
+        """Computed from one rank's intervals (or its memory events, ``reads``) and windows
+        (``func``): what each rank's worker computes, per step then as the mean."""
         return self.func is not None
 
     @property

@@ -74,6 +74,9 @@ def check_charts(tables: dict[str, pd.DataFrame], page: str) -> int:
         if "points" in meta:
             checked += check_points(tables[meta["table"]], fig)
             continue
+        if "lines" in meta:
+            checked += check_lines(tables[meta["table"]], fig)
+            continue
         sums = _groups(tables[meta["table"]], meta)
         drawn = set()
         for trace in fig["data"]:
@@ -122,6 +125,23 @@ def check_points(df: pd.DataFrame, fig: dict) -> int:
         assert [d[0] for d in drawn] == [w[0] for w in want]
         np.testing.assert_allclose([d[1:] for d in drawn], [w[1:] for w in want], rtol=1e-9)
     return len(drawn)
+
+
+def check_lines(df: pd.DataFrame, fig: dict) -> int:
+    """A memory chart: per device, its line is the step's rows of the table in time order (the
+    lowest rank's with several), every point with a value drawn."""
+    how = fig["meta"]["lines"]
+    rows = df[df["step"] == how["step"]]
+    if "rank" in rows.columns:
+        rows = rows[rows["rank"] == df["rank"].min()]
+    rows = rows.sort_values(how["x"], kind="stable")
+    lines = [t for t in fig["data"] if t.get("mode") == "lines"]
+    for t in lines:
+        g = rows[rows[how["by"]].astype(str) == html.unescape(t["name"])]
+        g = g[g[how["y"]].notna()]
+        np.testing.assert_allclose(t["x"], g[how["x"]].to_numpy(float), atol=1e-6)
+        np.testing.assert_allclose(t["y"], g[how["y"]].to_numpy(float), atol=1e-6)
+    return sum(len(t["y"]) for t in lines)
 
 
 def _run(plans_, per_step: bool) -> tuple[dict, str]:

@@ -10,8 +10,13 @@ import pandas as pd
 import pytest
 from synthetic import make_trace, write_trace
 from tracekit.analyses import REGISTRY
+from tracekit.analyses._registry import MEMORY_EVENTS
 
-TABLES = [n for n, s in REGISTRY.items() if not s.cross_rank and s.from_manifest is None]  # a bare trace's
+TABLES = [  # a bare trace's: no cross-rank, manifest or memory table
+    n
+    for n, s in REGISTRY.items()
+    if not s.cross_rank and s.from_manifest is None and s.reads != MEMORY_EVENTS
+]
 
 
 def run(*args, check=True):

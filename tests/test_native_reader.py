@@ -120,9 +120,10 @@ def test_the_scanner_keeps_what_its_classifier_keeps():
     """The scanner asks ``classify`` per distinct triple and keeps the events it gives a class
     >= 0; its metadata class is tracekit.read.schema's; a classifier's error propagates (it is not
     a quiet decline), as does a class outside int8."""
-    from tracekit.read.schema import METADATA
+    from tracekit.read.schema import MEMORY, METADATA
 
     assert N._kineto.METADATA == METADATA
+    assert N._kineto.MEMORY == MEMORY
     text = (
         b'{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2}, {"ph": "X", "cat": "x", "name": "k"}'
     )
@@ -319,6 +320,61 @@ ODD = {
     .replace(b"[[8, 4096], [4096, 11008]]}}", b"[ [8,4096] ,\n [4096, 11008]\t]}}")
     .replace(b'"Input type": "scalar"', b'"Input type": "scal\\u0061r", "Input Strides": true')
     .replace(b'"Input Dims": 7', b'"Input Dims": -7.50e+1, "Input Dims": [1]'),
+    "memory": _mini_with(
+        [
+            {
+                "ph": "i",
+                "cat": "cpu_instant_event",
+                "s": "t",
+                "name": "[memory]",
+                "pid": 1,
+                "tid": 2,
+                "ts": 5.5,
+                "args": {
+                    "Ev Idx": 1,
+                    "Device Type": 1,
+                    "Device Id": 0,
+                    "Addr": 2**64 + 5,
+                    "Bytes": 512,
+                    "Total Allocated": 2**60,
+                    "Total Reserved": 1.5e10,
+                },
+            },
+            {
+                "ph": "i",
+                "s": "t",
+                "name": "[memory]",
+                "pid": 1,
+                "tid": 2,
+                "ts": 6,
+                "args": {"Device Type": 0, "Device Id": -1, "Bytes": -512},
+            },
+            {
+                "ph": "I",
+                "cat": "x",
+                "name": "[memory]",
+                "ts": 7,
+                "args": {
+                    "Device Type": 1.0,
+                    "Device Id": "0",
+                    "Bytes": "9",
+                    "Addr": "0x1f",
+                    "Total Allocated": None,
+                    "Total Reserved": "1",
+                },
+            },
+            {"ph": "i", "name": "[memory]", "ts": 8, "args": {"Device Type": 2**70, "bytes": 4}},
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "[memory]",
+                "ts": 9,
+                "dur": 1,
+                "args": {"Bytes": 3, "bytes": 4, "Device Id": 3, "Total Allocated": 7},
+            },
+            {"ph": "i", "cat": "cpu_op", "name": "[memorY]", "ts": 9},
+        ]
+    ),
     "two-traceEvents": b'{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1}], "traceEvents": []}',
     "two-traceEvents-last-wins": b'{"traceEvents": [], "traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1}]}',
     "bom": b"\xef\xbb\xbf" + _mini_with([]),
@@ -353,6 +409,33 @@ def test_shape_args_are_kept_as_their_exact_text(native, tmp_path):
         ["[ [8,4096] ,\n [4096, 11008]\t]", "", "", ""],
     ]  # fmt: skip
     assert isinstance(ev["input_dims"].dtype, pd.CategoricalDtype)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "msgspec"])
+def test_memory_events_are_kept_with_their_columns(native, tmp_path):
+    """``[memory]`` instants of any category (modern, torch 1.9's with no category, ``I``) are
+    kind MEMORY: ``bytes`` is their signed ``Bytes``; device type and id are ints or -1,
+    totals numbers or NaN, ``Addr`` an id (wrapped, -1 unless an int). The device and total
+    columns hold those args on other kept events too; ``bytes`` stays ``args.bytes`` there."""
+    from tracekit.read.schema import KERNEL, MEMORY
+
+    p = tmp_path / "t.json"
+    p.write_bytes(ODD["memory"])
+    ev = _outcome(p, native, chunk=128)[0]
+    got = ev[(ev["kind"] == MEMORY) | (ev["name"] == "[memory]")].sort_values("ts", kind="stable")
+    cols = ["kind", "ts", "bytes", "device_type", "device_id", "total_allocated", "total_reserved", "addr"]
+    nan = float("nan")
+    want = [
+        [MEMORY, 5500, 512.0, 1, 0, float(2**60), 1.5e10, 5],
+        [MEMORY, 6000, -512.0, 0, -1, nan, nan, -1],
+        [MEMORY, 7000, nan, -1, -1, nan, nan, -1],
+        [MEMORY, 8000, nan, -1, -1, nan, nan, -1],
+        [KERNEL, 9000, 4.0, -1, 3, 7.0, nan, -1],
+    ]
+    pd.testing.assert_frame_equal(
+        got[cols].reset_index(drop=True),
+        pd.DataFrame(want, columns=cols).astype(got[cols].dtypes.to_dict()),
+    )
 
 
 # ----------------------------------------------------------------------------- the scan alone
@@ -416,7 +499,7 @@ FLOAT_TEXTS = st.floats(allow_nan=False, allow_infinity=False).map(repr) | st.fl
 NUMBERS = NUMBER_TEXTS | st.integers(-(2**70), 2**70).map(str) | FLOAT_TEXTS
 STRINGS = st.builds(
     json.dumps,
-    st.text(max_size=12) | st.sampled_from(["X", "s", "f", "t", "M", "kernel", "Kernel", "cpu_op", "python_function", "nn.Module: A", "thread_name", "process_name", "12", " 7", "x"]),
+    st.text(max_size=12) | st.sampled_from(["X", "s", "f", "t", "M", "i", "[memory]", "kernel", "Kernel", "cpu_op", "python_function", "nn.Module: A", "thread_name", "process_name", "12", " 7", "x"]),
     ensure_ascii=st.booleans(),
 )  # fmt: skip
 RAW_STRINGS = st.sampled_from(
@@ -455,6 +538,12 @@ ARG_KEYS = [
     "bytes",
     "name",
     "x",
+    "Bytes",
+    "Device Type",
+    "Device Id",
+    "Addr",
+    "Total Allocated",
+    "Total Reserved",
     "Input Dims",
     "Input type",
     "Input Strides",

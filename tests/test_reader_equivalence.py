@@ -74,6 +74,10 @@ def _int(v, none=-1):
     return ((v + (1 << 63)) % (1 << 64)) - (1 << 63)
 
 
+def _number(v) -> float:
+    return float(v) if isinstance(v, (int, float, Decimal)) and not isinstance(v, bool) else math.nan
+
+
 def _times(values):
     """Microseconds as written -> nanoseconds, exactly (the decimal value x 1000, to the ns)."""
     ok = [v is not None and not isinstance(v, str) and -R._MAX_US < v < R._MAX_US for v in values]
@@ -88,7 +92,12 @@ def reference_frame(path) -> pd.DataFrame:
     shapes = _shape_texts(doc, text)
     for i, ev in enumerate(doc["traceEvents"]):
         ph, cat, name = ev.get("ph"), ev.get("cat"), ev.get("name")
-        if ph == "M" or cat is None:
+        if ph == "M":
+            continue
+        if name == "[memory]" and ph in ("i", "I"):  # an allocator event, in any category
+            rows.append((R.MEMORY, ev))
+            continue
+        if cat is None:
             continue
         kind = R._CATEGORY_KIND.get(cat, R._CATEGORY_KIND.get(cat.lower()))
         if kind is None:
@@ -103,6 +112,8 @@ def reference_frame(path) -> pd.DataFrame:
         elif kind == R.FLOW_LAUNCH or ph not in ("s", "f", "t"):
             continue
         rows.append((kind, ev | {"shape texts": shapes.get(i, {})}))
+    for kind, e in rows:
+        e.setdefault("shape texts", {})
     ts, ts_ok = _times([e.get("ts") for _, e in rows])
     dur, dur_ok = _times([0 if e.get("dur") is None else e.get("dur") for _, e in rows])
     out = []
@@ -113,7 +124,6 @@ def reference_frame(path) -> pd.DataFrame:
         if d > (1 << 55) or not dok:
             continue
         a = e.get("args") or {}
-        b = a.get("bytes")
         out.append(
             {
                 "kind": kind,
@@ -129,10 +139,13 @@ def reference_frame(path) -> pd.DataFrame:
                 "fwd_tid": _int(a.get("Fwd thread id")),
                 "stream": _int(a.get("stream")),
                 "collective": a.get("Collective name") or "",
-                "bytes": float(b)
-                if isinstance(b, (int, float, Decimal)) and not isinstance(b, bool)
-                else math.nan,
+                "bytes": _number(a.get("Bytes" if kind == R.MEMORY else "bytes")),
                 **{c: e["shape texts"].get(c, "") for c in SHAPE_FIELDS},
+                "device_type": v if type(v := a.get("Device Type")) is int else -1,
+                "device_id": v if type(v := a.get("Device Id")) is int else -1,
+                "total_allocated": _number(a.get("Total Allocated")),
+                "total_reserved": _number(a.get("Total Reserved")),
+                "addr": _int(a.get("Addr")),
             }
         )
     return pd.DataFrame(out, columns=list(R._COLUMNS))

@@ -220,7 +220,7 @@ def test_planted_shapes_come_back_as_their_json_text(tmp_path, suffix):
     """``op(..., input_dims=...)`` and ``kernel(..., op=..., input_dims=...)`` write the four
     shape args as ``record_shapes=True`` does; the reader keeps each as its JSON text (which
     parses back to what was planted), "" on ops planted without them."""
-    from tracekit.read import read_trace
+    from tracekit.read.reader import read_trace
 
     b = TraceBuilder()
     dims, types = [[8, 4096], [4096, 11008]], ["c10::BFloat16", "c10::BFloat16"]

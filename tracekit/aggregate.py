@@ -52,6 +52,16 @@ def mean_over_steps(df: pd.DataFrame, n_steps: int, keys: list[str] | None = Non
     return out.reset_index()
 
 
+def mean_over_present(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Mean per key over the steps that hold it (a row absent from a step says nothing about
+    that step, as with a peak); a value no step records (NaN) stays NaN."""
+    if df.empty:
+        return df.drop(columns=["step"], errors="ignore")
+    keys = [k for k in keys if k in df.columns]
+    values = [c for c in df.columns if c not in keys and c != "step"]
+    return df.groupby(keys, observed=True, sort=False)[values].mean().reset_index()
+
+
 def _one_row_per_key(df: pd.DataFrame, keys: list[str], values: list[str], n_steps: int) -> Any:
     """:func:`mean_over_steps` when no two rows share their keys and no key is missing: each
     group is one row, whose sum is itself (NaN as 0, -0.0 as 0.0, as the group-by's sum gives

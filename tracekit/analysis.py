@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analyses import REGISTRY
+from tracekit.analyses._registry import MEMORY_EVENTS
 
 from .aggregate import whole_numbers as _whole_numbers
 from .errors import TraceError
@@ -96,13 +97,24 @@ class Analysis(PerRankTables):
         return out
 
     def names(self) -> list[str]:
-        """The tables of :meth:`PerRankTables.names`; a table read from a capture manifest only
-        where the run directory has one with its rows."""
-        return [
-            n
-            for n in super().names()
-            if REGISTRY[n].from_manifest is None or not self._manifest_rows(n).empty
-        ]
+        """The tables of :meth:`PerRankTables.names` that apply to this run (:meth:`applies`)."""
+        return [n for n in super().names() if self.applies(n)]
+
+    def applies(self, name: str) -> bool:
+        """Whether the run has table ``name`` when no filter leaves it out: cross-rank tables
+        on several ranks only, manifest tables where the manifest has their rows, memory
+        tables where some trace records memory."""
+        s = REGISTRY[name]
+        return (
+            (self.multi_rank or not s.cross_rank)
+            and (s.from_manifest is None or not self._manifest_rows(name).empty)
+            and (s.reads != MEMORY_EVENTS or self.has_memory)
+        )
+
+    @property
+    def has_memory(self) -> bool:
+        """Whether some rank's trace records memory events (``profile_memory=True``)."""
+        return any(a.meta.get("memory_events", 0) for a in self.ranks.values())
 
     def _manifest_rows(self, name: str) -> pd.DataFrame:
         """Table ``name``'s rows from the capture manifest (:mod:`tracekit.ranks.manifest_tables`), once."""

@@ -124,13 +124,14 @@ def collect(raws: list[RawTrace], taxonomy, rules, peaks: list | None = None) ->
     from .pipeline import Attributed, analyse
     from .ranks.grouping import merge_windows
 
-    parts, units = [], []
+    parts, units, events = [], [], []
     peaks = peaks or [None] * len(raws)
     for i, raw in enumerate(raws):
         t = analyse(raw, taxonomy, rules, peaks[i])
         units.append(t.perf_units)
         acts = t.acts.assign(file=i, file_step=t.acts["step"])
         parts.append(Attributed(raw.path, t.mode, acts, t.steps, t.windows, t.modules, {}))
+        events.append(t.events)  # what the activities' event positions point into
     merged = merge_windows(parts)
     steps = merged.steps
     complete = set(steps.loc[steps["complete"], "step"].tolist()) if len(steps) else set()
@@ -139,7 +140,7 @@ def collect(raws: list[RawTrace], taxonomy, rules, peaks: list | None = None) ->
         rank=raws[0].meta.get("rank"),
         mode=merged.mode,
         acts=merged.intervals.reset_index(drop=True),
-        events=[r.events for r in raws],
+        events=events,
         modules=[p.modules for p in parts],
         complete=complete,
         files=[Path(r.path).name for r in raws],

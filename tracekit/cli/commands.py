@@ -38,6 +38,9 @@ TABLE_NAMES = [
     "layer_spread",
     "rank_summary",
     "ranks",
+    "memory",
+    "memory_modules",
+    "memory_timeline",
 ]
 
 

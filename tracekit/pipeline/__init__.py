@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ..perf.devices import Peaks
-from ..read.reader import RawTrace
+from ..read.reader import RawTrace, split_memory
 from . import coverage, labels
 from .backward import link_backward
 from .categories import as_categories, assign_categories
 from .flops import COLUMNS as PERF_COLUMNS
 from .flops import assign_flops, mfu_meta
 from .launches import join_launches
+from .memory import label_memory, memory_rows, no_rows
 from .modules import assign_modules
 from .nest import nest_cpu_ops
 from .phases import assign_phases, assign_stages
@@ -89,7 +90,8 @@ INTERVAL_COLUMNS = [
 class Attributed:
     """One rank, analysed: ``intervals`` (one labelled row per activity of a complete step),
     ``steps`` (per step its device window and phase boundaries), ``windows`` (one row per step
-    and window), ``modules`` (module instances)."""
+    and window), ``modules`` (module instances), ``memory`` (the memory events of complete
+    steps, labelled: :func:`tracekit.pipeline.memory.memory_rows`)."""
 
     path: str
     mode: str
@@ -99,6 +101,7 @@ class Attributed:
     modules: pd.DataFrame = field(default_factory=pd.DataFrame)
     meta: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    memory: pd.DataFrame = field(default_factory=no_rows)
 
     @property
     def lazy(self) -> bool:
@@ -144,11 +147,13 @@ def _frame_field(name: str) -> property:
 
 Attributed.steps = _frame_field("steps")
 Attributed.windows = _frame_field("windows")
+Attributed.memory = _frame_field("memory")
 
 
 def link(raw: RawTrace, taxonomy: ModuleTaxonomy) -> Trace:
     """The linking steps: who launched each activity, in which op stack, module, step, phase."""
-    t = Trace(path=raw.path, events=raw.events)
+    events, memory = split_memory(raw.events)
+    t = Trace(path=raw.path, events=events, memory=memory)
     t = join_launches(t)
     t = find_steps(t)
     t = nest_cpu_ops(t)
@@ -166,6 +171,7 @@ def analyse(raw: RawTrace, taxonomy: ModuleTaxonomy, rules: KernelRules, peaks: 
     t = link(raw, taxonomy)
     t = assign_categories(t, taxonomy, rules)
     t = assign_flops(t, peaks)
+    t = label_memory(t, taxonomy)
     t = find_windows(t)
     t = add_shares(t)
     return t
@@ -199,4 +205,5 @@ def result(t: Trace) -> Attributed:
         modules=t.modules,
         meta=meta,
         warnings=t.warnings,
+        memory=memory_rows(t.memory, done),
     )

@@ -20,9 +20,7 @@ Guarantees: every file is in exactly one group; files of one distributed rank ar
 rank. Adds: one Attributed whose steps are the files' steps concatenated in time order.
 Guarantees: step numbers are kept; a number already taken by an earlier window is shifted past
 every number before it (and the shift is reported), so each step stays one step.
-
-:func:`files_of_rank` picks one rank's files by their heads (:mod:`tracekit.ranks.rankhead`) before
-anything is read; :func:`group_results` groups what the workers returned for each file.
+:func:`files_of_rank`: a rank's files by their heads; :func:`group_results`: workers' results.
 """
 
 from __future__ import annotations
@@ -190,7 +188,7 @@ def merge_windows(parts: list[Any]) -> Any:
         return parts[0]
     parts = sorted(parts, key=_first_time)
     taken: set[int] = set()
-    steps, windows, warnings, shifted, shifts = [], [], [], [], []
+    steps, windows, memory, warnings, shifted, shifts = [], [], [], [], [], []
     for p in parts:
         nums = p.steps["step"].to_numpy(np.int64) if len(p.steps) else np.empty(0, np.int64)
         shift = 0
@@ -204,6 +202,7 @@ def merge_windows(parts: list[Any]) -> Any:
         shifts.append(shift)
         steps.append(p.steps.assign(step=p.steps["step"] + shift))
         windows.append(p.windows.assign(step=p.windows["step"] + shift))
+        memory.append(p.memory.assign(step=p.memory["step"] + shift))
         warnings += p.warnings
     if shifted:
         warnings.append(
@@ -222,6 +221,7 @@ def merge_windows(parts: list[Any]) -> Any:
         meta["coverage"] = _merge_coverage([p.meta.get("coverage") or {} for p in parts])
     if any("step_ranges" in p.meta for p in parts):
         meta["step_ranges"] = _merge_step_ranges([p.meta.get("step_ranges") or {} for p in parts], shifts)
+    meta["memory_events"] = sum(p.meta.get("memory_events", 0) for p in parts)
     meta["window_files"] = [p.path for p in parts]
     merged = replace(
         first,
@@ -229,6 +229,7 @@ def merge_windows(parts: list[Any]) -> Any:
         intervals=_merged(MergedIntervals(tuple(zip(parts, shifts)))),
         steps=pd.concat(steps, ignore_index=True),
         windows=pd.concat(windows, ignore_index=True),
+        memory=pd.concat(memory, ignore_index=True),
         meta=meta,
         warnings=warnings,
     )
@@ -263,6 +264,7 @@ def _cut_rank_edges(att: Any, unjudged: set) -> Any:
         ),
         steps=att.steps.assign(complete=att.steps["complete"].to_numpy() & ~gone(att.steps)),
         windows=att.windows.assign(complete=att.windows["complete"].to_numpy() & ~gone(att.windows)),
+        memory=att.memory[~gone(att.memory)].reset_index(drop=True),
         meta=meta,
         warnings=warnings,
     )

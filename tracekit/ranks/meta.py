@@ -14,6 +14,13 @@ if TYPE_CHECKING:
     from ..pipeline.checks import TraceWarning
 
 
+#: The notice of a run whose traces record no memory events.
+MEMORY_NOTICE = (
+    "no memory events: record the profile with torch.profiler.profile(profile_memory=True) "
+    "for the memory tables"
+)
+
+
 class Run(Protocol):
     """What :func:`meta_of` reads of an analysis (:class:`tracekit.analysis.Analysis`)."""
 
@@ -30,7 +37,12 @@ class Run(Protocol):
     @property
     def multi_rank(self) -> bool: ...
 
+    @property
+    def has_memory(self) -> bool: ...
+
     def names(self) -> list[str]: ...
+
+    def applies(self, name: str) -> bool: ...
 
 
 def meta_of(run: Run) -> dict:
@@ -63,6 +75,8 @@ def meta_of(run: Run) -> dict:
     if overlap:
         notices.append(overlap)
     notices += _peak_notices(run)
+    if not run.has_memory:
+        notices.append(MEMORY_NOTICE)
     if run.skipped:
         notices.append(
             f"partial result: {len(run.skipped)} file(s) of the directory skipped (listed in the warnings)"
@@ -129,9 +143,7 @@ def _peak_notices(run: Run) -> list[str]:
 
 def _filter_meta(run: Run) -> dict:
     """The filters in force, the tables they leave out and the complete steps they keep."""
-    left_out = [
-        n for n, s in REGISTRY.items() if (run.multi_rank or not s.cross_rank) and n not in run.names()
-    ]
+    left_out = [n for n in REGISTRY if run.applies(n) and n not in run.names()]
     out = {**run.filters.describe(), "tables_left_out": left_out}
     if run.filters.steps is not None:
         out["complete_steps_kept"] = {

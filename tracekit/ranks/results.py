@@ -11,9 +11,9 @@ Parquet file, ``<sha256 of the key>.result.parquet`` beside the parse cache's en
   :class:`~tracekit.pipeline.Attributed` holds instead of them, and is what a worker sends back
   to the parent in place of the intervals;
 * everything else is in the footer: one JSON object (key, mode, meta, warnings, checks) and
-  the small frames (steps, windows, tables) packed as the parent gathers them, all in one
-  Arrow IPC stream (:mod:`tracekit.ranks.packed_ipc`: typed columns and codes, no pickle, no
-  pandas on either side);
+  the small frames (steps, windows, memory events, tables) packed as the parent gathers them,
+  all in one Arrow IPC stream (:mod:`tracekit.ranks.packed_ipc`: typed columns and codes, no
+  pickle, no pandas on either side);
 * key: the parse cache's file key (device, inode, size, mtime, edge hashes, read limit,
   tracekit's version), :data:`RESULT_FORMAT`, a fingerprint of tracekit's own code and rule
   files (so an edited checkout never reuses old results), and the path and SHA-256 of the
@@ -55,14 +55,14 @@ from ..read import cache
 from . import packed_ipc
 
 #: Version of a result entry's layout; bump when what is stored changes shape.
-RESULT_FORMAT = "tracekit-result-3"
+RESULT_FORMAT = "tracekit-result-4"
 SUFFIX = ".result.parquet"
 _INFO = b"tracekit-result"
 #: The footer key of the small frames' IPC stream (:mod:`tracekit.ranks.packed_ipc`).
 _FRAMES_KEY = b"tracekit-frames"
 #: The frames of the Attributed stored (its module instances are not: no table or view reads
 #: them after the pipeline, see :func:`tracekit.ranks.analyse.fresh`).
-_FRAMES = ("steps", "windows")
+_FRAMES = ("steps", "windows", "memory")
 _RULES_MAX_BYTES = 16 << 20
 #: An entry of at most this many intervals is written with lz4 and without column statistics
 #: (:func:`_write`); a bigger one with zstd, as before.
@@ -310,6 +310,7 @@ def load(path: str | os.PathLike, options: Any) -> tuple[Attributed, dict] | Non
             intervals=Stored(os.fspath(loc), digest, os.fspath(path), size, options),
             steps=frames["steps"],
             windows=frames["windows"],
+            memory=frames["memory"],
             meta=info["meta"],
             warnings=[_warning(w) for w in info.get("warnings", [])],
         )

@@ -20,9 +20,11 @@ from typing import Any
 import pandas as pd
 
 from tracekit.analyses import REGISTRY, TABLES
+from tracekit.analyses._registry import MEMORY_EVENTS, PER_STEP, PRESENT_MEAN
 
 from .. import forked
 from ..aggregate import derive_ratios
+from ..aggregate import mean_over_present as _mean_over_present
 from ..aggregate import mean_over_steps as _mean_over_steps
 from ..aggregate import whole_numbers as _whole_numbers
 from ..filters import Filters
@@ -103,7 +105,11 @@ class PerRankTables:
             # ratio column from those means (registry's Ratio), and only then the rows a
             # filter keeps (a share's denominator is the whole table's).
             n = self._n_steps(self.ranks[rank])
-            df = _mean_over_steps(self._per_step(name, rank), n, list(spec.keys))
+            df = self._per_step(name, rank)
+            if spec.aggregate == PRESENT_MEAN:  # memory: over the steps that hold the row
+                df = _mean_over_present(df, list(spec.keys))
+            elif spec.aggregate != PER_STEP:
+                df = _mean_over_steps(df, n, list(spec.keys))
             df = derive_ratios(spec, df, self._windows(rank), n)
             if spec.finish is not None and not df.empty:
                 df = spec.finish(df)
@@ -147,8 +153,9 @@ class PerRankTables:
         """One rank's per-step table, computed once however often it is asked for."""
         key = ("step", name, rank)
         if key not in self._computed:
-            iv = self.filters.intervals(self._rank_intervals(rank), REGISTRY[name])
-            self._computed[key] = TABLES[name](iv, self._windows(rank))
+            spec = REGISTRY[name]
+            rows = self.ranks[rank].memory if spec.reads == MEMORY_EVENTS else self._rank_intervals(rank)
+            self._computed[key] = TABLES[name](self.filters.intervals(rows, spec), self._windows(rank))
         return self._computed[key].copy()
 
     def _windows(self, rank: int) -> Windows:

@@ -16,7 +16,7 @@
  *   triple      int32   code of the event's (ph, cat, name) in "triples" (int32 x 3 string
  *                       codes each, -1 for absent or null); per triple, "classes" (int8) and
  *                       "counts" (int64: its events, kept or not, for unknown categories).
- *   pid tid flow_id corr seq fwd_tid stream
+ *   pid tid flow_id corr seq fwd_tid stream addr
  *               int64   ints modulo 2**64 (as tracekit.columns wraps them), -1 when absent or
  *                       null; a string value stores its string code and sets bit k of "idstr"
  *                       (k = the column's position in that list): Python converts it.
@@ -24,7 +24,12 @@
  *                       2**43 us): exactly tracekit/timetext.py's number_times per value, or
  *                       with text_times its text_times (the Python side decides per slice,
  *                       as tracekit.columns does, which of the two applies).
- *   bytes       float64 args.bytes when a number, else NaN.
+ *   bytes       float64 args.bytes when a number, else NaN; for an event of class MEMORY
+ *                       (a "[memory]" allocation or free), args.Bytes instead.
+ *   device_type device_id
+ *               int64   args["Device Type"], ["Device Id"] when an int, else -1.
+ *   total_allocated total_reserved
+ *               float64 args["Total Allocated"], ["Total Reserved"] when a number, else NaN.
  *   collective  int32   string code of args["Collective name"], -1 when absent or null.
  *   input_dims input_types input_strides concrete_inputs
  *               int32   string code of the JSON text of args["Input Dims"], ["Input type"],
@@ -102,10 +107,12 @@
 
 /* tracekit.schema.METADATA: the class of the events naming processes and threads. */
 #define CLASS_METADATA (-1)
+/* tracekit.schema.MEMORY: the class of "[memory]" events, whose bytes column is args.Bytes. */
+#define CLASS_MEMORY 9
 
 /* The id columns, in the order of the idstr bits. */
-enum { I_PID, I_TID, I_ID, I_CORR, I_SEQ, I_FWD, I_STREAM, N_IDS };
-static const char *const ID_NAMES[N_IDS] = {"pid", "tid", "flow_id", "corr", "seq", "fwd_tid", "stream"};
+enum { I_PID, I_TID, I_ID, I_CORR, I_SEQ, I_FWD, I_STREAM, I_ADDR, N_IDS }; /* at most 8: idstr's bits */
+static const char *const ID_NAMES[N_IDS] = {"pid", "tid", "flow_id", "corr", "seq", "fwd_tid", "stream", "addr"};
 
 /* The args kept as their raw JSON text (tracekit.schema.SHAPE_FIELDS), in that order. */
 enum { S_DIMS, S_TYPES, S_STRIDES, S_CONCRETE, N_SHAPES };
@@ -271,6 +278,8 @@ typedef struct {
     double *nbytes;
     int32_t *coll;
     int32_t *shape[N_SHAPES];
+    int64_t *devtype, *devid;
+    double *talloc, *tres;
 } Cols;
 
 typedef struct {
@@ -1268,11 +1277,18 @@ typedef struct {
     TimeTag ts_tag, dur_tag;
     Num ts, dur;
     double nbytes;
+    double mbytes;         /* args.Bytes: the bytes of a MEMORY event */
+    int64_t devtype, devid;
+    double talloc, tres;
 } Ev;
 
 enum { K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_ID, K_ARGS, K_OTHER };
 /* The args fields read; A_SHAPE + S_* are the raw-text ones. At most 32 (bits of `seen`). */
-enum { A_CORR, A_SEQ, A_FWD, A_STREAM, A_COLL, A_BYTES, A_NAME, A_SHAPE, A_OTHER = A_SHAPE + N_SHAPES };
+enum {
+    A_CORR, A_SEQ, A_FWD, A_STREAM, A_COLL, A_BYTES, A_NAME,
+    A_MBYTES, A_DEVTYPE, A_DEVID, A_TALLOC, A_TRES, A_ADDR, /* "[memory]" events' */
+    A_SHAPE, A_OTHER = A_SHAPE + N_SHAPES
+};
 
 #define KEY_IS(s, len, lit) \
     ((len) == (Py_ssize_t)(sizeof(lit) - 1) && same_bytes((s), (const uint8_t *)(lit), sizeof(lit) - 1))
@@ -1308,17 +1324,21 @@ args_key(const Str *k)
     Py_ssize_t n = k->len;
     switch (n) {
     case 4:
-        return KEY_IS(s, n, "name") ? A_NAME : A_OTHER;
+        return KEY_IS(s, n, "name") ? A_NAME : KEY_IS(s, n, "Addr") ? A_ADDR : A_OTHER;
+    case 9:
+        return KEY_IS(s, n, "Device Id") ? A_DEVID : A_OTHER;
     case 10:
         return KEY_IS(s, n, "Input Dims")   ? A_SHAPE + S_DIMS
                : KEY_IS(s, n, "Input type") ? A_SHAPE + S_TYPES
                                             : A_OTHER;
     case 5:
-        return KEY_IS(s, n, "bytes") ? A_BYTES : A_OTHER;
+        return KEY_IS(s, n, "bytes") ? A_BYTES : KEY_IS(s, n, "Bytes") ? A_MBYTES : A_OTHER;
     case 6:
         return KEY_IS(s, n, "stream") ? A_STREAM : A_OTHER;
     case 11:
-        return KEY_IS(s, n, "correlation") ? A_CORR : A_OTHER;
+        return KEY_IS(s, n, "correlation") ? A_CORR : KEY_IS(s, n, "Device Type") ? A_DEVTYPE : A_OTHER;
+    case 14:
+        return KEY_IS(s, n, "Total Reserved") ? A_TRES : A_OTHER;
     case 13:
         return KEY_IS(s, n, "Fwd thread id")   ? A_FWD
                : KEY_IS(s, n, "Input Strides") ? A_SHAPE + S_STRIDES
@@ -1327,6 +1347,7 @@ args_key(const Str *k)
         return KEY_IS(s, n, "Sequence number")   ? A_SEQ
                : KEY_IS(s, n, "Collective name") ? A_COLL
                : KEY_IS(s, n, "Concrete Inputs") ? A_SHAPE + S_CONCRETE
+               : KEY_IS(s, n, "Total Allocated") ? A_TALLOC
                                                  : A_OTHER;
     default:
         return A_OTHER;
@@ -1519,6 +1540,30 @@ parse_raw(Ctx *c, int32_t *code)
     return intern(c, p, c->p - p, 0, code);
 }
 
+/* An `int | float | str | None` field read as an int (Device Type, Device Id): the int when
+ * it is one (as parse_bytes reads it: longer ones are msgspec's), else -1 (a float is checked
+ * as msgspec checks it). */
+HOT int
+parse_small_int(Ctx *c, int64_t *out)
+{
+    uint8_t ch = c->p < c->end ? *c->p : 0;
+    *out = -1;
+    if (ch == '-' || IS_DIGIT(ch)) {
+        Num n;
+        TRY(parse_number(c, &n, 1));
+        if (!n.is_int) {
+            double unused;
+            return num_double(&n, &unused);
+        }
+        if (n.len - n.neg > 18)
+            return FAIL;
+        *out = (int64_t)n.wrapped;
+        return OK;
+    }
+    double unused; /* a string or null */
+    return parse_bytes(c, &unused);
+}
+
 HOT int
 parse_args_field(Ctx *c, Ev *ev, int key)
 {
@@ -1535,6 +1580,18 @@ parse_args_field(Ctx *c, Ev *ev, int key)
         return ev->skip ? check_str_or_null(c) : parse_str_or_null(c, &ev->coll);
     case A_BYTES:
         return parse_bytes(c, &ev->nbytes);
+    case A_MBYTES:
+        return parse_bytes(c, &ev->mbytes);
+    case A_DEVTYPE:
+        return parse_small_int(c, &ev->devtype);
+    case A_DEVID:
+        return parse_small_int(c, &ev->devid);
+    case A_TALLOC:
+        return parse_bytes(c, &ev->talloc);
+    case A_TRES:
+        return parse_bytes(c, &ev->tres);
+    case A_ADDR:
+        return parse_id(c, ev, I_ADDR, NULL);
     case A_NAME:
         return ev->skip ? check_str_or_null(c) : parse_str_or_null(c, &ev->argname);
     case A_OTHER:
@@ -1869,6 +1926,10 @@ grow_cols(Cols *k, size_t need)
     for (int i = 0; i < N_SHAPES; i++) {
         G(k->shape[i]);
     }
+    G(k->devtype);
+    G(k->devid);
+    G(k->talloc);
+    G(k->tres);
 #undef G
     k->cap = c2;
     return OK;
@@ -1891,7 +1952,8 @@ parse_event(Ctx *c)
         ev.ids[i] = -1;
     for (int i = 0; i < N_SHAPES; i++)
         ev.shape[i] = -1;
-    ev.nbytes = NAN;
+    ev.nbytes = ev.mbytes = ev.talloc = ev.tres = NAN;
+    ev.devtype = ev.devid = -1;
     TRY(event_members(c, &ev));
     int32_t t;
     int64_t ts, dur;
@@ -1925,7 +1987,11 @@ parse_event(Ctx *c)
     for (int j = 0; j < N_IDS; j++)
         k->ids[j][i] = ev.ids[j];
     k->idstr[i] = ev.idstr;
-    k->nbytes[i] = ev.nbytes;
+    k->nbytes[i] = cls == CLASS_MEMORY ? ev.mbytes : ev.nbytes;
+    k->devtype[i] = ev.devtype;
+    k->devid[i] = ev.devid;
+    k->talloc[i] = ev.talloc;
+    k->tres[i] = ev.tres;
     k->coll[i] = ev.coll;
     for (int j = 0; j < N_SHAPES; j++)
         k->shape[j][i] = ev.shape[j];
@@ -2158,7 +2224,11 @@ put_columns(PyObject *d, Ctx *c)
         put_column(d, "idstr", &k->idstr, n, 1) < 0 || put_column(d, "ts", &k->ts, n, sizeof(int64_t)) < 0 ||
         put_column(d, "dur", &k->dur, n, sizeof(int64_t)) < 0 || put_column(d, "tflags", &k->tflags, n, 1) < 0 ||
         put_column(d, "bytes", &k->nbytes, n, sizeof(double)) < 0 ||
-        put_column(d, "collective", &k->coll, n, sizeof(int32_t)) < 0)
+        put_column(d, "collective", &k->coll, n, sizeof(int32_t)) < 0 ||
+        put_column(d, "device_type", &k->devtype, n, sizeof(int64_t)) < 0 ||
+        put_column(d, "device_id", &k->devid, n, sizeof(int64_t)) < 0 ||
+        put_column(d, "total_allocated", &k->talloc, n, sizeof(double)) < 0 ||
+        put_column(d, "total_reserved", &k->tres, n, sizeof(double)) < 0)
         return -1;
     return 0;
 }
@@ -2218,6 +2288,10 @@ free_ctx(Ctx *c)
     free(c->cols.coll);
     for (int i = 0; i < N_SHAPES; i++)
         free(c->cols.shape[i]);
+    free(c->cols.devtype);
+    free(c->cols.devid);
+    free(c->cols.talloc);
+    free(c->cols.tres);
     free(c->meta);
     free(c->vcache);
 }
@@ -2322,7 +2396,8 @@ PyInit__kineto(void)
         PyModule_AddIntConstant(m, "TS_FLOAT", TS_FLOAT) < 0 || PyModule_AddIntConstant(m, "TS_BIG", TS_BIG) < 0 ||
         PyModule_AddIntConstant(m, "DUR_FLOAT", DUR_FLOAT) < 0 ||
         PyModule_AddIntConstant(m, "DUR_BIG", DUR_BIG) < 0 ||
-        PyModule_AddIntConstant(m, "METADATA", CLASS_METADATA) < 0) {
+        PyModule_AddIntConstant(m, "METADATA", CLASS_METADATA) < 0 ||
+        PyModule_AddIntConstant(m, "MEMORY", CLASS_MEMORY) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -44,7 +44,7 @@ from .columns import CATEGORICAL_COLUMNS
 from .reader import _COLUMNS, RawTrace
 
 #: Version of the cached columns; bump when read.py's output changes.
-FORMAT = "tracekit-raw-6"
+FORMAT = "tracekit-raw-7"
 SUFFIX = ".parquet"
 _META_KEY = b"tracekit"
 #: Entry names: the parse cache's ``<hash>.parquet`` and the result cache's ``<hash>.result.parquet``
@@ -56,7 +56,12 @@ _EDGE = 1 << 16
 #: In-memory columns may be this many times the trace's size on disk (gzip included), plus slack.
 _EXPANSION, _SLACK = 64, 16 << 20
 _CATEGORICAL = set(CATEGORICAL_COLUMNS)
-_TYPES = {"kind": pa.int8(), "bytes": pa.float64()}
+_TYPES = {
+    "kind": pa.int8(),
+    "bytes": pa.float64(),
+    "total_allocated": pa.float64(),
+    "total_reserved": pa.float64(),
+}
 
 
 def cache_dir() -> Path:

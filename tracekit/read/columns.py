@@ -19,6 +19,7 @@ from .schema import (
     CPU_OP,
     KERNEL,
     MEMCPY,
+    MEMORY,
     MEMSET,
     METADATA,
     SHAPE_FIELDS,
@@ -87,6 +88,13 @@ def _categorical_codes(codes: np.ndarray, value: Any) -> pd.Categorical:
     remap = np.zeros(len(used) and int(used[-1]) + 1, dtype=np.int64)
     remap[used] = sub
     return pd.Categorical.from_codes(remap[codes], categories=distinct)
+
+
+def _small_ints(values: list) -> np.ndarray:
+    """int64 of the values that are ints within int64, -1 for the others (floats too)."""
+    return np.array(
+        [v if type(v) is int and -(1 << 63) <= v < 1 << 63 else -1 for v in values], dtype=np.int64
+    )
 
 
 def _raw_texts(values: list[msgspec.Raw]) -> pd.Categorical:
@@ -218,10 +226,23 @@ class _FrameBuilder:
             "stream": _fast_int_column([a.stream for a in args]),
             "collective": _categorical([a.collective or "" for a in args]),
             **{f: _raw_texts([getattr(a, f) for a in args]) for f in SHAPE_FIELDS},
+            "device_type": _small_ints([a.device_type for a in args]),
+            "device_id": _small_ints([a.device_id for a in args]),
+            "addr": _int_column([a.addr for a in args]),
         }
-        part["bytes"], odd = number_floats([a.bytes for a in args])
-        if odd is not None:  # numbers past float64's range: those events are dropped
-            part["odd"] = odd
+        # a memory event's bytes are its args.Bytes; numbers past float64's range in any of
+        # these drop their events (one rule for odd numbers, tracekit.read.timetext)
+        odds = []
+        for col, values in (
+            ("bytes", [a.alloc_bytes if k == MEMORY else a.bytes for a, k in zip(args, sel.kinds)]),
+            ("total_allocated", [a.total_allocated for a in args]),
+            ("total_reserved", [a.total_reserved for a in args]),
+        ):
+            part[col], odd = number_floats(values)
+            if odd is not None:
+                odds.append(odd)
+        if odds:
+            part["odd"] = np.logical_or.reduce(odds)
         self.add_part(len(events), sel, part)
         return True
 
@@ -280,7 +301,9 @@ class _FrameBuilder:
         if bad_ts.any():
             warnings.append(f"dropped {int(bad_ts.sum())} events with no valid timestamp")
         if odd is not None:
-            warnings.append(f"dropped {int(odd.sum())} events with a number out of range (args.bytes)")
+            warnings.append(
+                f"dropped {int(odd.sum())} events with a number out of range (args.bytes, Bytes or Total)"
+            )
             bad_ts |= odd
         neg = (dur < 0) & ts_ok
         if neg.any():
@@ -320,7 +343,14 @@ class _FrameBuilder:
 
 
 _NO_ARGS = Args()
-_EMPTY_DTYPES = {"bytes": np.float64, "kind": np.int8, "ts_ok": bool, "dur_ok": bool}
+_EMPTY_DTYPES = {
+    "bytes": np.float64,
+    "total_allocated": np.float64,
+    "total_reserved": np.float64,
+    "kind": np.int8,
+    "ts_ok": bool,
+    "dur_ok": bool,
+}
 #: The event columns, in order.
 _COLUMNS = (
     "kind",
@@ -338,6 +368,11 @@ _COLUMNS = (
     "collective",
     "bytes",
     *SHAPE_FIELDS,
+    "device_type",
+    "device_id",
+    "total_allocated",
+    "total_reserved",
+    "addr",
 )
 #: The event columns that are categoricals of strings ("" when absent).
 CATEGORICAL_COLUMNS = ("name", "flow_ph", "collective", *SHAPE_FIELDS)

@@ -31,7 +31,7 @@ try:
 except ImportError:  # not compiled here: msgspec reads everything
     _kineto = None
 
-_ID_COLUMNS = ("pid", "tid", "flow_id", "corr", "seq", "fwd_tid", "stream")
+_ID_COLUMNS = ("pid", "tid", "flow_id", "corr", "seq", "fwd_tid", "stream", "addr")
 
 
 def enabled() -> bool:
@@ -108,6 +108,11 @@ class Scanned:
             "collective": self._strings("collective"),
             "bytes": self._column("bytes", np.float64),
             **{f: self._strings(f) for f in SHAPE_FIELDS},
+            "device_type": self._column("device_type", np.int64),
+            "device_id": self._column("device_id", np.int64),
+            "total_allocated": self._column("total_allocated", np.float64),
+            "total_reserved": self._column("total_reserved", np.float64),
+            "addr": self._ids("addr"),
         }
         return part
 

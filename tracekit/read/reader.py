@@ -46,6 +46,7 @@ from .schema import (
     KERNEL,
     KIND_NAMES,
     MEMCPY,
+    MEMORY,
     MEMSET,
     PYTHON,
     RUNTIME,
@@ -64,6 +65,7 @@ __all__ = [
     "KERNEL",
     "KIND_NAMES",
     "MEMCPY",
+    "MEMORY",
     "MEMSET",
     "PYTHON",
     "RUNTIME",
@@ -77,6 +79,7 @@ __all__ = [
     "decode",
     "read_bytes",
     "read_trace",
+    "split_memory",
     "trace_files",
     "trace_listing",
 ]
@@ -90,6 +93,15 @@ class RawTrace:
     events: pd.DataFrame
     meta: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+
+
+def split_memory(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``events`` without its MEMORY rows (the allocator's ``[memory]`` events, which only
+    memory analyses read), and those rows; ``events`` itself when it has none."""
+    mem = events["kind"].to_numpy() == MEMORY
+    if not mem.any():
+        return events, events.iloc[:0]
+    return events[~mem].reset_index(drop=True), events[mem].reset_index(drop=True)
 
 
 _NONBLANK = re.compile(rb"[^ \t\r\n]")

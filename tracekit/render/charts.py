@@ -24,7 +24,6 @@ a memory curve) is one more :class:`Chart` in :data:`CHARTS`, or its own functio
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,7 +33,8 @@ import pandas as pd
 
 from tracekit.pipeline.names import short_name
 
-from .common import display_name, title
+from .common import display_name, label, title
+from .memory_chart import memory_charts
 from .perf_charts import CHARTS as PERF_CHARTS
 
 PALETTE = [
@@ -52,11 +52,6 @@ PALETTE = [
 #: Bars a chart of many items shows: the largest (differences, kernels); ranks: the slowest.
 MAX_BARS = 15
 MAX_RANK_BARS = 32
-
-
-def label(v) -> str:
-    """A trace-derived string as a chart label: entity-escaped (shown verbatim by plotly)."""
-    return html.escape(str(v), quote=True)
 
 
 def _num(v) -> float:
@@ -311,6 +306,7 @@ def _special(draw: Callable[..., list[tuple[str, dict]]]) -> Special:
 
 
 SPECIAL: dict[str, Special] = {name: _special(draw) for name, draw in PERF_CHARTS.items()}
+SPECIAL["memory_timeline"] = lambda df, meta: memory_charts(df)
 
 
 def figures(tables: dict[str, pd.DataFrame], meta: dict | None = None) -> list[tuple[str, dict]]:

@@ -16,6 +16,7 @@ Machine formats (JSON, CSV, Parquet) keep every row and full names; people get:
 
 from __future__ import annotations
 
+import html
 import math
 from dataclasses import dataclass
 
@@ -58,6 +59,11 @@ COMPARE_TITLES = {
 }
 
 
+def label(v) -> str:
+    """A trace-derived string as a chart label: entity-escaped (shown verbatim by plotly)."""
+    return html.escape(str(v), quote=True)
+
+
 def title(name: str) -> str:
     spec = spec_of(name)
     if spec is not None:
@@ -65,6 +71,13 @@ def title(name: str) -> str:
     if name.endswith("_delta") and spec_of(name[:-6]) is not None:
         return f"{spec_of(name[:-6]).title}: B - A"
     return COMPARE_TITLES.get(name, name)
+
+
+def for_people(name: str) -> bool:
+    """Whether the terminal, Markdown and HTML tables show table ``name`` (a table kept for its
+    chart and the files says not: its spec's ``shown``)."""
+    spec = spec_of(name)
+    return spec is None or spec.shown
 
 
 def header(name: str, column: str) -> str:

@@ -151,7 +151,10 @@ def markdown_report(meta: dict, tables: dict[str, pd.DataFrame], top: int | None
         head = (
             [f"# tracekit: {md_escape(Path(str(meta.get('path', ''))).name)}", ""] + _meta_lines(meta) + [""]
         )
-    return "\n".join(head) + "\n" + "\n".join(markdown_table(k, v, top) for k, v in tables.items())
+    from .common import for_people
+
+    shown = {k: v for k, v in tables.items() if for_people(k)}
+    return "\n".join(head) + "\n" + "\n".join(markdown_table(k, v, top) for k, v in shown.items())
 
 
 def write_parquet(tables: dict[str, pd.DataFrame], out_dir: Path) -> list[Path]:

@@ -24,7 +24,7 @@ import pandas as pd
 from ..pipeline.checks import text
 from ..pipeline.coverage import lines as coverage_lines
 from .charts import figures, label
-from .common import cell, filters_text, header, numeric, shown_rows, title
+from .common import cell, filters_text, for_people, header, numeric, shown_rows, title
 
 __all__ = ["figures", "label", "render_report", "script_json", "write_report"]
 
@@ -124,7 +124,9 @@ def render_report(meta: dict, tables: dict[str, pd.DataFrame]) -> str:
     aggregation = str(meta.get("aggregation", "mean per complete step"))
     charts = "".join(f'<div class="chart" id="c-{i}"></div>' for i, _ in enumerate(figs))
     calls = script_json([{"id": f"c-{i}", "name": n, "fig": f} for i, (n, f) in enumerate(figs)])
-    tables_html = "".join(table_html(k, v) for k, v in tables.items() if isinstance(v, pd.DataFrame))
+    tables_html = "".join(
+        table_html(k, v) for k, v in tables.items() if isinstance(v, pd.DataFrame) and for_people(k)
+    )
     js = get_plotlyjs().replace("</script", "<\\/script")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

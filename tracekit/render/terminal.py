@@ -19,7 +19,17 @@ from rich.text import Text
 from tracekit.analyses import spec_of
 
 from ..pipeline.coverage import lines as coverage_lines
-from .common import SHORT_CHARS, cell, filters_text, header, numeric, shown_rows, steps_text, title
+from .common import (
+    SHORT_CHARS,
+    cell,
+    filters_text,
+    for_people,
+    header,
+    numeric,
+    shown_rows,
+    steps_text,
+    title,
+)
 from .fasttable import FastTable
 from .safetext import clean
 
@@ -290,7 +300,8 @@ def render(
         )
     _head(meta, console)
     for name, df in tables.items():
-        for t in rich_tables(name, df, width=console.width, top=top, wide=wide) if len(df) else []:
+        shown = len(df) and for_people(name)
+        for t in rich_tables(name, df, width=console.width, top=top, wide=wide) if shown else []:
             console.print(t)
 
 

@@ -15,7 +15,7 @@ from . import kernels
 from .builder import TraceBuilder
 from .document import write_trace
 from .events import COMM_STREAM, COMPUTE_STREAM, COPY_STREAM, SIDE_STREAM
-from .truth import Activity, Kernel, Op, intersect_window, measure, subtract, union
+from .truth import Activity, Kernel, MemoryEvent, Op, intersect_window, measure, subtract, union
 
 __all__ = [
     "COMM_STREAM",
@@ -24,6 +24,7 @@ __all__ = [
     "SIDE_STREAM",
     "Activity",
     "Kernel",
+    "MemoryEvent",
     "Op",
     "TraceBuilder",
     "intersect_window",

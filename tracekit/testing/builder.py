@@ -33,9 +33,10 @@ from .events import (
     EPOCH_NS,
     EventWriter,
 )
-from .truth import Activity, Kernel, Op
+from .memory import MemoryCalls
+from .truth import Activity, Kernel, MemoryEvent, Op
 
-__all__ = ["Kernel", "Op", "TraceBuilder"]
+__all__ = ["Kernel", "MemoryEvent", "Op", "TraceBuilder"]
 
 MODULE_EVENTS = ("nn_module", "capture", "both", "none")
 #: The shape args ``record_shapes=True`` writes on an op, in the order Kineto writes them.
@@ -53,7 +54,7 @@ def _node_name(op_name: str) -> str:
     return "".join(p.capitalize() for p in base.split("_") if p) + "Backward0"
 
 
-class TraceBuilder(DeviceCalls):
+class TraceBuilder(DeviceCalls, MemoryCalls):
     """Build one rank's Kineto trace: steps, modules, ops, kernels, backward, comm, optimizer.
 
     ``modules``: how module ranges are recorded: ``"nn_module"`` (python_function
@@ -112,6 +113,7 @@ class TraceBuilder(DeviceCalls):
         self._s = _State(tid=self.w.main)
         self._instances: dict[str, int] = {}
         self._class_count: dict[str, int] = defaultdict(int)
+        self._init_memory()
 
     # time ------------------------------------------------------------------------------------
     def ns(self, us: float) -> int:
