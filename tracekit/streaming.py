@@ -18,18 +18,21 @@ import itertools
 import os
 import re
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import msgspec
 
 from . import native
 from .columns import _FrameBuilder
 from .files import PlainText
-from .schema import _DECODER, _TEXT_TIME_DECODER, Event, TextTimeEvent, TraceDoc
+from .schema import _DECODER, _TEXT_TIME_DECODER, Event, TextTimeDoc, TextTimeEvent, TraceDoc
 
 _EVENTS_DECODER = msgspec.json.Decoder(list[Event])
 _TEXT_EVENTS_DECODER = msgspec.json.Decoder(list[TextTimeEvent])
 _TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _EVENT_GAP = re.compile(rb"\}\s*,\s*\{")
+_NONBLANK = re.compile(rb"[^ \t\r\n]")
+_BLANK = b" \t\r\n"
 _BOM = b"\xef\xbb\xbf"
 #: Stands for the scanned event array in the rest of the document, to see that it is the one
 #: msgspec takes as ``traceEvents`` (no text can guess the name).
@@ -194,9 +197,9 @@ class _Slicer:
         if doc is not None:
             return doc
         text[:pos] = head + b"["  # in place: the rest of the text is not copied
-        doc = (_TEXT_TIME_DECODER if self.text else _DECODER).decode(text)
+        doc = decode_document(text, self.text)
         if not self.builder.add(doc.traceEvents):
-            doc = _TEXT_TIME_DECODER.decode(text)
+            doc = decode_document(text, True)
             self.builder.add(doc.traceEvents)
         doc.traceEvents = []
         return doc
@@ -273,7 +276,10 @@ def decode_rest(text: bytes | bytearray, pos: int, head: bytes, builder: _FrameB
     ``builder``, the small rest of the document (``head``, and what follows the array) decoded
     by msgspec, its ``traceEvents`` emptied. ``None`` (nothing added) when the scanner declines,
     the document does not decode, or the array is not the one msgspec takes as ``traceEvents``
-    (another one follows it): decode it all with msgspec then."""
+    (another one follows it): decode it all with msgspec then. A document that is the event
+    array itself (``head`` is blank) has nothing but its events (:func:`_array_rest`)."""
+    if _is_array_head(head):
+        return _array_rest(text, pos, builder, text_times)
     scanned = native.scan(text, pos, None, text_times)
     if scanned is None:
         return None
@@ -291,7 +297,12 @@ def decode_rest(text: bytes | bytearray, pos: int, head: bytes, builder: _FrameB
 
 
 def _head(buf: bytearray | memoryview) -> bytes | None:
-    """The text before the ``[`` of a top-level ``traceEvents`` in the first MiB, else None."""
+    """The text before the ``[`` of a top-level ``traceEvents`` in the first MiB, or before
+    the ``[`` of a document that is the event array itself (blanks, and a byte order mark);
+    else None."""
+    first = _NONBLANK.search(buf, 3 if buf[:3] == _BOM else 0, 1 << 20)
+    if first is not None and buf[first.start()] == 0x5B:  # '['
+        return bytes(buf[: first.start()])
     m = _TRACE_EVENTS_KEY.search(buf, 0, 1 << 20)
     if m is None:
         return None
@@ -301,6 +312,86 @@ def _head(buf: bytearray | memoryview) -> bytes | None:
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, ValueError):
         return None
     return head
+
+
+# ----------------------------------------------------------------------------- the array form
+#
+# The Chrome trace event format also allows a document that is just the array of events, and
+# that array without its closing ']' (an unterminated array: a trace whose writer stopped
+# before closing it, as the earliest Kineto traces are written; a trailing comma after its
+# last event is allowed). Such a document has no header: no distributedInfo, no devices. An
+# array cut inside an event is a truncated trace, an error as in the object form.
+
+
+def _is_array_head(head: bytes) -> bool:
+    """Whether ``head`` (:func:`_head`) is that of the array form: nothing but blanks."""
+    return not _clean_head(head).strip(_BLANK)
+
+
+def _blank_from(text: bytes | bytearray, lo: int, hi: int) -> int:
+    """Where the blanks that end ``text[lo:hi]`` start (``lo`` when it is all blank): read
+    back from ``hi`` in growing pieces, so a long run of blanks costs linear time."""
+    step = 64
+    while hi > lo:
+        a = max(lo, hi - step)
+        kept = bytes(text[a:hi]).rstrip(_BLANK)
+        if kept:
+            return a + len(kept)
+        hi, step = a, step * 2
+    return lo
+
+
+def array_end(text: bytes | bytearray, lo: int) -> tuple[int, bool]:
+    """Where the event array whose elements start at ``lo`` (just past its ``[``) ends, and
+    whether it is closed: ``(offset of its ']', True)`` when the text's last byte that is not
+    blank is a ``]``; else ``(the end of its last event, False)``: before the blanks that end
+    the text, and before a comma that follows an event's ``}``. (Whether that is really the
+    array's end, or the text was cut inside an event, is the decoding's to tell.)"""
+    end = _blank_from(text, lo, len(text))
+    if end > lo and text[end - 1] == 0x5D:  # ']'
+        return end - 1, True
+    if end > lo and text[end - 1] == 0x2C:  # ','
+        before = _blank_from(text, lo, end - 1)
+        if before > lo and text[before - 1] == 0x7D:  # '}'
+            return before, False
+    return end, False
+
+
+def _array_rest(
+    text: bytes | bytearray, pos: int, builder: _FrameBuilder, text_times: bool
+) -> TraceDoc | None:
+    """:func:`decode_rest` of the array form: the events from ``pos`` to the array's end
+    scanned natively; ``None`` (nothing added) when the scanner declines or something but
+    blanks follows the closing ``]``."""
+    end, closed = array_end(text, pos)
+    scanned = native.scan(text, pos, None if closed else end, text_times)
+    if scanned is None or scanned.end != end:
+        return None
+    scanned.add_to(builder)
+    return TraceDoc(traceEvents=[])
+
+
+def decode_document(text: bytes | bytearray, text_times: bool) -> TraceDoc:
+    """The whole document ``text`` (no byte order mark) decoded by msgspec, in either form:
+    an object with ``traceEvents``, or the event array itself, closed or unterminated (whose
+    text cut inside an event raises msgspec's own error for it: truncated)."""
+    first = _NONBLANK.search(text)
+    if first is None or text[first.start()] != 0x5B:
+        return (_TEXT_TIME_DECODER if text_times else _DECODER).decode(text)
+    decoder = _TEXT_EVENTS_DECODER if text_times else _EVENTS_DECODER
+    end, closed = array_end(text, first.start() + 1)
+    events: Any  # list[Event] or list[TextTimeEvent], as text_times says
+    if closed:
+        events = decoder.decode(text)
+    else:
+        with memoryview(text) as mv:
+            whole = b"".join((mv[:end], b"]"))
+        try:
+            events = decoder.decode(whole)
+        except msgspec.DecodeError:
+            decoder.decode(text)  # raises what is wrong with the text as it is (cut in an event)
+            raise
+    return TextTimeDoc(traceEvents=events) if text_times else TraceDoc(traceEvents=events)
 
 
 def _clean_head(head: bytes) -> bytes:

@@ -382,15 +382,17 @@ class EventWriter:
         )
 
 
-def dumps(trace: dict) -> str:
-    """JSON text of ``trace``; :class:`Micros` times written with their exact nanoseconds."""
+def dumps(trace: dict, form: str = "object") -> str:
+    """JSON text of ``trace`` (``form``: see :data:`tracekit.testing.document.FORMS`);
+    :class:`Micros` times written with their exact nanoseconds."""
     from .document import dumps as _dumps
 
-    return _dumps(trace)
+    return _dumps(trace, form)
 
 
-def write_trace(path: str | Path, trace: dict) -> Path:
-    """Write ``trace`` as .json or .json.gz (by suffix); returns the path."""
+def write_trace(path: str | Path, trace: dict, form: str = "object") -> Path:
+    """Write ``trace`` as .json or .json.gz (by suffix) in ``form`` (``"object"``,
+    ``"array"``, ``"unterminated"``); returns the path."""
     from .document import write_trace as _write
 
-    return _write(path, trace)
+    return _write(path, trace, form)
