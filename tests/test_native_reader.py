@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from bad_inputs import mini_trace
+from events_equal import assert_events_equal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from shared_traces import params
@@ -98,7 +99,7 @@ def _same_outcome(a, b) -> None:
     if isinstance(a, str) or isinstance(b, str):
         assert a == b
         return
-    pd.testing.assert_frame_equal(a[0], b[0])
+    assert_events_equal(a[0], b[0])
     assert a[1] == b[1]
     assert list(a[1].get("thread_names", {}).items()) == list(b[1].get("thread_names", {}).items())
     assert a[2] == b[2]
@@ -375,6 +376,13 @@ ODD = {
             {"ph": "i", "cat": "cpu_op", "name": "[memorY]", "ts": 9},
         ]
     ),
+    # The document as the bare event array, closed or not (with and without a comma after the
+    # last event), a byte order mark and blanks before it.
+    "bare-array": json.dumps(mini_trace()["traceEvents"], indent=1).encode(),
+    "unterminated-array": b"\xef\xbb\xbf \n"
+    + json.dumps(mini_trace()["traceEvents"]).encode()[:-1]
+    + b",\n\n",
+    "unterminated-array-no-comma": json.dumps(mini_trace()["traceEvents"]).encode()[:-1] + b"\t",
     "two-traceEvents": b'{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1}], "traceEvents": []}',
     "two-traceEvents-last-wins": b'{"traceEvents": [], "traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1}]}',
     "bom": b"\xef\xbb\xbf" + _mini_with([]),

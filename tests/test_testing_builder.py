@@ -62,7 +62,11 @@ def _rows(df, key):
 @pytest.mark.parametrize("suffix", [".json", ".json.gz"])
 def test_planted_times_come_back_exactly(tmp_path, variant, suffix):
     b = plant(**VARIANTS[variant])
-    a = tracekit.load(b.write(tmp_path / f"rank0.pt.trace{suffix}"), cache=False)
+    check_planted(tracekit.load(b.write(tmp_path / f"rank0.pt.trace{suffix}"), cache=False))
+
+
+def check_planted(a: tracekit.Analysis) -> None:
+    """The tables of :func:`plant`'s trace hold exactly the planted times."""
     assert a.meta["complete_steps"] == {0: [1]}
     phases = _rows(a.table("phases"), "phase")
     assert phases["forward"]["wall_ms"] == pytest.approx(30 * US, abs=EXACT)

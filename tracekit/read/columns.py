@@ -6,6 +6,7 @@ int64, names become categoricals; one builder collects the columns of every deco
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -82,12 +83,29 @@ def _categorical(values: list[str]) -> pd.Categorical:
 
 def _categorical_codes(codes: np.ndarray, value: Any) -> pd.Categorical:
     """``_categorical([value(c) for c in codes])`` for small non-negative int codes, with one
-    call of ``value`` per distinct code (several codes may have one value)."""
+    call of ``value`` per distinct code (several codes may have one value). The distinct values
+    are few (a slice's names, shapes...), so they are sorted in Python, and the categorical's
+    dtype is made once per set of categories (:func:`_dtype`): pandas builds and checks an
+    index of them otherwise, which costs more than the rest for a slice's column."""
     used = np.flatnonzero(np.bincount(codes))
-    sub, distinct = pd.factorize(np.array([value(int(c)) for c in used], dtype=object), sort=True)
+    values = [value(int(c)) for c in used]
+    distinct = sorted(set(values))
+    where = {v: i for i, v in enumerate(distinct)}
     remap = np.zeros(len(used) and int(used[-1]) + 1, dtype=np.int64)
-    remap[used] = sub
-    return pd.Categorical.from_codes(remap[codes], categories=distinct)
+    remap[used] = [where[v] for v in values]
+    dtype = _dtype(tuple(distinct)) if len(distinct) <= _FEW else pd.CategoricalDtype(distinct)
+    return pd.Categorical.from_codes(remap[codes], dtype=dtype, validate=False)
+
+
+#: Sets of categories up to this many are made into a dtype once (:func:`_dtype`).
+_FEW = 1024
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype(categories: tuple[str, ...]) -> pd.CategoricalDtype:
+    """The categorical dtype of these (sorted, distinct) categories: one object per set, so
+    the slices of a file, whose columns mostly have the same few values, share it."""
+    return pd.CategoricalDtype(list(categories))
 
 
 def _small_ints(values: list) -> np.ndarray:

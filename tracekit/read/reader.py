@@ -8,7 +8,10 @@ columns. Times become int64 nanoseconds. Every vintage of Kineto's JSON is accep
   ROCm runtime calls, ``cuda_driver`` launches (Triton's ``cuLaunchKernel``);
 * ``ts``/``dur`` as integer or float microseconds (nanosecond decimals kept);
 * 64-bit ids, also above 2**63 (stored wrapped to int64: equality is all that is used);
-* events in any order; no CPU side, no GPU side, no ProfilerStep, no distributedInfo.
+* events in any order; no CPU side, no GPU side, no ProfilerStep, no distributedInfo;
+* the document as an object with ``traceEvents``, or as the bare event array, closed or not
+  (the Chrome trace event format's other form: :mod:`tracekit.streaming`);
+* ``[memory]`` allocator events (kind MEMORY), the shapes of ops (``input_dims``...) as text.
 
 The pieces: :mod:`tracekit.read.files` (finding trace files, bounded reading and gunzip),
 :mod:`tracekit.read.streaming` (decoding the event array slice by slice as the text arrives),
@@ -35,10 +38,8 @@ from .files import DEFAULT_MAX_BYTES, TRACE_SUFFIXES, open_text, read_bytes, tra
 from .parallel import read_parallel
 from .schema import (
     _CATEGORY_KIND,
-    _DECODER,
     _PYTHON_KEEP_PREFIX,
     _PYTHON_KEEP_SUBSTR,
-    _TEXT_TIME_DECODER,
     ANNOTATION,
     CPU_OP,
     FLOW_FWDBWD,
@@ -52,7 +53,7 @@ from .schema import (
     RUNTIME,
     TraceDoc,
 )
-from .streaming import _head, decode_rest, stream_decode
+from .streaming import _head, decode_document, decode_rest, stream_decode
 from .timetext import MAX_US as _MAX_US
 
 #: Re-exported: the rest of tracekit imports the event kinds and the file helpers from here.
@@ -121,7 +122,7 @@ def decode(
         data = data[3:]
     _check_text(data, path)
     try:
-        return (_TEXT_TIME_DECODER if text_times else _DECODER).decode(data)
+        return decode_document(data, text_times)
     except UnicodeDecodeError as e:  # msgspec passes the codec's error through
         raise TraceError(
             path, f"not UTF-8 text: a JSON string holds the invalid byte 0x{e.object[e.start]:02x}"
@@ -129,7 +130,9 @@ def decode(
     except msgspec.ValidationError as e:
         msg = str(e)
         if "Expected `object`, got" in msg and "$" not in msg.rsplit("-", maxsplit=1)[-1]:
-            raise TraceError(path, f"not a trace: the top level must be a JSON object ({msg})") from None
+            raise TraceError(
+                path, f"not a trace: the top level must be a JSON object or array ({msg})"
+            ) from None
         if "missing required field `traceEvents`" in msg:
             raise TraceError(path, "not a trace: no `traceEvents` list") from None
         raise TraceError(path, f"malformed trace: {msg}") from None

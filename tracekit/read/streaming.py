@@ -22,16 +22,23 @@ from collections.abc import Iterable, Iterator
 import msgspec
 
 from . import native
+from .arrays import (
+    _BOM,
+    _EVENTS_DECODER,
+    _NONBLANK,
+    _TEXT_EVENTS_DECODER,
+    _array_rest,
+    _clean_head,
+    _is_array_head,
+    decode_document,
+)
 from .blanks import Blanks
 from .columns import _FrameBuilder
 from .files import PlainText
-from .schema import _DECODER, _TEXT_TIME_DECODER, Event, TextTimeEvent, TraceDoc
+from .schema import _DECODER, TraceDoc
 
-_EVENTS_DECODER = msgspec.json.Decoder(list[Event])
-_TEXT_EVENTS_DECODER = msgspec.json.Decoder(list[TextTimeEvent])
 _TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _EVENT_GAP = re.compile(rb"\}\s*,\s*\{")
-_BOM = b"\xef\xbb\xbf"
 #: Stands for the scanned event array in the rest of the document, to see that it is the one
 #: msgspec takes as ``traceEvents`` (no text can guess the name).
 _SENTINEL_NAME = f"tracekit-native-{os.urandom(8).hex()}"
@@ -205,9 +212,9 @@ class _Slicer:
         if doc is not None:
             return doc
         text[:pos] = head + b"["  # in place: the rest of the text is not copied
-        doc = (_TEXT_TIME_DECODER if self.text else _DECODER).decode(text)
+        doc = decode_document(text, self.text)
         if not self.builder.add(doc.traceEvents):
-            doc = _TEXT_TIME_DECODER.decode(text)
+            doc = decode_document(text, True)
             self.builder.add(doc.traceEvents)
         doc.traceEvents = []
         return doc
@@ -290,7 +297,10 @@ def decode_rest(text: bytes | bytearray, pos: int, head: bytes, builder: _FrameB
     ``builder``, the small rest of the document (``head``, and what follows the array) decoded
     by msgspec, its ``traceEvents`` emptied. ``None`` (nothing added) when the scanner declines,
     the document does not decode, or the array is not the one msgspec takes as ``traceEvents``
-    (another one follows it): decode it all with msgspec then."""
+    (another one follows it): decode it all with msgspec then. A document that is the event
+    array itself (``head`` is blank) has nothing but its events (:func:`_array_rest`)."""
+    if _is_array_head(head):
+        return _array_rest(text, pos, builder, text_times)
     scanned = native.scan(text, pos, None, text_times)
     if scanned is None:
         return None
@@ -308,7 +318,12 @@ def decode_rest(text: bytes | bytearray, pos: int, head: bytes, builder: _FrameB
 
 
 def _head(buf: bytearray | memoryview) -> bytes | None:
-    """The text before the ``[`` of a top-level ``traceEvents`` in the first MiB, else None."""
+    """The text before the ``[`` of a top-level ``traceEvents`` in the first MiB, or before
+    the ``[`` of a document that is the event array itself (blanks, and a byte order mark);
+    else None."""
+    first = _NONBLANK.search(buf, 3 if buf[:3] == _BOM else 0, 1 << 20)
+    if first is not None and buf[first.start()] == 0x5B:  # '['
+        return bytes(buf[: first.start()])
     m = _TRACE_EVENTS_KEY.search(buf, 0, 1 << 20)
     if m is None:
         return None
@@ -318,10 +333,6 @@ def _head(buf: bytearray | memoryview) -> bytes | None:
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, ValueError):
         return None
     return head
-
-
-def _clean_head(head: bytes) -> bytes:
-    return head[3:] if head.startswith(_BOM) else head
 
 
 def _stats(stats: dict | None, s: _Slicer) -> None:

@@ -369,6 +369,10 @@ class TraceBuilder(DeviceCalls, MemoryCalls):
             distributed=distributed,
         )
 
-    def write(self, path: str | Path, **kwargs: Any) -> Path:
-        """Write the trace as ``.json`` or ``.json.gz`` (by suffix); returns the path."""
-        return write_trace(path, self.trace(**kwargs))
+    def write(self, path: str | Path, *, form: str = "object", **kwargs: Any) -> Path:
+        """Write the trace as ``.json`` or ``.json.gz`` (by suffix); returns the path.
+        ``form``: ``"object"`` (a document with ``traceEvents`` and Kineto's header),
+        ``"array"`` (the bare array of events, as the Chrome trace event format allows) or
+        ``"unterminated"`` (that array with no closing ``]``, as a writer that stopped leaves
+        it); the array forms have no header (no ``distributedInfo``, no devices)."""
+        return write_trace(path, self.trace(**kwargs), form)
