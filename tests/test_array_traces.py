@@ -14,13 +14,13 @@ import json
 
 import pandas as pd
 import pytest
-import tracekit.read.parallel as P
 from events_equal import assert_events_equal
 from shared_traces import SHARED
 from test_native_reader import _outcome
 from test_testing_builder import check_planted, plant
 
 import tracekit
+import tracekit.read.parallel as P
 import tracekit.read.reader as R
 from tracekit import forked
 from tracekit.testing import write_trace
