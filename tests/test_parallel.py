@@ -166,4 +166,5 @@ def test_the_parent_keeps_no_frames_per_rank(tmp_path, monkeypatch):
         kept[n] = _kept_by_parent(d, n, monkeypatch)
     per_rank = (kept[16][0] - kept[4][0]) / 12
     assert kept[16][1] <= kept[4][1], kept  # no frame per rank
-    assert per_rank < 16 * 1024, (per_rank, kept)
+    # a few KB: meta (since issue 29 with the device's peaks and per-step MFU), a handle, rows
+    assert per_rank < 24 * 1024, (per_rank, kept)

@@ -17,10 +17,13 @@ import zlib
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import progress
 from ..errors import TraceError
-from .blanks import Blanks
+
+if TYPE_CHECKING:  # numpy stays out of the CLI's start-up (tracekit --help)
+    from .blanks import Blanks
 
 #: Default bound on decompressed size; ``--max-bytes`` raises it.
 DEFAULT_MAX_BYTES = 8 * 1024**3
