@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import weakref
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -10,6 +13,8 @@ import pandas as pd
 from tracekit.pipeline.intervals import measure, measure_by
 from tracekit.pipeline.state import categorical_take, codes_of
 from tracekit.pipeline.windows import Windows
+
+T = TypeVar("T")
 
 NS_PER_MS = 1e6
 PHASES = ["forward", "backward", "optimizer"]
@@ -141,31 +146,34 @@ def union_ms_by(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
     return out
 
 
+def once_per_table(build: Callable[[pd.DataFrame], T]) -> Callable[[pd.DataFrame], T]:
+    """``build`` computed once per interval table: the value for the last table it was given
+    is kept while that table lives (a weak reference), so the tables that read it share one
+    computation. Callers only read the value."""
+    held: dict = {}
+
+    def forget(ref: weakref.ref) -> None:
+        if held.get("of") is ref:
+            held.clear()
+
+    @functools.wraps(build)
+    def cached(intervals: pd.DataFrame) -> T:
+        ref = held.get("of")
+        if ref is not None and ref() is intervals:
+            return held["value"]
+        value = build(intervals)
+        held.clear()
+        held.update(of=weakref.ref(intervals, forget), value=value)
+        return value
+
+    return cached
+
+
+@once_per_table
 def window_shares(intervals: pd.DataFrame) -> pd.DataFrame:
     """Long frame of each activity's share (ms) in each phase window: step, phase (the window),
     group, module, recompute (activation recomputation), share_ms. Rows with no share are
-    dropped. Computed once per interval table (the phases and modules tables both read it):
-    the frame of the last table asked for is kept while that table lives; callers only read
-    it."""
-    held = _SHARES.get("of")
-    if held is not None and held() is intervals:
-        return _SHARES["shares"]
-    out = _window_shares(intervals)
-    _SHARES.clear()
-    _SHARES.update(of=weakref.ref(intervals, _forget_shares), shares=out)
-    return out
-
-
-#: The last :func:`window_shares`: ``of`` (a weak reference to its interval table), ``shares``.
-_SHARES: dict = {}
-
-
-def _forget_shares(ref: weakref.ref) -> None:
-    if _SHARES.get("of") is ref:
-        _SHARES.clear()
-
-
-def _window_shares(intervals: pd.DataFrame) -> pd.DataFrame:
+    dropped. Computed once per interval table (the phases and modules tables both read it)."""
     parts = []
     group, module = text(intervals["group"]), text(intervals["module"])
     recompute, step = _recompute(intervals), intervals["step"].to_numpy()

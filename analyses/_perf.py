@@ -11,43 +11,22 @@ activity's ``compute_ns``/``memory_ns`` is NaN), so a % built on them is empty, 
 
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 import pandas as pd
 
 from tracekit.pipeline.state import str_test
 
-from ._common import NS_PER_MS, text
+from ._common import NS_PER_MS, once_per_table, text
 
 
-def frame(intervals: pd.DataFrame) -> pd.DataFrame:
-    """The perf tables' one frame of the intervals, built once per interval table (the frame of
-    the last table asked for is kept while that table lives; callers only read it): one row per
+@once_per_table
+def frame(iv: pd.DataFrame) -> pd.DataFrame:
+    """The perf tables' one frame of the intervals, built once per interval table: one row per
     compute kernel or activity of a modelled op, with ``step``, ``phase`` (text; none:
     unattributed), ``module`` (none: Other), ``op``, ``family``, ``shape``, ``dtype``
     (categoricals), ``batch``, ``m``, ``n``, ``k`` (-1: not a GEMM), ``compute``, ``modelled``
     (bool) and the amounts: ``calls``, ``gflop``, ``gbyte``, ``dur_ms``, ``ideal_ms``,
     ``ideal_mem_ms`` (infinite where a peak is unknown)."""
-    held = _FRAME.get("of")
-    if held is not None and held() is intervals:
-        return _FRAME["frame"]
-    out = _frame(intervals)
-    _FRAME.clear()
-    _FRAME.update(of=weakref.ref(intervals, _forget), frame=out)
-    return out
-
-
-#: The last :func:`frame`: ``of`` (a weak reference to its interval table), ``frame``.
-_FRAME: dict = {}
-
-
-def _forget(ref: weakref.ref) -> None:
-    if _FRAME.get("of") is ref:
-        _FRAME.clear()
-
-
-def _frame(iv: pd.DataFrame) -> pd.DataFrame:
     compute = str_test(iv["group"], lambda s: s == "compute")
     modelled = str_test(iv["perf_family"], lambda s: s != "")
     keep = np.flatnonzero(compute | modelled)
