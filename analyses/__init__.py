@@ -20,6 +20,7 @@ from . import (  # imported to register; the report order is _ORDER below
     modules,
     phases,
     ranks,
+    throughput,
     timeline,
     top_kernels,
 )
@@ -29,12 +30,25 @@ from ._registry import REGISTRY, TableSpec, column_unit, spec_of
 #: of these first). A new table module goes into the import above and here.
 _ORDER = [
     m.__name__
-    for m in (phases, modules, gemm, comm, idle, kernels, memcpy, timeline, top_kernels, layers, ranks)
+    for m in (
+        throughput,
+        phases,
+        modules,
+        gemm,
+        comm,
+        idle,
+        kernels,
+        memcpy,
+        timeline,
+        top_kernels,
+        layers,
+        ranks,
+    )
 ]
 
 
 def _position(item: tuple[str, TableSpec]) -> int:
-    fn = item[1].func or item[1].derive
+    fn = item[1].func or item[1].derive or item[1].from_manifest
     module = fn.__module__ if fn is not None else ranks.__name__
     return _ORDER.index(module) if module in _ORDER else len(_ORDER)
 

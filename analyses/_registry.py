@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 MS, US, PCT, COUNT, BYTES, INDEX = "ms", "us", "%", "count", "bytes", "index"
+#: Memory in MiB (2^20 bytes) and a rate per second (``tokens_per_s``: tokens/s).
+MB, PER_S = "MB", "/s"
 #: Units whose values are whole numbers (printed without decimals, integers in JSON).
 INTEGER_UNITS = {COUNT, BYTES, INDEX}
 
@@ -52,7 +54,12 @@ class TableSpec:
       step) instead of from the intervals, e.g. the spread across layers;
     * ``compare``: the value column ``tracekit compare`` reports as B - A per key
       (``<name>_delta``); None: the table is not compared;
-    * ``cross_rank``: a table over the ranks of a directory (only there).
+    * ``cross_rank``: a table over the ranks of a directory (only there);
+    * ``from_manifest`` and ``summary``: a table read from the capture manifest beside the
+      traces (``manifest.json`` of a ``tracekit capture`` directory), not from the intervals:
+      ``from_manifest(manifest)`` gives one row per rank and step (``rank``, ``step``
+      columns), empty when the manifest has nothing for it (then the run has no such table);
+      ``summary(rows)`` turns one rank's rows into its reported rows.
     """
 
     name: str
@@ -72,6 +79,14 @@ class TableSpec:
     source: str | None = None
     derive: Callable[[pd.DataFrame], pd.DataFrame] | None = None
     cross_rank: bool = False
+    from_manifest: Callable[[dict], pd.DataFrame] | None = None
+    summary: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+
+    @property
+    def of_intervals(self) -> bool:
+        """Computed from one rank's intervals and windows (``func``): what each rank's worker
+        computes, per step then as the mean."""
+        return self.func is not None
 
     @property
     def heading(self) -> str:
@@ -124,6 +139,10 @@ def _guess_unit(column: str) -> str:
         return MS
     if c.endswith("_us"):
         return US
+    if c.endswith("_mb"):
+        return MB
+    if c.endswith("_per_s"):
+        return PER_S
     if c.endswith("_pct") or c == "percent":
         return PCT
     if c in ("count", "ranks", "layers", "passes"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from .errors import CaptureError
+from .errors import MISSING_DEPENDENCY, NO_GPU, CaptureError
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 LORA_RANK = 16
@@ -19,11 +19,15 @@ def check(mode: str | None, gpu: bool) -> None:
         return
     if mode == "qlora":
         if not gpu:
-            raise CaptureError("--qlora needs a CUDA GPU (bitsandbytes 4-bit kernels); none is visible")
+            raise CaptureError(
+                "--qlora needs a CUDA GPU (bitsandbytes 4-bit kernels); none is visible", NO_GPU
+            )
         if importlib.util.find_spec("bitsandbytes") is None:
-            raise CaptureError("--qlora needs the bitsandbytes package (pip install bitsandbytes)")
+            raise CaptureError(
+                "--qlora needs the bitsandbytes package (pip install bitsandbytes)", MISSING_DEPENDENCY
+            )
     if importlib.util.find_spec("peft") is None:
-        raise CaptureError(f"--{mode} needs the peft package (pip install peft)")
+        raise CaptureError(f"--{mode} needs the peft package (pip install peft)", MISSING_DEPENDENCY)
 
 
 def quantize_4bit(model, dtype):

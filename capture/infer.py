@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import measure
 from .annotate import annotate_modules, phase
 from .checks import devices
 from .models import build_model, model_shape
@@ -56,4 +57,8 @@ def run(spec: dict, report) -> None:
             prefill=lambda: prefill(prompt()),
             decode=decode,
             phase=phase,
+            meter=measure.StepMeter(
+                cuda=measure.cuda_or_none(gpu), device=device, token=measure.infer_token()
+            ),
+            batch=prompt_shape,
         )

@@ -17,11 +17,15 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import CaptureError
+from .errors import FAILED, OOM, CaptureError
 from .manifest import manifest, now
+from .measure import MIB, rss_bytes
 from .output import MANIFEST, log_path, read_json, status_path, write_json
 
 GRACE_SECONDS = 20.0
+#: What a rank's error says when it ran out of memory: CUDA's allocator, the kernel's OOM killer
+#: (SIGKILL), or the launcher's own memory limit.
+OOM_SIGNS = ("OutOfMemoryError", "out of memory", "killed by signal 9", "memory limit")
 
 
 def free_port() -> int:
@@ -51,8 +55,19 @@ def rank_environment(rank: int, world_size: int, port: int, threads: int) -> dic
     return env
 
 
-def run(spec: dict, *, nproc: int, argv: list[str] | None, options: dict, config: dict, echo=print) -> dict:
-    """Run ``spec`` on ``nproc`` ranks; return the manifest (also written to the output)."""
+def run(
+    spec: dict,
+    *,
+    nproc: int,
+    argv: list[str] | None,
+    options: dict,
+    config: dict,
+    memory_limit: int | None = None,
+) -> dict:
+    """Run ``spec`` on ``nproc`` ranks; return the manifest (also written to the output).
+
+    ``memory_limit`` (bytes): every rank is stopped as soon as one rank's resident memory
+    (``VmRSS``, polled every 0.2 s) passes it, and the capture fails as out of memory."""
     out = Path(spec["out"])
     spec_path = out / "logs" / "spec.json"
     write_json(spec_path, spec)
@@ -69,10 +84,18 @@ def run(spec: dict, *, nproc: int, argv: list[str] | None, options: dict, config
     with _InterruptFlag() as ctrl_c:  # from here on Ctrl-C is recorded, never an exception
         write_json(out / MANIFEST, manifest(**record, ranks=[], status="running"))
         procs = _start_workers(out, spec_path, nproc, threads)
-        codes, interrupted = _wait(procs, ctrl_c)
+        codes, interrupted, over = _wait(procs, ctrl_c, memory_limit)
     ranks = [_rank_status(out, rank, codes[rank], interrupted) for rank in range(nproc)]
+    if over is not None and memory_limit is not None:
+        ranks[over[0]].update(
+            state="failed",
+            error=f"resident memory reached {over[1] / MIB:.0f} MiB, over the memory limit of "
+            f"{memory_limit / MIB:.0f} MiB (stopped)",
+        )
     failed = [r for r in ranks if r["state"] != "finished"]
     first = min(failed, key=lambda r: (r["exit_code"] in (None, -15), r["rank"])) if failed else None
+    if over is not None:
+        first = ranks[over[0]]
     error = f"rank {first['rank']}: {first['error']}" if first else None
     if interrupted:
         done = min((r.get("completed_steps", 0) for r in ranks), default=0)
@@ -88,7 +111,8 @@ def run(spec: dict, *, nproc: int, argv: list[str] | None, options: dict, config
         raise err
     if first:
         tail = f"; traces kept: {', '.join(kept)}" if kept else ""
-        raise CaptureError(f"capture failed on {error} (log: {out / first['log']}){tail}")
+        kind = OOM if any(sign in str(error) for sign in OOM_SIGNS) else FAILED
+        raise CaptureError(f"capture failed on {error} (log: {out / first['log']}){tail}", kind)
     return result
 
 
@@ -157,13 +181,27 @@ class _InterruptFlag:
             signal.signal(signal.SIGINT, self._previous)
 
 
-def _wait(procs, ctrl_c: _InterruptFlag) -> tuple[list[int | None], bool]:
-    """Wait for every rank; once one fails, give the rest GRACE_SECONDS, then stop them.
+def _over_limit(procs, limit: int | None) -> tuple[int, int] | None:
+    """(rank, resident bytes) of the first running rank whose resident memory passes ``limit``."""
+    if limit is None:
+        return None
+    for rank, (p, _) in enumerate(procs):
+        rss = rss_bytes(p.pid) if p.poll() is None else None
+        if rss is not None and rss > limit:
+            return rank, rss
+    return None
+
+
+def _wait(
+    procs, ctrl_c: _InterruptFlag, memory_limit: int | None = None
+) -> tuple[list[int | None], bool, tuple[int, int] | None]:
+    """Wait for every rank; once one fails, give the rest GRACE_SECONDS, then stop them. Stop
+    them all at once when a rank passes ``memory_limit`` (returned: that rank and its memory).
 
     On Ctrl-C (recorded by ``ctrl_c``; the ranks, in the same process group, get it too) the
     ranks are sent SIGINT once more in case they did not, and get GRACE_SECONDS to write the
-    trace of their finished steps before they are stopped. Returns the exit codes and whether
-    the run was interrupted.
+    trace of their finished steps before they are stopped. Returns the exit codes, whether the
+    run was interrupted, and the rank over the memory limit with its memory (else None).
     """
     deadline = None
     interrupted = False
@@ -175,14 +213,18 @@ def _wait(procs, ctrl_c: _InterruptFlag) -> tuple[list[int | None], bool]:
                     if p.poll() is None:
                         p.send_signal(signal.SIGINT)
                 deadline = time.monotonic() + GRACE_SECONDS
+            over = _over_limit(procs, memory_limit)
+            if over is not None:
+                _stop(procs)
+                return [p.returncode for p, _ in procs], interrupted, over
             codes = [p.poll() for p, _ in procs]
             if all(c is not None for c in codes):
-                return codes, interrupted
+                return codes, interrupted, None
             if deadline is None and any(c not in (None, 0) for c in codes):
                 deadline = time.monotonic() + GRACE_SECONDS
             if deadline is not None and time.monotonic() > deadline:
                 _stop(procs)
-                return [p.returncode for p, _ in procs], interrupted
+                return [p.returncode for p, _ in procs], interrupted, None
             time.sleep(0.2)
     finally:
         for _, log in procs:

@@ -18,8 +18,9 @@ import importlib.util
 import json
 from pathlib import Path
 
+from . import measure
 from .annotate import annotated_call, phase
-from .errors import CaptureError
+from .errors import MISSING_DEPENDENCY, CaptureError
 from .models import build_model, model_shape
 from .profiling import WARMUP_DECODES, generation_steps, profiler
 
@@ -32,7 +33,8 @@ def check() -> None:
     ):
         if importlib.util.find_spec(package) is None:
             raise CaptureError(
-                f"--engine lightllm needs {what}, which is not installed here (use --engine hf)"
+                f"--engine lightllm needs {what}, which is not installed here (use --engine hf)",
+                MISSING_DEPENDENCY,
             )
 
 
@@ -261,6 +263,10 @@ def run(spec: dict, report) -> None:
             prefill=requests.prefill,
             decode=requests.decode,
             phase=phase,
+            meter=measure.StepMeter(
+                cuda=torch.cuda, device=torch.device("cuda", 0), token=measure.infer_token()
+            ),
+            batch=(spec["batch_size"], spec["prompt_len"]),
             after_warmup=requests.release,
         )
     requests.release()

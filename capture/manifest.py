@@ -11,6 +11,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from .measure import manifest_block
+
 PACKAGES = (
     "tracekit",
     "torch",
@@ -127,6 +129,7 @@ def manifest(
         "hardware": {**host(), "devices": devices},
         "git": git_revision(),
         "ranks": ranks,
+        "measures": manifest_block(ranks),
         "traces": [r["trace"] for r in ranks if r.get("trace")],
     }
 

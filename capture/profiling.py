@@ -49,12 +49,25 @@ WARMUP_DECODES = 2
 
 
 def generation_steps(
-    prof, report, *, warmup: int, steps: int, prefill, decode, phase, after_warmup=None
+    prof,
+    report,
+    *,
+    warmup: int,
+    steps: int,
+    prefill,
+    decode,
+    phase,
+    meter,
+    batch: tuple[int, int],
+    after_warmup=None,
 ) -> None:
     """The profiled steps of a generation: ``warmup`` short generations (one profiler step
-    each), then one prefill step and ``steps - 1`` decode steps, each in its phase range.
+    each), then one prefill step and ``steps - 1`` decode steps, each in its phase range and
+    measured by ``meter`` (:class:`~tracekit.capture.measure.StepMeter`).
 
     ``prefill()`` returns a state and the next token; ``decode(state, token)`` the same.
+    ``batch`` is (sequences, prompt tokens each): a prefill step's tokens are the prompt tokens
+    of every sequence, a decode step's the one token each sequence generates.
     ``after_warmup()`` (optional) releases what a warm-up generation held.
     """
     for _ in range(warmup):
@@ -65,12 +78,17 @@ def generation_steps(
             after_warmup()
         prof.step()
     report(steps_run=warmup)
+    sequences, prompt_len = batch
+    meter.start()
     with phase("prefill"):
         state, token = prefill()
+    meter.stop(warmup, tokens=sequences * prompt_len, samples=sequences, stage="prefill")
     prof.step()
-    report(steps_run=warmup + 1, completed_steps=1)
+    report(steps_run=warmup + 1, completed_steps=1, measures=meter.record())
     for i in range(1, steps):
+        meter.start()
         with phase("decode"):
             state, token = decode(state, token)
+        meter.stop(warmup + i, tokens=sequences, samples=sequences, stage="decode")
         prof.step()
-        report(steps_run=warmup + 1 + i, completed_steps=1 + i)
+        report(steps_run=warmup + 1 + i, completed_steps=1 + i, measures=meter.record())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import finetune
+from . import finetune, measure
 from .annotate import annotate_modules, phase
 from .checks import devices
 from .models import build_model, model_shape
@@ -98,6 +98,9 @@ def _train_steps(spec: dict, engine, rank: int, report) -> None:
     generator = torch.Generator().manual_seed(spec["seed"] + 1000 + rank)
     batch_shape = (spec["batch_size"], spec["seq_len"])
     warmup, steps = spec["warmup"], spec["steps"]
+    meter = measure.StepMeter(
+        cuda=measure.cuda_or_none(spec["gpu"]), device=engine.device, token=measure.train_token()
+    )
     # Fault injection for tests and for checking crash behaviour: fail when this step starts.
     fail_at = int(os.environ.get("TRACEKIT_CAPTURE_FAIL_AT_STEP", "-1"))
     with profiler(
@@ -106,6 +109,8 @@ def _train_steps(spec: dict, engine, rank: int, report) -> None:
         for step in range(warmup + steps):
             if step == fail_at:
                 raise RuntimeError(f"failure injected at step {step} (TRACEKIT_CAPTURE_FAIL_AT_STEP)")
+            if step >= warmup:  # a profiled step: ProfilerStep#<step> in the trace
+                meter.start()
             tokens = torch.randint(0, vocab_size, batch_shape, generator=generator).to(engine.device)
             with phase("forward"):
                 loss = engine(input_ids=tokens, labels=tokens).loss
@@ -113,9 +118,12 @@ def _train_steps(spec: dict, engine, rank: int, report) -> None:
                 engine.backward(loss)
             with phase("optimizer"):
                 engine.step()
+            if step >= warmup:
+                meter.stop(step, tokens=tokens.numel(), samples=batch_shape[0])
             prof.step()
             report(
                 steps_run=step + 1,
                 completed_steps=max(0, step + 1 - warmup),
                 loss=float(loss.detach().float().item()),
+                measures=meter.record(),
             )

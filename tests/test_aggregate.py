@@ -74,7 +74,7 @@ def test_every_table_of_real_traces(monkeypatch, tmp_path, src):
     a = tracekit.load(dst, cache=False, jobs=1)
     for rank in a.ranks:
         for name, spec in REGISTRY.items():
-            if spec.cross_rank or spec.derive is not None:
+            if not spec.of_intervals:
                 continue
             df = a._per_step(name, rank)
             _same(*_both(monkeypatch, df, a._n_steps(a.ranks[rank]), list(spec.keys)))

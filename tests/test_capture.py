@@ -22,6 +22,7 @@ from tracekit.capture.deepspeed_config import deepspeed_config
 from tracekit.capture.errors import CaptureError
 from tracekit.capture.models import MODELS, model_shape
 
+import tracekit
 from tracekit.annotations import MODULE_PREFIX, PHASE_PREFIX
 
 TINY = [
@@ -356,3 +357,36 @@ def test_tensorboard_plugin_loads_capture(train2):
     run = RunLoader("capture", str(train2), io.Cache()).load()
     workers = {w for w, _ in run.profiles}
     assert {"rank0", "rank1"} <= workers, workers
+
+
+@pytest.mark.capture
+def test_two_rank_manifest_measures_each_rank(train2):
+    """Each rank times and measures its own profiled step; the job's step is its slowest rank's."""
+    m = json.loads((train2 / "manifest.json").read_text())
+    walls = []
+    for rank in m["ranks"]:
+        [step] = rank["measures"]["steps"]
+        assert step["step"] == 1 and step["tokens"] == 32 and step["samples"] == 1  # seq-len 32, batch 1
+        assert step["wall_ms"] > 0 and step["peak_rss_bytes"] > 50 << 20
+        walls.append(step["wall_ms"])
+    job = m["measures"]["job"]
+    assert job["ranks"] == 2 and job["step_ms"] == pytest.approx(max(walls))
+    assert job["tokens_per_s"] == pytest.approx(64 / (max(walls) / 1e3))
+    table = tracekit.load(train2, cache=False).table("throughput", per_step=True)
+    assert table["rank"].tolist() == [0, 1] and table["step"].tolist() == [1, 1]
+
+
+@pytest.mark.capture
+def test_infer_manifest_measures_prefill_and_decode_apart(infer1):
+    m = json.loads((infer1 / "manifest.json").read_text())
+    steps = m["ranks"][0]["measures"]["steps"]
+    assert [(s["step"], s["stage"], s["tokens"]) for s in steps] == [
+        (1, "prefill", 32),  # the prompt's tokens
+        (2, "decode", 1),  # one generated token per sequence
+        (3, "decode", 1),
+        (4, "decode", 1),
+    ]
+    assert "prompt token" in m["ranks"][0]["measures"]["token"]
+    assert set(m["measures"]["job"]["stages"]) == {"prefill", "decode"}
+    table = tracekit.load(infer1, cache=False).table("throughput")
+    assert table["stage"].tolist() == ["prefill", "decode"] and table["tokens"].tolist() == [32, 1]

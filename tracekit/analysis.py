@@ -24,6 +24,7 @@ from .errors import TraceError
 from .filters import Filters
 from .pipeline import Attributed
 from .pipeline.checks import TraceWarning, as_warning
+from .ranks import manifest_tables
 from .ranks.analyse import Options
 from .ranks.gathered import Computed, RankTables
 from .ranks.grouping import directory_warnings, files_to_read, group_results
@@ -98,6 +99,8 @@ class Analysis(PerRankTables):
             raise KeyError(f"unknown table {name!r}; tables: {', '.join(self.names())}")
         if spec.cross_rank:
             return self.rank_tables()[name]
+        if spec.from_manifest is not None:
+            return manifest_tables.table(spec, self._manifest_rows(name), per_step, self.multi_rank)
         if spec.derive is not None and spec.source:
             return _whole_numbers(spec, spec.derive(self.table(spec.source, per_step)))
         whole = None if per_step else self._computed.concat("mean", name, list(self.ranks))

@@ -59,3 +59,24 @@ def citation_meta() -> dict:
         "setting": v["setting"],
         "tables": {k: f"Table {t['paper_table']}: {t['caption']}" for k, t in v["tables"].items()},
     }
+
+
+@lru_cache(maxsize=1)
+def paper_costs() -> dict:
+    """The paper's Tables II, III, IV and IX (throughput and peak memory per method), with their
+    citation and transcription notes (``tracekit/data/paper_costs.json``)."""
+    return json.loads(resources.files("tracekit.data").joinpath("paper_costs.json").read_text())
+
+
+def cost(label: str, table: str, model: str = "7B", platform: str = "A800") -> dict | None:
+    """The paper's figures for method ``label`` (its notation, ``Z3+O``, ``L+F+R+Z2``) in Table
+    ``table`` (III, IV or IX) for ``model`` on ``platform``: ``tokens_per_s``, ``std``,
+    ``memory_gb`` (and ``batch_size`` in Table IV). None when the paper has no such row, or
+    printed ``-`` (out of memory) for it. Parts match in any order (the paper writes both
+    ``R+F`` and ``F+R+Z2``)."""
+    parts = frozenset(label.split("+"))
+    for row in paper_costs()["tables"][table]["rows"]:
+        if row.get("model") == model and frozenset(row["method"].split("+")) == parts:
+            entry = row.get(platform)
+            return dict(entry) if entry else None
+    return None

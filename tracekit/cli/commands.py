@@ -23,6 +23,7 @@ FORMATS = ["table", "json", "csv", "md", "parquet", "html"]
 #: importing the CLI (``tracekit --help``, ``--version``, ``cache``) does not import the
 #: analyses, and with them pandas, numpy and pyarrow.
 TABLE_NAMES = [
+    "throughput",
     "phases",
     "modules",
     "gemm",
@@ -256,11 +257,12 @@ def _selected(analysis, only: list[str], per_step: bool) -> dict:
     have = analysis.names()
     missing = [n for n in only if n not in have]
     if missing:
-        why = (
-            "needs a directory of several ranks"
-            if all(REGISTRY[n].cross_rank for n in missing)
-            else "does not apply to this run or its filters"
-        )
+        if all(REGISTRY[n].cross_rank for n in missing):
+            why = "needs a directory of several ranks"
+        elif all(REGISTRY[n].from_manifest for n in missing) and not analysis.filters.active:
+            why = "needs a tracekit capture directory (its manifest.json records the steps' measures)"
+        else:
+            why = "does not apply to this run or its filters"
         raise click.BadParameter(f"{', '.join(missing)}: {why}", param_hint="--table")
     return {n: analysis.table(n, per_step) for n in have if n in only}
 

@@ -81,17 +81,24 @@ def host_of(path: str | os.PathLike, header_host: str | None) -> str | None:
     return m.group("host") if m else None
 
 
-def manifest_ranks(directory: Path) -> dict[str, int]:
-    """File name -> rank from a capture manifest in ``directory`` (empty when none is usable)."""
+def read_manifest(directory: Path) -> dict | None:
+    """The capture manifest in ``directory`` (``manifest.json``, at most 4 MiB), None when there
+    is none or it is not a JSON object."""
     p = directory / "manifest.json"
     try:
         if not p.is_file() or p.stat().st_size > _MANIFEST_MAX_BYTES:
-            return {}
+            return None
         doc = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return {}
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def manifest_ranks(directory: Path) -> dict[str, int]:
+    """File name -> rank from a capture manifest in ``directory`` (empty when none is usable)."""
+    doc = read_manifest(directory)
     out: dict[str, int] = {}
-    rows = doc.get("ranks") if isinstance(doc, dict) else None
+    rows = doc.get("ranks") if doc is not None else None
     for r in rows if isinstance(rows, list) else []:
         if (
             isinstance(r, dict)

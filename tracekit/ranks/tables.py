@@ -7,8 +7,8 @@ intervals are many. The facade (``Analysis``) and a worker computing one file's 
 (:func:`tables_of`, for :mod:`tracekit.ranks.perfile`) are both one: the worker's tables are the
 facade's, computed by the same code.
 
-Needs: ``ranks`` ({rank: Attributed}), ``filters``, ``_computed``, ``_held`` and ``jobs`` on the
-instance. Guarantees: each table of a rank is computed at most once per instance.
+Needs: ``path``, ``ranks`` ({rank: Attributed}), ``filters``, ``_computed``, ``_held`` and ``jobs``
+on the instance. Guarantees: each table of a rank is computed at most once per instance.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from ..filters import Filters
 from ..pipeline import Attributed
 from ..pipeline.checks import TraceWarning, check_rank
 from ..pipeline.windows import Windows, frame_windows
+from . import manifest_tables
 from .gathered import Computed
 
 #: Fewest intervals whose tables are worth a second process (:meth:`Analysis._compute`): below
@@ -39,6 +40,7 @@ class PerRankTables:
     """The tables of each rank of ``ranks``, computed once (a mixin: the instance holds the
     state, see the module's docstring)."""
 
+    path: str
     ranks: dict[int, Attributed]
     filters: Filters
     #: ``{(kind, name, rank): frame}`` computed once (workers' tables: :mod:`tracekit.ranks.gathered`).
@@ -58,7 +60,9 @@ class PerRankTables:
         return [
             n
             for n, s in REGISTRY.items()
-            if (self.multi_rank or not s.cross_rank) and self.filters.supports(REGISTRY.get(s.source or n, s))
+            if (self.multi_rank or not s.cross_rank)
+            and self.filters.supports(REGISTRY.get(s.source or n, s))
+            and (s.from_manifest is None or not self._manifest_rows(n).empty)
         ]
 
     def _checks(self, rank: int) -> list[TraceWarning]:
@@ -89,6 +93,14 @@ class PerRankTables:
             done = [s for s in done if s in self.filters.steps]
         return len(done) or 1
 
+    def _manifest_rows(self, name: str) -> pd.DataFrame:
+        """Table ``name``'s rows from the capture manifest (:mod:`tracekit.ranks.manifest_tables`), once."""
+        key = ("manifest", name, -1)
+        if key not in self._computed:
+            steps = self.filters.steps
+            self._computed[key] = manifest_tables.rows(REGISTRY[name], self.path, list(self.ranks), steps)
+        return self._computed[key]
+
     def _rank_table(self, name: str, rank: int, per_step: bool, copy: bool = True) -> pd.DataFrame:
         """One rank's table (per step, or its mean over steps), computed once; the kept frame
         itself when not ``copy`` (for a caller that only reads it, such as a concatenation)."""
@@ -113,8 +125,7 @@ class PerRankTables:
             (n, r)
             for n in names
             for r, att in self.ranks.items()
-            if not (REGISTRY[n].cross_rank or REGISTRY[n].derive or att.lazy)
-            and ("mean", n, r) not in self._computed
+            if REGISTRY[n].of_intervals and not att.lazy and ("mean", n, r) not in self._computed
         ]
         rows = sum(len(self.ranks[r].intervals) for r in {r for _, r in todo})
         if self.jobs < 2 or rows < SHARED_ROWS:
@@ -158,6 +169,7 @@ class PerRankTables:
 class OneRank(PerRankTables):
     """One file's tables as one rank (what :func:`tables_of` computes)."""
 
+    path: str
     ranks: dict[int, Attributed]
     jobs: int = 1
     filters: Filters = field(default_factory=Filters)
@@ -170,11 +182,11 @@ def tables_of(att: Attributed, path: str | os.PathLike, jobs: int = 1) -> dict:
     computed by up to ``jobs`` processes (:meth:`PerRankTables._compute`): every table the
     facade computes on creation (``Analysis.__post_init__``: all of them on two processes
     when worth it, the self-checks), the means over steps and the phase means."""
-    one = OneRank(ranks={0: att}, jobs=jobs)
+    one = OneRank(path=os.fspath(path), ranks={0: att}, jobs=jobs)
     one._compute(one.names())
     one._checks(0)
     for name, spec in REGISTRY.items():
-        if not spec.cross_rank and spec.derive is None:
+        if spec.of_intervals:
             one._rank_table(name, 0, per_step=False)
     one._phase_means(0)
     # Per-step tables stay here: the report needs only the means (and --per-step recomputes

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analyses import column_unit, spec_of
-from tracekit.analyses._registry import BYTES, COUNT, INDEX, MS, PCT, US
+from tracekit.analyses._registry import BYTES, COUNT, INDEX, MB, MS, PCT, PER_S, US
 
 #: Titles of tables that are not in the registry (``tracekit compare``).
 COMPARE_TITLES = {"attention": "Attention time, A vs B (Table VIII)"}
@@ -35,15 +35,18 @@ def title(name: str) -> str:
 
 
 def header(name: str, column: str) -> str:
-    """``wall_ms`` -> ``wall (ms)``; ``percent`` -> ``%``; ``vs_mean_pct`` -> ``vs mean (%)``."""
+    """``wall_ms`` -> ``wall (ms)``; ``percent`` -> ``%``; ``vs_mean_pct`` -> ``vs mean (%)``;
+    ``peak_rss_mb`` -> ``peak rss (MB)``; ``tokens_per_s`` -> ``tokens/s``."""
     unit = column_unit(name, column)
     base = column
-    for suffix in ("_ms", "_us", "_pct"):
+    for suffix in ("_ms", "_us", "_pct", "_mb"):
         base = base.removesuffix(suffix)
+    if unit == PER_S and base.endswith("_per_s"):
+        return base.removesuffix("_per_s").replace("_", " ") + "/s"
     if base == "percent":
         return "%" if not column.startswith("paper_") else "paper %"
     base = base.replace("_", " ")
-    shown = {MS: "ms", US: "us", PCT: "%"}.get(unit)
+    shown = {MS: "ms", US: "us", PCT: "%", MB: "MB"}.get(unit)
     return f"{base} ({shown})" if shown else base
 
 
@@ -60,7 +63,7 @@ def cell(name: str, column: str, v) -> str:
             return f"{round(f):,}" if unit != INDEX else str(round(f))
         if unit == PCT:
             return f"{f:,.1f}"
-        if unit == US:
+        if unit in (US, MB, PER_S):
             return f"{f:,.1f}"
         return f"{f:,.3f}"
     return str(v)
