@@ -8,6 +8,14 @@ keeps every planted device activity with the labels it was meant to get
 (:class:`~tracekit.testing.truth.Activity`). ``tracekit.testing.strategies`` has hypothesis
 strategies (hypothesis is imported only there). Nothing here imports torch.
 
+Takes in: what a test plants (steps, phases, modules, kernels with exact times, ranks).
+Gives out: a trace file ``tracekit.load`` reads, and the planted truth to compare the tables
+with. Open first: :mod:`tracekit.testing.builder` (``TraceBuilder``). Then
+:mod:`~tracekit.testing.truth` (the planted activities and the interval arithmetic of the truth),
+:mod:`~tracekit.testing.kernels` (real kernel names), :mod:`~tracekit.testing.events` and
+:mod:`~tracekit.testing.document` (the Kineto event shapes, the file around them),
+:mod:`~tracekit.testing.device` (device calls), :mod:`~tracekit.testing.strategies`.
+
 See docs/testing.md.
 """
 
