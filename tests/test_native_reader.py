@@ -199,6 +199,7 @@ def test_synthetic_traces_read_the_same(options, tmp_path, scans):
     assert scans["took"] > 0 and scans["declined"] == 0
 
 
+@pytest.mark.fuzz
 @FUZZ
 @given(planted_traces(max_steps=2, max_units=4))
 def test_planted_traces_read_the_same(tmp_path_factory, built):
@@ -429,12 +430,14 @@ def objects(draw, keys: list[str], inner=None) -> str:
 EVENTS = st.lists(objects(EVENT_KEYS, objects(ARG_KEYS)), min_size=1, max_size=6).map(", ".join)
 
 
+@pytest.mark.fuzz
 @FUZZ
 @given(EVENTS)
 def test_scanned_events_equal_msgspec_or_are_declined(text):
     check_scan(text.encode())
 
 
+@pytest.mark.fuzz
 @FUZZ
 @given(EVENTS, st.data())
 def test_mutated_event_text_equal_msgspec_or_declined(text, data):

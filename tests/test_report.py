@@ -122,6 +122,7 @@ def _page_requests(netlog: Path) -> list[str]:
     )
 
 
+@pytest.mark.browser
 @needs_chromium
 def test_report_renders_in_headless_chromium(report, tmp_path):
     url = report.resolve().as_uri()
@@ -151,6 +152,7 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     assert blue > 0.01 * 350 * 450
 
 
+@pytest.mark.browser
 @needs_chromium
 def test_network_check_can_fail(tmp_path):
     """The request check above sees a page's request (a control, so that check can fail)."""
@@ -171,6 +173,7 @@ def test_write_report_returns_path(tmp_path):
 # --- --paper ------------------------------------------------------------------------------------
 
 
+@pytest.mark.shared
 def test_paper_values_match_the_paper_text():
     from tracekit.paper import paper_values
 
@@ -242,6 +245,7 @@ def test_compare_paper_table_viii(tmp_path):
     assert att["forward"]["paper_improvement_pct"] == 34.9 and att["backward"]["paper_b_ms"] == 2.07
 
 
+@pytest.mark.browser
 @needs_chromium
 def test_multi_rank_report_renders_without_console_errors(tmp_path):
     """``analyze DIR --format html`` on a 2-rank run (it used to end in a traceback): every
@@ -259,6 +263,7 @@ def test_multi_rank_report_renders_without_console_errors(tmp_path):
     assert console == [], console
 
 
+@pytest.mark.browser
 @needs_chromium
 def test_console_check_can_fail(tmp_path):
     """The console check above sees a page's JavaScript error (a control)."""

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from golden import golden_name, sources
+from shared_traces import param
 from synthetic import make_trace, write_trace
 
 import tracekit
@@ -74,7 +75,7 @@ def _meta(a: tracekit.Analysis) -> dict:
     return json.loads(json.dumps(a.meta, default=str))
 
 
-@pytest.mark.parametrize("src", SOURCES, ids=[golden_name(s)[:60] for s in SOURCES])
+@pytest.mark.parametrize("src", [param(s, golden_name(s)[:60]) for s in SOURCES])
 def test_cached_result_equals_cold_without_running_the_pipeline(src, tmp_path, cachedir, monkeypatch):
     path = _copy(src, tmp_path)
     cold = tracekit.load(path, cache=False, jobs=1)
@@ -93,6 +94,7 @@ def test_cached_result_equals_cold_without_running_the_pipeline(src, tmp_path, c
     pd.testing.assert_frame_equal(second.intervals, cold.intervals)
 
 
+@pytest.mark.shared
 def test_explain_from_the_cache_equals_cold(tmp_path, cachedir):
     src = next(s for s in SOURCES if s.name.startswith("trace_filter__sampled_rank-0"))
     path = _copy(src, tmp_path)
