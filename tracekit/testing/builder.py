@@ -55,7 +55,11 @@ class TraceBuilder(DeviceCalls):
     ``"both"`` or ``"none"``. ``autograd_thread``: backward runs on a ``pt_autograd_0`` thread
     (else on the main thread). ``flows``: write ``fwdbwd`` flows from forward op to backward
     node (else only ``Sequence number`` / ``Fwd thread id`` link them). ``jitter_seed``: add
-    0-9 ns of CPU jitter (device times stay exact). Times are microseconds (floats carry ns).
+    0-9 ns of CPU jitter (device times stay exact). ``fwd_thread_id``: ``"real"`` (forward
+    ops carry ``Fwd thread id`` 0, backward nodes 1, as PyTorch writes them) or ``"tid"``
+    (forward ops none, backward nodes the main thread's id, as older PyTorch did).
+    ``unique_starts``: nudge a device start another activity already has by one quantum.
+    Times are microseconds (floats carry ns).
     """
 
     def __init__(
@@ -74,9 +78,13 @@ class TraceBuilder(DeviceCalls):
         pid: int = 48213,
         device: int = 0,
         jitter_seed: int | None = None,
+        fwd_thread_id: str = "real",
+        unique_starts: bool = False,
     ) -> None:
         if modules not in MODULE_EVENTS:
             raise ValueError(f"modules must be one of {MODULE_EVENTS}, not {modules!r}")
+        if fwd_thread_id not in ("real", "tid"):
+            raise ValueError(f"fwd_thread_id must be 'real' or 'tid', not {fwd_thread_id!r}")
         rng = random.Random(jitter_seed) if jitter_seed is not None else None
         self.w = EventWriter(
             ts_format=ts_format,
@@ -87,8 +95,10 @@ class TraceBuilder(DeviceCalls):
             autograd_tid=pid + 88 if autograd_thread else None,
             device=device,
             start_ns=start_ns,
+            unique_starts=unique_starts,
         )
         self.rank, self.world_size = rank, world_size
+        self.fwd_thread_id = fwd_thread_id
         self.nn_module = modules in ("nn_module", "both")
         self.capture = modules in ("capture", "both")
         self.flows = flows
@@ -229,6 +239,31 @@ class TraceBuilder(DeviceCalls):
         finally:
             self._s.labels = old
 
+    @property
+    def labels(self) -> dict[str, Any]:
+        """The labels planted here (a copy)."""
+        return dict(self._s.labels)
+
+    @contextmanager
+    def python(
+        self, frame: str, args: dict | None = None, pre: float = 0.6, post: float = 0.4
+    ) -> Iterator[None]:
+        """A ``python_function`` frame on the current thread, as ``with_stack=True`` writes them
+        (``Python id`` / ``Python parent id`` nest them); e.g. ``apply_rotary_pos_emb``'s frame."""
+        with self.w.pyfunc(self._s.tid, frame, args, pre=pre, post=post):
+            yield
+
+    @contextmanager
+    def annotation(self, name: str) -> Iterator[None]:
+        """A ``user_annotation`` range on the current thread (``record_function(name)``), such as
+        the ``nccl:all_reduce`` range ProcessGroupNCCL writes around a collective."""
+        with self.w.rng_(self._s.tid, name, "user_annotation"):
+            yield
+
+    def runtime(self, name: str, us: float, cbid: int | None = None) -> None:
+        """A runtime call with no device activity (``cudaEventRecord``, ``cudaStreamWaitEvent``)."""
+        self.w.runtime_only(self._s.tid, name, us, cbid)
+
     # ops -------------------------------------------------------------------------------------
     @contextmanager
     def op(self, name: str, args: dict | None = None) -> Iterator[Op]:
@@ -238,7 +273,9 @@ class TraceBuilder(DeviceCalls):
         seq = None
         if not self._s.backward:
             seq = self._seq
-            a.update({"Sequence number": seq, "Fwd thread id": 0})
+            a["Sequence number"] = seq
+            if self.fwd_thread_id == "real":
+                a["Fwd thread id"] = 0
         top = not self._s.ops
         with self.w.rng_(self._s.tid, name, "cpu_op", args=a) as box:
             op = Op(name=name, tid=self._s.tid, start=box["start"], seq=seq, module=self._module())
@@ -259,7 +296,10 @@ class TraceBuilder(DeviceCalls):
         if fwd is None or fwd.seq is None:
             raise ValueError("the creator must be a forward op (or a kernel launched from one)")
         node = node or _node_name(fwd.name)
-        args = {"Sequence number": fwd.seq, "Fwd thread id": 1}
+        args = {
+            "Sequence number": fwd.seq,
+            "Fwd thread id": 1 if self.fwd_thread_id == "real" else self.w.main,
+        }
         tid = self._s.tid
         with self.w.rng_(tid, f"autograd::engine::evaluate_function: {node}", args=dict(args)):
             with self.w.rng_(tid, node, args=dict(args)) as box:
