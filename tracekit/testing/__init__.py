@@ -23,6 +23,8 @@ from . import kernels
 from .builder import TraceBuilder
 from .document import write_trace
 from .events import COMM_STREAM, COMPUTE_STREAM, COPY_STREAM, SIDE_STREAM
+from .expected import Truth, expected_tables
+from .llama import llama_training
 from .truth import Activity, Kernel, Op, intersect_window, measure, subtract, union
 
 __all__ = [
@@ -34,8 +36,11 @@ __all__ = [
     "Kernel",
     "Op",
     "TraceBuilder",
+    "Truth",
+    "expected_tables",
     "intersect_window",
     "kernels",
+    "llama_training",
     "measure",
     "subtract",
     "union",
