@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 from bad_inputs import mini_trace
-from synthetic import make_trace, write_trace
+
+from tracekit.testing import llama_training, write_trace
 
 TIMEOUT = 60
 MEMORY = 3 << 30
@@ -503,7 +504,7 @@ def test_ctrl_c_with_jobs_is_one_line_and_exit_130(box):
     d.mkdir()
     # Enough ranks that the pool is still busy when the signal arrives (a few ranks finished
     # before it once the analysis got faster, and the run exited 0).
-    tr = make_trace(n_layers=8, n_steps=6, seed=0)[0]
+    tr = llama_training(n_layers=8, n_steps=6, seed=0)[0]
     tr["distributedInfo"] = {"rank": 123456789, "world_size": 48}
     write_trace(d / "rank0.json", tr)
     text = (d / "rank0.json").read_bytes()

@@ -33,7 +33,6 @@ from bad_inputs import mini_trace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from shared_traces import params
-from synthetic import make_trace
 from test_bad_input import BROKEN
 
 import tracekit.read.files as F
@@ -42,6 +41,7 @@ import tracekit.read.reader as R
 from tracekit.errors import TraceError
 from tracekit.read.columns import _FrameBuilder
 from tracekit.read.streaming import _EVENTS_DECODER, _TEXT_EVENTS_DECODER
+from tracekit.testing import llama_training
 from tracekit.testing.strategies import planted_traces
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
@@ -187,12 +187,12 @@ def test_sample_traces_read_the_same(scans):
         {},
         {"ts_format": "int"},
         {"big_ids": True, "old_categories": True, "shuffle": True},
-        {"module_source": "both", "backward_thread": "main", "fwd_thread_id": "tid"},
+        {"modules": "both", "autograd_thread": False, "fwd_thread_id": "tid"},
     ],
     ids=["float", "int", "big-ids-old-cats", "both-modules"],
 )
 def test_synthetic_traces_read_the_same(options, tmp_path, scans):
-    trace, _ = make_trace(**options)
+    trace, _ = llama_training(**options)
     p = tmp_path / "t.json"
     p.write_text(json.dumps(trace))
     _check_file(p, chunks=(None, 1 << 12))

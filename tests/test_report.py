@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from shared_traces import PAPER_MD
-from synthetic import make_trace, write_trace
 
 import tracekit
 from tracekit.cli import main
 from tracekit.render.html import render_report, script_json, write_report
+from tracekit.testing import llama_training, write_trace
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 needs_chromium = pytest.mark.skipif(
@@ -39,7 +39,7 @@ def report(tmp_path_factory):
     """A report of a synthetic run in which trace-derived text is hostile: the file name, a
     kernel category (as a user's rule could name it) and a module name."""
     d = tmp_path_factory.mktemp("report")
-    trace, _ = make_trace(n_steps=2, n_layers=2)
+    trace, _ = llama_training(n_steps=2, n_layers=2)
     path = write_trace(d / "run.json", trace)
     r = CliRunner().invoke(
         main, ["analyze", str(path), "--per-step", "--format", "html", "--out", str(d / "cli.html")]
@@ -85,7 +85,7 @@ def html_escaped(s: str) -> str:
 def test_compare_report(tmp_path):
     paths = []
     for att in ("eager", "sdpa"):
-        trace, _ = make_trace(attention=att, n_steps=2, n_layers=1)
+        trace, _ = llama_training(attention=att, n_steps=2, n_layers=1)
         paths.append(str(write_trace(tmp_path / f"{att}.json", trace)))
     from tracekit.compare import compare, compare_meta
 
@@ -164,7 +164,7 @@ def test_network_check_can_fail(tmp_path):
 
 
 def test_write_report_returns_path(tmp_path):
-    trace, _ = make_trace(n_steps=1, n_layers=1)
+    trace, _ = llama_training(n_steps=1, n_layers=1)
     a = tracekit.load(write_trace(tmp_path / "t.json", trace))
     out = write_report(a.meta, a.tables(), tmp_path / "r.html")
     assert out.exists() and out.stat().st_size > 3_000_000
@@ -208,7 +208,7 @@ def test_paper_values_match_the_paper_text():
 
 
 def test_paper_flag_adds_columns_and_citation(tmp_path):
-    trace, _ = make_trace(n_steps=2, n_layers=1)
+    trace, _ = llama_training(n_steps=2, n_layers=1)
     path = write_trace(tmp_path / "t.json", trace)
     plain = json.loads(CliRunner().invoke(main, ["analyze", str(path), "--format", "json"]).stdout)
     r = CliRunner().invoke(main, ["analyze", str(path), "--format", "json", "--paper"])
@@ -237,7 +237,7 @@ def test_paper_flag_adds_columns_and_citation(tmp_path):
 def test_compare_paper_table_viii(tmp_path):
     paths = []
     for att in ("eager", "sdpa"):
-        trace, _ = make_trace(attention=att, n_steps=1, n_layers=1)
+        trace, _ = llama_training(attention=att, n_steps=1, n_layers=1)
         paths.append(str(write_trace(tmp_path / f"{att}.json", trace)))
     r = CliRunner().invoke(main, ["compare", *paths, "--format", "json", "--paper"])
     assert r.exit_code == 0, r.output
