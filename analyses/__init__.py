@@ -17,12 +17,18 @@ table, a row per step and key, with the units its spec declares. Open first:
 
 from . import (  # imported to register; the report order is _ORDER below
     comm,
+    efficiency,
     gemm,
+    gemm_shapes,
     idle,
     kernels,
     layers,
     memcpy,
+    memory,
+    memory_modules,
+    memory_timeline,
     modules,
+    op_shapes,
     phases,
     ranks,
     throughput,
@@ -40,6 +46,9 @@ _ORDER = [
         phases,
         modules,
         gemm,
+        gemm_shapes,
+        efficiency,
+        op_shapes,
         comm,
         idle,
         kernels,
@@ -48,6 +57,9 @@ _ORDER = [
         top_kernels,
         layers,
         ranks,
+        memory,
+        memory_modules,
+        memory_timeline,
     )
 ]
 

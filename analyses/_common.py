@@ -114,7 +114,9 @@ def at(series: pd.Series, keys) -> np.ndarray:
     the few rows of a per-step table."""
     keys = list(keys)
     if series.dtype.kind != "f":
-        return series.reindex(pd.Index(keys)).fillna(0.0).to_numpy()
+        out = series.reindex(pd.Index(keys)).fillna(0.0).to_numpy()
+        # an empty group-by (no activity at all: every duration 0) is of dtype object
+        return out.astype(float) if out.dtype == object else out
     found = dict(zip(series.index, series.to_numpy()))
     out = np.fromiter((found.get(k, np.nan) for k in keys), dtype=float, count=len(keys))
     out[np.isnan(out)] = 0.0

@@ -21,6 +21,13 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 MS, US, PCT, COUNT, BYTES, INDEX = "ms", "us", "%", "count", "bytes", "index"
+#: Units of the perf model's columns (docs/metrics.md "FLOPs, bytes and % of peak"): a mean
+#: number of calls per step (not rounded), 10^9 FLOP, 10^9 bytes, 10^12 FLOP/s, 10^12 bytes/s,
+#: FLOP per byte.
+CALLS, GFLOP, GBYTE, TFLOPS, TBPS, FLOP_PER_BYTE = "calls", "GFLOP", "GB", "TFLOP/s", "TB/s", "FLOP/B"
+#: A text value that ``finish`` derives from a row's values (efficiency's ``bound``): not summed
+#: over steps, derived again from the means.
+LABEL = "label"
 #: Memory in MiB (2^20 bytes) and a rate per second (``tokens_per_s``: tokens/s).
 MB, PER_S = "MB", "/s"
 #: Units whose values are whole numbers (printed without decimals, integers in JSON).
@@ -30,8 +37,42 @@ INTEGER_UNITS = {COUNT, BYTES, INDEX}
 MEAN = "mean"  # sum over complete steps / number of complete steps (absent = 0)
 STAGE_MEAN = "stage-mean"  # MEAN, but rows of an inference stage over the steps holding it
 PER_STEP = "per-step"  # only meaningful per step: no mean row (e.g. step windows)
+PRESENT_MEAN = "present-mean"  # each row's mean over the complete steps that hold it
+
+#: What a table function reads: the labelled intervals, or the labelled memory events
+#: (:attr:`tracekit.pipeline.Attributed.memory`).
+INTERVALS, MEMORY_EVENTS = "intervals", "memory"
 
 Table = Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame]
+
+#: Denominators every step has (:class:`Ratio`): the step's device window, the row's phase wall.
+STEP_WINDOW, PHASE_WALL = "step window", "phase wall"
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A ratio column: ``scale x num / of``, derived from the table's aggregated values.
+
+    Ratio columns are never aggregated themselves: a table gives its sums per step, the mean
+    over steps is taken of those (:func:`tracekit.aggregate.mean_over_steps`), and every ratio
+    column is computed afterwards, per step and for the mean alike
+    (:func:`tracekit.aggregate.derive_ratios`): a percent is a ratio of means, never a mean of
+    ratios. ``of`` is the denominator:
+
+    * a value column of the same row (``gemm_ms / compute_ms``, ``total_ms / count``);
+    * with ``within`` (key columns, ``()`` for none), the sum of that column over the rows of
+      the step sharing those keys: the row's share of the table's own total (kernel
+      categories of a stage, top kernels);
+    * :data:`STEP_WINDOW` / :data:`PHASE_WALL`: the step's device window / the wall of the
+      row's phase (for the mean: their mean over the same steps).
+
+    A zero denominator gives 0.
+    """
+
+    num: str
+    of: str
+    scale: float = 100.0
+    within: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -40,10 +81,18 @@ class TableSpec:
 
     * ``keys``: the label columns a row is identified by (besides ``step``, ``stage``, ``rank``);
     * ``values``: value column -> unit (``ms``, ``us``, ``%``, ``count``, ``bytes``);
-    * ``aggregate``: :data:`MEAN`, :data:`STAGE_MEAN` or :data:`PER_STEP`;
+    * ``aggregate``: :data:`MEAN`, :data:`STAGE_MEAN`, :data:`PRESENT_MEAN` (a row absent from
+      a step says nothing about it: peaks) or :data:`PER_STEP` (the per-step rows, also as the
+      mean view);
+    * ``reads``: :data:`INTERVALS` (``func(intervals, windows)``) or :data:`MEMORY_EVENTS`
+      (``func(memory, windows)``: the rank's memory events; a run with none has no such table);
+    * ``shown``: False for a table kept for its chart and the files (JSON, CSV, Parquet), whose
+      rows the terminal, Markdown and HTML tables leave out;
     * ``chart``: ``bar``, ``stacked`` or ``none`` (the HTML report's default chart);
-    * ``finish``: recomputes ratio columns (e.g. a mean duration) after aggregation, so they are
-      ratios of means, never means of ratios;
+    * ``ratios``: ratio column -> :class:`Ratio`: percents, shares and mean durations, derived
+      from the aggregated columns (never averaged);
+    * ``finish``: what else is derived after aggregation (a layer against the mean layer, the
+      row order), from the aggregated columns;
     * ``filters``: the filters (``phase``, ``module``) the table honours by computing on the
       filtered intervals; a filter on a key column (``phase``) also selects rows; a table that
       can honour neither way is left out of a filtered run;
@@ -70,6 +119,7 @@ class TableSpec:
     values: dict[str, str] = field(default_factory=dict)
     aggregate: str = MEAN
     chart: str = "bar"
+    ratios: dict[str, Ratio] = field(default_factory=dict)
     finish: Callable[[pd.DataFrame], pd.DataFrame] | None = None
     filters: frozenset[str] = frozenset()
     top: int | None = None
@@ -81,11 +131,13 @@ class TableSpec:
     cross_rank: bool = False
     from_manifest: Callable[[dict], pd.DataFrame] | None = None
     summary: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+    reads: str = INTERVALS
+    shown: bool = True
 
     @property
     def of_intervals(self) -> bool:
-        """Computed from one rank's intervals and windows (``func``): what each rank's worker
-        computes, per step then as the mean."""
+        """Computed from one rank's intervals (or its memory events, ``reads``) and windows
+        (``func``): what each rank's worker computes, per step then as the mean."""
         return self.func is not None
 
     @property

@@ -5,20 +5,24 @@ Per step, phase (of the launching op) and collective (from the kernel name, else
 
 * ``count``: number of communication kernels;
 * ``time_ms``: sum of their durations;
+* ``busy_ms``: measure of the union of these kernels: the time at least one of them runs
+  (``time_ms`` when they never overlap each other);
 * ``exposed_ms``: measure of (union of these kernels) minus (union of all compute kernels of the
   step): the part that no computation hides;
-* ``percent``: time_ms / step window x 100.
+* ``percent``: busy_ms / step window x 100: the share of the step during which this collective
+  runs, at most 100 (a sum of durations over a window is not a share: two overlapping
+  all-reduces summed to 192%).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from tracekit.pipeline.intervals import minus_measure_by
+from tracekit.pipeline.intervals import measure_by, minus_measure_by
 from tracekit.pipeline.windows import Windows
 
-from ._common import NS_PER_MS, as_text, narrow, percent, sums, text
-from ._registry import COUNT, MS, PCT, register
+from ._common import NS_PER_MS, as_text, narrow, sums, text
+from ._registry import COUNT, MS, PCT, STEP_WINDOW, Ratio, register
 
 
 @register(
@@ -26,10 +30,11 @@ from ._registry import COUNT, MS, PCT, register
     title="Communication per phase and collective",
     paper="XV, XVI",
     keys=("phase", "collective"),
-    values={"count": COUNT, "time_ms": MS, "exposed_ms": MS, "percent": PCT},
+    values={"count": COUNT, "time_ms": MS, "busy_ms": MS, "exposed_ms": MS, "percent": PCT},
+    ratios={"percent": Ratio("busy_ms", STEP_WINDOW)},
 )
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
-    cols = ["step", "phase", "collective", "count", "time_ms", "exposed_ms", "percent"]
+    cols = ["step", "phase", "collective", "count", "time_ms", "busy_ms", "exposed_ms"]
     comm = narrow(
         intervals,
         ["step", "phase", "collective", "start", "end", "count"],
@@ -52,9 +57,8 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     compute = narrow(intervals, ["step", "start", "end"], (intervals["group"] == "compute").to_numpy())
     out = sums(c, keys, {"count": "count", "time_ns": "dur"}, observed=True)
     exposed = minus_measure_by(c, compute[["step", "start", "end"]], keys, ["step"])
+    out["busy_ms"] = measure_by(c, keys).reindex(out.index).to_numpy() / NS_PER_MS
     out["exposed_ms"] = exposed.reindex(out.index).to_numpy() / NS_PER_MS
     out = as_text(out.reset_index(), ["phase", "collective"])
     out["time_ms"] = out["time_ns"] / NS_PER_MS
-    window = windows.steps.set_index("step")["window_ms"]
-    out["percent"] = percent(out["time_ms"], window.reindex(out["step"]).to_numpy())
     return out[cols]

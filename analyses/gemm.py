@@ -12,8 +12,8 @@ import pandas as pd
 
 from tracekit.pipeline.windows import Windows
 
-from ._common import WINDOW_PHASES, at, labelled_spans, percent, phases_present, union_ms_by
-from ._registry import MS, PCT, register
+from ._common import WINDOW_PHASES, at, labelled_spans, phases_present, union_ms_by
+from ._registry import MS, PCT, Ratio, register
 
 
 @register(
@@ -22,6 +22,7 @@ from ._registry import MS, PCT, register
     paper="XIII",
     keys=("phase",),
     values={"gemm_ms": MS, "compute_ms": MS, "percent": PCT},
+    ratios={"percent": Ratio("gemm_ms", "compute_ms")},
 )
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     key = ["step", "phase"]
@@ -38,7 +39,6 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
             "phase": idx.get_level_values(1),
             "gemm_ms": g,
             "compute_ms": t,
-            "percent": percent(g, t),
         }
     )
     out["phase"] = pd.Categorical(out["phase"], categories=WINDOW_PHASES)

@@ -12,14 +12,15 @@ import pandas as pd
 
 from tracekit.pipeline.windows import Windows
 
-from ._common import percent, union_ms_by
-from ._registry import MS, PCT, register
+from ._common import union_ms_by
+from ._registry import MS, PCT, Ratio, register
 
 
 @register(
     "idle",
     title="Device idle per step",
     values={"window_ms": MS, "busy_ms": MS, "idle_ms": MS, "percent": PCT},
+    ratios={"percent": Ratio("idle_ms", "window_ms")},
     chart="none",
 )
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
@@ -33,7 +34,6 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
             "window_ms": window,
             "busy_ms": busy,
             "idle_ms": idle,
-            "percent": percent(idle, window),
         },
-        columns=["step", "window_ms", "busy_ms", "idle_ms", "percent"],
+        columns=["step", "window_ms", "busy_ms", "idle_ms"],
     )

@@ -8,7 +8,9 @@ instant is split equally among the activities of that group running then. So
   rows to the communication not hidden under compute, and with the memcpy and Idle rows the
   whole table adds up to the step window (``percent`` adds up to 100);
 * ``kernel_ms`` is the plain sum of the kernels' durations, overlap included;
-* ``count`` is the number of activities.
+* ``count`` is the number of activities (empty on the Idle row: idle is no activity);
+* ``percent``: time_ms / the total of the step's rows (of its stage) x 100, that is of the
+  step (stage) window.
 
 Compute categories (the paper's Element-wise, RoPE, Triton, GEMM, RMSNorm, Attention, then
 Convolution, Normalization, Reduction, Data movement, Quantization, MoE routing, Embedding,
@@ -28,9 +30,17 @@ import pandas as pd
 from tracekit.pipeline.taxonomy import COMM_CATEGORIES, KERNEL_CATEGORIES
 from tracekit.pipeline.windows import Windows
 
-from ._common import WINDOW_PHASES, narrow, percent, share_column, sums, text, text_index
-from ._registry import COUNT, MS, PCT, STAGE_MEAN, register
+from ._common import narrow, sums, text, text_index
+from ._registry import COUNT, MS, PCT, STAGE_MEAN, Ratio, register
 from ._stages import ORDER, has_stages
+
+
+def _idle_has_no_count(df: pd.DataFrame) -> pd.DataFrame:
+    """The Idle row's count is empty in the mean too (idle is no activity; a sum made it 0)."""
+    df = df.copy()
+    df["count"] = df["count"].astype(float).where(df["group"].astype(str) != "idle")
+    return df
+
 
 GROUPS = {
     "compute": KERNEL_CATEGORIES,
@@ -51,21 +61,23 @@ ROWS = [(g, c) for g, cats in GROUPS.items() for c in cats]
     aggregate=STAGE_MEAN,
     compare="time_ms",
     values={"count": COUNT, "time_ms": MS, "kernel_ms": MS, "percent": PCT},
+    ratios={"percent": Ratio("time_ms", "time_ms", within=("stage",))},
+    finish=_idle_has_no_count,
 )
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     staged = has_stages(intervals)
     keys = ["step"] + (["stage"] if staged else [])
-    cols = keys + ["group", "category", "count", "time_ms", "kernel_ms", "percent"]
+    cols = keys + ["group", "category", "count", "time_ms", "kernel_ms"]
     done = windows.steps
     used = ["step", "stage", "group", "kernel_category", "count", "start", "end"]
-    used += [share_column(p) for p in WINDOW_PHASES]
+    used += ["share_step"]
     iv = narrow(intervals, used, intervals["step"].isin(done["step"]).to_numpy())
     frame = pd.DataFrame(
         {
             "step": iv["step"].to_numpy(),
             "group": text(iv["group"], {"memset": "memcpy"}),
             "category": text(iv["kernel_category"]),
-            "share": sum(iv[share_column(p)].to_numpy() for p in WINDOW_PHASES) / 1e6,
+            "share": iv["share_step"].to_numpy() / 1e6,
             "dur": (iv["end"] - iv["start"]).to_numpy() / 1e6,
             "count": iv["count"].to_numpy(),
             "start": iv["start"].to_numpy(),
@@ -98,6 +110,5 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     idle = (out["group"] == "idle").to_numpy()
     b = busy.reindex(present).fillna(0.0).to_numpy().repeat(len(ROWS))
     out.loc[idle, "time_ms"] = np.maximum(win[idle] - b[idle], 0.0)
-    out["count"] = out["count"].astype(np.int64)
-    out["percent"] = percent(out["time_ms"], win)
+    out["count"] = np.where(idle, np.nan, out["count"].to_numpy(dtype=float))
     return out[cols]

@@ -4,7 +4,9 @@ Per step and copy kind (the memcpy event name, e.g. ``Memcpy HtoD (Pinned -> Dev
 to its direction HtoD / DtoH / DtoD / HtoH / PtoP, and Memset):
 
 * ``count``, ``time_ms`` (sum of durations), ``bytes`` (sum, where the trace records it),
-* ``percent``: time_ms / step window x 100.
+* ``busy_ms``: measure of the union of these copies (``time_ms`` when they never overlap),
+* ``percent``: busy_ms / step window x 100: the share of the step during which such a copy
+  runs, at most 100.
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracekit.pipeline.intervals import measure_by
 from tracekit.pipeline.state import categorical_take, codes_of
 from tracekit.pipeline.windows import Windows
 
-from ._common import NS_PER_MS, as_text, narrow, percent, sums
-from ._registry import BYTES, COUNT, MS, PCT, register
+from ._common import NS_PER_MS, as_text, narrow, sums
+from ._registry import BYTES, COUNT, MS, PCT, STEP_WINDOW, Ratio, register
 
-_DIRECTION = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP)")
+#: The copy kinds (the ``kind`` column): directions, Memset, and Other for a name saying none.
+KINDS = ["HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "Memset", "Other"]
+_DIRECTION = re.compile("(" + "|".join(KINDS[:5]) + ")")
 
 
 def direction(name: str) -> str:
@@ -34,10 +39,11 @@ def direction(name: str) -> str:
     paper="XIV",
     keys=("kind",),
     chart="none",
-    values={"count": COUNT, "time_ms": MS, "bytes": BYTES, "percent": PCT},
+    values={"count": COUNT, "time_ms": MS, "busy_ms": MS, "bytes": BYTES, "percent": PCT},
+    ratios={"percent": Ratio("busy_ms", STEP_WINDOW)},
 )
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
-    cols = ["step", "kind", "count", "time_ms", "bytes", "percent"]
+    cols = ["step", "kind", "count", "time_ms", "busy_ms", "bytes"]
     is_mem = intervals["group"].isin(["memcpy", "memset"]).to_numpy()
     mem = narrow(intervals, ["step", "name", "start", "end", "count", "bytes"], is_mem)
     if mem.empty:
@@ -48,16 +54,17 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
         {
             "step": mem["step"].to_numpy(),
             "kind": categorical_take(kinds, codes, np.arange(len(codes)), ""),
+            "start": mem["start"].to_numpy(),
+            "end": mem["end"].to_numpy(),
             "dur": (mem["end"] - mem["start"]).to_numpy(),
             "count": mem["count"].to_numpy(),
             "bytes": mem["bytes"].fillna(0).to_numpy(),
         }
     )
     named = {"count": "count", "time_ns": "dur", "bytes": "bytes"}
-    out = sums(frame, ["step", "kind"], named, observed=True).reset_index()
-    out = as_text(out, ["kind"])
+    out = sums(frame, ["step", "kind"], named, observed=True)
+    out["busy_ms"] = measure_by(frame, ["step", "kind"]).reindex(out.index).to_numpy() / NS_PER_MS
+    out = as_text(out.reset_index(), ["kind"])
     out["time_ms"] = out["time_ns"] / NS_PER_MS
-    window = windows.steps.set_index("step")["window_ms"]
-    out["percent"] = percent(out["time_ms"], window.reindex(out["step"]).to_numpy())
     out["bytes"] = out["bytes"].astype(float)
     return out[cols]

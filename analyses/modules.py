@@ -27,8 +27,8 @@ import pandas as pd
 from tracekit.pipeline.taxonomy import MODULE_CATEGORIES
 from tracekit.pipeline.windows import Windows
 
-from ._common import at, percent, phases_present, window_shares
-from ._registry import MS, PCT, register
+from ._common import at, phases_present, window_shares
+from ._registry import MS, PCT, PHASE_WALL, Ratio, register
 
 ROWS = MODULE_CATEGORIES + ["Other", "Exposed communication", "Idle"]
 _OTHER, _EXPOSED = ROWS.index("Other"), ROWS.index("Exposed communication")
@@ -51,6 +51,7 @@ def _rows(shares: pd.DataFrame, compute: np.ndarray) -> np.ndarray:
     keys=("phase", "module"),
     compare="time_ms",
     values={"time_ms": MS, "percent": PCT, "recompute_ms": MS},
+    ratios={"percent": Ratio("time_ms", PHASE_WALL)},
 )
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     win = windows.phases
@@ -76,9 +77,8 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     per_window = out.groupby(["step", "phase"], sort=False)["time_ms"].transform("sum").to_numpy()
     idle = out["module"].to_numpy() == "Idle"
     out.loc[idle, "time_ms"] = np.maximum(wall[idle] - per_window[idle], 0.0)
-    out["percent"] = percent(out["time_ms"], wall)
     rec = shares["recompute"].to_numpy(bool) & compute
     redone = shares["share_ms"][rec].groupby([k[rec] for k in keys]).sum()
     out["recompute_ms"] = at(redone, idx)
     out["module"] = pd.Categorical(out["module"], categories=ROWS)
-    return out[["step", "phase", "module", "time_ms", "percent", "recompute_ms"]]
+    return out[["step", "phase", "module", "time_ms", "recompute_ms"]]

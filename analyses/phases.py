@@ -7,7 +7,8 @@ Per step and phase:
   with no phase evidence (``unattributed``, a row only where there is some) or else the first
   optimizer activity, optimizer from there to the step's last device end (absent phases are
   empty).
-* ``percent``: wall_ms / step window x 100 (the rows add up to 100).
+* ``percent``: wall_ms / step window x 100 (the rows add up to 100; for the mean, of the mean
+  wall over the mean window: :class:`~analyses._registry.Ratio`).
 * ``compute_ms``: measure of the union of the compute kernels launched by the phase's ops.
 * ``comm_ms``: measure of the union of the communication kernels launched by the phase's ops.
 * ``exposed_comm_ms``: measure, inside the phase window, of (union of all communication)
@@ -15,6 +16,10 @@ Per step and phase:
 * ``recompute_ms``: the part of ``compute_ms`` that is activation recomputation (forward
   modules run again inside backward); non-zero only in backward.
 * ``idle_ms``: measure of the phase window minus the union of all device activities.
+* ``gflop``: the perf model's FLOPs of the compute kernels launched by the phase's ops
+  (docs/metrics.md); ``ideal_ms``: the time they take at the device's peak for their dtypes;
+  ``mfu_pct`` = ideal_ms / wall_ms x 100: the model FLOPs utilisation of the phase (of the
+  step: its rows' ideal_ms over their wall_ms), empty when the device's peak is unknown.
 """
 
 from __future__ import annotations
@@ -24,16 +29,33 @@ import pandas as pd
 
 from tracekit.pipeline.windows import Windows
 
+from . import _perf
 from ._common import (
     WINDOW_PHASES,
     at,
     labelled_spans,
-    percent,
     phases_present,
+    text_index,
     union_ms_by,
     window_shares,
 )
-from ._registry import MS, PCT, register
+from ._registry import GFLOP, MS, PCT, STEP_WINDOW, Ratio, register
+
+
+def _finish(df: pd.DataFrame) -> pd.DataFrame:
+    """``mfu_pct`` from the (mean) sums: a ratio of means."""
+    df = df.copy()
+    df["ideal_ms"] = _perf.known(df["ideal_ms"], df["gflop"])
+    df["mfu_pct"] = _perf.ratio(df["ideal_ms"], df["wall_ms"], 100.0)
+    return df
+
+
+def _flops(intervals: pd.DataFrame, idx: list) -> tuple[np.ndarray, np.ndarray]:
+    """Per (step, phase) of ``idx``: GFLOP and their time at peak (ms, infinite if unknown)."""
+    f = _perf.rows(intervals, None, "compute")
+    s = f.groupby(["step", "phase"], observed=True)[["gflop", "ideal_ms"]].sum()
+    s.index = text_index(s.index)
+    return at(s["gflop"], idx), at(s["ideal_ms"], idx)
 
 
 def _recomputed(iv: pd.DataFrame):
@@ -47,6 +69,8 @@ def _recomputed(iv: pd.DataFrame):
     keys=("phase",),
     chart="stacked",
     compare="wall_ms",
+    finish=_finish,
+    ratios={"percent": Ratio("wall_ms", STEP_WINDOW)},
     values={
         "wall_ms": MS,
         "percent": PCT,
@@ -55,6 +79,9 @@ def _recomputed(iv: pd.DataFrame):
         "exposed_comm_ms": MS,
         "recompute_ms": MS,
         "idle_ms": MS,
+        "gflop": GFLOP,
+        "ideal_ms": MS,
+        "mfu_pct": PCT,
     },
 )
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
@@ -79,7 +106,6 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
             "step": win["step"].to_numpy(),
             "phase": win["phase"].to_numpy(),
             "wall_ms": win["wall_ms"].to_numpy(),
-            "percent": percent(win["wall_ms"], win["window_ms"]),
             "compute_ms": col(compute),
             "comm_ms": col(comm),
             "exposed_comm_ms": col(exposed),
@@ -87,5 +113,6 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
             "idle_ms": (win["wall_ms"].to_numpy() - col(busy)).clip(min=0.0),
         }
     )
+    out["gflop"], out["ideal_ms"] = _flops(intervals, idx)
     out["phase"] = pd.Categorical(out["phase"], categories=WINDOW_PHASES)
-    return out
+    return _finish(out)

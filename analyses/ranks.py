@@ -2,9 +2,10 @@
 
 Input: each rank's ``phases`` table (mean per complete step). Two tables:
 
-* ``ranks``: one row per rank: ``forward_ms``, ``backward_ms``, ``unattributed_ms``,
-  ``optimizer_ms`` (phase wall times on that rank's device timeline), ``step_ms`` (their sum,
-  the step's device window),
+* ``ranks``: one row per rank: ``forward_ms``, ``backward_ms``, ``unattributed_ms`` (only when
+  some rank has unattributed time, as the phases table shows that row), ``optimizer_ms``
+  (phase wall times on that rank's device timeline), ``step_ms`` (their sum, the step's device
+  window),
   ``compute_ms`` (compute-kernel time), ``exposed_comm_ms`` (communication nothing hides),
   ``idle_ms`` (no device activity), and ``vs_mean_pct`` / ``vs_median_pct``: how much longer
   than the mean / median step this rank's step is, in percent;
@@ -92,6 +93,8 @@ def _per_rank(ranks: list[int], lengths: list[int], phase: np.ndarray, column: A
     for col, src in SUMS.items():
         data[col] = summed(src)
     df = pd.DataFrame(data, columns=["rank"] + COLUMNS)
+    if not df["unattributed_ms"].any():  # no rank has any: no column (and no summary row)
+        df = df.drop(columns="unattributed_ms")
     mean = df["step_ms"].mean() if len(df) else np.nan
     median = df["step_ms"].median() if len(df) else np.nan
     df["vs_mean_pct"] = (df["step_ms"] / mean - 1.0) * 100.0 if mean else 0.0
@@ -124,7 +127,7 @@ def straggler_text(named: list[tuple[int, float]]) -> str:
 
 def summary(ranks: pd.DataFrame) -> pd.DataFrame:
     rows = []
-    for col in COLUMNS:
+    for col in [c for c in COLUMNS if c in ranks.columns]:
         v = ranks[col]
         if v.empty:
             continue

@@ -11,7 +11,8 @@ window) goes to the block of the op that launched it:
 * ``after``: after the last layer (final norm, LM head, sampling, loss).
 
 ``count`` is the number of decoder layers seen in the step for attention and ffn, 1 otherwise;
-``percent`` is of the forward window, so the rows add up to 100. The table is empty when the
+``percent`` is time_ms over the total of the step's rows (of its stage): the forward window,
+so the rows add up to 100. The table is empty when the
 trace has no decoder-layer modules.
 
 Inference traces with stages (:mod:`tracekit.pipeline.stages`) get rows per step and ``stage``: a stage's
@@ -29,8 +30,8 @@ import pandas as pd
 from tracekit.pipeline.state import codes_of, distinct_rows
 from tracekit.pipeline.windows import Windows
 
-from ._common import narrow, percent, text
-from ._registry import COUNT, MS, PCT, STAGE_MEAN, register
+from ._common import narrow, text
+from ._registry import COUNT, MS, PCT, STAGE_MEAN, Ratio, register
 from ._stages import ORDER, has_stages
 
 BLOCKS = ["before", "attention", "ffn", "after"]
@@ -44,6 +45,7 @@ BLOCKS = ["before", "attention", "ffn", "after"]
     chart="stacked",
     aggregate=STAGE_MEAN,
     values={"count": COUNT, "passes": COUNT, "time_ms": MS, "percent": PCT},
+    ratios={"percent": Ratio("time_ms", "time_ms", within=("stage",))},
 )
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     staged = has_stages(intervals)
@@ -52,7 +54,7 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
         + (["stage"] if staged else [])
         + ["block", "count"]
         + (["passes"] if staged else [])
-        + ["time_ms", "percent"]
+        + ["time_ms"]
     )
     if not intervals["block"].isin(["attention", "ffn"]).any():
         return pd.DataFrame(columns=cols)
@@ -143,9 +145,6 @@ def _block_rows(g: pd.DataFrame, staged: bool) -> pd.DataFrame:
     # `layer` is the decoder layer's index (the same in every pass): distinct indices per pass
     out["count"] = np.where(per_layer, np.repeat(n_layers, len(BLOCKS)), 1).astype(np.int64)
     out["passes"] = np.repeat(passes, len(BLOCKS)).astype(np.int64)
-    lo, hi = g["lo"].to_numpy()[heads], g["hi"].to_numpy()[heads]
-    wall = np.repeat((hi - lo) / 1e6, len(BLOCKS))
-    out["percent"] = np.asarray(percent(out["time_ms"].to_numpy(), wall), dtype=float)
     return out
 
 

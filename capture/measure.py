@@ -70,12 +70,28 @@ def rss_bytes(pid: int) -> int | None:
     return read_status_field(Path("/proc") / str(pid), "VmRSS")
 
 
+#: After a reset, VmHWM may exceed VmRSS by what the process touched between the two reads.
+RESET_SLACK_BYTES = 16 * 1024 * 1024
+
+
 def reset_peak_rss(proc: Path = PROC_SELF) -> str | None:
-    """Reset the process's VmHWM to its current RSS; None when done, else why not."""
+    """Reset the process's VmHWM to its current RSS; None when done, else why not.
+
+    Some kernels (and sandboxes such as gVisor) accept the write and do nothing, so the reset
+    is checked: right after it VmHWM must be back near VmRSS (within
+    :data:`RESET_SLACK_BYTES`)."""
     try:
         (proc / "clear_refs").write_text("5")
     except OSError as err:
         return f"writing 5 to {proc / 'clear_refs'} was refused ({err.strerror or err})"
+    status = (proc / "status").read_text() if (proc / "status").exists() else ""
+    hwm, rss = status_field(status, "VmHWM"), status_field(status, "VmRSS")
+    if hwm is not None and rss is not None and hwm > rss + RESET_SLACK_BYTES:
+        mib = 1024 * 1024
+        return (
+            f"writing 5 to {proc / 'clear_refs'} was accepted but VmHWM stayed at "
+            f"{hwm // mib} MiB above VmRSS {rss // mib} MiB (this kernel does not reset it)"
+        )
     return None
 
 

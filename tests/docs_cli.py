@@ -90,7 +90,11 @@ def run(command: str) -> tuple[int, str]:
 
 
 def regenerate(text: str) -> str:
-    """``text`` with every view's block replaced by its command's output today."""
+    """``text`` with every view's block replaced by its command's output today, and every
+    generated section (tests/docs_generated.py) as the code gives it."""
+    from docs_generated import regenerate as generated
+
+    text = generated(text)
     out, last = [], 0
     for m in views(text):
         _code, got = run(m.group(1))

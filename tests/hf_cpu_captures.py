@@ -5,7 +5,8 @@ Names: an architecture (llama, gpt2, opt, phi, qwen2, mistral, gemma, bloom, gpt
 qwen3_moe, deepseek_v3),
 optionally suffixed ``+ckpt`` (non-reentrant checkpointing), ``+ckpt_reentrant``, ``+lora``,
 ``+compile``, ``+zero2`` or ``+zero3`` (a DeepSpeed engine on one gloo rank); or
-``llama+generate``. Random weights from a config: nothing is downloaded.
+``llama+generate``. A name ending ``@memory`` records with ``profile_memory=True``. Random
+weights from a config: nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ def _deepspeed_step(model, x, stage: int):
 
 
 def capture(name: str, out: Path) -> None:
+    name, _, memory = name.partition("@")
     step = _step_fn(name)
     step()  # warm-up outside the profiler (compilation, allocator)
     with profile(
@@ -144,6 +146,7 @@ def capture(name: str, out: Path) -> None:
         schedule=schedule(wait=0, warmup=1, active=2, repeat=1),
         with_stack=True,
         record_shapes=True,
+        profile_memory=memory == "memory",
         on_trace_ready=lambda p: p.export_chrome_trace(str(out)),
     ) as prof:
         for _ in range(4):

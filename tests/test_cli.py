@@ -9,10 +9,15 @@ import sys
 import pandas as pd
 import pytest
 from tracekit.analyses import REGISTRY
+from tracekit.analyses._registry import MEMORY_EVENTS
 
 from tracekit.testing import llama_training, write_trace
 
-TABLES = [n for n, s in REGISTRY.items() if not s.cross_rank and s.from_manifest is None]  # a bare trace's
+TABLES = [  # a bare trace's: no cross-rank, manifest or memory table
+    n
+    for n, s in REGISTRY.items()
+    if not s.cross_rank and s.from_manifest is None and s.reads != MEMORY_EVENTS
+]
 
 
 def run(*args, check=True):

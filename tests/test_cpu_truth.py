@@ -116,3 +116,22 @@ def test_projections_and_lm_head_of_moe_and_latent_attention(captures: Path, nam
     qkv = 4 if name == "deepseek_v3" else 3
     assert counts["Output"] == layers and counts["QKV"] == qkv * layers, counts
     assert counts["MoE routing"] == 0, counts  # their routers are router classes, not Linear
+
+
+@pytest.mark.parametrize("name", ["opt", "gpt2", "llama", "llama+ckpt"])
+def test_forward_and_backward_of_one_op_carry_one_module(captures: Path, name: str) -> None:
+    """Issue 28.8: the backward of an op is charged to the module category its forward got
+    (OPT's activation, a direct child of the decoder layer, is MLP both ways)."""
+    iv = tracekit.load(captures / f"{name}.json", cache=False, jobs=1).intervals
+    fw = iv[iv["phase"].astype(str) == "forward"]
+    forward = fw.groupby("op_id")["module"].agg(lambda s: set(s.astype(str)))
+    bw = iv[(iv["fwd_op_id"] >= 0) & (iv["phase"].astype(str) == "backward") & ~iv["recompute"].astype(bool)]
+    wrong = {
+        (str(r.fwd_op), str(r.module))
+        for r in bw.itertuples()
+        if r.fwd_op_id in forward.index and str(r.module) not in forward[r.fwd_op_id]
+    }
+    assert not wrong, wrong
+    if name == "opt":
+        act = iv[iv["module_instance"].astype(str).str.startswith(("ReLU", "Activation"))]
+        assert set(act["module"].astype(str)) == {"MLP"}

@@ -59,3 +59,54 @@ def test_rank_dir_files_exist():
     if not SHARED.is_dir():
         pytest.skip(f"shared traces not found at {SHARED}")
     assert all((SHARED / "hta" / f).is_file() for f in RANK_FILES)
+
+
+def test_generated_sections_are_what_the_code_gives():
+    """The analyze options, every table's columns and ratios, and the values of the label
+    columns are written from the code (tests/docs_generated.py): run
+    ``python tests/docs_cli.py --update`` after changing any of them."""
+    from docs_generated import SECTIONS, sections
+
+    found = sections(DOC.read_text(encoding="utf-8"))
+    assert set(found) == set(SECTIONS)
+    for name, make in SECTIONS.items():
+        assert found[name] == make(), (
+            f"docs/cli.md section {name} is stale: python tests/docs_cli.py --update"
+        )
+
+
+def test_the_readme_commands_write_nothing_git_would_track():
+    """The README's main job writes ``runs/tiny`` into the checkout: .gitignore covers it."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    outs = sorted(set(re.findall(r"--out (runs/[\w./-]+)", (root / "README.md").read_text())))
+    assert outs
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    for out in outs:
+        r = subprocess.run(["git", "-C", str(root), "check-ignore", "-q", f"{out}/rank0.json"], check=False)
+        assert r.returncode == 0, f"{out} is not ignored by .gitignore"
+
+
+def test_capture_infer_options_table_is_the_code():
+    """docs/capture.md's `capture infer` table gives the options' real defaults (the docs said
+    8 steps where the default is 64)."""
+    from pathlib import Path
+
+    import click
+    from tracekit.capture.cli import infer
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "capture.md").read_text()
+    section = doc.split("## `tracekit capture infer`")[1].split("\n## ")[0]
+    rows = dict(re.findall(r"^\| `(--[\w-]+)[^|]*\| ([^|]*) \|", section, re.M))
+    ctx = click.Context(infer)
+    defaults = {f"--{p.name.replace('_', '-')}": p.get_default(ctx) for p in infer.params}
+    for opt in ("--prompt-len", "--gen-len", "--batch-size"):
+        assert rows[opt].strip() == str(defaults[opt]), (opt, rows[opt], defaults[opt])
+    assert rows["--warmup"].strip() == "1"  # the infer default (train's is 2), set in infer()
+    assert f"`--gen-len {defaults['--gen-len']}` is {defaults['--gen-len']} recorded steps" in " ".join(
+        doc.split()
+    )

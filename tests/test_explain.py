@@ -54,7 +54,8 @@ def test_forward_chain_is_recovered_exactly(tmp_path):
     assert [o["name"] for o in c["op_stack"] if o["kind"] == "op"] == ["aten::mm"]
     assert c["op_stack"][0]["name"] == "ProfilerStep#1"
     assert c["module"]["path"] == "model.layers.0.mlp.up_proj"
-    assert c["phase"] == {"phase": "forward", "evidence": "default"}  # no backward/optimizer evidence
+    assert c["phase"] | {"why": ""} == {"phase": "forward", "evidence": "default", "why": ""}  # no evidence
+    assert c["phase"]["why"].startswith("no evidence")
     assert c["step"] == {"step": 1, "by": "launch", "complete": True, "in_file": 1}
     assert c["kernel_category"]["category"] == "GEMM" and c["kernel_category"]["rule"]
     assert c["module_category"]["category"] == "MLP" and c["module_category"]["rule"]
@@ -65,7 +66,7 @@ def test_forward_chain_is_recovered_exactly(tmp_path):
 def test_backward_chain_names_the_node_and_the_forward_module(tmp_path, flows, link):
     _, path = plant(tmp_path, modules="nn_module", flows=flows)
     (c,) = explain_json(path, "gemm_bf16_128x64")["chains"]
-    assert c["phase"] == {"phase": "backward", "evidence": "autograd_thread"}
+    assert c["phase"] | {"why": ""} == {"phase": "backward", "evidence": "autograd_thread", "why": ""}
     assert c["backward"]["node"] == "MmBackward0" and c["backward"]["link"] == link
     assert c["backward"]["forward_op"]["name"] == "aten::mm"
     assert c["backward"]["forward_op"]["seq"] == c["backward"]["seq"] is not None
@@ -142,6 +143,11 @@ def test_rank_of_a_directory(tmp_path):
     dst = tmp_path / "two"
     shutil.copytree(SAMPLE_DIR / "tiny-zero2-2ranks", dst)
     assert explain_json(dst, "aten", "--rank", "1")["meta"]["rank"] == 1
+    # without --rank one rank is searched, and the output says which and what else there is
+    doc = explain_json(dst, "aten")
+    assert doc["meta"]["rank"] == 0 and doc["meta"]["ranks"] == [0, 1]
+    text = CliRunner().invoke(main, ["explain", str(dst), "aten", "--no-cache"]).output
+    assert "one rank searched: rank 0 of the 2 here (ranks 0-1); --rank R searches another" in text
     run = CliRunner().invoke(main, ["explain", str(dst), "aten", "--rank", "7", "--no-cache"])
     assert run.exit_code == 2 and "no rank 7; ranks here: 0, 1" in run.output
 

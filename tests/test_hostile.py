@@ -26,8 +26,6 @@ from pathlib import Path
 import pytest
 from bad_inputs import mini_trace
 
-from tracekit.testing import llama_training, write_trace
-
 TIMEOUT = 60
 MEMORY = 3 << 30
 #: Raw characters that must never reach a terminal: C0/C1 controls (but \n ending lines), bidi.
@@ -341,7 +339,7 @@ def test_numpy_warnings_are_one_line(box, tmp_path, monkeypatch):
     import tracekit.ranks.analyse
     from tracekit.cli import main
 
-    real = tracekit.ranks.analyse.analyse_file
+    real = tracekit.ranks.analyse.analyse_parts
 
     def noisy(path, options, **kw):
         import numpy as np
@@ -349,7 +347,7 @@ def test_numpy_warnings_are_one_line(box, tmp_path, monkeypatch):
         np.float64(1e308) * np.float64(10)  # RuntimeWarning: overflow
         return real(path, options, **kw)
 
-    monkeypatch.setattr(tracekit.ranks.analyse, "analyse_file", noisy)
+    monkeypatch.setattr(tracekit.ranks.analyse, "analyse_parts", noisy)
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "c"))
     r = CliRunner().invoke(main, ["analyze", str(trace(box)), "--format", "json"])
     assert r.exit_code == 0
@@ -499,44 +497,82 @@ def test_copies_are_not_ranks_warning(box):
     assert p.returncode == 0 and "rank 0 of world size 1" in p.err, p.err
 
 
-def test_ctrl_c_with_jobs_is_one_line_and_exit_130(box):
-    d = box / "in" / "big"
-    d.mkdir()
-    # Enough ranks that the pool is still busy when the signal arrives (a few ranks finished
-    # before it once the analysis got faster, and the run exited 0).
-    tr = llama_training(n_layers=8, n_steps=6, seed=0)[0]
-    tr["distributedInfo"] = {"rank": 123456789, "world_size": 48}
-    write_trace(d / "rank0.json", tr)
-    text = (d / "rank0.json").read_bytes()
-    assert text.count(b"123456789") == 1
-    for r in range(48):
-        (d / f"rank{r}.json").write_bytes(text.replace(b"123456789", str(r).encode()))
+#: Runs ``tracekit analyze`` with one hook in its pool workers (inherited by the fork): at
+#: ``where`` (``task``: a rank's work; ``start``: the worker's start-up, before it ignores
+#: SIGINT) a worker writes a byte to fd READY, then blocks reading fd HOLD, which the test
+#: never writes. No worker can finish anything, so the run can only end by handling the
+#: signal, whatever the machine's speed.
+_HELD = """
+import os, sys
+import tracekit.ranks.pool as par
+READY, HOLD, WHERE = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+def held():
+    os.write(READY, b"x")
+    os.read(HOLD, 1)
+if WHERE == "task":
+    call = par._Attempt.__call__
+    def attempt(self, item):
+        held()
+        return call(self, item)
+    par._Attempt.__call__ = attempt
+else:
+    start = par._ignore_sigint
+    def ignore():
+        held()
+        start()
+    par._ignore_sigint = ignore
+from tracekit.cli import main
+sys.argv = ["tracekit", *sys.argv[4:]]
+main()
+"""
+
+
+@pytest.mark.parametrize("where", ["task", "start"])
+def test_ctrl_c_with_jobs_is_one_line_and_exit_130(box, where):
+    """Ctrl-C while the pool works (``task``) or while its workers start (``start``): one line,
+    exit 130, no hang. The signal is sent once a worker says it is there, and the workers
+    never finish (see :data:`_HELD`): the test no longer races its own signal (it sent it when
+    the pool had children and, on a loaded machine, could land after the run; exit 0)."""
+    d = _ranks(box, 4)
+    ready_r, ready_w = os.pipe()
+    hold_r, hold_w = os.pipe()
     p = subprocess.Popen(
-        [sys.executable, "-m", "tracekit.cli", "analyze", str(d), "-j", "2", "--no-cache"],
+        [
+            sys.executable,
+            "-c",
+            _HELD,
+            str(ready_w),
+            str(hold_r),
+            where,
+            "analyze",
+            str(d),
+            "-j",
+            "2",
+            "--no-cache",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=_env(box),
         start_new_session=True,
         preexec_fn=_limit,
+        pass_fds=(ready_w, hold_r),
     )
-    deadline = time.monotonic() + TIMEOUT
-    while not _children(p.pid) and time.monotonic() < deadline and p.poll() is None:
-        time.sleep(0.05)
-    os.killpg(p.pid, signal.SIGINT)  # as a terminal does: the whole process group
+    os.close(ready_w)
+    os.close(hold_r)
     try:
-        _, err = p.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        pytest.fail("hung after Ctrl-C")
+        got = os.read(ready_r, 1)  # a worker is running (or the run failed: b"")
+        assert got == b"x", p.communicate(timeout=TIMEOUT)
+        os.killpg(p.pid, signal.SIGINT)  # as a terminal does: the whole process group
+        try:
+            _, err = p.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            pytest.fail("hung after Ctrl-C")
+    finally:
+        os.close(ready_r)
+        os.close(hold_w)
     assert p.returncode == 130, (p.returncode, err)
     assert err.decode().splitlines() == ["tracekit: interrupted"]
-
-
-def _children(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return []
 
 
 def test_api_partial_result_and_every_warning_in_analysis_warnings(box, monkeypatch):

@@ -206,3 +206,25 @@ def test_every_packaged_rule_string_compiles():
     for p in strings:
         for flags in (0, re.IGNORECASE):
             re.compile(p, flags)
+
+
+def test_a_communication_kernel_has_one_label_its_collective(tmp_path):
+    """issue 26: ncclKernel_SendRecv was AllToAll (launched by an all_to_all), SendRecv in the
+    comm table and Other in the kernels table. A communication kernel's category is now its
+    collective: the kernels and comm tables give every activity the same one."""
+    from tracekit.testing import TraceBuilder
+
+    sendrecv = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"
+    b = TraceBuilder()
+    with b.step():
+        b.comm("AllToAll", 10, kernel=sendrecv)  # NCCL runs all-to-all as send/recv
+        b.comm("SendRecv", 20, kernel=sendrecv)
+        b.comm("Broadcast", 30)
+    a = tracekit.load(b.write(tmp_path / "t.json"), cache=False, jobs=1)
+    comm = a.intervals[a.intervals["group"] == "comm"]
+    assert (comm["kernel_category"].astype(str) == comm["collective"].astype(str)).all()
+    assert sorted(comm["collective"].astype(str)) == ["AllToAll", "Broadcast", "SendRecv"]
+    kernels = a.table("kernels").set_index("category")["kernel_ms"]
+    times = a.table("comm").set_index("collective")["time_ms"]
+    for coll in ("AllToAll", "SendRecv", "Broadcast"):
+        assert kernels[coll] == pytest.approx(times[coll])

@@ -333,6 +333,143 @@ FAMILIES = {
             ),
         ],
     ),
+    # Issue 28.5: MLPs of vision, encoder and research models, outside any *DecoderLayer.
+    "vit": (
+        "ViTLayer",
+        "vit.encoder.layer.0",
+        [
+            leaf("LayerNorm", "layernorm_before", "RMSNorm"),
+            (
+                "ViTAttention",
+                "attention",
+                None,
+                [
+                    (
+                        "ViTSelfAttention",
+                        "attention",
+                        None,
+                        [leaf(L, "query", "QKV"), leaf(L, "key", "QKV"), leaf(L, "value", "QKV")],
+                    ),
+                    ("ViTSelfOutput", "output", None, [leaf(L, "dense", "Output")]),
+                ],
+            ),
+            leaf("LayerNorm", "layernorm_after", "RMSNorm"),
+            ("ViTIntermediate", "intermediate", None, [leaf(L, "dense", "MLP")]),
+            ("ViTOutput", "output", None, [leaf(L, "dense", "MLP")]),
+        ],
+    ),
+    "timm_block": (
+        "Block",
+        "blocks.0",
+        [
+            leaf("LayerNorm", "norm1", "RMSNorm"),
+            ("Attention", "attn", None, [leaf(L, "qkv", "QKV"), leaf(L, "proj", "Output")]),
+            leaf("LayerNorm", "norm2", "RMSNorm"),
+            ("Mlp", "mlp", None, [leaf(L, "fc1", "MLP"), leaf("GELU", "act", "MLP"), leaf(L, "fc2", "MLP")]),
+        ],
+    ),
+    "nanogpt": (
+        "Block",
+        "transformer.h.0",
+        [
+            leaf("LayerNorm", "ln_1", "RMSNorm"),
+            ("CausalSelfAttention", "attn", None, [leaf(L, "c_attn", "QKV"), leaf(L, "c_proj", "Output")]),
+            leaf("LayerNorm", "ln_2", "RMSNorm"),
+            (
+                "MLP",
+                "mlp",
+                None,
+                [leaf(L, "c_fc", "MLP"), leaf("GELU", "gelu", "MLP"), leaf(L, "c_proj", "MLP")],
+            ),
+        ],
+    ),
+    # a research model's layer: nn.MultiheadAttention and a Sequential MLP
+    "sequential_mlp": (
+        "TransformerLayer",
+        "layers.0",
+        [
+            leaf("LayerNorm", "norm1", "RMSNorm"),
+            leaf("MultiheadAttention", "attn", "Attention other"),
+            leaf("LayerNorm", "norm2", "RMSNorm"),
+            ("Sequential", "mlp", None, [leaf(L, "0", "MLP"), leaf("GELU", "1", "MLP"), leaf(L, "2", "MLP")]),
+        ],
+    ),
+    "torch_encoder_layer": (
+        "TransformerEncoderLayer",
+        "encoder.layers.0",
+        [
+            leaf("MultiheadAttention", "self_attn", "Attention other"),
+            leaf(L, "linear1", "MLP"),
+            leaf(L, "linear2", "MLP"),
+            leaf("LayerNorm", "norm1", "RMSNorm"),
+            leaf("LayerNorm", "norm2", "RMSNorm"),
+        ],
+    ),
+    "whisper_encoder": (
+        "WhisperEncoderLayer",
+        "model.encoder.layers.0",
+        [
+            (
+                "WhisperAttention",
+                "self_attn",
+                None,
+                [
+                    leaf(L, "k_proj", "QKV"),
+                    leaf(L, "v_proj", "QKV"),
+                    leaf(L, "q_proj", "QKV"),
+                    leaf(L, "out_proj", "Output"),
+                ],
+            ),
+            leaf("LayerNorm", "self_attn_layer_norm", "RMSNorm"),
+            leaf("GELUActivation", "activation_fn", "MLP"),
+            leaf(L, "fc1", "MLP"),
+            leaf(L, "fc2", "MLP"),
+            leaf("LayerNorm", "final_layer_norm", "RMSNorm"),
+        ],
+    ),
+    "t5": (
+        "T5Block",
+        "encoder.block.0",
+        [
+            (
+                "T5LayerSelfAttention",
+                "layer.0",
+                None,
+                [
+                    (
+                        "T5Attention",
+                        "SelfAttention",
+                        None,
+                        [
+                            leaf(L, "q", "QKV"),
+                            leaf(L, "k", "QKV"),
+                            leaf(L, "v", "QKV"),
+                            leaf(L, "o", "Output"),
+                        ],
+                    ),
+                    leaf("T5LayerNorm", "layer_norm", "RMSNorm"),
+                ],
+            ),
+            (
+                "T5LayerFF",
+                "layer.1",
+                None,
+                [
+                    ("T5DenseActDense", "DenseReluDense", None, [leaf(L, "wi", "MLP"), leaf(L, "wo", "MLP")]),
+                    leaf("T5LayerNorm", "layer_norm", "RMSNorm"),
+                ],
+            ),
+        ],
+    ),
+    # False positives: a convolutional block's Sequential (ResNet's downsample) is no MLP.
+    "resnet_block": (
+        "BasicBlock",
+        "layer1.0",
+        [
+            leaf("Conv2d", "conv1", "Other"),
+            ("Sequential", "downsample", None, [leaf("Conv2d", "0", "Other")]),
+        ],
+    ),
 }
 
 

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from bad_inputs import mini_trace
+from events_equal import assert_events_equal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from shared_traces import params
@@ -98,7 +99,7 @@ def _same_outcome(a, b) -> None:
     if isinstance(a, str) or isinstance(b, str):
         assert a == b
         return
-    pd.testing.assert_frame_equal(a[0], b[0])
+    assert_events_equal(a[0], b[0])
     assert a[1] == b[1]
     assert list(a[1].get("thread_names", {}).items()) == list(b[1].get("thread_names", {}).items())
     assert a[2] == b[2]
@@ -120,9 +121,10 @@ def test_the_scanner_keeps_what_its_classifier_keeps():
     """The scanner asks ``classify`` per distinct triple and keeps the events it gives a class
     >= 0; its metadata class is tracekit.read.schema's; a classifier's error propagates (it is not
     a quiet decline), as does a class outside int8."""
-    from tracekit.read.schema import METADATA
+    from tracekit.read.schema import MEMORY, METADATA
 
     assert N._kineto.METADATA == METADATA
+    assert N._kineto.MEMORY == MEMORY
     text = (
         b'{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2}, {"ph": "X", "cat": "x", "name": "k"}'
     )
@@ -296,6 +298,92 @@ ODD = {
             {"ph": "X", "cat": "kernel", "ts": 1, "args": {"bytes": None, "Input Dims": [[[1, [2]]]]}},
         ]
     ),
+    "shapes": _mini_with(
+        [
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::mm",
+                "ts": 1,
+                "dur": 2,
+                "args": {
+                    "Input Dims": [[8, 4096], [4096, 11008]],
+                    "Input type": ["c10::BFloat16", "c10::BFloat16"],
+                    "Input Strides": [[4096, 1], [1, 4096]],
+                    "Concrete Inputs": ["", "", "1.5e3", 'caf\u00e9 "q" \\'],
+                },
+            },
+            {"ph": "X", "cat": "cpu_op", "ts": 3, "args": {"Input Dims": None, "Input type": "scalar"}},
+            {"ph": "X", "cat": "user_annotation", "ts": 3, "args": {"Input Dims": 7, "Concrete Inputs": {}}},
+            {"ph": "X", "cat": "cpu_op", "ts": 4, "args": {"Input Dims": [[8, 4096], [4096, 11008]]}},
+            {"ph": "X", "cat": "python_function", "name": "x", "ts": 4, "args": {"Input Dims": [[1]]}},
+        ]
+    )
+    .replace(b"[[8, 4096], [4096, 11008]]}}", b"[ [8,4096] ,\n [4096, 11008]\t]}}")
+    .replace(b'"Input type": "scalar"', b'"Input type": "scal\\u0061r", "Input Strides": true')
+    .replace(b'"Input Dims": 7', b'"Input Dims": -7.50e+1, "Input Dims": [1]'),
+    "memory": _mini_with(
+        [
+            {
+                "ph": "i",
+                "cat": "cpu_instant_event",
+                "s": "t",
+                "name": "[memory]",
+                "pid": 1,
+                "tid": 2,
+                "ts": 5.5,
+                "args": {
+                    "Ev Idx": 1,
+                    "Device Type": 1,
+                    "Device Id": 0,
+                    "Addr": 2**64 + 5,
+                    "Bytes": 512,
+                    "Total Allocated": 2**60,
+                    "Total Reserved": 1.5e10,
+                },
+            },
+            {
+                "ph": "i",
+                "s": "t",
+                "name": "[memory]",
+                "pid": 1,
+                "tid": 2,
+                "ts": 6,
+                "args": {"Device Type": 0, "Device Id": -1, "Bytes": -512},
+            },
+            {
+                "ph": "I",
+                "cat": "x",
+                "name": "[memory]",
+                "ts": 7,
+                "args": {
+                    "Device Type": 1.0,
+                    "Device Id": "0",
+                    "Bytes": "9",
+                    "Addr": "0x1f",
+                    "Total Allocated": None,
+                    "Total Reserved": "1",
+                },
+            },
+            {"ph": "i", "name": "[memory]", "ts": 8, "args": {"Device Type": 2**70, "bytes": 4}},
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "[memory]",
+                "ts": 9,
+                "dur": 1,
+                "args": {"Bytes": 3, "bytes": 4, "Device Id": 3, "Total Allocated": 7},
+            },
+            {"ph": "i", "cat": "cpu_op", "name": "[memorY]", "ts": 9},
+        ]
+    ),
+    # The document as the bare event array, closed or not (with and without a comma after the
+    # last event), a byte order mark and blanks before it.
+    "bare-array": json.dumps(mini_trace()["traceEvents"], indent=1).encode(),
+    "unterminated-array": b"\xef\xbb\xbf \n"
+    + json.dumps(mini_trace()["traceEvents"]).encode()[:-1]
+    + b",\n\n",
+    "unterminated-array-no-comma": json.dumps(mini_trace()["traceEvents"]).encode()[:-1] + b"\t",
     "two-traceEvents": b'{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1}], "traceEvents": []}',
     "two-traceEvents-last-wins": b'{"traceEvents": [], "traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1}]}',
     "bom": b"\xef\xbb\xbf" + _mini_with([]),
@@ -310,6 +398,53 @@ def test_odd_traces_read_the_same(name, tmp_path):
     gz = tmp_path / "t.json.gz"
     gz.write_bytes(gzip.compress(ODD[name]))
     _check_file(gz, chunks=(None, 128))
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "msgspec"])
+def test_shape_args_are_kept_as_their_exact_text(native, tmp_path):
+    """The four shape args of every kept event: the value's JSON text byte for byte (spacing,
+    escapes, scalars), "" when absent or null; a duplicate key's last value (as msgspec keeps
+    it); the same text in two events is one category."""
+    p = tmp_path / "t.json"
+    p.write_bytes(ODD["shapes"])
+    ev = _outcome(p, native, chunk=128)[0]
+    shaped = ev[ev["ts"] <= 4000].sort_values("ts", kind="stable")
+    got = shaped[["input_dims", "input_types", "input_strides", "concrete_inputs"]].astype(str)
+    assert got.values.tolist() == [
+        ["[[8, 4096], [4096, 11008]]", '["c10::BFloat16", "c10::BFloat16"]', "[[4096, 1], [1, 4096]]",
+         '["", "", "1.5e3", "caf\u00e9 \\"q\\" \\\\"]'],
+        ["", '"scal\\u0061r"', "true", ""],
+        ["[1]", "", "", "{}"],
+        ["[ [8,4096] ,\n [4096, 11008]\t]", "", "", ""],
+    ]  # fmt: skip
+    assert isinstance(ev["input_dims"].dtype, pd.CategoricalDtype)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "msgspec"])
+def test_memory_events_are_kept_with_their_columns(native, tmp_path):
+    """``[memory]`` instants of any category (modern, torch 1.9's with no category, ``I``) are
+    kind MEMORY: ``bytes`` is their signed ``Bytes``; device type and id are ints or -1,
+    totals numbers or NaN, ``Addr`` an id (wrapped, -1 unless an int). The device and total
+    columns hold those args on other kept events too; ``bytes`` stays ``args.bytes`` there."""
+    from tracekit.read.schema import KERNEL, MEMORY
+
+    p = tmp_path / "t.json"
+    p.write_bytes(ODD["memory"])
+    ev = _outcome(p, native, chunk=128)[0]
+    got = ev[(ev["kind"] == MEMORY) | (ev["name"] == "[memory]")].sort_values("ts", kind="stable")
+    cols = ["kind", "ts", "bytes", "device_type", "device_id", "total_allocated", "total_reserved", "addr"]
+    nan = float("nan")
+    want = [
+        [MEMORY, 5500, 512.0, 1, 0, float(2**60), 1.5e10, 5],
+        [MEMORY, 6000, -512.0, 0, -1, nan, nan, -1],
+        [MEMORY, 7000, nan, -1, -1, nan, nan, -1],
+        [MEMORY, 8000, nan, -1, -1, nan, nan, -1],
+        [KERNEL, 9000, 4.0, -1, 3, 7.0, nan, -1],
+    ]
+    pd.testing.assert_frame_equal(
+        got[cols].reset_index(drop=True),
+        pd.DataFrame(want, columns=cols).astype(got[cols].dtypes.to_dict()),
+    )
 
 
 # ----------------------------------------------------------------------------- the scan alone
@@ -373,7 +508,7 @@ FLOAT_TEXTS = st.floats(allow_nan=False, allow_infinity=False).map(repr) | st.fl
 NUMBERS = NUMBER_TEXTS | st.integers(-(2**70), 2**70).map(str) | FLOAT_TEXTS
 STRINGS = st.builds(
     json.dumps,
-    st.text(max_size=12) | st.sampled_from(["X", "s", "f", "t", "M", "kernel", "Kernel", "cpu_op", "python_function", "nn.Module: A", "thread_name", "process_name", "12", " 7", "x"]),
+    st.text(max_size=12) | st.sampled_from(["X", "s", "f", "t", "M", "i", "[memory]", "kernel", "Kernel", "cpu_op", "python_function", "nn.Module: A", "thread_name", "process_name", "12", " 7", "x"]),
     ensure_ascii=st.booleans(),
 )  # fmt: skip
 RAW_STRINGS = st.sampled_from(
@@ -412,6 +547,16 @@ ARG_KEYS = [
     "bytes",
     "name",
     "x",
+    "Bytes",
+    "Device Type",
+    "Device Id",
+    "Addr",
+    "Total Allocated",
+    "Total Reserved",
+    "Input Dims",
+    "Input type",
+    "Input Strides",
+    "Concrete Inputs",
 ]
 
 

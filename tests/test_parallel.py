@@ -53,10 +53,11 @@ def test_process_pool_equals_serial(ranks_dir, serial):
 
 def test_cross_rank_tables(ranks_dir, serial):
     r, s = serial["ranks"], serial["rank_summary"]
+    # no rank has time without phase evidence: no unattributed column or row (it read 0 everywhere)
+    assert "unattributed_ms" not in r.columns
     assert len(r) == 4 and list(s["phase"]) == [
         "forward",
         "backward",
-        "unattributed",
         "optimizer",
         "step",
         "compute",
@@ -69,10 +70,8 @@ def test_cross_rank_tables(ranks_dir, serial):
     assert step["mean_ms"] == pytest.approx(r["step_ms"].mean())
     assert r.set_index("rank").loc[step["slowest_rank"], "step_ms"] == pytest.approx(step["max_ms"])
     assert step["slowest_over_mean_ms"] == pytest.approx(step["max_ms"] - step["mean_ms"])
-    # per-rank phase times (time with no phase evidence included) add up to the step
-    assert (
-        r[["forward_ms", "backward_ms", "unattributed_ms", "optimizer_ms"]].sum(axis=1) - r["step_ms"]
-    ).abs().max() < 1e-9
+    # per-rank phase times add up to the step
+    assert (r[["forward_ms", "backward_ms", "optimizer_ms"]].sum(axis=1) - r["step_ms"]).abs().max() < 1e-9
     # a single file has no cross-rank tables
     one = sorted(ranks_dir.iterdir())[0]
     assert "ranks" not in tracekit.load(one, cache=False).tables()
@@ -167,4 +166,5 @@ def test_the_parent_keeps_no_frames_per_rank(tmp_path, monkeypatch):
         kept[n] = _kept_by_parent(d, n, monkeypatch)
     per_rank = (kept[16][0] - kept[4][0]) / 12
     assert kept[16][1] <= kept[4][1], kept  # no frame per rank
-    assert per_rank < 16 * 1024, (per_rank, kept)
+    # a few KB: meta (since issue 29 with the device's peaks and per-step MFU), a handle, rows
+    assert per_rank < 24 * 1024, (per_rank, kept)

@@ -13,6 +13,7 @@ import json
 
 import pandas as pd
 import pytest
+from events_equal import assert_events_equal
 from shared_traces import params
 
 import tracekit.forked as FK
@@ -51,7 +52,7 @@ def _serial(path) -> R.RawTrace:
 
 
 def _same(a: R.RawTrace, b: R.RawTrace) -> None:
-    pd.testing.assert_frame_equal(a.events, b.events)
+    assert_events_equal(a.events, b.events)
     assert a.meta == b.meta
     assert a.warnings == b.warnings
 

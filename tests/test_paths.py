@@ -15,8 +15,13 @@ import pytest
 from bad_inputs import analyze, assert_one_line_error, fingerprint, mini_trace, write
 from click.testing import CliRunner
 from tracekit.analyses import REGISTRY
+from tracekit.analyses._registry import MEMORY_EVENTS
 
-TABLES = [n for n, s in REGISTRY.items() if not s.cross_rank and s.from_manifest is None]  # a bare trace's
+TABLES = [  # a bare trace's: no cross-rank, manifest or memory table
+    n
+    for n, s in REGISTRY.items()
+    if not s.cross_rank and s.from_manifest is None and s.reads != MEMORY_EVENTS
+]
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "symlink"), reason="needs symlinks")
 
@@ -171,7 +176,9 @@ def test_cache_is_written_only_in_the_cache_dir(tmp_path, monkeypatch):
     r = analyze(trace, "--format", "json")
     assert r.exit_code == 0, r.stderr
     assert _files(src) == {Path("evil.json")}  # nothing beside the trace
-    assert _files(cache) and all(p.suffix == ".parquet" for p in _files(cache))
+    assert _files(cache) and all(
+        p.suffix == ".parquet" or p.name == ".seal-key" for p in _files(cache)
+    )  # entries and their seal key
 
 
 def test_unwritable_out_is_one_line(tmp_path):

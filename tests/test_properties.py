@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import tracekit
 from tracekit.testing import TraceBuilder, measure, union, write_trace
 from tracekit.testing.events import EPOCH_NS
-from tracekit.testing.strategies import Plan, plans
+from tracekit.testing.strategies import Plan, PlannedStep, Unit, plans
 
 NS = 1e-6  # one nanosecond in ms
 TOL = 1e-9  # ms: float noise on sums of ms values
@@ -63,21 +63,58 @@ def _ms(ns: int) -> float:
     return ns / 1e6
 
 
-def planted_walls(b: TraceBuilder, step: int) -> dict[str, int]:
-    """Phase walls (ns) from the planted phases: forward up to the first backward activity,
-    backward up to the first optimizer activity, optimizer to the window's end; an absent
-    phase, or a backward whose first activity comes after the optimizer's, is empty."""
+def planted_walls(b: TraceBuilder, step: int) -> tuple[dict[str, int], bool]:
+    """Phase walls (ns) from the planted phases (docs/metrics.md): forward up to the first
+    backward activity, backward up to the first optimizer activity, optimizer to the window's
+    end; an absent phase, or a backward whose first activity comes after the optimizer's, is
+    empty. When the phases overlap (issue 28 item 7: two phases' compute at the same instants
+    for more than 1% of the window, or a phase's compute longer than its tiled wall) each wall
+    is the measure of the union of the phase's own activities instead. Also: whether they did."""
     lo, hi = b.window(step)
-    first = {
-        p: min((a.start for a in b.activities if a.step == step and a.phase == p), default=hi)
-        for p in ("backward", "optimizer")
-    }
+    acts = [a for a in b.activities if a.step == step]
+    first = {p: min((a.start for a in acts if a.phase == p), default=hi) for p in ("backward", "optimizer")}
     opt = first["optimizer"]
     bwd = min(first["backward"], opt)
-    return {"forward": bwd - lo, "backward": opt - bwd, "optimizer": hi - opt}
+    tiled = {"forward": bwd - lo, "backward": opt - bwd, "optimizer": hi - opt}
+    compute = {
+        p: measure(union(a.iv for a in acts if a.phase == p and a.kind == "kernel" and not a.comm))
+        for p in tiled
+    }
+    all_compute = measure(union(a.iv for a in acts if a.kind == "kernel" and not a.comm))
+    both = sum(compute.values()) - all_compute
+    if both > 0.01 * (hi - lo) or any(compute[p] > tiled[p] for p in tiled):
+        return {p: measure(union(a.iv for a in acts if a.phase == p)) for p in tiled}, True
+    return tiled, False
+
+
+#: A forward unit on a second stream still running when backward starts on the first: its
+#: phases overlap, so each wall is its phase's own activity (found by CI's hypothesis run).
+_OVERLAPPING = Plan(
+    steps=[
+        PlannedStep(
+            units=[
+                Unit(module=0, layer=0, dur_ns=42000, gap_ns=0, stream=7, backward=None, backward_gap_ns=0),
+                Unit(
+                    module=8,
+                    layer=2,
+                    dur_ns=97000,
+                    gap_ns=3000,
+                    stream=22,
+                    backward=203000,
+                    backward_gap_ns=34000,
+                ),
+            ],
+            comm=[],
+            memcpy_ns=17000,
+            optimizer_ns=[46000, 3000],
+        )
+    ],
+    options={"modules": "capture", "autograd_thread": True, "flows": False, "ts_format": "int"},
+)
 
 
 @given(plans())
+@example(plan=_OVERLAPPING)
 def test_every_device_nanosecond_lands_in_exactly_one_cell(plan: Plan):
     b = plan.build()
     a = _load(b)
@@ -99,8 +136,10 @@ def test_every_device_nanosecond_lands_in_exactly_one_cell(plan: Plan):
             busy = measure(a.iv for a in b.activities if a.step == step)
             assert row["idle_ms"] == pytest.approx(_ms(hi - lo - busy), abs=NS)
         ph = phases[phases["step"] == step].set_index("phase")
-        assert ph["wall_ms"].sum() == pytest.approx(row["window_ms"], abs=TOL)
-        for phase, wall in planted_walls(b, step).items():
+        walls, overlapped = planted_walls(b, step)
+        if not overlapped:
+            assert ph["wall_ms"].sum() == pytest.approx(row["window_ms"], abs=TOL)
+        for phase, wall in walls.items():
             assert ph.loc[phase, "wall_ms"] == pytest.approx(_ms(wall), abs=NS), phase
             cells = modules[(modules["step"] == step) & (modules["phase"] == phase)]["time_ms"]
             assert cells.sum() == pytest.approx(ph.loc[phase, "wall_ms"], abs=TOL), phase

@@ -177,6 +177,8 @@ EV = b'{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts"
         (b'{"traceEvents": [EV, {"name": "]"}]}', None),
         (b'{"distributedInfo": {"rank": true}, "traceEvents": [EV]}', None),
         (b'{"distributedInfo": {"backend": "nccl"}, "traceEvents": [EV]}', None),
+        (b"[EV]", None),  # the bare event array: no header, no rank
+        (b"\xef\xbb\xbf\n [EV, EV,\n", None),  # unterminated
     ],
 )
 def test_head_rank_agrees_with_the_reader(tmp_path: Path, doc: bytes, rank: int | None) -> None:
@@ -189,7 +191,7 @@ def test_head_rank_agrees_with_the_reader(tmp_path: Path, doc: bytes, rank: int 
 
 @pytest.mark.parametrize(
     "doc",
-    [b"not json", b'{"foo": {"traceEvents": [', b'{"distributedInfo": [1], "traceEvents": []}', b"[]"],
+    [b"not json", b'{"foo": {"traceEvents": [', b'{"distributedInfo": [1], "traceEvents": []}', b"{[]"],
 )
 def test_head_rank_unknown(tmp_path: Path, doc: bytes) -> None:
     p = tmp_path / "t.json"

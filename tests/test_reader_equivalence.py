@@ -16,20 +16,50 @@ from decimal import ROUND_HALF_EVEN, Decimal
 import numpy as np
 import pandas as pd
 import pytest
+from events_equal import assert_events_equal
 from shared_traces import params
 
 import tracekit.read.files as F
 import tracekit.read.reader as R
-from tracekit.read.schema import TraceDoc
+from tracekit.read.schema import SHAPE_FIELDS, TraceDoc
 
 pytestmark = pytest.mark.shared
 
 
-def _load(path):
+def _text(path) -> bytes:
     raw = open(path, "rb").read()
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    return json.loads(raw, parse_float=Decimal)  # the decimals exactly as written
+    return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+
+
+def _load(path):
+    return json.loads(_text(path), parse_float=Decimal)  # the decimals exactly as written
+
+
+def _raw_values(text: str, key: str) -> list[str]:
+    """The JSON text of the value of every member named ``key``, in file order: where the
+    quoted key is followed by ``:`` (a string with that text inside would hold escaped
+    quotes; a string value is never followed by ``:``), to where ``raw_decode`` ends."""
+    dec = json.JSONDecoder()
+    out = []
+    for m in re.finditer(re.escape(json.dumps(key)) + r"\s*:\s*", text):
+        _, end = dec.raw_decode(text, m.end())
+        out.append(text[m.end() : end])
+    return out
+
+
+def _shape_texts(doc: dict, text: str) -> dict[int, dict[str, str]]:
+    """For each event (by its position in ``traceEvents``) with a shape arg, each such arg's
+    JSON text as the file writes it; found in file order, and checked to be that value."""
+    texts: dict[int, dict[str, str]] = {}
+    for col, key in SHAPE_FIELDS.items():
+        raw = iter(_raw_values(text, key))
+        for i, ev in enumerate(doc["traceEvents"]):
+            a = ev.get("args")
+            if isinstance(a, dict) and key in a:
+                t = next(raw)
+                assert json.loads(t, parse_float=Decimal) == a[key], (key, t)
+                texts.setdefault(i, {})[col] = "" if a[key] is None else t
+    return texts
 
 
 def _int(v, none=-1):
@@ -45,6 +75,10 @@ def _int(v, none=-1):
     return ((v + (1 << 63)) % (1 << 64)) - (1 << 63)
 
 
+def _number(v) -> float:
+    return float(v) if isinstance(v, (int, float, Decimal)) and not isinstance(v, bool) else math.nan
+
+
 def _times(values):
     """Microseconds as written -> nanoseconds, exactly (the decimal value x 1000, to the ns)."""
     ok = [v is not None and not isinstance(v, str) and -R._MAX_US < v < R._MAX_US for v in values]
@@ -54,9 +88,17 @@ def _times(values):
 
 def reference_frame(path) -> pd.DataFrame:
     rows = []
-    for ev in _load(path)["traceEvents"]:
+    text = _text(path).decode()
+    doc = json.loads(text, parse_float=Decimal)
+    shapes = _shape_texts(doc, text)
+    for i, ev in enumerate(doc["traceEvents"]):
         ph, cat, name = ev.get("ph"), ev.get("cat"), ev.get("name")
-        if ph == "M" or cat is None:
+        if ph == "M":
+            continue
+        if name == "[memory]" and ph in ("i", "I"):  # an allocator event, in any category
+            rows.append((R.MEMORY, ev))
+            continue
+        if cat is None:
             continue
         kind = R._CATEGORY_KIND.get(cat, R._CATEGORY_KIND.get(cat.lower()))
         if kind is None:
@@ -70,7 +112,9 @@ def reference_frame(path) -> pd.DataFrame:
                 continue
         elif kind == R.FLOW_LAUNCH or ph not in ("s", "f", "t"):
             continue
-        rows.append((kind, ev))
+        rows.append((kind, ev | {"shape texts": shapes.get(i, {})}))
+    for kind, e in rows:
+        e.setdefault("shape texts", {})
     ts, ts_ok = _times([e.get("ts") for _, e in rows])
     dur, dur_ok = _times([0 if e.get("dur") is None else e.get("dur") for _, e in rows])
     out = []
@@ -81,7 +125,6 @@ def reference_frame(path) -> pd.DataFrame:
         if d > (1 << 55) or not dok:
             continue
         a = e.get("args") or {}
-        b = a.get("bytes")
         out.append(
             {
                 "kind": kind,
@@ -97,9 +140,13 @@ def reference_frame(path) -> pd.DataFrame:
                 "fwd_tid": _int(a.get("Fwd thread id")),
                 "stream": _int(a.get("stream")),
                 "collective": a.get("Collective name") or "",
-                "bytes": float(b)
-                if isinstance(b, (int, float, Decimal)) and not isinstance(b, bool)
-                else math.nan,
+                "bytes": _number(a.get("Bytes" if kind == R.MEMORY else "bytes")),
+                **{c: e["shape texts"].get(c, "") for c in SHAPE_FIELDS},
+                "device_type": v if type(v := a.get("Device Type")) is int else -1,
+                "device_id": v if type(v := a.get("Device Id")) is int else -1,
+                "total_allocated": _number(a.get("Total Allocated")),
+                "total_reserved": _number(a.get("Total Reserved")),
+                "addr": _int(a.get("Addr")),
             }
         )
     return pd.DataFrame(out, columns=list(R._COLUMNS))
@@ -133,9 +180,9 @@ def _streamed(path, monkeypatch, stats: list) -> R.RawTrace:
     monkeypatch.setattr(F, "PIECE_BYTES", 1 << 12)
     real = R.stream_decode
 
-    def spy(pieces, builder, chunk_bytes, stats_=None):
+    def spy(pieces, builder, chunk_bytes, stats_=None, **kw):
         st: dict = {}
-        got = real(pieces, builder, chunk_bytes, st)
+        got = real(pieces, builder, chunk_bytes, st, **kw)
         stats.append((got, st))
         return got
 
@@ -154,7 +201,7 @@ def test_streamed_decode_equals_whole_decode(path, gz, monkeypatch, tmp_path):
     whole = _whole(p, monkeypatch)
     stats: list = []
     streamed = _streamed(p, monkeypatch, stats)
-    pd.testing.assert_frame_equal(whole.events, streamed.events)
+    assert_events_equal(whole.events, streamed.events)
     assert whole.meta == streamed.meta
     assert whole.warnings == streamed.warnings
     ((got, st),) = stats

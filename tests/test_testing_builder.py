@@ -62,7 +62,11 @@ def _rows(df, key):
 @pytest.mark.parametrize("suffix", [".json", ".json.gz"])
 def test_planted_times_come_back_exactly(tmp_path, variant, suffix):
     b = plant(**VARIANTS[variant])
-    a = tracekit.load(b.write(tmp_path / f"rank0.pt.trace{suffix}"), cache=False)
+    check_planted(tracekit.load(b.write(tmp_path / f"rank0.pt.trace{suffix}"), cache=False))
+
+
+def check_planted(a: tracekit.Analysis) -> None:
+    """The tables of :func:`plant`'s trace hold exactly the planted times."""
     assert a.meta["complete_steps"] == {0: [1]}
     phases = _rows(a.table("phases"), "phase")
     assert phases["forward"]["wall_ms"] == pytest.approx(30 * US, abs=EXACT)
@@ -213,3 +217,31 @@ def test_importing_it_pulls_neither_torch_nor_hypothesis():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_planted_shapes_come_back_as_their_json_text(tmp_path, suffix):
+    """``op(..., input_dims=...)`` and ``kernel(..., op=..., input_dims=...)`` write the four
+    shape args as ``record_shapes=True`` does; the reader keeps each as its JSON text (which
+    parses back to what was planted), "" on ops planted without them."""
+    from tracekit.read.reader import read_trace
+
+    b = TraceBuilder()
+    dims, types = [[8, 4096], [4096, 11008]], ["c10::BFloat16", "c10::BFloat16"]
+    with b.step():
+        k = b.kernel(GEMM_A, 10, op="aten::mm", input_dims=dims, input_types=types,
+                     input_strides=[[4096, 1], [1, 4096]], concrete_inputs=["", ""])  # fmt: skip
+        with b.op("aten::add", input_dims=[[8], []], concrete_inputs=["", "1"]):
+            b.kernel(K_MUL, 2)
+        b.kernel(K_MUL, 2, op="aten::mul")
+    assert k.op is not None and k.op.shapes["input_dims"] == dims
+    with pytest.raises(ValueError):
+        b.kernel(K_MUL, 1, input_dims=[[1]])  # shapes without an op of their own
+    ev = read_trace(b.write(tmp_path / f"t{suffix}")).events
+    ops = ev[ev["name"].isin(["aten::mm", "aten::add", "aten::mul"])].set_index("name")
+    cols = ["input_dims", "input_types", "input_strides", "concrete_inputs"]
+    parsed = ops[cols].astype(object).map(lambda t: json.loads(t) if t else None)
+    assert parsed.loc["aten::mm"].tolist() == [dims, types, [[4096, 1], [1, 4096]], ["", ""]]
+    assert parsed.loc["aten::add"].tolist() == [[[8], []], None, None, ["", "1"]]
+    assert ops.loc["aten::mul", cols].tolist() == ["", "", "", ""]
+    assert ops.loc["aten::mm", "input_dims"] == json.dumps(dims)  # the text as written

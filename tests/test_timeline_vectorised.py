@@ -64,7 +64,8 @@ def test_training_steps_equal_the_reference(tmp_path: Path, n_steps: int, seed: 
     att = a.ranks[0]
     got = timeline.table(att.intervals, frame_windows(att.windows))
     assert len(got) == 4 * len(att.meta["complete_steps"]) > 0
-    pd.testing.assert_frame_equal(got, reference(att.intervals, att.windows))
+    # the table gives sums only: its percent is derived after aggregation (registry Ratio)
+    pd.testing.assert_frame_equal(got, reference(att.intervals, att.windows).drop(columns="percent"))
 
 
 def test_inference_stages_equal_the_reference() -> None:
@@ -74,7 +75,8 @@ def test_inference_stages_equal_the_reference() -> None:
     att = tracekit.load(run, cache=False, jobs=1).ranks[0]
     got = timeline.table(att.intervals, frame_windows(att.windows))
     assert "stage" in got and got["stage"].nunique() > 1
-    pd.testing.assert_frame_equal(got, reference(att.intervals, att.windows))
+    # the table gives sums only: its percent is derived after aggregation (registry Ratio)
+    pd.testing.assert_frame_equal(got, reference(att.intervals, att.windows).drop(columns="percent"))
 
 
 def test_no_decoder_layers_is_empty() -> None:

@@ -215,9 +215,10 @@ def test_mean_tables_times(cfg, name, tmp_path_factory):
 
 
 @pytest.mark.parametrize("cfg", ["default", "three_layers_three_steps"])
-@pytest.mark.parametrize("name", ["idle", "phases", "gemm", "modules"])
-def test_mean_tables_percent_is_mean_of_step_percents(cfg, name, tmp_path_factory):
-    """Definitional: the mean table's percent column is the mean of the per-step percents."""
+@pytest.mark.parametrize("name", ["idle", "phases", "gemm", "modules", "timeline"])
+def test_mean_tables_percent_is_ratio_of_means(cfg, name, tmp_path_factory):
+    """Definitional: the mean table's percent column is the ratio of the mean times (of the
+    mean step window, phase wall, compute time), never the mean of the per-step percents."""
     a, truth, _ = analysed(cfg, tmp_path_factory)
     assert_table(a.tables()[name], truth.mean[name], name, False, columns=["percent"])
 

@@ -64,7 +64,10 @@ def test_every_view_and_format(src, tmp_path, capsys, monkeypatch):
         doc = json.loads((out / "t.json").read_text())
         assert set(doc["tables"]) == set(tables)
         for name, rows in doc["tables"].items():
-            assert all(isinstance(r.get("count", 0), int) for r in rows), name
+            # a count is whole per step; a mean keeps its fraction (count x mean = total); the
+            # Idle row has none
+            kinds = (int,) if per_step else (int, float)
+            assert all(isinstance(r.get("count", 0), kinds) or r.get("count", 0) is None for r in rows), name
         cli_io.write_output("csv", meta, tables, out / "csv", "render")
         cli_io.write_output("md", meta, tables, out / "t.md", "render")
         assert (out / "t.md").read_text().startswith("# tracekit: ")

@@ -1,9 +1,15 @@
-"""Per-rank aggregation of per-step tables: the mean over complete steps, whole-number units.
+"""Per-rank aggregation of per-step tables: the mean over complete steps, then the ratios.
 
 :func:`mean_over_steps`: Needs: a per-step table (a ``step`` column) and the number of complete
 steps. Adds: one row per key, the mean per step (rows absent from a step count as zero there;
 inference ``stage`` rows are averaged over the steps that hold the stage).
-:func:`whole_numbers`: Guarantees: count, bytes and index columns are int64.
+:func:`derive_ratios`: Needs: a table per step or its mean, and the rank's windows. Adds:
+every ratio column its spec declares (:class:`~tracekit.analyses._registry.Ratio`), from the
+aggregated columns. Guarantees: a ratio column equals the ratio of the columns beside it in
+every row, per step and for the mean (a percent is a ratio of means, never a mean of ratios).
+:func:`whole_numbers`: Guarantees: index columns are int64; count and bytes columns are int64
+per step and keep their fraction in a mean (count x mean duration = total, and a count never
+reads 0 beside time).
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analyses import TableSpec
-from tracekit.analyses._registry import INTEGER_UNITS
+from tracekit.analyses._registry import INDEX, INTEGER_UNITS, PHASE_WALL, STEP_WINDOW, Ratio
 from tracekit.pipeline.state import distinct_rows
+from tracekit.pipeline.windows import Windows
 
 
 def mean_over_steps(df: pd.DataFrame, n_steps: int, keys: list[str] | None = None) -> pd.DataFrame:
@@ -29,7 +36,9 @@ def mean_over_steps(df: pd.DataFrame, n_steps: int, keys: list[str] | None = Non
     keys = (["stage"] if "stage" in df.columns and "stage" not in keys else []) + [
         k for k in keys if k in df.columns
     ]
-    values = [c for c in df.columns if c not in keys and c != "step"]
+    # Text columns that are not keys (a label derived from the values, such as efficiency's
+    # ``bound``) are not summed: the table's ``finish`` derives them again from the means.
+    values = [c for c in df.columns if c not in keys and c != "step" and pd.api.types.is_numeric_dtype(df[c])]
     if not keys:
         return df[values].sum().div(n_steps).to_frame().T
     alone = _one_row_per_key(df, keys, values, n_steps)
@@ -41,6 +50,16 @@ def mean_over_steps(df: pd.DataFrame, n_steps: int, keys: list[str] | None = Non
         div = present.reindex(out.index.get_level_values("stage")).to_numpy(dtype=float)
         out = out.mul(max(n_steps, 1) / div, axis=0)
     return out.reset_index()
+
+
+def mean_over_present(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Mean per key over the steps that hold it (a row absent from a step says nothing about
+    that step, as with a peak); a value no step records (NaN) stays NaN."""
+    if df.empty:
+        return df.drop(columns=["step"], errors="ignore")
+    keys = [k for k in keys if k in df.columns]
+    values = [c for c in df.columns if c not in keys and c != "step"]
+    return df.groupby(keys, observed=True, sort=False)[values].mean().reset_index()
 
 
 def _one_row_per_key(df: pd.DataFrame, keys: list[str], values: list[str], n_steps: int) -> Any:
@@ -85,13 +104,63 @@ def _distinct_keys(df: pd.DataFrame, keys: list[str]) -> bool:
     return len(df) <= 1 or int(distinct_rows(*codes)[0].max()) + 1 == len(df)
 
 
-def whole_numbers(spec: TableSpec | None, df: pd.DataFrame) -> pd.DataFrame:
-    """Count, bytes and index columns as integers (a mean count is rounded to the nearest)."""
+def derive_ratios(spec: TableSpec, df: pd.DataFrame, windows: Windows, n_steps: int | None) -> pd.DataFrame:
+    """``df`` (one rank's table: per step when ``n_steps`` is None, else its mean over that
+    many steps) with every ratio column of ``spec.ratios`` computed from its aggregated
+    columns, the value columns in the spec's order."""
+    if not spec.ratios or df.empty:
+        return df
+    df = df.copy()
+    for col, r in spec.ratios.items():
+        num = df[r.num].to_numpy(dtype=float)
+        den = _denominator(df, r, windows, n_steps)
+        df[col] = np.divide(num * r.scale, den, out=np.zeros(len(df)), where=den > 0)
+    lead = [c for c in df.columns if c not in spec.values]
+    return df[lead + [c for c in spec.values if c in df.columns]]
+
+
+def _denominator(df: pd.DataFrame, r: Ratio, windows: Windows, n_steps: int | None) -> np.ndarray:
+    """Per row, the denominator of ``r`` (see :class:`Ratio`)."""
+    if r.of == STEP_WINDOW:
+        steps = windows.steps
+        if n_steps is None:
+            return steps.set_index("step")["window_ms"].reindex(df["step"]).fillna(0.0).to_numpy()
+        return np.full(len(df), steps["window_ms"].sum() / max(n_steps, 1))
+    if r.of == PHASE_WALL:
+        ph = windows.phases
+        phase = df["phase"].astype(str).to_numpy()
+        if n_steps is None:
+            wall = ph.set_index(["step", "phase"])["wall_ms"]
+            return wall.reindex(pd.MultiIndex.from_arrays([df["step"], phase])).fillna(0.0).to_numpy()
+        mean = ph.groupby("phase")["wall_ms"].sum() / max(n_steps, 1)
+        return mean.reindex(phase).fillna(0.0).to_numpy()
+    of = df[r.of].astype(float)
+    if r.within is None:
+        return of.to_numpy()
+    keys = [k for k in ("rank", "step", *r.within) if k in df.columns]
+    if not keys:
+        return np.full(len(df), of.sum())
+    return of.groupby([df[k] for k in keys], observed=True, sort=False).transform("sum").to_numpy()
+
+
+def whole_numbers(spec: TableSpec | None, df: pd.DataFrame, mean: bool = False) -> pd.DataFrame:
+    """Count, bytes and index columns as integers; in a ``mean`` over steps, counts and bytes
+    keep their fraction (float: the mean number per step). A count that does not apply to a
+    row (the Idle row of kernel categories: no activities) stays empty (JSON null): NaN in a
+    mean, a missing value of a nullable integer column per step."""
     if spec is None or df.empty:
         return df
     for c, unit in spec.values.items():
         if unit in INTEGER_UNITS and c in df.columns and pd.api.types.is_numeric_dtype(df[c]):
-            v = np.round(df[c].to_numpy(dtype=float, na_value=np.nan))  # Series.round's numpy round
-            v[np.isnan(v)] = 0
+            v = df[c].to_numpy(dtype=float, na_value=np.nan)
+            if mean and unit != INDEX:
+                df[c] = v
+                continue
+            v = np.round(v)  # Series.round's numpy round
+            missing = np.isnan(v)
+            if unit != INDEX and missing.any():
+                df[c] = pd.array(v, dtype="Int64")
+                continue
+            v[missing] = 0
             df[c] = v.astype("int64")
     return df

@@ -9,6 +9,7 @@ attributed once; every table is a function of that one labelled table (``analyse
 from __future__ import annotations
 
 import copy
+import itertools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,10 +19,12 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analyses import REGISTRY
+from tracekit.analyses._registry import MEMORY_EVENTS
 
 from .aggregate import whole_numbers as _whole_numbers
 from .errors import TraceError
 from .filters import Filters
+from .perf.devices import resolve as resolve_peaks
 from .pipeline import Attributed
 from .pipeline.checks import TraceWarning, as_warning
 from .ranks import manifest_tables
@@ -85,12 +88,41 @@ class Analysis(PerRankTables):
         """The same ranks and warnings, with tables computed over the intervals ``filters``
         keeps (a copy: the checks of ``__post_init__`` ran on the whole run already).
         Raises :class:`tracekit.filters.FilterError` for a ``module`` naming no category, or
-        several without a comma list."""
+        several without a comma list, and for ``step_ranges`` holding no complete step."""
         modules = [a.load_intervals(["module"])["module"] for a in self.ranks.values()]
         present = {c for m in modules for c in m.astype(str).unique()}
+        steps = {s for a in self.ranks.values() for s in a.meta.get("complete_steps", [])}
         out = copy.copy(self)
-        out.filters, out._computed, out._held = filters.resolved(present), Computed(), {}
+        out.filters, out._computed, out._held = filters.resolved(present, steps), Computed(), {}
         return out
+
+    def names(self) -> list[str]:
+        """The tables of :meth:`PerRankTables.names` that apply to this run (:meth:`applies`)."""
+        return [n for n in super().names() if self.applies(n)]
+
+    def applies(self, name: str) -> bool:
+        """Whether the run has table ``name`` when no filter leaves it out: cross-rank tables
+        on several ranks only, manifest tables where the manifest has their rows, memory
+        tables where some trace records memory."""
+        s = REGISTRY[name]
+        return (
+            (self.multi_rank or not s.cross_rank)
+            and (s.from_manifest is None or not self._manifest_rows(name).empty)
+            and (s.reads != MEMORY_EVENTS or self.has_memory)
+        )
+
+    @property
+    def has_memory(self) -> bool:
+        """Whether some rank's trace records memory events (``profile_memory=True``)."""
+        return any(a.meta.get("memory_events", 0) for a in self.ranks.values())
+
+    def _manifest_rows(self, name: str) -> pd.DataFrame:
+        """Table ``name``'s rows from the capture manifest (:mod:`tracekit.ranks.manifest_tables`), once."""
+        key = ("manifest", name, -1)
+        if key not in self._computed:
+            steps = self.filters.steps
+            self._computed[key] = manifest_tables.rows(REGISTRY[name], self.path, list(self.ranks), steps)
+        return self._computed[key]
 
     def table(self, name: str, per_step: bool = False) -> pd.DataFrame:
         """One table; ``per_step`` keeps a ``step`` column instead of the mean over steps."""
@@ -148,6 +180,9 @@ def load(
     jobs: int | None = None,
     scheduler=None,
     strict: bool = False,
+    devices: str | None = None,
+    peak_tflops: str | float | None = None,
+    peak_bandwidth: float | None = None,
 ) -> Analysis:
     """Analyse a trace file, or a directory of per-rank trace files (``rank`` picks one).
 
@@ -159,8 +194,21 @@ def load(
     In a directory, files that cannot be analysed are skipped (the result is partial, see
     :attr:`Analysis.skipped`) unless ``strict``, or unless no file can be analysed: then the
     first file's :class:`TraceError` is raised.
+    ``devices``, ``peak_tflops``, ``peak_bandwidth``: the device peaks the % of peak and MFU
+    are measured against (:func:`tracekit.perf.devices.resolve`; a bad value raises
+    :class:`TraceError` before anything is read).
     """
-    options = Options(taxonomy=taxonomy, kernel_rules=kernel_rules, max_bytes=max_bytes, cache=cache)
+    tflops = None if peak_tflops is None else str(peak_tflops)
+    resolve_peaks([], devices, tflops, peak_bandwidth)  # checks the values and the devices file
+    options = Options(
+        taxonomy=taxonomy,
+        kernel_rules=kernel_rules,
+        max_bytes=max_bytes,
+        cache=cache,
+        devices=devices,
+        peak_tflops=tflops,
+        peak_bandwidth=peak_bandwidth,
+    )
     if scheduler is not None:
         import socket
 
@@ -176,6 +224,16 @@ def load(
     if not parallel:  # one process: its file's decode may use the cores instead
         options.read_jobs = read_jobs() if jobs is None else max(1, jobs)
     store = RankTables()
+    slots = itertools.count()
+
+    def gather(i: int, got: Any) -> Any:
+        """A file's result(s) folded into ``store``: ``[(slot, Attributed)]``, one per rank the
+        file holds (a merged file holds several, :mod:`tracekit.ranks.merged`)."""
+        if isinstance(got, TraceError):
+            return got
+        parts = got if isinstance(got, list) else [got]
+        return [(slot, store.gather(slot, *part, options=options)) for slot, part in zip(slots, parts)]
+
     done = map_ranks(
         per_file(parallel, cache, len(files)),
         files,
@@ -183,14 +241,19 @@ def load(
         keep_errors=p.is_dir(),
         jobs=workers,
         scheduler=scheduler,
-        gather=lambda i, got: got if isinstance(got, TraceError) else store.gather(i, *got, options=options),
+        gather=gather,
     )
     failed = [(f, e) for f, e in zip(files, done) if isinstance(e, TraceError)]
     if failed and (strict or len(failed) == len(done)):
         raise failed[0][1]
     skipped += [(f, e.problem) for f, e in failed]
-    kept = [i for i, got in enumerate(done) if not isinstance(got, TraceError)]
-    files, done = [files[i] for i in kept], [done[i] for i in kept]
+    parts = [
+        (files[i], slot, att)
+        for i, got in enumerate(done)
+        if not isinstance(got, TraceError)
+        for slot, att in got
+    ]
+    files, kept, done = [f for f, _, _ in parts], [s for _, s, _ in parts], [a for _, _, a in parts]
     ranks, grouping, alone = group_results(p, files, done)
     grouping = head_grouping or grouping
     if rank is not None:

@@ -11,7 +11,11 @@
 * ``modules_delta``: per phase and module category (Table VI ``time_ms``);
 * ``kernels_delta``: per kernel group and category (Table X ``time_ms``; per stage where the
   runs have inference stages);
-* ``layers_delta``: per phase and decoder-layer index (``layers`` ``time_ms``).
+* ``layers_delta``: per phase and decoder-layer index (``layers`` ``time_ms``);
+* ``gemm_shapes_delta``, ``efficiency_delta``: per GEMM shape (Table XII) and per phase and
+  module category, kernel time (``time_ms``);
+* ``efficiency_rates``: per phase and module category, A's and B's achieved TFLOP/s, % of
+  peak and modelled share, and B - A of each (naive against recompute, eager against flash).
 
 The delta tables are those of every registered table that declares a ``compare`` column
 (``analyses/_registry.py``).
@@ -139,7 +143,30 @@ def compare(a, b) -> dict[str, pd.DataFrame]:
                     p[k] = ""
         d = delta_table(step_values(pa, ks, value), step_values(pb, ks, value))
         out[name] = _in_source_order(d, ks, pa, pb)
+    out["efficiency_rates"] = efficiency_rates(a.table("efficiency"), b.table("efficiency"))
     return out
+
+
+#: The rates of the efficiency table compared side by side (``efficiency_rates``).
+RATES = ["tflops", "peak_pct", "modelled_pct"]
+
+
+def efficiency_rates(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """Per phase and module category, A's and B's achieved TFLOP/s, % of peak and modelled
+    share (their mean tables: ratios of the mean sums), and B - A of each."""
+    keys = ["phase", "module"]
+    cols = keys + RATES
+    sides = [
+        (df if len(df) and set(cols) <= set(df.columns) else pd.DataFrame(columns=cols))[cols]
+        .astype(dict.fromkeys(keys, str))
+        .rename(columns={r: f"{tag}_{r}" for r in RATES})
+        for tag, df in (("a", a), ("b", b))
+    ]
+    out = sides[0].merge(sides[1], on=keys, how="outer")
+    for r in RATES:
+        out[f"{r}_delta"] = out[f"b_{r}"].astype(float) - out[f"a_{r}"].astype(float)
+    order = keys + [f"{t}_{r}" for r in RATES for t in ("a", "b")] + [f"{r}_delta" for r in RATES]
+    return _in_source_order(out[order], keys, *sides)
 
 
 def compare_meta(a, b) -> dict:

@@ -1,4 +1,4 @@
-"""The one error type that reaches users: a bad input file, reported as one line."""
+"""The error types that reach users as one line: a bad input file, a setting the run cannot use."""
 
 from __future__ import annotations
 
@@ -20,3 +20,8 @@ class TraceError(Exception):
 
     def __str__(self) -> str:
         return f"{self.path}: {self.problem}" if self.path else self.problem
+
+
+class RunError(Exception):
+    """What the run was told to use cannot be used (a Dask scheduler that cannot be reached or
+    is not one): one line, exit status 2, no file named (it is not the trace's fault)."""

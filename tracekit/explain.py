@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .errors import TraceError
+from .perf import explain as perf_explain
+from .perf.devices import Peaks
+from .pipeline.evidence import EVIDENCE_TEXT
 from .read.reader import ANNOTATION, CPU_OP, RUNTIME, RawTrace
 
 #: The labels that make two activities' chains the same (with the activity's name).
@@ -58,6 +60,10 @@ class Evidence:
     modules: list[pd.DataFrame]
     complete: set
     files: list[str]
+    units: list = field(default_factory=list)  # per file: what owns FLOPs, and the peaks
+    peaks: list = field(default_factory=list)
+    #: Every rank of the directory (one rank is searched: this one).
+    ranks: list[int] = field(default_factory=list)
 
     def of(self, row: pd.Series) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(events, modules) of the file ``row`` came from."""
@@ -66,11 +72,15 @@ class Evidence:
 
 
 def compile_pattern(pattern: str) -> re.Pattern:
-    """Case-insensitive regex of ``pattern``; a pattern that is not a valid regex is a literal."""
+    """Case-insensitive regex of ``pattern``, run in linear time (RE2, as user rules are:
+    ``(k+)+$x`` cannot backtrack); a pattern that is not a valid RE2 regex (or uses lookaround
+    or backreferences) is a literal."""
+    from .pipeline.taxonomy import linear
+
     try:
-        return re.compile(pattern, re.IGNORECASE)
+        return linear(pattern, re.IGNORECASE)
     except (re.error, RecursionError, OverflowError):
-        return re.compile(re.escape(pattern), re.IGNORECASE)
+        return linear(re.escape(pattern), re.IGNORECASE)
 
 
 def matching(names: pd.Series, rx: re.Pattern) -> np.ndarray:
@@ -78,37 +88,6 @@ def matching(names: pd.Series, rx: re.Pattern) -> np.ndarray:
     cat = names.astype("category")
     hit = np.array([bool(rx.search(str(c))) for c in cat.cat.categories] + [False])
     return hit[cat.cat.codes.to_numpy()]
-
-
-def rank_traces(path: str | os.PathLike, rank: int | None, read, max_bytes: int) -> list[RawTrace]:
-    """The raw traces of ``rank`` (default: the lowest) of a file or a directory, ranks grouped
-    as ``tracekit.load`` groups them (:mod:`tracekit.ranks.grouping`): every file of the rank (successive
-    windows of one process), each with ``meta["rank"]``. Only that rank's files (without
-    ``rank``, the lowest rank's) are read when every file's rank can be told from its head, as
-    for ``tracekit analyze --rank`` (:func:`tracekit.ranks.grouping.files_to_read`)."""
-    from .ranks.grouping import FileIdentity, files_to_read, group_files, host_of, manifest_ranks, process_of
-
-    p = Path(path)
-    files, _, _ = files_to_read(p, rank, False, max_bytes, lowest=True)
-    raws = [read(f) for f in files]
-    from_manifest = manifest_ranks(p) if p.is_dir() else {}
-    ids = [
-        FileIdentity(
-            rank=from_manifest.get(f.name) if r.meta.get("rank") is None else r.meta["rank"],
-            pid=process_of(r.events),
-            host=host_of(f, r.meta.get("host_name")),
-        )
-        for f, r in zip(files, raws)
-    ]
-    groups, _ = group_files(ids)
-    if rank is None:
-        rank = min(groups)
-    if rank not in groups:
-        raise TraceError(p, f"no rank {rank}; ranks here: {', '.join(map(str, sorted(groups)))}")
-    out = [raws[i] for i in groups[rank]]
-    for raw in out:
-        raw.meta["rank"] = rank
-    return out
 
 
 def run(
@@ -119,29 +98,40 @@ def run(
     rank: int | None = None,
     limit: int = 10,
     options=None,
+    by_op: bool = False,
 ) -> dict:
     """Read the trace (one rank of a directory) and explain ``pattern`` (see :func:`explain`)."""
     from .pipeline.taxonomy import kernel_rules, module_taxonomy
     from .ranks.analyse import Options, _read
+    from .ranks.raw_rank import rank_traces
 
     options = options or Options()
-    raws = rank_traces(path, rank, lambda f: _read(f, options), options.max_bytes)
-    ev = collect(raws, module_taxonomy(options.taxonomy), kernel_rules(options.kernel_rules))
-    return explain(ev, pattern, step=step, limit=limit)
+    raws, ranks = rank_traces(path, rank, lambda f: _read(f, options), options.max_bytes)
+    peaks = [options.peaks(r.meta.get("devices") or []) for r in raws]
+    ev = collect(raws, module_taxonomy(options.taxonomy), kernel_rules(options.kernel_rules), peaks)
+    ev.ranks = ranks
+    doc = explain(ev, pattern, step=step, limit=limit, by_op=by_op)
+    split = raws[0].meta.get("rank_split")
+    if split:  # this rank is one process of a file that held several
+        doc["meta"]["rank_split"] = f"{split}; this is rank {raws[0].meta.get('rank')}"
+    return doc
 
 
-def collect(raws: list[RawTrace], taxonomy, rules) -> Evidence:
+def collect(raws: list[RawTrace], taxonomy, rules, peaks: list | None = None) -> Evidence:
     """Run the linking and labelling steps on each file of one rank and keep every activity's
     evidence; the files' activities are merged in time order, their steps numbered as
     :func:`tracekit.ranks.grouping.merge_windows` numbers them for ``tracekit analyze``."""
     from .pipeline import Attributed, analyse
     from .ranks.grouping import merge_windows
 
-    parts = []
+    parts, units, events = [], [], []
+    peaks = peaks or [None] * len(raws)
     for i, raw in enumerate(raws):
-        t = analyse(raw, taxonomy, rules)
+        t = analyse(raw, taxonomy, rules, peaks[i])
+        units.append(t.perf_units)
         acts = t.acts.assign(file=i, file_step=t.acts["step"])
         parts.append(Attributed(raw.path, t.mode, acts, t.steps, t.windows, t.modules, {}))
+        events.append(t.events)  # what the activities' event positions point into
     merged = merge_windows(parts)
     steps = merged.steps
     complete = set(steps.loc[steps["complete"], "step"].tolist()) if len(steps) else set()
@@ -150,18 +140,23 @@ def collect(raws: list[RawTrace], taxonomy, rules) -> Evidence:
         rank=raws[0].meta.get("rank"),
         mode=merged.mode,
         acts=merged.intervals.reset_index(drop=True),
-        events=[r.events for r in raws],
+        events=events,
         modules=[p.modules for p in parts],
         complete=complete,
         files=[Path(r.path).name for r in raws],
+        units=units,
+        peaks=[p or Peaks() for p in peaks],
     )
 
 
-def explain(ev: Evidence, pattern: str, step: int | None = None, limit: int = 10) -> dict:
+def explain(
+    ev: Evidence, pattern: str, step: int | None = None, limit: int = 10, by_op: bool = False
+) -> dict:
     """``{"meta": ..., "chains": [...]}``: the grouped chains of the activities matching
-    ``pattern`` (in ``step`` when given), largest total time first, at most ``limit``."""
+    ``pattern`` (in ``step`` when given), largest total time first, at most ``limit``.
+    ``by_op``: match the op that owns their FLOPs (``perf_op``) instead of their own name."""
     a = ev.acts
-    keep = matching(a["name"], compile_pattern(pattern))
+    keep = matching(a["perf_op" if by_op else "name"], compile_pattern(pattern))
     if step is not None:
         keep &= a["step"].to_numpy() == step
     sub = a[keep]
@@ -191,6 +186,7 @@ def explain(ev: Evidence, pattern: str, step: int | None = None, limit: int = 10
         "rank": ev.rank,
         "mode": ev.mode,
         "pattern": pattern,
+        "by_op": by_op,
         "step": step,
         "matched": int(sub["count"].sum()),
         "pieces": len(sub),
@@ -200,6 +196,7 @@ def explain(ev: Evidence, pattern: str, step: int | None = None, limit: int = 10
         "complete_steps": sorted(int(s) for s in ev.complete),
         "rank_files": len(ev.files),
         "files": ev.files,
+        "ranks": ev.ranks or ([ev.rank] if ev.rank is not None else []),
     }
     return {"meta": meta, "chains": chains}
 
@@ -246,7 +243,11 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
         "op_stack": _op_stack(ev, row, origin),
         "module": _module(ev, row),
         "backward": _backward(ev, row, origin),
-        "phase": {"phase": str(row["phase"]), "evidence": str(row["phase_evidence"])},
+        "phase": {
+            "phase": str(row["phase"]),
+            "evidence": str(row["phase_evidence"]),
+            "why": EVIDENCE_TEXT.get(str(row["phase_evidence"]), ""),
+        },
         "step": {
             "step": int(row["step"]),
             "by": str(row["step_by"]),
@@ -259,6 +260,7 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
             "rule": str(row["rule"]),
         },
         "module_category": {"category": str(row["module"]) or None, "rule": str(row["module_rule"]) or None},
+        "perf": perf_explain.of_chain(ev, row, members),
     }
 
 

@@ -25,29 +25,51 @@ from .pipeline.taxonomy import MODULE_CATEGORIES
 
 
 class FilterError(ValueError):
-    """A filter the run cannot honour (an unknown or ambiguous ``--module``): one line."""
+    """A filter the run cannot honour (an unknown or ambiguous ``--module``, ``--steps`` that
+    name no step of the run): one line. ``option``: the option at fault."""
+
+    def __init__(self, message: str, option: str = "--module") -> None:
+        super().__init__(message)
+        self.option = option
+
+
+#: Step ranges as written (``3-7,9`` is ``((3, 7), (9, 9))``): never expanded into numbers,
+#: so ``1-99999999999999999999999`` costs nothing; :meth:`Filters.resolved` keeps the steps of
+#: the run that they hold.
+StepRanges = tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True)
 class Filters:
     """``steps``; ``phase``; ``module``: what the user asked for (``"attention"``, or a comma
-    list); ``modules``: the module categories it selects (:meth:`resolved`), exact names."""
+    list); ``modules``: the module categories it selects (:meth:`resolved`), exact names;
+    ``step_ranges``: ``--steps`` as written, resolved to ``steps`` (those of the run it holds)."""
 
     steps: tuple[int, ...] | None = None
     phase: str | None = None
     module: str | None = None
     modules: tuple[str, ...] | None = None
+    step_ranges: StepRanges | None = None
 
     @property
     def active(self) -> bool:
-        return self.steps is not None or self.phase is not None or self.module is not None
+        return (
+            self.steps is not None
+            or self.step_ranges is not None
+            or self.phase is not None
+            or self.module is not None
+        )
 
-    def resolved(self, present: Iterable[str] = ()) -> Filters:
+    def resolved(self, present: Iterable[str] = (), steps: Iterable[int] = ()) -> Filters:
         """The same filters with ``module`` resolved to categories (:func:`select_modules`)
-        among the built-in categories and those ``present`` in the run."""
+        among the built-in categories and those ``present`` in the run, and ``step_ranges`` to
+        the run's ``steps`` they hold (:class:`FilterError` when they hold none)."""
+        out = self
+        if self.step_ranges is not None:
+            out = replace(out, steps=_steps_in(self.step_ranges, steps), step_ranges=None)
         if self.module is None:
-            return self
-        return replace(self, modules=select_modules(self.module, known_categories(present)))
+            return out
+        return replace(out, modules=select_modules(self.module, known_categories(present)))
 
     def describe(self) -> dict:
         out: dict = {}
@@ -139,17 +161,45 @@ def _matches(term: str, known: list[str]) -> list[str]:
 
 
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+#: Step numbers are 64-bit at most: longer digit strings are read as this (no 4,300-digit int).
+_HUGE = 1 << 64
 
 
-def parse_steps(text: str) -> tuple[int, ...]:
-    """``"3-7"``, ``"2,4,9"``, ``"1-3,8"`` -> the step numbers, sorted, each once."""
-    out: set[int] = set()
+def parse_steps(text: str) -> StepRanges:
+    """``"3-7"``, ``"2,4,9"``, ``"1-3,8"`` -> the ranges, as written (checked, not expanded)."""
+    out = []
     for part in text.split(","):
         m = _RANGE.match(part)
         if not m:
             raise ValueError(f"--steps {text!r}: expected numbers and ranges like 3-7 or 2,4,9")
-        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        lo, hi = _number(m.group(1)), _number(m.group(2) or m.group(1))
         if hi < lo:
-            raise ValueError(f"--steps {text!r}: range {lo}-{hi} runs backwards")
-        out.update(range(lo, hi + 1))
-    return tuple(sorted(out))
+            raise ValueError(f"--steps {text!r}: range {m.group(1)}-{m.group(2)} runs backwards")
+        out.append((lo, hi))
+    return tuple(out)
+
+
+def _number(digits: str) -> int:
+    return int(digits) if len(digits) <= 20 else _HUGE
+
+
+def _steps_in(ranges: StepRanges, steps: Iterable[int]) -> tuple[int, ...]:
+    """The ``steps`` that ``ranges`` hold, sorted; :class:`FilterError` when none."""
+    present = sorted(set(steps))
+    kept = tuple(s for s in present if any(lo <= s <= hi for lo, hi in ranges))
+    if not kept:
+        asked = ",".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
+        here = ranges_text(present) if present else "none"
+        raise FilterError(f"--steps {asked}: no such step; the steps here are {here}", option="--steps")
+    return kept
+
+
+def ranges_text(steps: list[int]) -> str:
+    """Sorted step numbers as ranges: ``1-3,7``."""
+    runs: list[list[int]] = []
+    for s in steps:
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)

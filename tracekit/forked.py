@@ -95,7 +95,7 @@ def fork(body: Callable[[], object]) -> int:
     """Fork a child that runs ``body`` and exits, with status 0 when it returned, 1 when anything
     failed: it never returns into the caller's code nor runs its cleanup. Every signal is held
     across the fork (no handler runs between it and the child's ``try``); in the child, Ctrl-C
-    ends it at once. Returns the child's pid (see :func:`reap`)."""
+    ends it at once, as SIGTERM does. Returns the child's pid (see :func:`reap`)."""
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
     try:
         pid = os.fork()
@@ -110,6 +110,7 @@ def _child(mask: set, body: Callable[[], object]) -> NoReturn:
     status = 1
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's cleanup (tracekit.cli_io)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         body()
         status = 0

@@ -1,7 +1,7 @@
 """``--paper``: the paper's published values beside the user's, for the tables that match.
 
 The values live in ``tracekit/data/paper_values.json`` with their citation (Zhang et al.,
-arXiv:2311.03687): Tables V, VI, VII, VIII, X, XI and XIII for Llama 2-7B on A800. For each of
+arXiv:2311.03687): Tables V, VI, VII, VIII, X, XI, XII and XIII for Llama 2-7B on A800. For each of
 the user's tables with a paper counterpart, :func:`with_paper` adds ``paper_<column>`` columns
 joined on the table's keys (phase, module, category, block...); rows the paper does not have
 get empty cells. The user's numbers are never changed.
@@ -43,8 +43,11 @@ def with_paper(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
         vals = [c for c in paper.columns if c not in keys]
         paper = paper.rename(columns={c: f"paper_{c}" for c in vals})
         left = df.copy()
-        for k in keys:
-            left[k] = left[k].astype(str)
+        for k in keys:  # numeric keys (a GEMM's m, n, k) join as numbers, labels as text
+            if pd.api.types.is_numeric_dtype(df[k]):
+                paper[k] = paper[k].astype(df[k].dtype)
+            else:
+                left[k] = left[k].astype(str)
         merged = left.merge(paper, on=keys, how="left")
         for k in keys:  # keep the user's dtypes (categorical order) for keys
             merged[k] = merged[k].astype(df[k].dtype) if str(df[k].dtype) == "category" else merged[k]

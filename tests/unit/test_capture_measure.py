@@ -35,10 +35,14 @@ class FakeCuda:
         return self.reserved
 
 
-def fake_proc(tmp_path: Path, hwm_kb: int, clear_refs_writable: bool = True) -> Path:
+def fake_proc(
+    tmp_path: Path, hwm_kb: int, clear_refs_writable: bool = True, rss_kb: int | None = None
+) -> Path:
+    """A /proc/self whose status never changes: a write to clear_refs leaves VmHWM as it was."""
     proc = tmp_path / "proc"
     proc.mkdir()
-    (proc / "status").write_text(f"Name:\tpython\nVmHWM:\t  {hwm_kb} kB\nVmRSS:\t  {hwm_kb // 2} kB\n")
+    rss_kb = hwm_kb // 2 if rss_kb is None else rss_kb
+    (proc / "status").write_text(f"Name:\tpython\nVmHWM:\t  {hwm_kb} kB\nVmRSS:\t  {rss_kb} kB\n")
     if clear_refs_writable:
         (proc / "clear_refs").write_text("")
     else:
@@ -116,6 +120,19 @@ def test_a_refused_reset_records_the_process_peak_and_says_so(tmp_path):
     assert about["peak_rss_reset_per_step"] is False
     source = about["sources"]["peak_rss_bytes"]
     assert "process peak so far, not reset per step" in source and "refused" in source
+
+
+def test_a_reset_the_kernel_accepts_but_ignores_is_not_called_a_reset(tmp_path):
+    """CI's kernel took the write to clear_refs and left VmHWM at the process peak (1318 MiB):
+    the capture must not then claim a per-step peak."""
+    proc = fake_proc(tmp_path, 1318 * 1024, rss_kb=400 * 1024)
+    meter = measure.StepMeter(token="t", host=measure.HostPeak(proc))
+    meter.start()
+    meter.stop(0, tokens=1, samples=1)
+    about = meter.about()
+    assert about["peak_rss_reset_per_step"] is False
+    source = about["sources"]["peak_rss_bytes"]
+    assert "not reset per step" in source and "does not reset it" in source and "1318 MiB" in source
 
 
 def test_stop_without_start_is_a_bug():

@@ -20,6 +20,8 @@ def reference(phases_by_rank: dict[int, pd.DataFrame]) -> pd.DataFrame:
             row[col] = float(ph[src].sum()) if len(ph) and src in ph else 0.0
         rows.append(row)
     df = pd.DataFrame(rows, columns=["rank"] + COLUMNS)
+    if not df["unattributed_ms"].any():
+        df = df.drop(columns="unattributed_ms")
     mean, median = df["step_ms"].mean(), df["step_ms"].median()
     df["vs_mean_pct"] = (df["step_ms"] / mean - 1.0) * 100.0 if mean else 0.0
     df["vs_median_pct"] = (df["step_ms"] / median - 1.0) * 100.0 if median else 0.0
@@ -72,3 +74,19 @@ def test_per_rank_of_concatenated_rows_equals_per_rank():
         rows = pd.concat(frames, ignore_index=True)
         got = per_rank_of_rows(ranks, [len(f) for f in frames], rows)
         pd.testing.assert_frame_equal(got, per_rank(dict(zip(ranks, frames))), check_exact=True)
+
+
+def test_unattributed_is_a_column_only_where_some_rank_has_it():
+    """As the phases table shows the unattributed row only for a rank that has some, the ranks
+    tables show its column and summary row only when some rank has such time (it read 0)."""
+    from tracekit.analyses.ranks import summary
+
+    def ph(unattributed: float) -> pd.DataFrame:
+        return pd.DataFrame(
+            {"phase": ["forward", "unattributed"], "wall_ms": [2.0, unattributed], "compute_ms": [1.0, 0.0]}
+        )
+
+    none = per_rank({0: ph(0.0), 1: ph(0.0)})
+    assert "unattributed_ms" not in none and "unattributed" not in set(summary(none)["phase"])
+    some = per_rank({0: ph(0.0), 1: ph(0.5)})
+    assert some["unattributed_ms"].tolist() == [0.0, 0.5] and "unattributed" in set(summary(some)["phase"])

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from ..read.files import DEFAULT_MAX_BYTES
 from .cache import cache_group
-from .io import TracekitGroup, fail, load_with_progress, reported, write_output
+from .io import TracekitGroup, fail, reported, write_output
+from .reading import reading_options
 
 #: Phases a --phase filter can name.
 PHASES = ["forward", "recompute", "backward", "unattributed", "optimizer"]
@@ -27,6 +25,9 @@ TABLE_NAMES = [
     "phases",
     "modules",
     "gemm",
+    "gemm_shapes",
+    "efficiency",
+    "op_shapes",
     "comm",
     "idle",
     "kernels",
@@ -37,6 +38,9 @@ TABLE_NAMES = [
     "layer_spread",
     "rank_summary",
     "ranks",
+    "memory",
+    "memory_modules",
+    "memory_timeline",
 ]
 
 
@@ -46,81 +50,23 @@ def main() -> None:
     """Where did the time of this LLM step go? Analyse PyTorch profiler traces."""
 
 
-@dataclass(frozen=True)
-class Reading:
-    """What every command that reads traces was told (:func:`reading_options`)."""
-
-    rank: int | None
-    taxonomy: str | None
-    kernel_rules: str | None
-    max_bytes: int
-    strict: bool
-
-    def load(self, path: Path, **kw):
-        """``tracekit.load`` of ``path`` with these options (and ``kw``), showing progress."""
-        from .. import load
-
-        return load_with_progress(
-            load,
-            path,
-            rank=self.rank,
-            taxonomy=self.taxonomy,
-            kernel_rules=self.kernel_rules,
-            max_bytes=self.max_bytes,
-            strict=self.strict,
-            **kw,
-        )
-
-
-_READING_OPTIONS = (
-    click.option("--rank", type=int, help="Only this rank of a directory of per-rank traces."),
-    click.option(
-        "--taxonomy",
-        type=click.Path(exists=True, dir_okay=False),
-        help="TOML file of module rules tried before the built-in ones.",
-    ),
-    click.option(
-        "--kernel-rules",
-        type=click.Path(exists=True, dir_okay=False),
-        help="TOML file of kernel rules tried before the built-in ones.",
-    ),
-    click.option(
-        "--max-bytes",
-        type=click.IntRange(min=1),
-        default=DEFAULT_MAX_BYTES,
-        show_default=True,
-        help="Refuse traces that decompress to more than this.",
-    ),
-    click.option(
-        "--strict",
-        is_flag=True,
-        help="In a directory, any file that cannot be "
-        "analysed is an error (exit 2) instead of being skipped (exit 1).",
-    ),
-)
-
-
-def reading_options(command):
-    """The options of every command that reads traces (which rank, which rules, what limit),
-    handed to ``command`` as one :class:`Reading` (its ``reading`` argument)."""
-
-    @functools.wraps(command)
-    def with_reading(**kw):
-        return command(reading=Reading(**{k: kw.pop(k) for k in Reading.__dataclass_fields__}), **kw)
-
-    for option in reversed(_READING_OPTIONS):
-        with_reading = option(with_reading)
-    return with_reading
-
-
 @main.command()
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="table",
+    show_default=True,
+    help="table: terminal tables; json: one object, the JSON contract (docs/cli.md); csv: every "
+    "table after a '# name' line; md: Markdown; parquet: one file per table (needs --out DIR); "
+    "html: a self-contained report with charts (needs --out).",
+)
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
-    help="Write here instead of stdout "
-    "(a directory for csv/parquet: one file per table; for html DIR/report.html).",
+    help="Write here instead of stdout. csv: a directory gets one NAME.csv per table; parquet: a "
+    "directory; html: FILE.html, or a directory (DIR/report.html).",
 )
 @click.option("--per-step", is_flag=True, help="One row per step (a `step` column) instead of the mean.")
 @click.option(
@@ -138,7 +84,8 @@ def reading_options(command):
     "--phase",
     "phase_filter",
     type=click.Choice(PHASES, case_sensitive=False),
-    help="Only this phase (tables that can tell phases apart).",
+    help="Only this phase, in the tables that can tell phases apart (recompute: the part of "
+    "backward that reruns forward modules).",
 )
 @click.option(
     "--module",
@@ -153,7 +100,12 @@ def reading_options(command):
     default=None,
     help="Rows of long tables (top kernels, ranks) shown in the terminal.",
 )
-@click.option("--wide", is_flag=True, help="Terminal: full names, no wrapping (wider than the window).")
+@click.option(
+    "--wide",
+    is_flag=True,
+    help="Terminal: full names instead of their short form (up to 8,000 characters), no "
+    "wrapping (wider than the window). Files always keep full names.",
+)
 @reading_options
 @click.option(
     "--no-cache",
@@ -171,6 +123,7 @@ def reading_options(command):
 @click.option(
     "--scheduler",
     metavar="ADDRESS",
+    callback=lambda ctx, param, value: _scheduler(value),
     help="Run the per-rank work on an existing Dask cluster (e.g. tcp://host:8786; needs tracekit[dask]).",
 )
 @click.option(
@@ -211,13 +164,25 @@ def analyze(
         sys.exit(1)
 
 
+def _scheduler(address: str | None) -> str | None:
+    """A --scheduler that is not a Dask scheduler's address is a usage error."""
+    if address is None:
+        return None
+    from ..ranks.pool import check_scheduler
+
+    try:
+        return check_scheduler(address)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--scheduler") from None
+
+
 def _filters(steps_filter: str | None, phase_filter: str | None, module_filter: str | None):
     """The --steps/--phase/--module filters; a --steps list that does not parse is a usage error."""
     from ..filters import Filters, parse_steps
 
     try:
         return Filters(
-            steps=parse_steps(steps_filter) if steps_filter else None,
+            step_ranges=parse_steps(steps_filter) if steps_filter else None,
             phase=phase_filter.lower() if phase_filter else None,
             module=module_filter or None,
         )
@@ -226,14 +191,14 @@ def _filters(steps_filter: str | None, phase_filter: str | None, module_filter: 
 
 
 def _filtered(analysis, filters):
-    """``analysis`` under ``filters``; a --module name that matches no category (or several) is a
-    usage error."""
+    """``analysis`` under ``filters``; a --module name that matches no category (or several), or
+    --steps that hold no step of the run, is a usage error."""
     from ..filters import FilterError
 
     try:
         return analysis.filtered(filters) if filters.active else analysis
     except FilterError as e:
-        raise click.BadParameter(str(e).removeprefix("--module "), param_hint="--module") from None
+        raise click.BadParameter(str(e).removeprefix(e.option + " "), param_hint=e.option) from None
 
 
 def _report(analysis, only: list[str], per_step: bool, paper: bool) -> tuple[dict, dict]:
@@ -278,15 +243,16 @@ def _selected(analysis, only: list[str], per_step: bool) -> dict:
     show_default=True,
     help="Show at most this many chains (largest total time first).",
 )
+@click.option("--op", "by_op", is_flag=True, help="Match the op whose FLOPs they carry (aten::addmm).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @reading_options
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the Parquet cache.")
 @click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
-def explain(path, pattern, step, limit, fmt, reading, no_cache, debug):
+def explain(path, pattern, step, limit, by_op, fmt, reading, no_cache, debug):
     """Why is this number what it is: the chain behind the labels of the activities whose
-    name matches PATTERN (case-insensitive substring or regex). docs/explain.md."""
+    name matches PATTERN (case-insensitive substring or regex), in one rank: a directory's
+    lowest rank, or --rank R (the output names the ranks there). docs/explain.md."""
     from ..explain import run
-    from ..ranks.analyse import Options
 
     with reported(path, debug):
         doc = run(
@@ -295,12 +261,8 @@ def explain(path, pattern, step, limit, fmt, reading, no_cache, debug):
             step=step,
             rank=reading.rank,
             limit=limit,
-            options=Options(
-                taxonomy=reading.taxonomy,
-                kernel_rules=reading.kernel_rules,
-                max_bytes=reading.max_bytes,
-                cache=not no_cache,
-            ),
+            options=reading.options(cache=not no_cache),
+            by_op=by_op,
         )
         if fmt == "json":
             import json

@@ -9,7 +9,10 @@ are written (what is written is the renderers' business, :mod:`tracekit.render`)
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -19,8 +22,8 @@ from typing import NoReturn
 
 import click
 
-from ..errors import TraceError
-from ..render.safetext import TERMINAL_NAME_CHARS, bounded, clean_obj, clean_tables
+from ..errors import RunError, TraceError
+from ..render.safetext import bounded, clean_obj, clean_tables
 
 
 class TracekitGroup(click.Group):
@@ -51,15 +54,18 @@ class TracekitGroup(click.Group):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            with sigterm_as_interrupt():
+                rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.NoArgsIsHelpError as e:
             e.show()
             sys.exit(e.exit_code)
         except click.ClickException as e:  # usage errors: one line, not click's block
             _line("error", e.format_message())
             sys.exit(e.exit_code)
-        except click.exceptions.Abort:
-            interrupted()
+        except click.exceptions.Abort as e:
+            interrupted(isinstance(e.__context__, Terminated))
+        except Terminated:
+            interrupted(True)
         sys.exit(rv if isinstance(rv, int) else 0)
 
     def invoke(self, ctx):
@@ -72,9 +78,9 @@ class TracekitGroup(click.Group):
         except BrokenPipeError:  # `tracekit analyze t.json | head`: the reader left, so do we
             sys.stderr.close()
             sys.exit(1)
-        except KeyboardInterrupt:
-            interrupted()
-        except TraceError as e:
+        except KeyboardInterrupt as e:
+            interrupted(isinstance(e, Terminated))
+        except (TraceError, RunError) as e:
             fail(str(e))
         except OSError as e:  # writing --out (a missing folder, a file in the way): one line
             where = f"{e.filename}: " if e.filename else ""
@@ -107,9 +113,47 @@ def warn(message: str) -> None:
     _line("warning", message)
 
 
-def interrupted() -> None:
-    click.echo("tracekit: interrupted", err=True)
-    sys.exit(130)
+def interrupted(terminated: bool = False) -> None:
+    """Ctrl-C (exit status 130) or SIGTERM (143), after the cleanup they both run."""
+    click.echo("tracekit: terminated" if terminated else "tracekit: interrupted", err=True)
+    sys.exit(143 if terminated else 130)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what ``kill``, Kubernetes and CI send), raised where the program is, as Ctrl-C's
+    KeyboardInterrupt is: the same cleanup runs (temporary outputs removed, pools terminated)."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def _sigterm_default_in_child() -> None:
+    """In a process forked while :func:`sigterm_as_interrupt` holds (a pool worker, a forked
+    reader), SIGTERM is the default again, and unblocked, before anything else runs there: a
+    worker that the pool's ``terminate`` reaches while it still starts up ends at once, rather
+    than raising in its start-up or holding the signal until its initializer runs."""
+    if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_sigterm_default_in_child)
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` while the block runs (in the main thread; the
+    previous handler is put back after)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager
@@ -119,7 +163,7 @@ def reported(path, debug: bool) -> Iterator[None]:
     click.get_current_context().meta["tracekit.debug"] = debug
     try:
         yield
-    except (TraceError, click.ClickException, OSError):
+    except (TraceError, RunError, click.ClickException, OSError):
         raise
     except MemoryError:
         fail(f"{path}: out of memory while analysing")
@@ -266,7 +310,7 @@ def write_output(
         warn(text(w))
     if fmt != "json":
         meta = clean_obj(meta)
-        tables = clean_tables(tables, TERMINAL_NAME_CHARS if fmt == "table" and not out else None)
+        tables = clean_tables(tables)  # bounded where shown, after shortening (render.common)
     if fmt == "table":  # rich is imported for terminal tables only
         from ..render import terminal as term
 

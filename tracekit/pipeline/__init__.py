@@ -24,11 +24,15 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..read.reader import RawTrace
+from ..perf.devices import Peaks
+from ..read.reader import RawTrace, split_memory
 from . import coverage, labels
 from .backward import link_backward
 from .categories import as_categories, assign_categories
+from .flops import COLUMNS as PERF_COLUMNS
+from .flops import assign_flops, mfu_meta
 from .launches import join_launches
+from .memory import label_memory, memory_rows, no_rows
 from .modules import assign_modules
 from .nest import nest_cpu_ops
 from .phases import assign_phases, assign_stages
@@ -68,6 +72,7 @@ INTERVAL_COLUMNS = [
     "share_backward",
     "share_unattributed",
     "share_optimizer",
+    "share_step",
     "corr",
     "runtime",
     "launched",
@@ -88,6 +93,7 @@ INTERVAL_COLUMNS = [
     "bwd_link",
     "fwd_op",
     "fwd_op_id",
+    *PERF_COLUMNS,
 ]
 
 
@@ -95,7 +101,8 @@ INTERVAL_COLUMNS = [
 class Attributed:
     """One rank, analysed: ``intervals`` (one labelled row per activity of a complete step),
     ``steps`` (per step its device window and phase boundaries), ``windows`` (one row per step
-    and window), ``modules`` (module instances)."""
+    and window), ``modules`` (module instances), ``memory`` (the memory events of complete
+    steps, labelled: :func:`tracekit.pipeline.memory.memory_rows`)."""
 
     path: str
     mode: str
@@ -105,6 +112,7 @@ class Attributed:
     modules: pd.DataFrame = field(default_factory=pd.DataFrame)
     meta: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    memory: pd.DataFrame = field(default_factory=no_rows)
 
     @property
     def lazy(self) -> bool:
@@ -150,11 +158,13 @@ def _frame_field(name: str) -> property:
 
 Attributed.steps = _frame_field("steps")
 Attributed.windows = _frame_field("windows")
+Attributed.memory = _frame_field("memory")
 
 
 def link(raw: RawTrace, taxonomy: ModuleTaxonomy) -> Trace:
     """The linking steps: who launched each activity, in which op stack, module, step, phase."""
-    t = Trace(path=raw.path, events=raw.events)
+    events, memory = split_memory(raw.events)
+    t = Trace(path=raw.path, events=events, memory=memory)
     t = join_launches(t)
     t = find_steps(t)
     t = nest_cpu_ops(t)
@@ -166,18 +176,23 @@ def link(raw: RawTrace, taxonomy: ModuleTaxonomy) -> Trace:
     return t
 
 
-def analyse(raw: RawTrace, taxonomy: ModuleTaxonomy, rules: KernelRules) -> Trace:
-    """Every step, in order, on one trace file; the whole state (``explain`` reads it)."""
+def analyse(raw: RawTrace, taxonomy: ModuleTaxonomy, rules: KernelRules, peaks: Peaks | None = None) -> Trace:
+    """Every step, in order, on one trace file; the whole state (``explain`` reads it).
+    ``peaks``: the device peaks the FLOPs are measured against (:func:`tracekit.perf.devices.resolve`)."""
     t = link(raw, taxonomy)
     t = assign_categories(t, taxonomy, rules)
+    t = assign_flops(t, peaks)
+    t = label_memory(t, taxonomy)
     t = find_windows(t)
     t = add_shares(t)
     return t
 
 
-def run(raw: RawTrace, taxonomy: ModuleTaxonomy, rules: KernelRules) -> Attributed:
+def run(
+    raw: RawTrace, taxonomy: ModuleTaxonomy, rules: KernelRules, peaks: Peaks | None = None
+) -> Attributed:
     """Every step on one trace file, and the result the tables need."""
-    return result(analyse(raw, taxonomy, rules))
+    return result(analyse(raw, taxonomy, rules, peaks))
 
 
 def result(t: Trace) -> Attributed:
@@ -191,6 +206,7 @@ def result(t: Trace) -> Attributed:
     meta["kernel_other_share"] = labels.other_share(iv)
     meta["coverage"] = coverage.measure(t.acts)
     meta["step_ranges"] = coverage.step_ranges(t.acts, t.step_ranges)
+    meta["mfu"] = mfu_meta(t.acts, t.steps)
     return Attributed(
         path=t.path,
         mode=t.mode,
@@ -200,4 +216,5 @@ def result(t: Trace) -> Attributed:
         modules=t.modules,
         meta=meta,
         warnings=t.warnings,
+        memory=memory_rows(t.memory, done),
     )

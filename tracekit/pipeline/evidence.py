@@ -65,6 +65,7 @@ EVIDENCE = [
     NO_EVIDENCE,
     "evaluate_function",
     "backward_node",
+    "backward_name",
     "autograd_thread",
     "optimizer_range",
     "optimizer_op",
@@ -78,6 +79,26 @@ EVIDENCE = [
     "param_gather",
 ]
 EV = {e: i for i, e in enumerate(EVIDENCE)}
+#: What each evidence label means (``tracekit explain`` shows it beside the label).
+EVIDENCE_TEXT = {
+    NO_EVIDENCE: "no evidence: forward, the phase of work nothing marks as backward or optimizer",
+    "evaluate_function": "launched inside autograd::engine::evaluate_function (the autograd engine)",
+    "backward_node": "launched inside a backward node (an op with a forward-thread id)",
+    "autograd_thread": "launched from an autograd engine thread (a thread that runs backward nodes "
+    "and no ProfilerStep)",
+    "backward_name": "launched inside a backward node known by its name alone (AddmmBackward: "
+    "legacy profiler and Kineto before torch 1.9 record no sequence number or evaluate_function)",
+    "optimizer_range": "launched inside an Optimizer.step# range",
+    "optimizer_op": "launched by an optimizer-only op (fused/foreach/multi-tensor update)",
+    "zero_grad": "launched inside Optimizer.zero_grad# after the step's backward",
+    "annotation": "inside tracekit's phase annotation",
+    "engine_backward": "inside DeepSpeed's engine.backward frame",
+    "engine_step": "inside DeepSpeed's engine.step frame",
+    "gradient_reduction": "the step's tail after autograd, up to its last collective: gradient reduction",
+    "grad_norm": "the step's tail from the first gradient-norm op: gradient clipping",
+    "none": "the step's tail with no evidence for any phase: unattributed",
+    "param_gather": "after the optimizer, up to its last all-gather: ZeRO's parameter gather",
+}
 #: DeepSpeed's engine.backward / engine.step frames (``with_stack`` traces).
 ENGINE_FRAME = r"^deepspeed/runtime/engine\.py\(\d+\): (backward|step)$"
 

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..read.reader import MEMCPY, MEMSET
+from .composite_attention import composite_parts
 from .modules import inherit
 from .state import Coded, categorical_take, codes_of, distinct_rows, str_column, str_test, take
 from .state import Trace as LinkedTrace
@@ -265,6 +266,8 @@ def _attention_parts(
     )[att]
     out[(rotary | rotary_op) & ~fused] = "RoPE"
     out[fused] = "Attention"
+    inside, part = composite_parts(a, np.flatnonzero(att), taxonomy)  # one op, a whole block
+    out[inside] = part[inside]
     return out
 
 

@@ -29,8 +29,27 @@ def assign_modules(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
     layer; any other activity (recomputed forward work included) its own launch context. The
     layer index is assigned here and nowhere else.
     """
-    a, r = t.acts, t.ranges
     t.modules, instance = module_table(t, taxonomy)
+    cols = work_module(t, t.acts)
+    module_id = cols["module_id"]
+    cols = {
+        "module_id": module_id,
+        "module_instance": categorical_take(instance.values, instance.codes, module_id, ""),
+        **{k: v for k, v in cols.items() if k != "module_id"},
+    }
+    t.acts = add_columns(t.acts, cols)
+    t.meta["module_source"] = (
+        "capture annotations" if t.capture_modules else ("nn.Module events" if len(t.modules) else "none")
+    )
+    return t
+
+
+def work_module(t: Trace, a: pd.DataFrame) -> dict:
+    """The module columns of :func:`assign_modules` but ``module_instance``, for the points of
+    ``a`` (launches, memory events: ``backward_node``, ``fwd_op_r``, ``mod_r``, ``top_r``,
+    ``ctx_bits``), over ``t.ranges`` and ``t.modules``: a backward point takes its forward op's
+    module, top op and rotary frame."""
+    r = t.ranges
     bwd = a["backward_node"].to_numpy()
     f_op = a["fwd_op_r"].to_numpy()
     mod = np.where(bwd, take(r["mod_r"].to_numpy(), f_op, -1), a["mod_r"].to_numpy())
@@ -41,22 +60,14 @@ def assign_modules(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
     top_ev = take(r["ev"].to_numpy(), top, -1)
     mod_row = lookup(pd.Series(np.arange(len(t.modules)), index=t.modules["local"].to_numpy()), mod)
     module_id = np.where(mod >= 0, mod_row, -1)
-    t.acts = add_columns(
-        a,
-        {
-            "module_id": module_id,
-            "module_instance": categorical_take(instance.values, instance.codes, module_id, ""),
-            "top_op": t.name_categorical(top_ev),
-            "top_op_ts": take(t.events["ts"].to_numpy(), top_ev, -1),
-            "top_op_id": top_ev,
-            "rope_frame": rope != 0,
-            "layer": take(t.modules["layer_index"].to_numpy(), module_id, -1),
-        },
-    )
-    t.meta["module_source"] = (
-        "capture annotations" if t.capture_modules else ("nn.Module events" if len(t.modules) else "none")
-    )
-    return t
+    return {
+        "module_id": module_id,
+        "top_op": t.name_categorical(top_ev),
+        "top_op_ts": take(t.events["ts"].to_numpy(), top_ev, -1),
+        "top_op_id": top_ev,
+        "rope_frame": rope != 0,
+        "layer": take(t.modules["layer_index"].to_numpy(), module_id, -1),
+    }
 
 
 def _split_module_name(name: str) -> tuple[str, str]:

@@ -12,6 +12,10 @@ from .state import Trace, add_columns, categorical_take, codes_of, lookup, str_t
 
 OPT_PREFIX = "Optimizer.step#"
 EVAL_PREFIX = "autograd::engine::evaluate_function:"
+#: An autograd node's name: ``AddmmBackward`` (before torch 1.9), ``MmBackward0`` (since), or
+#: the gradient accumulator ``torch::autograd::AccumulateGrad`` (its work, and the hooks it
+#: runs, are backward on the main thread too).
+BACKWARD_NODE_NAME = r"(?:torch::autograd::)?[A-Z]\w*Backward\d*|torch::autograd::AccumulateGrad"
 MODULE_PREFIX = "nn.Module: "
 COMM_PREFIXES = ("nccl:", "gloo:", "c10d::", "record_param_comms")
 #: The context columns the sweep gives each range and each activity (range-table rows, -1 none).
@@ -42,33 +46,52 @@ def nest_cpu_ops(t: Trace) -> Trace:
     )
     t.ranges = _ranges(t, kind)
     r = t.ranges
-    n_r = len(r)
     # CPU mode: a piece's context is its own op's (below), so only the ranges are swept.
     ok = a["launched"].to_numpy() & (t.mode == "gpu")
-    anc = a["launch_ts"].to_numpy()[ok]
-    n_a = len(anc)
-    ctx = sweep(
-        np.concatenate([r["pid"].to_numpy(), a["launch_pid"].to_numpy()[ok]]),
-        np.concatenate([r["tid"].to_numpy(), a["launch_tid"].to_numpy()[ok]]),
-        np.concatenate([r["start"].to_numpy(), anc]),
-        np.concatenate([r["end"].to_numpy(), anc]),
-        np.concatenate([np.ones(n_r, bool), np.zeros(n_a, bool)]),
-        np.concatenate([r["flags"].to_numpy(), np.zeros(n_a, np.int64)]),
+    on_ranges, at_points = sweep_with_points(
+        r, a["launch_pid"].to_numpy()[ok], a["launch_tid"].to_numpy()[ok], a["launch_ts"].to_numpy()[ok]
     )
     own = {}
-    for col, x in zip(CONTEXT + ("bits",), ctx):
-        full = np.full(len(a), 0 if col == "bits" else -1, np.int64)
-        full[ok] = x[n_r:]
-        own["ctx_bits" if col == "bits" else col] = full
-    t.ranges = r = add_columns(r, {col: x[:n_r] for col, x in zip(CONTEXT + ("bits",), ctx)})
+    for col, x in at_points.items():
+        full = np.full(len(a), 0 if col == "ctx_bits" else -1, np.int64)
+        full[ok] = x
+        own[col] = full
+    t.ranges = r = add_columns(r, on_ranges)
     t.acts = a = add_columns(a, own)
     if t.mode == "cpu":
         _own_op_context(a, r)
-    r_ev = r["ev"].to_numpy()
-    op_id = take(r_ev, a["op_r"].to_numpy(), -1)
-    comm_text = _comm_text(t, take(r_ev, a["comm_r"].to_numpy(), -1))
-    t.acts = add_columns(a, {"op_id": op_id, "op": t.name_categorical(op_id), "comm_text": comm_text})
+    t.acts = add_columns(a, op_columns(t, a["op_r"].to_numpy(), a["comm_r"].to_numpy()))
     return t
+
+
+def sweep_with_points(
+    r: pd.DataFrame, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The stack sweep (:func:`tracekit.nesting.sweep`) over the ranges ``r`` and points
+    ``(pid, tid, ts)`` (launches, memory events): ``(ranges' context, points' context)``, each
+    ``{column: values}`` with :data:`CONTEXT` and the inherited bits (``bits`` on the ranges,
+    ``ctx_bits`` on the points)."""
+    n_r, n_p = len(r), len(ts)
+    ctx = sweep(
+        np.concatenate([r["pid"].to_numpy(), pid]),
+        np.concatenate([r["tid"].to_numpy(), tid]),
+        np.concatenate([r["start"].to_numpy(), ts]),
+        np.concatenate([r["end"].to_numpy(), ts]),
+        np.concatenate([np.ones(n_r, bool), np.zeros(n_p, bool)]),
+        np.concatenate([r["flags"].to_numpy(), np.zeros(n_p, np.int64)]),
+    )
+    on_ranges = {col: x[:n_r] for col, x in zip(CONTEXT + ("bits",), ctx)}
+    at_points = {col: x[n_r:] for col, x in zip(CONTEXT + ("ctx_bits",), ctx)}
+    return on_ranges, at_points
+
+
+def op_columns(t: Trace, op_r: np.ndarray, comm_r: np.ndarray) -> dict:
+    """``op_id`` / ``op`` (the innermost op's event row and name) and ``comm_text`` of points
+    whose innermost op and collective range are rows ``op_r`` / ``comm_r`` of ``t.ranges``."""
+    r_ev = t.ranges["ev"].to_numpy()
+    op_id = take(r_ev, op_r, -1)
+    comm_text = _comm_text(t, take(r_ev, comm_r, -1))
+    return {"op_id": op_id, "op": t.name_categorical(op_id), "comm_text": comm_text}
 
 
 def _comm_text(t: Trace, comm_ev: np.ndarray) -> pd.Categorical:
@@ -153,6 +176,11 @@ def range_flags(
     module_prefix = ann.MODULE_PREFIX if use_capture_modules else MODULE_PREFIX
     by_name |= np.where(u.str.startswith(module_prefix), is_mod, 0)
     by_name |= np.where(u.str.contains("rotary", case=False, regex=False), is_rope, 0)
+    # An autograd node by its name alone (``AddmmBackward``, ``CudnnConvolutionBackward``):
+    # traces of the legacy profiler and of Kineto before torch 1.9 record backward nodes with
+    # no Sequence number, no Fwd thread id and no evaluate_function around them.
+    is_node = 1 << 19
+    by_name |= np.where(u.str.fullmatch(BACKWARD_NODE_NAME), is_node, 0)
     named = by_name[codes]
     flags = named & (F_OPT | F_EVAL | F_COMM)
     is_op = (kinds == CPU_OP) & ((named & is_step) == 0)
@@ -160,7 +188,9 @@ def range_flags(
     module_kind = ANNOTATION if use_capture_modules else PYTHON
     flags |= np.where((kinds == module_kind) & ((named & is_mod) != 0), F_MODULE, 0)
     # A backward node carries the forward thread's id (>0); forward ops carry none or 0.
-    flags |= np.where(is_op & ((seq >= 0) & (fwd_tid > 0) | ((named & F_EVAL) != 0)), F_BWD, 0)
+    flags |= np.where(
+        is_op & ((seq >= 0) & (fwd_tid > 0) | ((named & F_EVAL) != 0) | ((named & is_node) != 0)), F_BWD, 0
+    )
     flags |= np.where(has_collective, F_COMM, 0)
     flags |= np.where((kinds == PYTHON) & ((named & is_rope) != 0), F_ROPE, 0)
     return flags

@@ -26,7 +26,9 @@ def assign_phases(t: Trace) -> Trace:
     ``acts.phase_evidence`` (the strongest evidence that decided it, weakest first: ``default``
     (none: forward, launched before the step's last backward activity), ``evaluate_function``
     (under autograd's evaluate_function), ``backward_node`` (inside an op of a backward node),
-    ``autograd_thread`` (launched from an autograd engine thread), ``optimizer_range`` (inside
+    ``autograd_thread`` (launched from an autograd engine thread), ``backward_name`` (inside a
+    backward node known by its name alone, ``AddmmBackward``: traces before torch 1.9),
+    ``optimizer_range`` (inside
     ``Optimizer.step#``), ``optimizer_op`` / ``zero_grad`` (optimizer ops outside that range),
     ``annotation`` (tracekit's phase range), then for the step's tail ``gradient_reduction``
     (backward), ``grad_norm`` (optimizer) or ``none`` (unattributed); see
@@ -43,9 +45,11 @@ def assign_phases(t: Trace) -> Trace:
     # Codes into PHASES and EVIDENCE (tracekit.pipeline.evidence), labelled once at the end.
     evidence = np.full(n, EV[NO_EVIDENCE], dtype=np.int64)
     phase = np.full(n, PH["forward"], dtype=np.int64)
+    node, named_only = _backward_nodes(t)
     rules = [
         ((bits & F_EVAL) != 0, "backward", "evaluate_function"),
-        (a["bwd_r"].to_numpy() >= 0, "backward", "backward_node"),
+        (node & ~named_only, "backward", "backward_node"),
+        (named_only & ((bits & F_EVAL) == 0), "backward", "backward_name"),
         (_on_autograd_thread(t), "backward", "autograd_thread"),
         ((bits & F_OPT) != 0, "optimizer", "optimizer_range"),
     ]
@@ -72,6 +76,17 @@ def assign_phases(t: Trace) -> Trace:
         },
     )
     return t
+
+
+def _backward_nodes(t: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Per activity: launched inside a backward node; and inside one known by its name alone
+    (no Sequence number and no forward-thread id: the legacy profiler, Kineto before 1.9)."""
+    bwd = t.acts["bwd_r"].to_numpy()
+    r = t.ranges
+    seq = take(r["seq"].to_numpy(), bwd, -1)
+    fwd_tid = take(r["fwd_tid"].to_numpy(), bwd, 0)
+    node = bwd >= 0
+    return node, node & (seq < 0) & (fwd_tid <= 0)
 
 
 def _annotated_phase(t: Trace) -> np.ndarray:

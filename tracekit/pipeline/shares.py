@@ -28,7 +28,9 @@ def add_shares(t: Trace) -> Trace:
     Adds: ``acts.window`` (the phase window the activity starts in; "" outside every step) and
     ``acts.share_forward``, ``share_backward``, ``share_unattributed``, ``share_optimizer``
     (ns, float): its share inside
-    each phase window of its step. At each instant the highest-priority group active there
+    each phase window of its step, and ``acts.share_step``: its share of the whole step window
+    (in a step whose phases overlap, a phase's shares are among its own activities: see
+    :func:`_own_phase_shares`). At each instant the highest-priority group active there
     (compute, then communication, then copies) owns the instant, split equally among its
     active activities.
     Guarantees: per step and window, the shares of compute activities add up to the measure
@@ -42,6 +44,7 @@ def add_shares(t: Trace) -> Trace:
     row = st.index.get_indexer(a["step"].to_numpy())
     ok = row >= 0
     cols = {ph: np.zeros(n, dtype=np.float64) for ph in PHASES}
+    whole = np.zeros(n, dtype=np.float64)
     window = np.zeros(n, dtype=np.intp)  # codes into WINDOW_VALUES
     if ok.any():
         r = row[ok]
@@ -53,12 +56,41 @@ def add_shares(t: Trace) -> Trace:
         clock = ShareClock(s + shift, e + shift, level)
         for k, ph in enumerate(PHASES):
             cols[ph][ok] = clock.shares(bounds[k] + shift, bounds[k + 1] + shift)
+        whole[ok] = clock.shares(bounds[0] + shift, bounds[-1] + shift)
         k = (s[:, None] >= np.stack(bounds[1:-1], axis=1)).sum(axis=1)
         window[ok] = k + 1
+        if "phases_overlap" in st and st["phases_overlap"].any():
+            _own_phase_shares(
+                a, ok, st["phases_overlap"].to_numpy(bool)[r], s + shift, e + shift, level, cols
+            )
     new = {share_column(ph): cols[ph] for ph in PHASES}
+    new["share_step"] = whole
     new["window"] = str_column(WINDOW_VALUES, window)
     t.acts = add_columns(a, new)
     return t
+
+
+def _own_phase_shares(
+    a: pd.DataFrame,
+    ok: np.ndarray,
+    flagged: np.ndarray,
+    s: np.ndarray,
+    e: np.ndarray,
+    level: np.ndarray,
+    cols: dict[str, np.ndarray],
+) -> None:
+    """In a step whose phases overlap (its wall per phase is the union of the phase's own
+    activities, :mod:`tracekit.pipeline.overlap`), an activity's share of its phase's wall is
+    its share among that phase's own activities, and it has none in the other phases: so a
+    phase's shares add up to its own wall, as in every other step."""
+    phase = a["phase"].astype(str).to_numpy()[ok]
+    for ph in PHASES:
+        col = cols[ph][ok]
+        col[flagged] = 0.0
+        mine = flagged & (phase == ph)
+        if mine.any():
+            col[mine] = ShareClock(s[mine], e[mine], level[mine]).shares()
+        cols[ph][ok] = col
 
 
 def _stretches(steps: pd.DataFrame) -> np.ndarray:

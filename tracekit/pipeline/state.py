@@ -2,8 +2,9 @@
 
 Every step is a function ``step(t: Trace) -> Trace`` that adds named columns to ``t.acts`` (the
 activity table: one row per device activity, or per CPU op piece on CPU-only traces) or adds one
-of the side tables (``ranges``, ``modules``, ``step_ranges``, ``steps``, ``windows``). Steps never remove or
-rewrite a column an earlier step added; each documents what it needs, adds and guarantees.
+of the side tables (``ranges``, ``modules``, ``step_ranges``, ``steps``, ``windows``,
+``memory``). Steps never remove or rewrite a column an earlier step added; each documents what
+it needs, adds and guarantees.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache, cached_property
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,11 +26,14 @@ class Trace:
     table. ``ranges``: the CPU ranges (ops, annotations, module frames) the nesting sweep keeps,
     with their enclosing context. ``modules``: one row per module instance (forward call).
     ``step_ranges``: the ProfilerStep ranges (CPU side). ``steps``: each step's device window.
-    ``windows``: one row per (step, window) of the time engine.
+    ``windows``: one row per (step, window) of the time engine. ``memory``: the ``[memory]``
+    events (kind MEMORY, read's columns), which are not in ``events``: no step but the memory
+    steps reads them (:mod:`tracekit.pipeline.memory` adds their labels).
     """
 
     path: str
     events: pd.DataFrame
+    memory: pd.DataFrame = field(default_factory=pd.DataFrame)
     mode: str = ""
     #: Module ranges come from tracekit's capture annotations (else ``nn.Module`` frames).
     capture_modules: bool = False
@@ -40,6 +45,8 @@ class Trace:
     windows: pd.DataFrame = field(default_factory=pd.DataFrame)
     meta: dict = field(default_factory=dict)
     warnings: list = field(default_factory=list)  # TraceWarning (tracekit.pipeline.checks) or str
+    #: What owns FLOPs (:class:`tracekit.pipeline.flops.Units`), for ``tracekit explain``.
+    perf_units: Any = None
 
     @cached_property
     def names(self) -> np.ndarray:

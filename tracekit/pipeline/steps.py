@@ -39,19 +39,8 @@ def find_steps(t: Trace) -> Trace:
     """
     a = t.acts
     rng, source = step_ranges(t)
-    a_pid, a_ts = a["launch_pid"].to_numpy(), a["launch_ts"].to_numpy()
     launched = a["launched"].to_numpy(bool)
-    r_pid, r_start, r_end = (rng[c].to_numpy() for c in ("pid", "cpu_start", "cpu_end"))
-    step_of = containing(a_pid, a_ts, r_pid, r_start, r_end)
-    by = np.where(step_of >= 0, 0, 1)  # codes into STEP_BY: launch, none
-    other = launched & ~np.isin(a_pid, r_pid)  # launched from a process with no steps
-    if other.any() and len(rng):
-        step_of[other] = containing(
-            np.zeros(int(other.sum()), np.int64), a_ts[other], np.zeros(len(rng), np.int64), r_start, r_end
-        )
-        by[other] = np.where(step_of[other] >= 0, 2, 1)  # time, none
-    step_of[~launched] = -1
-    by[~launched] = 1  # none
+    step_of, by = place_in_steps(rng, a["launch_pid"].to_numpy(), a["launch_ts"].to_numpy(), launched)
     unlaunched = int((~launched).sum()) if len(rng) else 0
     outside = int(((step_of < 0) & launched).sum()) if len(rng) else 0
     if outside:
@@ -71,6 +60,27 @@ def find_steps(t: Trace) -> Trace:
     t.meta["step_source"] = source
     t.meta["unlaunched_activities"] = unlaunched
     return t
+
+
+def place_in_steps(
+    rng: pd.DataFrame, pid: np.ndarray, ts: np.ndarray, in_file: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rule of :func:`find_steps` for CPU points (a launch, a memory event): per point, the
+    row of ``rng`` (step ranges) holding it, -1 none, and how, as codes into :data:`STEP_BY`.
+    A point of a process with steps is inside one of its own (``launch``); of a process with
+    none, inside any by time (``time``); ``in_file`` False (a launch the file lacks): none."""
+    r_pid, r_start, r_end = (rng[c].to_numpy() for c in ("pid", "cpu_start", "cpu_end"))
+    step_of = containing(pid, ts, r_pid, r_start, r_end)
+    by = np.where(step_of >= 0, 0, 1)  # codes into STEP_BY: launch, none
+    other = in_file & ~np.isin(pid, r_pid)  # a process with no steps
+    if other.any() and len(rng):
+        step_of[other] = containing(
+            np.zeros(int(other.sum()), np.int64), ts[other], np.zeros(len(rng), np.int64), r_start, r_end
+        )
+        by[other] = np.where(step_of[other] >= 0, 2, 1)  # time, none
+    step_of[~in_file] = -1
+    by[~in_file] = 1  # none
+    return step_of, by
 
 
 def step_ranges(t: Trace) -> tuple[pd.DataFrame, str]:

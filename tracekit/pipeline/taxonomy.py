@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ..errors import TraceError
+from .names import head
 
 #: Table VI rows in the paper's order (Attention stands for fused attention kernels; Attention
 #: other is the attention block's glue: q/k/v views and transposes, KV-cache writes, ...).
@@ -53,8 +54,19 @@ KERNEL_CATEGORIES = [
     "Embedding",
     "Other",
 ]
-#: Communication categories: the paper's AllReduce / AllGather, all-to-all (expert parallelism).
-COMM_CATEGORIES = ["AllReduce", "AllGather", "AllToAll", "Other"]
+#: Communication categories: every collective (kernels.toml's ``collectives``), so that a
+#: communication kernel's category is its collective, the one label the comm table gives it
+#: too (the paper's AllReduce / AllGather, all-to-all of expert parallelism, ...).
+COMM_CATEGORIES = [
+    "AllReduce",
+    "AllGather",
+    "ReduceScatter",
+    "AllToAll",
+    "Broadcast",
+    "Reduce",
+    "SendRecv",
+    "Other",
+]
 
 
 def _rx_required(pattern: str, flags: int = 0) -> re.Pattern:
@@ -75,7 +87,7 @@ def _rx(pattern: str | None, flags: int = 0) -> re.Pattern | None:
         raise TypeError(f"a pattern must be a string, not {type(pattern).__name__}")
     if pattern in _builtin_patterns():
         return cast(re.Pattern, _OnFirstUse(pattern, flags))
-    return _linear(pattern, flags)
+    return linear(pattern, flags)
 
 
 class _OnFirstUse:
@@ -125,7 +137,7 @@ def _builtin_patterns() -> frozenset[str]:
     return frozenset(found)
 
 
-def _linear(pattern: str, flags: int):
+def linear(pattern: str, flags: int = 0):
     """``pattern`` compiled by RE2 (linear time; same syntax as ``re`` for what rules use:
     ``(?i)``/``(?-i:...)`` groups, classes, anchors; no lookaround or backreferences), with
     ``re.IGNORECASE`` honoured. Without google-re2 installed, Python's ``re`` is used."""
@@ -178,6 +190,12 @@ class ModuleTaxonomy:
     bmm: re.Pattern
     rope: re.Pattern
     compiled: re.Pattern = re.compile(r"(?!)")
+    #: One op holding a whole attention block (nn.MultiheadAttention's fast path).
+    composite: re.Pattern = re.compile(r"(?!)")
+    #: Child ops of such a composite op, by what they compute.
+    composite_gemm: re.Pattern = re.compile(r"(?!)")
+    composite_qkv: re.Pattern = re.compile(r"(?!)")
+    composite_softmax: re.Pattern = re.compile(r"(?!)")
 
     def category(self, cls: str, name: str, parent: str, position: int, siblings: int) -> str | None:
         """Category of one module by the first matching rule, or None."""
@@ -202,18 +220,12 @@ class KernelRule:
     head: re.Pattern | None = None
 
 
-_BRACKETS = re.compile(r"<[^<>]*>|\([^()]*\)")
-
-
 def kernel_head(name: str) -> str:
     """A kernel's own name: template arguments and parameter lists removed, return type
-    dropped (``void at::native::reduce_kernel<512, 1, Op<..>>(..)`` -> ``at::native::reduce_kernel``).
+    dropped (``void at::native::reduce_kernel<512, 1, Op<..>>(..)`` -> ``at::native::reduce_kernel``),
+    in time linear in the name's length whatever its nesting (:func:`tracekit.pipeline.names.head`).
     Names without brackets (mangled, cuBLAS, Triton) are their own head."""
-    prev, s = None, name
-    while prev != s and ("<" in s or "(" in s):
-        prev, s = s, _BRACKETS.sub("", s)
-    parts = s.split()
-    return parts[-1] if parts else name
+    return head(name)
 
 
 #: Most distinct kernel cases :attr:`KernelRules.memo` keeps between files (~20 MB at most).
@@ -317,6 +329,15 @@ def _module_rule(d: dict, source: str, rule_id: str) -> ModuleRule:
         raise TraceError(source, f"bad rule {d!r}: {e}") from None
 
 
+#: Keys of ``[attention]`` that describe a composite attention op -> ModuleTaxonomy field suffix.
+_COMPOSITE_KEYS = {
+    "composite": "",
+    "composite_gemm": "_gemm",
+    "composite_qkv": "_qkv",
+    "composite_softmax": "_softmax",
+}
+
+
 @lru_cache(maxsize=8)
 def module_taxonomy(path: str | None = None) -> ModuleTaxonomy:
     """The built-in module taxonomy, with the rules of ``path`` (a TOML file) tried first."""
@@ -339,6 +360,11 @@ def module_taxonomy(path: str | None = None) -> ModuleTaxonomy:
             bmm=_rx_required(attention["bmm"]),
             rope=_rx_required(attention["rope"], re.IGNORECASE),
             compiled=_rx_required(structure["compiled"]) if "compiled" in structure else re.compile(r"(?!)"),
+            **{
+                f"composite{suffix}": _rx_required(attention[key])
+                for key, suffix in _COMPOSITE_KEYS.items()
+                if key in attention
+            },
         )
     except (re.error, TypeError) as e:
         raise TraceError(path or "modules.toml", f"bad module rules: {e}") from None

@@ -9,6 +9,7 @@ import pandas as pd
 
 from .checks import TraceWarning
 from .intervals import unique
+from .overlap import overlap, overlapping, own_activity
 from .state import Trace, codes_of, spread, str_column
 
 #: The phase windows of a step, in time order (unattributed: the tail with no phase evidence).
@@ -31,16 +32,21 @@ CUT_MESSAGE = (
 def find_windows(t: Trace) -> Trace:
     """Compute every step's device window and phase wall windows.
 
-    Needs: ``acts.step``, ``start``, ``end``, ``phase``; ``t.step_ranges``.
+    Needs: ``acts.step``, ``start``, ``end``, ``phase``, ``group``; ``t.step_ranges``.
     Adds: ``t.steps``: one row per step with activity: ``step``, ``start``, ``end``
-    (first start to last end of its activities), ``activities``, ``t_backward``,
+    (first start to last end of its activities; on CPU-only traces, where the activities are
+    the CPU ops themselves, its ProfilerStep range when it has one, widened to hold them),
+    ``activities``, ``t_backward``,
     ``t_optimizer`` (first backward / optimizer activity start; an absent phase collapses onto
     the next boundary), ``t_unattributed`` (first start of an activity with no phase evidence,
     inside [t_backward, t_optimizer]; t_optimizer when there is none), ``complete``,
     ``cpu_start``, ``cpu_end`` (its ProfilerStep range, -1
     none); ``t.windows``: one row per (step, window) with window in ``step``, ``forward``,
     ``backward``, ``unattributed``, ``optimizer``: ``start``, ``end``, ``complete``.
-    Guarantees: a step's phase windows tile its step window in order; times stay int64
+    ``phases_overlap`` and ``overlap_ns`` (:mod:`tracekit.pipeline.overlap`: phases that run
+    at the same time; the windows table's ``wall`` is then each phase's own activity).
+    Guarantees: a step's phase windows tile its step window in order, except in a step whose
+    phases overlap; a phase's compute never exceeds its wall; times stay int64
     (epoch nanoseconds do not survive float64). The first/last step is incomplete when it is
     under 10% of the median step (cut by the profiling window; a warning names it); a file with
     fewer than 3 steps is judged with its rank's other files (:mod:`tracekit.ranks.grouping`).
@@ -57,6 +63,12 @@ def find_windows(t: Trace) -> Trace:
     }
     last = np.full(len(ids), np.iinfo(np.int64).min, np.int64)
     np.maximum.at(last, row, end)
+    begin = _first_start(row, start, np.ones(len(row), bool), len(ids))
+    cpu_start, cpu_end = _profiler_steps(t, ids)
+    if t.mode == "cpu":  # the step is its ProfilerStep range (docs/metrics.md, "step window")
+        ranged = cpu_start >= 0
+        begin = np.where(ranged, np.minimum(begin, cpu_start), begin)
+        last = np.where(ranged, np.maximum(last, cpu_end), last)
     t_opt = np.where(first["optimizer"] >= 0, first["optimizer"], last)
     t_bwd = np.where(first["backward"] >= 0, np.minimum(first["backward"], t_opt), t_opt)
     # The unattributed window: from the first activity with no phase evidence, clipped into
@@ -65,7 +77,7 @@ def find_windows(t: Trace) -> Trace:
     steps = pd.DataFrame(
         {
             "step": ids,
-            "start": _first_start(row, start, np.ones(len(row), bool), len(ids)),
+            "start": begin,
             "end": last,
             "activities": np.bincount(row, minlength=len(ids)).astype(np.int64),
             "t_backward": t_bwd.astype(np.int64),
@@ -74,15 +86,25 @@ def find_windows(t: Trace) -> Trace:
         }
     )
     steps["complete"] = _complete(steps, t.warnings)
-    cpu = t.step_ranges.drop_duplicates("step").set_index("step") if len(t.step_ranges) else None
-    for col in ("cpu_start", "cpu_end"):
-        v = cpu[col].reindex(steps["step"]) if cpu is not None else None
-        steps[col] = (
-            v.fillna(-1).astype(np.int64).to_numpy() if v is not None else np.full(len(steps), -1, np.int64)
-        )
+    steps["cpu_start"], steps["cpu_end"] = cpu_start, cpu_end
+    own = own_activity(a, steps, PHASES)
+    flagged = overlapping(own, steps, BOUNDS, PHASES)
+    steps["phases_overlap"] = flagged
+    steps["overlap_ns"] = np.where(flagged, overlap(own, PHASES), 0).astype(np.int64)
     t.steps = steps
-    t.windows = windows_of(steps)
+    t.windows = windows_of(steps, own)
     return t
+
+
+def _profiler_steps(t: Trace, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per step of ``ids``: its ProfilerStep range (start, end in ns), -1 where it has none."""
+    if not len(t.step_ranges):
+        none = np.full(len(ids), -1, np.int64)
+        return none, none.copy()
+    cpu = t.step_ranges.drop_duplicates("step").set_index("step")
+    return tuple(
+        cpu[col].reindex(ids).fillna(-1).astype(np.int64).to_numpy() for col in ("cpu_start", "cpu_end")
+    )
 
 
 def _first_start(row: np.ndarray, start: np.ndarray, mask: np.ndarray, n: int) -> np.ndarray:
@@ -106,16 +128,28 @@ def _complete(steps: pd.DataFrame, warnings: list) -> np.ndarray:
     return complete
 
 
-def windows_of(steps: pd.DataFrame) -> pd.DataFrame:
+def windows_of(steps: pd.DataFrame, own: pd.DataFrame | None = None) -> pd.DataFrame:
     """The long windows table of a steps table (``start``, ``t_backward``, ``t_optimizer``,
     ``end``, ``complete`` per step): rows ``step`` then each phase, per step (sorted by step,
-    stable)."""
+    stable), with ``wall`` (ns): the window's length, or in a step whose phases overlap
+    (``phases_overlap``, :mod:`tracekit.pipeline.overlap`) the measure of the union of the
+    phase's own activities (``own``), the window's edges then their first start and last end."""
     n = len(steps)
     step = steps["step"].to_numpy()
     bounds = [steps[c].to_numpy(np.int64) for c in BOUNDS]
+    lo, hi = bounds[:-1], bounds[1:]
+    walls = [h - lo_ for lo_, h in zip(lo, hi)]
+    if own is not None and "phases_overlap" in steps and steps["phases_overlap"].any():
+        flag = steps["phases_overlap"].to_numpy(bool)
+        for k, p in enumerate(PHASES):
+            has = flag & (own[f"lo_{p}"].to_numpy() >= 0)
+            lo[k] = np.where(has, own[f"lo_{p}"].to_numpy(), np.where(flag, bounds[0], lo[k]))
+            hi[k] = np.where(has, own[f"hi_{p}"].to_numpy(), np.where(flag, bounds[0], hi[k]))
+            walls[k] = np.where(flag, own[f"own_{p}"].to_numpy(np.int64), walls[k])
     # Window k of every step is the k-th block of n rows (the step's whole window first).
-    starts = np.concatenate([bounds[0]] + bounds[:-1])
-    ends = np.concatenate([bounds[-1]] + bounds[1:])
+    starts = np.concatenate([bounds[0]] + lo)
+    ends = np.concatenate([bounds[-1]] + hi)
+    wall = np.concatenate([bounds[-1] - bounds[0]] + walls)
     kind = np.repeat(np.arange(len(WINDOWS)), n)
     order = np.lexsort((kind, np.tile(step, len(WINDOWS))))
     return pd.DataFrame(
@@ -124,6 +158,7 @@ def windows_of(steps: pd.DataFrame) -> pd.DataFrame:
             "window": str_column(np.array(WINDOWS, dtype=object), kind[order]),
             "start": starts[order],
             "end": ends[order],
+            "wall": wall[order],
             "complete": np.tile(steps["complete"].to_numpy(bool), len(WINDOWS))[order],
         }
     )
@@ -178,7 +213,8 @@ def frame_windows(windows: pd.DataFrame) -> Windows:
             "hi": ph["end"].to_numpy(),
         }
     )
-    phases["wall_ms"] = (phases["hi"] - phases["lo"]) / NS_PER_MS
+    wall = ph["wall"].to_numpy() if "wall" in ph else phases["hi"] - phases["lo"]
+    phases["wall_ms"] = wall / NS_PER_MS
     span = steps.set_index("step")["window_ms"]
     phases["window_ms"] = span.reindex(phases["step"]).to_numpy()
     return Windows(table=windows, steps=steps, phases=phases)

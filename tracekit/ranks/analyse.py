@@ -15,11 +15,14 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from .. import progress
+from ..perf.devices import Peaks
+from ..perf.devices import resolve as resolve_peaks
 from ..pipeline import Attributed, run
 from ..pipeline.taxonomy import kernel_rules, module_taxonomy
 from ..read.reader import DEFAULT_MAX_BYTES, read_trace
 from .gathered import pack_tables
 from .grouping import host_of, process_of
+from .merged import split_ranks
 from .tables import tables_of
 
 
@@ -34,22 +37,43 @@ class Options:
     #: The host of the process that gathers the results (set for a Dask cluster): a worker on
     #: another host sends the intervals back, since a handle to its cache would not be readable.
     host: str | None = None
+    #: Device peaks: a devices TOML tried before the built-in table, and explicit values
+    #: (``--peak-tflops``: a number or ``dtype=number,...``; ``--peak-bandwidth`` in TB/s).
+    devices: str | None = None
+    peak_tflops: str | None = None
+    peak_bandwidth: float | None = None
+
+    def peaks(self, device_names: list[str]) -> Peaks:
+        """The peaks a file whose ``deviceProperties`` names are ``device_names`` is measured against."""
+        return resolve_peaks(device_names, self.devices, self.peak_tflops, self.peak_bandwidth)
 
 
 def analyse_file(path: str | os.PathLike, options: Options, store_parsed: bool = True) -> Attributed:
     """Read one trace file and run the pipeline (:mod:`tracekit.pipeline`) on it; its parsed
-    columns are stored in the parse cache only when ``store_parsed``."""
+    columns are stored in the parse cache only when ``store_parsed``. A file that holds several
+    ranks (:mod:`tracekit.ranks.merged`): its first; :func:`analyse_parts` gives them all."""
+    return analyse_parts(path, options, store_parsed)[0]
+
+
+def analyse_parts(path: str | os.PathLike, options: Options, store_parsed: bool = True) -> list[Attributed]:
+    """:func:`analyse_file` of every rank the file holds: one, or the ranks a merging tool
+    wrote into it (:func:`tracekit.ranks.merged.split_ranks`), in process order."""
     tax = module_taxonomy(options.taxonomy)
     rules = kernel_rules(options.kernel_rules)
     raw = _read(path, options, store_parsed)
     progress.fraction(progress.DECODED)
-    att = run(raw, tax, rules)
-    att.warnings[:0] = raw.warnings
+    out = []
+    for part in split_ranks(raw) or [raw]:
+        att = run(part, tax, rules, options.peaks(part.meta.get("devices") or []))
+        att.warnings[:0] = part.warnings
+        att.meta.update({k: part.meta[k] for k in ("rank", "world_size", "devices", "events_in_file")})
+        if "rank_split" in part.meta:
+            att.meta["rank_split"] = part.meta["rank_split"]
+        att.meta["pid"] = process_of(part.events)
+        att.meta["host"] = host_of(path, part.meta.get("host_name"))
+        out.append(att)
     progress.fraction(progress.LINKED)
-    att.meta.update({k: raw.meta[k] for k in ("rank", "world_size", "devices", "events_in_file")})
-    att.meta["pid"] = process_of(raw.events)
-    att.meta["host"] = host_of(path, raw.meta.get("host_name"))
-    return att
+    return out
 
 
 def _read(path: str | os.PathLike, options: Options, store: bool = True):
@@ -77,16 +101,19 @@ def _read(path: str | os.PathLike, options: Options, store: bool = True):
 SMALL_FILE = 4 << 20
 
 
-def fresh(path: str | os.PathLike, options: Options, cached: bool) -> tuple[Attributed, dict]:
-    """:func:`analyse_file` and the file's tables as one rank, packed (what the result cache
-    stores as it is, and what the parent gathers). ``cached``: the result will be stored in
-    the result cache, so a small file's parsed columns are not (see :data:`SMALL_FILE`)."""
-    att = analyse_file(path, options, store_parsed=not cached or not _small(path))
-    tables = tables_of(att, path, options.read_jobs)
+def fresh(path: str | os.PathLike, options: Options, cached: bool) -> list[tuple[Attributed, dict]]:
+    """:func:`analyse_parts` and each part's tables as one rank, packed (what the result cache
+    stores as it is, and what the parent gathers): one pair, or one per rank of a merged file.
+    ``cached``: the result will be stored in the result cache, so a small file's parsed columns
+    are not (see :data:`SMALL_FILE`)."""
+    parts = analyse_parts(path, options, store_parsed=not cached or not _small(path))
     # Module instances are read by no table or view after the pipeline: neither stored nor
     # sent back (they were a tenth of what the parent kept per rank).
     # Packed once (what the parent gathers, and what the result cache stores as it is).
-    return pack_tables(replace(att, modules=pd.DataFrame()), tables)
+    return [
+        pack_tables(replace(att, modules=pd.DataFrame()), tables_of(att, path, options.read_jobs))
+        for att in parts
+    ]
 
 
 def _small(path: str | os.PathLike) -> bool:

@@ -1,6 +1,6 @@
 """The small tables of many ranks, kept compact by the process that gathers them.
 
-Each rank's tables (its means over steps, ``phase_means``; :func:`tracekit.ranks.perfile.tables_of`)
+Each rank's tables (its means over steps, ``phase_means``; :func:`tracekit.ranks.tables.tables_of`)
 arrive from a worker as DataFrames of a few dozen rows. Kept as they are, each costs the
 parent 7-40 KB of pandas objects (index, block manager, one Python string per label) whatever
 its rows: about 150 KB per rank, 75 MB at 512 ranks. :class:`RankTables` keeps them instead as
@@ -211,9 +211,9 @@ def pack(df: Any) -> Any:
 
 
 def pack_tables(att: Any, tables: dict) -> tuple[Any, dict]:
-    """A worker's result (:func:`tracekit.ranks.perfile.tabulate_file`) with its tables, steps and
-    windows packed: what :meth:`RankTables.gather` folds in cheapest."""
-    att.steps, att.windows = pack(att.steps), pack(att.windows)
+    """A worker's result (:func:`tracekit.ranks.perfile.tabulate_file`) with its tables, steps,
+    windows and memory events packed: what :meth:`RankTables.gather` folds in cheapest."""
+    att.steps, att.windows, att.memory = pack(att.steps), pack(att.windows), pack(att.memory)
     return att, {k: pack(v) for k, v in tables.items()}
 
 
@@ -246,7 +246,7 @@ class RankTables:
 
     def gather(self, slot: int, att: Any, tables: dict, *, options: Any = None) -> Any:
         """What a worker returned for file ``slot``: its tables added here, and its analysis
-        back with its ``steps`` and ``windows`` kept here too (read back when asked for), its
+        back with its ``steps``, ``windows`` and ``memory`` kept here too (read back when asked for), its
         meta's keys interned, and its intervals' handle holding the run's ``options`` (one
         object, not an unpickled copy per rank)."""
         self.add(slot, tables)
@@ -254,10 +254,10 @@ class RankTables:
         if options is not None and hasattr(held, "sharing"):
             att.__dict__["_intervals"] = held.sharing(options, att.path)
         att.meta = _interned(att.meta)
-        self.add(
-            slot, {("att", "steps"): att.__dict__["_steps"], ("att", "windows"): att.__dict__["_windows"]}
-        )
-        att.steps, att.windows = _Held(self, ("att", "steps"), slot), _Held(self, ("att", "windows"), slot)
+        kept = ("steps", "windows", "memory")
+        self.add(slot, {("att", name): att.__dict__["_" + name] for name in kept})
+        for name in kept:
+            setattr(att, name, _Held(self, ("att", name), slot))
         att.modules = _NO_MODULES  # read by no view (and not sent: an empty frame, one per rank)
         return att
 

@@ -20,9 +20,7 @@ Guarantees: every file is in exactly one group; files of one distributed rank ar
 rank. Adds: one Attributed whose steps are the files' steps concatenated in time order.
 Guarantees: step numbers are kept; a number already taken by an earlier window is shifted past
 every number before it (and the shift is reported), so each step stays one step.
-
-:func:`files_of_rank` picks one rank's files by their heads (:mod:`tracekit.ranks.rankhead`) before
-anything is read; :func:`group_results` groups what the workers returned for each file.
+:func:`files_of_rank`: a rank's files by their heads; :func:`group_results`: workers' results.
 """
 
 from __future__ import annotations
@@ -190,7 +188,7 @@ def merge_windows(parts: list[Any]) -> Any:
         return parts[0]
     parts = sorted(parts, key=_first_time)
     taken: set[int] = set()
-    steps, windows, warnings, shifted, shifts = [], [], [], [], []
+    steps, windows, memory, warnings, shifted, shifts = [], [], [], [], [], []
     for p in parts:
         nums = p.steps["step"].to_numpy(np.int64) if len(p.steps) else np.empty(0, np.int64)
         shift = 0
@@ -204,6 +202,7 @@ def merge_windows(parts: list[Any]) -> Any:
         shifts.append(shift)
         steps.append(p.steps.assign(step=p.steps["step"] + shift))
         windows.append(p.windows.assign(step=p.windows["step"] + shift))
+        memory.append(p.memory.assign(step=p.memory["step"] + shift))
         warnings += p.warnings
     if shifted:
         warnings.append(
@@ -222,6 +221,7 @@ def merge_windows(parts: list[Any]) -> Any:
         meta["coverage"] = _merge_coverage([p.meta.get("coverage") or {} for p in parts])
     if any("step_ranges" in p.meta for p in parts):
         meta["step_ranges"] = _merge_step_ranges([p.meta.get("step_ranges") or {} for p in parts], shifts)
+    meta["memory_events"] = sum(p.meta.get("memory_events", 0) for p in parts)
     meta["window_files"] = [p.path for p in parts]
     merged = replace(
         first,
@@ -229,6 +229,7 @@ def merge_windows(parts: list[Any]) -> Any:
         intervals=_merged(MergedIntervals(tuple(zip(parts, shifts)))),
         steps=pd.concat(steps, ignore_index=True),
         windows=pd.concat(windows, ignore_index=True),
+        memory=pd.concat(memory, ignore_index=True),
         meta=meta,
         warnings=warnings,
     )
@@ -263,6 +264,7 @@ def _cut_rank_edges(att: Any, unjudged: set) -> Any:
         ),
         steps=att.steps.assign(complete=att.steps["complete"].to_numpy() & ~gone(att.steps)),
         windows=att.windows.assign(complete=att.windows["complete"].to_numpy() & ~gone(att.windows)),
+        memory=att.memory[~gone(att.memory)].reset_index(drop=True),
         meta=meta,
         warnings=warnings,
     )
@@ -347,6 +349,9 @@ def group_results(p: Path, files: list[Path], done: list[Any]) -> tuple[dict[int
             )
         )
     groups, how = group_files(ids)
+    split = sorted({a.meta["rank_split"] for a in done if a.meta.get("rank_split")})
+    if split:  # a file of several ranks (tracekit.ranks.merged): say how they were found
+        how = "; ".join(split + [how])
     ranks, alone = {}, {}
     for r, idx in groups.items():
         merged = copy.copy(merge_windows([done[i] for i in idx]))  # replace() would load lazy intervals
@@ -379,7 +384,7 @@ def files_to_read(
     heads) how the directory's files group into ranks: only rank ``rank``'s files (with
     ``lowest`` and no ``rank``, the lowest rank's) are read when every file's rank can be told
     from its head (:func:`files_of_rank`); else every file.
-    Shared by :func:`load` and ``tracekit explain`` (:func:`tracekit.explain.rank_traces`)."""
+    Shared by :func:`load` and ``tracekit explain`` (:func:`tracekit.ranks.raw_rank.rank_traces`)."""
     if not p.exists():
         raise TraceError(p, "no such file or directory")
     files, skipped = trace_listing(p) if p.is_dir() else ([p], [])

@@ -14,6 +14,13 @@ if TYPE_CHECKING:
     from ..pipeline.checks import TraceWarning
 
 
+#: The notice of a run whose traces record no memory events.
+MEMORY_NOTICE = (
+    "no memory events: record the profile with torch.profiler.profile(profile_memory=True) "
+    "for the memory tables"
+)
+
+
 class Run(Protocol):
     """What :func:`meta_of` reads of an analysis (:class:`tracekit.analysis.Analysis`)."""
 
@@ -30,7 +37,12 @@ class Run(Protocol):
     @property
     def multi_rank(self) -> bool: ...
 
+    @property
+    def has_memory(self) -> bool: ...
+
     def names(self) -> list[str]: ...
+
+    def applies(self, name: str) -> bool: ...
 
 
 def meta_of(run: Run) -> dict:
@@ -57,6 +69,14 @@ def meta_of(run: Run) -> dict:
             f"{unlaunched} device activities with no launching runtime call in the file "
             "belong to no step and are left out (see the no_launch warning)"
         )
+    split = sorted({a.meta["rank_split"] for a in run.ranks.values() if a.meta.get("rank_split")})
+    notices += split  # a file that held several ranks: how they were found
+    overlap = _phase_overlap(run)
+    if overlap:
+        notices.append(overlap)
+    notices += _peak_notices(run)
+    if not run.has_memory:
+        notices.append(MEMORY_NOTICE)
     if run.skipped:
         notices.append(
             f"partial result: {len(run.skipped)} file(s) of the directory skipped (listed in the warnings)"
@@ -77,6 +97,8 @@ def meta_of(run: Run) -> dict:
         "kernel_other_share": {r: a.meta.get("kernel_other_share") for r, a in run.ranks.items()},
         "notices": notices,
         "coverage": {r: a.meta["coverage"] for r, a in run.ranks.items() if a.meta.get("coverage")},
+        "device": {r: a.meta["device"] for r, a in run.ranks.items() if "device" in a.meta},
+        "mfu": {r: a.meta["mfu"] for r, a in run.ranks.items() if "mfu" in a.meta},
         **({"filters": _filter_meta(run)} if run.filters.active else {}),
         "warnings": [w.as_dict() for w in run.warnings],
         "partial": bool(run.skipped),
@@ -84,11 +106,44 @@ def meta_of(run: Run) -> dict:
     }
 
 
+def _phase_overlap(run: Run) -> str:
+    """The notice for steps whose phases ran at the same time (:mod:`tracekit.pipeline.overlap`),
+    "" when none did: how many steps, and by how much per such step."""
+    n, total = 0, 0
+    for att in run.ranks.values():
+        st = att.steps
+        if "phases_overlap" not in st:
+            continue
+        hit = st["phases_overlap"].to_numpy(bool) & st["complete"].to_numpy(bool)
+        n += int(hit.sum())
+        total += int(st["overlap_ns"].to_numpy()[hit].sum())
+    if not n:
+        return ""
+    return (
+        f"phases overlapped in time in {n} step(s), by {total / n / 1e6:.3f} ms per such step on "
+        "average (forward and backward running at once, as DualPipe schedules them): there each "
+        "phase's wall is the union of its own activity, so the walls add up to more than the step"
+    )
+
+
+def _peak_notices(run: Run) -> list[str]:
+    """One notice per distinct reason a rank with modelled FLOPs has no peak to measure them
+    against (its % of peak and MFU columns are then empty)."""
+    seen: list[str] = []
+    for a in run.ranks.values():
+        why = a.meta.get("device", {}).get("notice")
+        if why and run.mode == "cpu":
+            why = "CPU-only trace: tflops is the CPU's achieved rate, with no peak (--peak-tflops gives one)"
+        if why and (a.meta.get("mfu", {}).get("gflop_per_step") or 0) > 0 and why not in seen:
+            seen.append(why)
+    return [
+        why if why.startswith("CPU") else f"{why}: the % of peak and MFU columns are empty" for why in seen
+    ]
+
+
 def _filter_meta(run: Run) -> dict:
     """The filters in force, the tables they leave out and the complete steps they keep."""
-    left_out = [
-        n for n, s in REGISTRY.items() if (run.multi_rank or not s.cross_rank) and n not in run.names()
-    ]
+    left_out = [n for n in REGISTRY if run.applies(n) and n not in run.names()]
     out = {**run.filters.describe(), "tables_left_out": left_out}
     if run.filters.steps is not None:
         out["complete_steps_kept"] = {

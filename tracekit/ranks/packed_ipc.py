@@ -153,9 +153,9 @@ def decode(descs: Any, blob: Any, limit: int) -> dict[str, Packed] | None:
         if not isinstance(descs, list) or not isinstance(blob, bytes) or len(blob) > limit:
             return None
         table = pa.ipc.open_stream(pa.BufferReader(blob)).read_all()
+        table.validate(full=True)  # before anything reads it: a damaged stream crashed nbytes
         if table.num_rows != (1 if table.num_columns else 0) or table.nbytes > limit:
             return None
-        table.validate(full=True)
         cols = {name: table.column(name).combine_chunks() for name in table.column_names}
         out = {}
         for i, d in enumerate(descs):
@@ -164,7 +164,7 @@ def decode(descs: Any, blob: Any, limit: int) -> dict[str, Packed] | None:
                 return None
             out[d["name"]] = got
         return out if len(out) == len(descs) else None
-    except (pa.ArrowException, ValueError, TypeError, KeyError, IndexError):
+    except (pa.ArrowException, OSError, ValueError, TypeError, KeyError, IndexError):
         return None
 
 

@@ -29,13 +29,17 @@ def per_file(parallel: bool, cache: bool, n_files: int) -> Callable:
     return functools.partial(tabulate_packed, keep=not parallel and n_files == 1)
 
 
-def tabulate_packed(path: str | os.PathLike, options: Options, keep: bool = False) -> tuple[Attributed, dict]:
+#: What a worker returns for one file: its result, or one per rank of a merged file.
+Result = tuple[Attributed, dict] | list[tuple[Attributed, dict]]
+
+
+def tabulate_packed(path: str | os.PathLike, options: Options, keep: bool = False) -> Result:
     """:func:`tabulate_file`, whose tables, steps and windows are packed
     (:func:`tracekit.ranks.gathered.pack_tables`): cheaper to send back and to gather than frames."""
     return tabulate_file(path, options, keep)
 
 
-def tabulate_file(path: str | os.PathLike, options: Options, keep: bool = False) -> tuple[Attributed, dict]:
+def tabulate_file(path: str | os.PathLike, options: Options, keep: bool = False) -> Result:
     """:func:`~tracekit.ranks.analyse.analyse_file`, and the file's tables as one rank: the
     means over steps and the self-checks, unfiltered, keyed ``(kind, name)``; tables, steps and
     windows packed (:class:`~tracekit.ranks.gathered.Packed`, read as frames on access). Run in
@@ -59,13 +63,16 @@ def tabulate_file(path: str | os.PathLike, options: Options, keep: bool = False)
     return tabulate_fresh(path, options, keep or elsewhere)
 
 
-def tabulate_fresh(path: str | os.PathLike, options: Options, keep: bool) -> tuple[Attributed, dict]:
+def tabulate_fresh(path: str | os.PathLike, options: Options, keep: bool) -> Result:
     """:func:`tabulate_file` without looking in the result cache (but storing in it; a small
     file's parsed columns are not stored, see :data:`tracekit.ranks.analyse.SMALL_FILE`)."""
     from . import results
 
     key = results.result_key(path, options) if options.cache else None
-    att, tables = analyse.fresh(path, options, cached=key is not None)
+    got = analyse.fresh(path, options, cached=key is not None)
+    if len(got) > 1:  # a file of several ranks: each its own result, kept in memory (not cached)
+        return got
+    att, tables = got[0]
     stored = results.store(att, tables, path, options, key) if key is not None else None
     if stored is not None and not keep:
         att = _holding(att, stored)
@@ -81,6 +88,8 @@ def _holding(att: Attributed, intervals: object) -> Attributed:
     return out
 
 
-def analyse_only(path: str | os.PathLike, options: Options) -> tuple[Attributed, dict]:
-    """:func:`~tracekit.ranks.analyse.analyse_file` in this process: tables are computed when asked for."""
-    return analyse.analyse_file(path, options), {}
+def analyse_only(path: str | os.PathLike, options: Options) -> Result:
+    """:func:`~tracekit.ranks.analyse.analyse_parts` in this process: tables are computed when
+    asked for (a file of several ranks: one pair per rank)."""
+    parts = analyse.analyse_parts(path, options)
+    return (parts[0], {}) if len(parts) == 1 else [(a, {}) for a in parts]

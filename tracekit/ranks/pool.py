@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import progress
-from ..errors import TraceError
+from ..errors import RunError, TraceError
 
 
 def default_jobs(n_files: int) -> int:
@@ -107,8 +107,10 @@ def batch_size(files: Sequence[Any], workers: int) -> int:
 
 
 def _ignore_sigint() -> None:
+    """A worker: Ctrl-C is the parent's; SIGTERM (the pool's terminate) ends it at once."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def _as_is(i: int, result: Any) -> Any:
@@ -140,9 +142,9 @@ def map_ranks(
         return out
     pool = None
     try:
-        # SIGINT is held while the workers fork: a Ctrl-C landing in a fork hook would be
+        # SIGINT (and SIGTERM) is held while the workers fork: a Ctrl-C landing in a fork hook would be
         # swallowed there ("Exception ignored in _releaseLock"); it is delivered right after.
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
             pool = multiprocessing.Pool(min(jobs, len(files)), initializer=_ignore_sigint)
         finally:
@@ -163,15 +165,48 @@ def map_ranks(
     return out
 
 
-def _map_dask(attempt: _Attempt, files: list, scheduler: Any, gather: Callable[[int, Any], Any]) -> list:
+def check_scheduler(address: str) -> str:
+    """``address`` if it is the address of a Dask scheduler (``tcp://host:port``, ``tls://``,
+    ``inproc://``, ``ucx://``..., or ``host:port``); ValueError saying why not otherwise."""
+    try:
+        from distributed.comm.addressing import parse_address, parse_host_port
+    except ImportError:
+        raise ValueError("needs Dask: pip install 'tracekit[dask]'") from None
+    try:
+        scheme, location = parse_address(address)
+        if scheme not in ("inproc",):
+            parse_host_port(location)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{address!r} is not a Dask scheduler address ({e}); e.g. tcp://host:8786") from None
+    return address
+
+
+def _client(scheduler: Any) -> Any:
+    """A Client of the scheduler at ``scheduler``; :class:`RunError` saying what went wrong when
+    there is none: nothing answered in time, or what answered is not a Dask scheduler."""
     try:
         from distributed import Client
     except ImportError:
-        raise RuntimeError("--scheduler needs Dask: pip install 'tracekit[dask]'") from None
+        raise RunError("--scheduler needs Dask: pip install 'tracekit[dask]'") from None
+    if isinstance(scheduler, Client):
+        return scheduler
+    try:
+        return Client(scheduler)
+    except MemoryError:  # Dask read a message length from a service that is not Dask
+        raise RunError(
+            f"--scheduler {scheduler}: the service there is not a Dask scheduler (its answer is not Dask's)"
+        ) from None
+    except (OSError, TimeoutError) as e:
+        raise RunError(f"--scheduler {scheduler}: cannot connect to a Dask scheduler ({e})") from None
+    except ValueError as e:
+        raise RunError(f"--scheduler {scheduler}: not a Dask scheduler address ({e})") from None
+
+
+def _map_dask(attempt: _Attempt, files: list, scheduler: Any, gather: Callable[[int, Any], Any]) -> list:
+    client = _client(scheduler)
     from distributed import as_completed
 
-    own = not isinstance(scheduler, Client)
-    client = Client(scheduler) if own else scheduler
+    own = client is not scheduler
     futures = None
     try:
         workers = max(1, sum(client.nthreads().values()))

@@ -71,6 +71,8 @@ def _from_head(head: bytes) -> tuple[bool, int | None]:
     ``traceEvents`` array, closed with an empty array, is decoded on its own."""
     if head.startswith(_BOM):
         head = head[len(_BOM) :]
+    if head.lstrip(_BLANK)[:1] == b"[":  # the document is the event array itself: no header
+        return True, None
     m = _EVENTS_KEY.search(head)
     if m is None:
         raise Unknown

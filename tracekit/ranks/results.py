@@ -11,17 +11,20 @@ Parquet file, ``<sha256 of the key>.result.parquet`` beside the parse cache's en
   :class:`~tracekit.pipeline.Attributed` holds instead of them, and is what a worker sends back
   to the parent in place of the intervals;
 * everything else is in the footer: one JSON object (key, mode, meta, warnings, checks) and
-  the small frames (steps, windows, tables) packed as the parent gathers them, all in one
-  Arrow IPC stream (:mod:`tracekit.ranks.packed_ipc`: typed columns and codes, no pickle, no
-  pandas on either side);
+  the small frames (steps, windows, memory events, tables) packed as the parent gathers them,
+  all in one Arrow IPC stream (:mod:`tracekit.ranks.packed_ipc`: typed columns and codes, no
+  pickle, no pandas on either side);
 * key: the parse cache's file key (device, inode, size, mtime, edge hashes, read limit,
   tracekit's version), :data:`RESULT_FORMAT`, a fingerprint of tracekit's own code and rule
   files (so an edited checkout never reuses old results), and the path and SHA-256 of the
   ``--taxonomy`` / ``--kernel-rules`` files. Taken before the analysis and checked again
   before storing: a trace changed meanwhile caches nothing;
-* trusted only after the footer shows the right key, the interval columns with plain types
-  and every size within the parse cache's bound (64x the trace's size on disk plus 16 MiB,
-  the entry file itself included); anything else is a miss and is rewritten;
+* trusted only after its seal checks (:func:`tracekit.read.cache.read_sealed`: a keyed checksum
+  of the whole file, checked before anything in it is decoded), then the footer shows the right
+  key, the interval columns with plain types and every size within the parse cache's bound
+  (64x the trace's size on disk plus 16 MiB: the entry file itself, its columns decoded as rows
+  times widths, and the frames' IPC stream, validated before anything reads it); anything else
+  is a miss and is rewritten;
 * one size bound and LRU over both kinds of entries (:func:`tracekit.read.cache.after_store`).
 
 A handle whose entry is gone when its intervals are wanted (evicted, cleared, or written on a
@@ -52,14 +55,14 @@ from ..read import cache
 from . import packed_ipc
 
 #: Version of a result entry's layout; bump when what is stored changes shape.
-RESULT_FORMAT = "tracekit-result-3"
+RESULT_FORMAT = "tracekit-result-4"
 SUFFIX = ".result.parquet"
 _INFO = b"tracekit-result"
 #: The footer key of the small frames' IPC stream (:mod:`tracekit.ranks.packed_ipc`).
 _FRAMES_KEY = b"tracekit-frames"
 #: The frames of the Attributed stored (its module instances are not: no table or view reads
 #: them after the pipeline, see :func:`tracekit.ranks.analyse.fresh`).
-_FRAMES = ("steps", "windows")
+_FRAMES = ("steps", "windows", "memory")
 _RULES_MAX_BYTES = 16 << 20
 #: An entry of at most this many intervals is written with lz4 and without column statistics
 #: (:func:`_write`); a bigger one with zstd, as before.
@@ -104,6 +107,9 @@ def result_key(path: str | os.PathLike, options: Any) -> str | None:
                 code_digest(),
                 _rules_file(options.taxonomy),
                 _rules_file(options.kernel_rules),
+                _rules_file(options.devices),
+                options.peak_tflops,
+                options.peak_bandwidth,
             ]
         )
     except (OSError, ValueError):
@@ -138,11 +144,6 @@ def _plain(t: pa.DataType) -> bool:
             pa.types.is_null,
         )
     )
-
-
-def _in_memory(pf: pq.ParquetFile) -> int:
-    md = pf.metadata
-    return sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
 
 
 def _arrow(df: pd.DataFrame) -> pa.Table:
@@ -221,16 +222,14 @@ def store(att: Attributed, tables: dict, path: str | os.PathLike, options: Any, 
     """Save ``att`` (in memory) and ``tables`` (:func:`~tracekit.ranks.perfile.tabulate_file`) of
     ``path``, analysed when its key was ``key``; the handle to the entry, or None (the file
     changed meanwhile, the cache directory is not writable, or something is not storable)."""
-    from ..safewrite import atomic_file
-
     try:
         if att.lazy or result_key(path, options) != key:
             return None  # replaced or modified while analysed: never cache old results under it
-        table = _arrow(att.intervals).replace_schema_metadata(_footer(att, tables, key))
+        footer = {**_footer(att, tables, key), **cache.SEAL_HOLE}
+        table = _arrow(att.intervals).replace_schema_metadata(footer)
         loc = entry(key)
         loc.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with atomic_file(loc, sync_dir=False) as f:
-            _write(table, f)
+        _write(table, loc)
         size = os.stat(path).st_size
     except Exception:
         return None
@@ -238,7 +237,7 @@ def store(att: Attributed, tables: dict, path: str | os.PathLike, options: Any, 
     return Stored(os.fspath(loc), _digest(key), os.fspath(path), size, options)
 
 
-def _write(table: pa.Table, f: Any) -> None:
+def _write(table: pa.Table, loc: Path) -> None:
     """Write an entry's Parquet. A small one (:data:`SMALL_ENTRY_ROWS`; a rank of a few
     thousand intervals is its columns' fixed costs, not its data) with lz4, no column
     statistics (nothing reads them) and dictionary pages for the categorical columns only:
@@ -246,10 +245,10 @@ def _write(table: pa.Table, f: Any) -> None:
     3.3 of the 3.6 ms an entry of 558 intervals and 45 columns took; now 1.2 ms (CPU, warm
     process), and the file is no bigger. Read back identically either way (the tests)."""
     if table.num_rows > SMALL_ENTRY_ROWS:
-        pq.write_table(table, f, compression="zstd")
+        cache.write_sealed(loc, table, compression="zstd")
         return
     dictionaries = [c.name for c in table.schema if pa.types.is_dictionary(c.type)]
-    pq.write_table(table, f, compression="lz4", write_statistics=False, use_dictionary=dictionaries)
+    cache.write_sealed(loc, table, compression="lz4", write_statistics=False, use_dictionary=dictionaries)
 
 
 def _open(loc: Path, digest: bytes, trace_size: int) -> tuple[pq.ParquetFile, dict] | None:
@@ -257,16 +256,16 @@ def _open(loc: Path, digest: bytes, trace_size: int) -> tuple[pq.ParquetFile, di
     :func:`_digest` is ``digest``, with
     plain interval columns, every size in bounds; None otherwise (a miss)."""
     limit = _bound(trace_size)
-    if loc.stat().st_size > limit:  # the footer (with the small tables) is read whole
+    pf = cache.read_sealed(loc, limit)  # the whole entry, its seal checked
+    if pf is None:
         return None
-    pf = pq.ParquetFile(loc)
     info = json.loads((pf.schema_arrow.metadata or {}).get(_INFO, b"{}"))
     if not isinstance(info, dict) or not isinstance(info.get("key"), str) or _digest(info["key"]) != digest:
         return None
     schema = pf.schema_arrow
     if schema.names != INTERVAL_COLUMNS or not all(_plain(f.type) for f in schema):
         return None
-    if _in_memory(pf) > limit:
+    if cache.decoded_bound(pf) > limit:
         return None
     return pf, info
 
@@ -311,6 +310,7 @@ def load(path: str | os.PathLike, options: Any) -> tuple[Attributed, dict] | Non
             intervals=Stored(os.fspath(loc), digest, os.fspath(path), size, options),
             steps=frames["steps"],
             windows=frames["windows"],
+            memory=frames["memory"],
             meta=info["meta"],
             warnings=[_warning(w) for w in info.get("warnings", [])],
         )
@@ -362,6 +362,6 @@ class Stored:
         key = result_key(self.source, self.options)
         if key is None or _digest(key) != self.digest:
             raise TraceError(self.source, "changed since it was analysed; analyse it again")
-        att, tables = fresh(self.source, self.options, cached=True)
+        att, tables = fresh(self.source, self.options, cached=True)[0]  # a stored file is one rank
         store(att, tables, self.source, self.options, key)
         return att.load_intervals(columns)

@@ -7,8 +7,8 @@ intervals are many. The facade (``Analysis``) and a worker computing one file's 
 (:func:`tables_of`, for :mod:`tracekit.ranks.perfile`) are both one: the worker's tables are the
 facade's, computed by the same code.
 
-Needs: ``path``, ``ranks`` ({rank: Attributed}), ``filters``, ``_computed``, ``_held`` and ``jobs``
-on the instance. Guarantees: each table of a rank is computed at most once per instance.
+Needs: ``ranks`` ({rank: Attributed}), ``filters``, ``_computed``, ``_held`` and ``jobs`` on the
+instance. Guarantees: each table of a rank is computed at most once per instance.
 """
 
 from __future__ import annotations
@@ -20,15 +20,17 @@ from typing import Any
 import pandas as pd
 
 from tracekit.analyses import REGISTRY, TABLES
+from tracekit.analyses._registry import MEMORY_EVENTS, PER_STEP, PRESENT_MEAN
 
 from .. import forked
+from ..aggregate import derive_ratios
+from ..aggregate import mean_over_present as _mean_over_present
 from ..aggregate import mean_over_steps as _mean_over_steps
 from ..aggregate import whole_numbers as _whole_numbers
 from ..filters import Filters
 from ..pipeline import Attributed
 from ..pipeline.checks import TraceWarning, check_rank
 from ..pipeline.windows import Windows, frame_windows
-from . import manifest_tables
 from .gathered import Computed
 
 #: Fewest intervals whose tables are worth a second process (:meth:`Analysis._compute`): below
@@ -40,7 +42,6 @@ class PerRankTables:
     """The tables of each rank of ``ranks``, computed once (a mixin: the instance holds the
     state, see the module's docstring)."""
 
-    path: str
     ranks: dict[int, Attributed]
     filters: Filters
     #: ``{(kind, name, rank): frame}`` computed once (workers' tables: :mod:`tracekit.ranks.gathered`).
@@ -60,9 +61,7 @@ class PerRankTables:
         return [
             n
             for n, s in REGISTRY.items()
-            if (self.multi_rank or not s.cross_rank)
-            and self.filters.supports(REGISTRY.get(s.source or n, s))
-            and (s.from_manifest is None or not self._manifest_rows(n).empty)
+            if (self.multi_rank or not s.cross_rank) and self.filters.supports(REGISTRY.get(s.source or n, s))
         ]
 
     def _checks(self, rank: int) -> list[TraceWarning]:
@@ -93,27 +92,28 @@ class PerRankTables:
             done = [s for s in done if s in self.filters.steps]
         return len(done) or 1
 
-    def _manifest_rows(self, name: str) -> pd.DataFrame:
-        """Table ``name``'s rows from the capture manifest (:mod:`tracekit.ranks.manifest_tables`), once."""
-        key = ("manifest", name, -1)
-        if key not in self._computed:
-            steps = self.filters.steps
-            self._computed[key] = manifest_tables.rows(REGISTRY[name], self.path, list(self.ranks), steps)
-        return self._computed[key]
-
     def _rank_table(self, name: str, rank: int, per_step: bool, copy: bool = True) -> pd.DataFrame:
         """One rank's table (per step, or its mean over steps), computed once; the kept frame
         itself when not ``copy`` (for a caller that only reads it, such as a concatenation)."""
+        spec = REGISTRY[name]
         if per_step:
-            return _whole_numbers(REGISTRY[name], self.filters.rows(self._per_step(name, rank)))
+            df = derive_ratios(spec, self._per_step(name, rank), self._windows(rank), None)
+            return _whole_numbers(spec, self.filters.rows(df))
         key = ("mean", name, rank)
         if key not in self._computed:
-            spec = REGISTRY[name]
-            df = self.filters.rows(self._per_step(name, rank))
-            df = _mean_over_steps(df, self._n_steps(self.ranks[rank]), list(spec.keys))
+            # Sums first, then ratios: the mean of each summed column over the steps, every
+            # ratio column from those means (registry's Ratio), and only then the rows a
+            # filter keeps (a share's denominator is the whole table's).
+            n = self._n_steps(self.ranks[rank])
+            df = self._per_step(name, rank)
+            if spec.aggregate == PRESENT_MEAN:  # memory: over the steps that hold the row
+                df = _mean_over_present(df, list(spec.keys))
+            elif spec.aggregate != PER_STEP:
+                df = _mean_over_steps(df, n, list(spec.keys))
+            df = derive_ratios(spec, df, self._windows(rank), n)
             if spec.finish is not None and not df.empty:
                 df = spec.finish(df)
-            self._computed[key] = _whole_numbers(spec, df)
+            self._computed[key] = _whole_numbers(spec, self.filters.rows(df), mean=True)
         return self._computed[key].copy() if copy else self._computed[key]
 
     def _compute(self, names: list[str]) -> None:
@@ -153,8 +153,9 @@ class PerRankTables:
         """One rank's per-step table, computed once however often it is asked for."""
         key = ("step", name, rank)
         if key not in self._computed:
-            iv = self.filters.intervals(self._rank_intervals(rank), REGISTRY[name])
-            self._computed[key] = TABLES[name](iv, self._windows(rank))
+            spec = REGISTRY[name]
+            rows = self.ranks[rank].memory if spec.reads == MEMORY_EVENTS else self._rank_intervals(rank)
+            self._computed[key] = TABLES[name](self.filters.intervals(rows, spec), self._windows(rank))
         return self._computed[key].copy()
 
     def _windows(self, rank: int) -> Windows:
@@ -169,7 +170,6 @@ class PerRankTables:
 class OneRank(PerRankTables):
     """One file's tables as one rank (what :func:`tables_of` computes)."""
 
-    path: str
     ranks: dict[int, Attributed]
     jobs: int = 1
     filters: Filters = field(default_factory=Filters)
@@ -182,7 +182,7 @@ def tables_of(att: Attributed, path: str | os.PathLike, jobs: int = 1) -> dict:
     computed by up to ``jobs`` processes (:meth:`PerRankTables._compute`): every table the
     facade computes on creation (``Analysis.__post_init__``: all of them on two processes
     when worth it, the self-checks), the means over steps and the phase means."""
-    one = OneRank(path=os.fspath(path), ranks={0: att}, jobs=jobs)
+    one = OneRank(ranks={0: att}, jobs=jobs)
     one._compute(one.names())
     one._checks(0)
     for name, spec in REGISTRY.items():

@@ -16,7 +16,7 @@
  *   triple      int32   code of the event's (ph, cat, name) in "triples" (int32 x 3 string
  *                       codes each, -1 for absent or null); per triple, "classes" (int8) and
  *                       "counts" (int64: its events, kept or not, for unknown categories).
- *   pid tid flow_id corr seq fwd_tid stream
+ *   pid tid flow_id corr seq fwd_tid stream addr
  *               int64   ints modulo 2**64 (as tracekit.columns wraps them), -1 when absent or
  *                       null; a string value stores its string code and sets bit k of "idstr"
  *                       (k = the column's position in that list): Python converts it.
@@ -24,8 +24,18 @@
  *                       2**43 us): exactly tracekit/timetext.py's number_times per value, or
  *                       with text_times its text_times (the Python side decides per slice,
  *                       as tracekit.columns does, which of the two applies).
- *   bytes       float64 args.bytes when a number, else NaN.
+ *   bytes       float64 args.bytes when a number, else NaN; for an event of class MEMORY
+ *                       (a "[memory]" allocation or free), args.Bytes instead.
+ *   device_type device_id
+ *               int64   args["Device Type"], ["Device Id"] when an int, else -1.
+ *   total_allocated total_reserved
+ *               float64 args["Total Allocated"], ["Total Reserved"] when a number, else NaN.
  *   collective  int32   string code of args["Collective name"], -1 when absent or null.
+ *   input_dims input_types input_strides concrete_inputs
+ *               int32   string code of the JSON text of args["Input Dims"], ["Input type"],
+ *                       ["Input Strides"], ["Concrete Inputs"] exactly as it stands in the
+ *                       run (raw bytes from the value's first byte to its last), -1 when
+ *                       absent or null (tracekit.schema.SHAPE_FIELDS).
  *   meta        list    (triple, pid, tid, args.name) for each event of class METADATA with a
  *                       string args.name (naming a process or thread), pid and tid as msgspec
  *                       decodes them (int, str or None).
@@ -72,8 +82,10 @@
             return r_;      \
     } while (0)
 
-/* The scanner's small steps, inlined into the event loop (a function pointer is resolved then). */
-#if defined(__GNUC__)
+/* The scanner's small steps, inlined into the event loop (a function pointer is resolved then).
+ * The fuzz build (fuzz/run.py) defines TRACEKIT_NO_FORCE_INLINE: instrumented for ASan, UBSan
+ * and coverage, the one inlined loop took clang over ten minutes to compile. */
+#if defined(__GNUC__) && !defined(TRACEKIT_NO_FORCE_INLINE)
 #define HOT static inline __attribute__((always_inline))
 #else
 #define HOT static inline
@@ -95,10 +107,16 @@
 
 /* tracekit.schema.METADATA: the class of the events naming processes and threads. */
 #define CLASS_METADATA (-1)
+/* tracekit.schema.MEMORY: the class of "[memory]" events, whose bytes column is args.Bytes. */
+#define CLASS_MEMORY 9
 
 /* The id columns, in the order of the idstr bits. */
-enum { I_PID, I_TID, I_ID, I_CORR, I_SEQ, I_FWD, I_STREAM, N_IDS };
-static const char *const ID_NAMES[N_IDS] = {"pid", "tid", "flow_id", "corr", "seq", "fwd_tid", "stream"};
+enum { I_PID, I_TID, I_ID, I_CORR, I_SEQ, I_FWD, I_STREAM, I_ADDR, N_IDS }; /* at most 8: idstr's bits */
+static const char *const ID_NAMES[N_IDS] = {"pid", "tid", "flow_id", "corr", "seq", "fwd_tid", "stream", "addr"};
+
+/* The args kept as their raw JSON text (tracekit.schema.SHAPE_FIELDS), in that order. */
+enum { S_DIMS, S_TYPES, S_STRIDES, S_CONCRETE, N_SHAPES };
+static const char *const SHAPE_NAMES[N_SHAPES] = {"input_dims", "input_types", "input_strides", "concrete_inputs"};
 
 /* ------------------------------------------------------------------ growable arrays */
 
@@ -259,6 +277,9 @@ typedef struct {
     uint8_t *tflags;
     double *nbytes;
     int32_t *coll;
+    int32_t *shape[N_SHAPES];
+    int64_t *devtype, *devid;
+    double *talloc, *tres;
 } Cols;
 
 typedef struct {
@@ -1013,36 +1034,83 @@ skip_value(Ctx *c, int depth)
 struct VEnt_ {
     const uint8_t *s; /* its text, in the run (NULL: empty way) */
     uint32_t len;
-    int32_t depth;
+    int16_t depth;
+    int32_t code; /* its text's string code once interned (parse_raw), else -1 */
 };
 typedef struct VEnt_ VEnt;
+
+/* The cache's entry for the container at p ('[' or '{', at least 16 bytes before end) at this
+ * depth, moved to the front of its set; NULL when it is not there (*set: the set it goes in). */
+HOT VEnt *
+vcache_find(Ctx *c, const uint8_t *p, int depth, VEnt **set)
+{
+    const uint8_t *end = c->end;
+    uint64_t a, b;
+    memcpy(&a, p, 8);
+    memcpy(&b, p + 8, 8);
+    VEnt *w = c->vcache + ((a * 0x9e3779b97f4a7c15ULL ^ b * 0xc2b2ae3d27d4eb4fULL) >> 56) * VCACHE_WAYS;
+    *set = w;
+    for (int i = 0; i < VCACHE_WAYS && w[i].s; i++) {
+        VEnt e = w[i];
+        if (e.depth == depth && (size_t)(end - p) >= e.len && same_bytes(e.s, p, e.len)) {
+            memmove(w + 1, w, (size_t)i * sizeof *w);
+            w[0] = e;
+            return w;
+        }
+    }
+    return NULL;
+}
+
+/* The container just checked from p to c->p, kept first in its set (when not too long). */
+HOT void
+vcache_keep(Ctx *c, VEnt *set, const uint8_t *p, int depth, int32_t code)
+{
+    if (c->p - p <= VCACHE_MAX) {
+        memmove(set + 1, set, (VCACHE_WAYS - 1) * sizeof *set);
+        set[0] = (VEnt){p, (uint32_t)(c->p - p), (int16_t)depth, code};
+    }
+}
 
 /* The container at c->p ('[' or '{'), as skip_value(c, depth) checks it: found in the cache,
  * else skipped and kept there (most recent first). */
 static int
 skip_container(Ctx *c, int depth)
 {
-    const uint8_t *p = c->p, *end = c->end;
-    if (end - p < 16 || !c->vcache)
+    const uint8_t *p = c->p;
+    VEnt *set, *e;
+    if (c->end - p < 16 || !c->vcache)
         return skip_value(c, depth);
-    uint64_t a, b;
-    memcpy(&a, p, 8);
-    memcpy(&b, p + 8, 8);
-    VEnt *w = c->vcache + ((a * 0x9e3779b97f4a7c15ULL ^ b * 0xc2b2ae3d27d4eb4fULL) >> 56) * VCACHE_WAYS;
-    for (int i = 0; i < VCACHE_WAYS && w[i].s; i++) {
-        VEnt e = w[i];
-        if (e.depth == depth && (size_t)(end - p) >= e.len && same_bytes(e.s, p, e.len)) {
-            memmove(w + 1, w, (size_t)i * sizeof *w);
-            w[0] = e;
-            c->p = p + e.len;
-            return OK;
-        }
+    if ((e = vcache_find(c, p, depth, &set))) {
+        c->p = p + e->len;
+        return OK;
     }
     TRY(skip_value(c, depth));
-    if (c->p - p <= VCACHE_MAX) {
-        memmove(w + 1, w, (VCACHE_WAYS - 1) * sizeof *w);
-        w[0] = (VEnt){p, (uint32_t)(c->p - p), depth};
+    vcache_keep(c, set, p, depth, -1);
+    return OK;
+}
+
+/* The container at c->p, as skip_container checks it, its text interned (*code): a container
+ * found in the cache keeps the code it was given the first time, so a repeated shape is
+ * neither checked nor hashed again. */
+static int
+raw_container(Ctx *c, int depth, int32_t *code)
+{
+    const uint8_t *p = c->p;
+    VEnt *set, *e;
+    if (c->end - p < 16 || !c->vcache) {
+        TRY(skip_value(c, depth));
+        return intern(c, p, c->p - p, 0, code);
     }
+    if ((e = vcache_find(c, p, depth, &set))) {
+        c->p = p + e->len;
+        if (e->code < 0)
+            TRY(intern(c, p, e->len, 0, &e->code));
+        *code = e->code;
+        return OK;
+    }
+    TRY(skip_value(c, depth));
+    TRY(intern(c, p, c->p - p, 0, code));
+    vcache_keep(c, set, p, depth, *code);
     return OK;
 }
 
@@ -1203,15 +1271,24 @@ typedef struct {
     int32_t triple; /* found early (-1: not yet) */
     int skip;       /* a known triple whose events are not kept: values are checked, not read */
     int64_t ids[N_IDS];
+    int32_t shape[N_SHAPES]; /* raw texts' string codes, -1: absent or null */
     uint8_t idstr;
     Tok pid, tid;
     TimeTag ts_tag, dur_tag;
     Num ts, dur;
     double nbytes;
+    double mbytes;         /* args.Bytes: the bytes of a MEMORY event */
+    int64_t devtype, devid;
+    double talloc, tres;
 } Ev;
 
 enum { K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_ID, K_ARGS, K_OTHER };
-enum { A_CORR, A_SEQ, A_FWD, A_STREAM, A_COLL, A_BYTES, A_NAME, A_OTHER };
+/* The args fields read; A_SHAPE + S_* are the raw-text ones. At most 32 (bits of `seen`). */
+enum {
+    A_CORR, A_SEQ, A_FWD, A_STREAM, A_COLL, A_BYTES, A_NAME,
+    A_MBYTES, A_DEVTYPE, A_DEVID, A_TALLOC, A_TRES, A_ADDR, /* "[memory]" events' */
+    A_SHAPE, A_OTHER = A_SHAPE + N_SHAPES
+};
 
 #define KEY_IS(s, len, lit) \
     ((len) == (Py_ssize_t)(sizeof(lit) - 1) && same_bytes((s), (const uint8_t *)(lit), sizeof(lit) - 1))
@@ -1247,18 +1324,30 @@ args_key(const Str *k)
     Py_ssize_t n = k->len;
     switch (n) {
     case 4:
-        return KEY_IS(s, n, "name") ? A_NAME : A_OTHER;
+        return KEY_IS(s, n, "name") ? A_NAME : KEY_IS(s, n, "Addr") ? A_ADDR : A_OTHER;
+    case 9:
+        return KEY_IS(s, n, "Device Id") ? A_DEVID : A_OTHER;
+    case 10:
+        return KEY_IS(s, n, "Input Dims")   ? A_SHAPE + S_DIMS
+               : KEY_IS(s, n, "Input type") ? A_SHAPE + S_TYPES
+                                            : A_OTHER;
     case 5:
-        return KEY_IS(s, n, "bytes") ? A_BYTES : A_OTHER;
+        return KEY_IS(s, n, "bytes") ? A_BYTES : KEY_IS(s, n, "Bytes") ? A_MBYTES : A_OTHER;
     case 6:
         return KEY_IS(s, n, "stream") ? A_STREAM : A_OTHER;
     case 11:
-        return KEY_IS(s, n, "correlation") ? A_CORR : A_OTHER;
+        return KEY_IS(s, n, "correlation") ? A_CORR : KEY_IS(s, n, "Device Type") ? A_DEVTYPE : A_OTHER;
+    case 14:
+        return KEY_IS(s, n, "Total Reserved") ? A_TRES : A_OTHER;
     case 13:
-        return KEY_IS(s, n, "Fwd thread id") ? A_FWD : A_OTHER;
+        return KEY_IS(s, n, "Fwd thread id")   ? A_FWD
+               : KEY_IS(s, n, "Input Strides") ? A_SHAPE + S_STRIDES
+                                               : A_OTHER;
     case 15:
         return KEY_IS(s, n, "Sequence number")   ? A_SEQ
                : KEY_IS(s, n, "Collective name") ? A_COLL
+               : KEY_IS(s, n, "Concrete Inputs") ? A_SHAPE + S_CONCRETE
+               : KEY_IS(s, n, "Total Allocated") ? A_TALLOC
                                                  : A_OTHER;
     default:
         return A_OTHER;
@@ -1415,6 +1504,66 @@ parse_bytes(Ctx *c, double *out)
     return parse_literal(c, "null");
 }
 
+/* An args value not read: checked and stepped over (a scalar here, a container by
+ * skip_container). */
+HOT int
+skip_arg(Ctx *c)
+{
+    if (c->p < c->end && *c->p != '{' && *c->p != '[') {
+        const uint8_t *q = scan_scalar(c->p, c->end);
+        if (!q)
+            return FAIL;
+        c->p = q;
+        return OK;
+    }
+    return skip_container(c, 3);
+}
+
+/* An args value kept as its JSON text (tracekit.schema.SHAPE_FIELDS): checked as skip_arg
+ * checks it, and the bytes from its first to its last interned (raw, as they stand: escapes
+ * and whitespace inside kept), *code -1 for null. The interner keys strings by the bytes
+ * between their quotes and raw texts by their own bytes, in one table: equal bytes are equal
+ * Python strings in both (an entry made from a string with an escape is decoded, but its bytes
+ * never spell a raw text: a raw text holding a backslash holds a string, whose opening quote
+ * is not escaped, and the bytes between a string's quotes have no quote that is not). */
+HOT int
+parse_raw(Ctx *c, int32_t *code)
+{
+    const uint8_t *p = c->p;
+    if (p < c->end && *p == 'n') {
+        *code = -1;
+        return parse_literal(c, "null");
+    }
+    if (p < c->end && (*p == '{' || *p == '['))
+        return raw_container(c, 3, code);
+    TRY(skip_arg(c));
+    return intern(c, p, c->p - p, 0, code);
+}
+
+/* An `int | float | str | None` field read as an int (Device Type, Device Id): the int when
+ * it is one (as parse_bytes reads it: longer ones are msgspec's), else -1 (a float is checked
+ * as msgspec checks it). */
+HOT int
+parse_small_int(Ctx *c, int64_t *out)
+{
+    uint8_t ch = c->p < c->end ? *c->p : 0;
+    *out = -1;
+    if (ch == '-' || IS_DIGIT(ch)) {
+        Num n;
+        TRY(parse_number(c, &n, 1));
+        if (!n.is_int) {
+            double unused;
+            return num_double(&n, &unused);
+        }
+        if (n.len - n.neg > 18)
+            return FAIL;
+        *out = (int64_t)n.wrapped;
+        return OK;
+    }
+    double unused; /* a string or null */
+    return parse_bytes(c, &unused);
+}
+
 HOT int
 parse_args_field(Ctx *c, Ev *ev, int key)
 {
@@ -1431,17 +1580,24 @@ parse_args_field(Ctx *c, Ev *ev, int key)
         return ev->skip ? check_str_or_null(c) : parse_str_or_null(c, &ev->coll);
     case A_BYTES:
         return parse_bytes(c, &ev->nbytes);
+    case A_MBYTES:
+        return parse_bytes(c, &ev->mbytes);
+    case A_DEVTYPE:
+        return parse_small_int(c, &ev->devtype);
+    case A_DEVID:
+        return parse_small_int(c, &ev->devid);
+    case A_TALLOC:
+        return parse_bytes(c, &ev->talloc);
+    case A_TRES:
+        return parse_bytes(c, &ev->tres);
+    case A_ADDR:
+        return parse_id(c, ev, I_ADDR, NULL);
     case A_NAME:
         return ev->skip ? check_str_or_null(c) : parse_str_or_null(c, &ev->argname);
-    default: /* a scalar here, a container by skip_value */
-        if (c->p < c->end && *c->p != '{' && *c->p != '[') {
-            const uint8_t *q = scan_scalar(c->p, c->end);
-            if (!q)
-                return FAIL;
-            c->p = q;
-            return OK;
-        }
-        return skip_container(c, 3);
+    case A_OTHER:
+        return skip_arg(c);
+    default: /* A_SHAPE + S_*: kept as text */
+        return ev->skip ? skip_arg(c) : parse_raw(c, &ev->shape[key - A_SHAPE]);
     }
 }
 
@@ -1767,6 +1923,13 @@ grow_cols(Cols *k, size_t need)
     G(k->tflags);
     G(k->nbytes);
     G(k->coll);
+    for (int i = 0; i < N_SHAPES; i++) {
+        G(k->shape[i]);
+    }
+    G(k->devtype);
+    G(k->devid);
+    G(k->talloc);
+    G(k->tres);
 #undef G
     k->cap = c2;
     return OK;
@@ -1787,7 +1950,10 @@ parse_event(Ctx *c)
     ev.ts_tag = ev.dur_tag = T_MISSING;
     for (int i = 0; i < N_IDS; i++)
         ev.ids[i] = -1;
-    ev.nbytes = NAN;
+    for (int i = 0; i < N_SHAPES; i++)
+        ev.shape[i] = -1;
+    ev.nbytes = ev.mbytes = ev.talloc = ev.tres = NAN;
+    ev.devtype = ev.devid = -1;
     TRY(event_members(c, &ev));
     int32_t t;
     int64_t ts, dur;
@@ -1821,8 +1987,14 @@ parse_event(Ctx *c)
     for (int j = 0; j < N_IDS; j++)
         k->ids[j][i] = ev.ids[j];
     k->idstr[i] = ev.idstr;
-    k->nbytes[i] = ev.nbytes;
+    k->nbytes[i] = cls == CLASS_MEMORY ? ev.mbytes : ev.nbytes;
+    k->devtype[i] = ev.devtype;
+    k->devid[i] = ev.devid;
+    k->talloc[i] = ev.talloc;
+    k->tres[i] = ev.tres;
     k->coll[i] = ev.coll;
+    for (int j = 0; j < N_SHAPES; j++)
+        k->shape[j][i] = ev.shape[j];
     k->n = i + 1;
     return OK;
 }
@@ -2041,6 +2213,9 @@ put_columns(PyObject *d, Ctx *c)
     for (int i = 0; i < N_IDS; i++)
         if (put_column(d, ID_NAMES[i], &k->ids[i], n, sizeof(int64_t)) < 0)
             return -1;
+    for (int i = 0; i < N_SHAPES; i++)
+        if (put_column(d, SHAPE_NAMES[i], &k->shape[i], n, sizeof(int32_t)) < 0)
+            return -1;
     if (put_column(d, "kind", &k->kind, n, sizeof(int8_t)) < 0 ||
         put_column(d, "classes", &c->triples.cls, c->triples.n, sizeof(int8_t)) < 0 ||
         put_column(d, "counts", &c->triples.count, c->triples.n, sizeof(int64_t)) < 0 ||
@@ -2049,7 +2224,11 @@ put_columns(PyObject *d, Ctx *c)
         put_column(d, "idstr", &k->idstr, n, 1) < 0 || put_column(d, "ts", &k->ts, n, sizeof(int64_t)) < 0 ||
         put_column(d, "dur", &k->dur, n, sizeof(int64_t)) < 0 || put_column(d, "tflags", &k->tflags, n, 1) < 0 ||
         put_column(d, "bytes", &k->nbytes, n, sizeof(double)) < 0 ||
-        put_column(d, "collective", &k->coll, n, sizeof(int32_t)) < 0)
+        put_column(d, "collective", &k->coll, n, sizeof(int32_t)) < 0 ||
+        put_column(d, "device_type", &k->devtype, n, sizeof(int64_t)) < 0 ||
+        put_column(d, "device_id", &k->devid, n, sizeof(int64_t)) < 0 ||
+        put_column(d, "total_allocated", &k->talloc, n, sizeof(double)) < 0 ||
+        put_column(d, "total_reserved", &k->tres, n, sizeof(double)) < 0)
         return -1;
     return 0;
 }
@@ -2107,6 +2286,12 @@ free_ctx(Ctx *c)
     free(c->cols.tflags);
     free(c->cols.nbytes);
     free(c->cols.coll);
+    for (int i = 0; i < N_SHAPES; i++)
+        free(c->cols.shape[i]);
+    free(c->cols.devtype);
+    free(c->cols.devid);
+    free(c->cols.talloc);
+    free(c->cols.tres);
     free(c->meta);
     free(c->vcache);
 }
@@ -2211,7 +2396,8 @@ PyInit__kineto(void)
         PyModule_AddIntConstant(m, "TS_FLOAT", TS_FLOAT) < 0 || PyModule_AddIntConstant(m, "TS_BIG", TS_BIG) < 0 ||
         PyModule_AddIntConstant(m, "DUR_FLOAT", DUR_FLOAT) < 0 ||
         PyModule_AddIntConstant(m, "DUR_BIG", DUR_BIG) < 0 ||
-        PyModule_AddIntConstant(m, "METADATA", CLASS_METADATA) < 0) {
+        PyModule_AddIntConstant(m, "METADATA", CLASS_METADATA) < 0 ||
+        PyModule_AddIntConstant(m, "MEMORY", CLASS_MEMORY) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -9,9 +9,13 @@ JSON when the file has not changed:
 * key: the trace's device, inode, size, modification time (ns), a hash of its first and last
   64 KiB, the read limit, tracekit's version and :data:`FORMAT`. The key is taken before the
   trace is read and again after; if the file changed while it was read nothing is cached;
-* a cache file is trusted only after its footer (never its columns) shows the right key, the
-  expected columns and types, and an in-memory size bounded by the trace's own size; anything
-  else (unreadable, forged, foreign) is a miss and is rewritten, never an error;
+* a cache file is trusted only after (:func:`read_sealed`) its seal checks: a keyed checksum
+  (HMAC-SHA256, under a random key kept in the cache directory, mode 0600) of the whole file,
+  computed when tracekit wrote it. A flipped bit, a half-written file, an entry planted or
+  copied from elsewhere is a miss before any byte of it is decoded. Then its footer (never its
+  columns) must show the right key, the expected columns and types, and a decoded size (rows
+  times column widths, plus the strings: :func:`decoded_bound`) bounded by the trace's own
+  size; anything else is a miss and is rewritten, never an error;
 * size bound: ``$TRACEKIT_CACHE_MAX_BYTES`` (default 2 GiB), least recently used entries
   evicted first (:func:`after_store`); ``tracekit cache info`` / ``tracekit cache clear``;
 * writes go through :mod:`tracekit.safewrite` (temporary name, fsync, rename).
@@ -26,6 +30,7 @@ size bound, :func:`evict`, :func:`info` and :func:`clear` cover both kinds.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import re
@@ -35,10 +40,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .columns import CATEGORICAL_COLUMNS
 from .reader import _COLUMNS, RawTrace
 
 #: Version of the cached columns; bump when read.py's output changes.
-FORMAT = "tracekit-raw-5"
+FORMAT = "tracekit-raw-7"
 SUFFIX = ".parquet"
 _META_KEY = b"tracekit"
 #: Entry names: the parse cache's ``<hash>.parquet`` and the result cache's ``<hash>.result.parquet``
@@ -49,8 +55,13 @@ DEFAULT_MAX_CACHE_BYTES = 2 * 1024**3
 _EDGE = 1 << 16
 #: In-memory columns may be this many times the trace's size on disk (gzip included), plus slack.
 _EXPANSION, _SLACK = 64, 16 << 20
-_CATEGORICAL = {"name", "flow_ph", "collective"}
-_TYPES = {"kind": pa.int8(), "bytes": pa.float64()}
+_CATEGORICAL = set(CATEGORICAL_COLUMNS)
+_TYPES = {
+    "kind": pa.int8(),
+    "bytes": pa.float64(),
+    "total_allocated": pa.float64(),
+    "total_reserved": pa.float64(),
+}
 
 
 def cache_dir() -> Path:
@@ -108,13 +119,14 @@ def _valid_schema(schema: pa.Schema) -> bool:
 
 
 def _load_entry(loc: Path, key: str, trace_size: int) -> RawTrace | None:
-    pf = pq.ParquetFile(loc)  # reads the footer only
+    limit = _EXPANSION * trace_size + _SLACK
+    pf = read_sealed(loc, limit)
+    if pf is None:
+        return None
     info = json.loads((pf.schema_arrow.metadata or {}).get(_META_KEY, b"{}"))
     if not isinstance(info, dict) or info.get("key") != key:
         return None
-    md = pf.metadata
-    in_memory = sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
-    if in_memory > _EXPANSION * trace_size + _SLACK or not _valid_schema(pf.schema_arrow):
+    if not _valid_schema(pf.schema_arrow) or decoded_bound(pf) > limit:
         return None
     meta, warnings = info.get("meta"), info.get("warnings")
     if not isinstance(meta, dict) or not isinstance(warnings, list):
@@ -144,22 +156,133 @@ def load(path: str | os.PathLike, max_bytes: int) -> RawTrace | None:
 def store(raw: RawTrace, path: str | os.PathLike, max_bytes: int, key: str) -> Path | None:
     """Save ``raw``, read from ``path`` when its identity was ``key``; the entry written, or
     None (the file changed while it was read, or the cache directory is not writable)."""
-    from ..safewrite import atomic_file
-
     try:
         if file_key(path, max_bytes) != key:
             return None  # replaced or modified while read: never cache old events under it
         info = json.dumps({"key": key, "meta": raw.meta, "warnings": raw.warnings}, default=str).encode()
         table = pa.Table.from_pandas(raw.events, preserve_index=False)
-        table = table.replace_schema_metadata({_META_KEY: info})
+        table = table.replace_schema_metadata({_META_KEY: info, **SEAL_HOLE})
         loc = _entry(key)
         loc.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with atomic_file(loc, sync_dir=False) as f:
-            pq.write_table(table, f, compression="zstd")
+        write_sealed(loc, table, compression="zstd")
     except Exception:
         return None
     after_store(loc)
     return loc
+
+
+#: The footer entry that holds an entry's seal; written as zeros, then filled in place.
+_SEAL_KEY = b"tracekit-seal"
+SEAL_HOLE = {_SEAL_KEY: b"hmac-sha256:" + b"0" * 64}
+_SEAL = re.compile(rb"tracekit-seal[\x00-\xff]{1,4}?hmac-sha256:([0-9a-f]{64})")
+_KEY_FILE = ".seal-key"
+
+
+def _seal_key(create: bool) -> bytes | None:
+    """This cache directory's secret (32 random bytes, mode 0600), made when first needed."""
+    path = cache_dir() / _KEY_FILE
+    try:
+        with open(path, "rb") as f:
+            key = f.read(64)
+        if len(key) == 32:
+            return key
+    except OSError:
+        pass
+    if not create:
+        return None
+    tmp = path.with_name(f"{_KEY_FILE}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with open(fd, "wb") as f:
+        f.write(os.urandom(32))
+    try:
+        os.link(tmp, path)  # never replaces a key another process made meanwhile
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+    return _seal_key(False)
+
+
+def _mac(key: bytes, data: bytes | bytearray, at: int) -> bytes:
+    """The seal of ``data`` whose seal's hex digits start at ``at`` (read as zeros)."""
+    h = hmac.new(key, memoryview(data)[:at], hashlib.sha256)
+    h.update(b"0" * 64)
+    h.update(memoryview(data)[at + 64 :])
+    return h.hexdigest().encode()
+
+
+def _seal_at(data: bytes | bytearray) -> int | None:
+    """Where the seal's hex digits are: in the Parquet footer (the file's last bytes)."""
+    if len(data) < 12 or data[-4:] != b"PAR1":
+        return None
+    footer = int.from_bytes(data[-8:-4], "little")
+    lo = len(data) - 8 - footer
+    if footer <= 0 or lo < 4:
+        return None
+    found = [m.start(1) for m in _SEAL.finditer(data, lo, len(data) - 8)]
+    return found[0] if len(found) == 1 else None
+
+
+def write_sealed(loc: Path, table: pa.Table, **options) -> None:
+    """Write ``table`` (its metadata holding :data:`SEAL_HOLE`) as a sealed Parquet entry."""
+    from ..safewrite import atomic_file
+
+    key = _seal_key(create=True)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, **options)
+    data = bytearray(sink.getvalue().to_pybytes())
+    at = _seal_at(data)
+    if key is None or at is None:
+        raise ValueError("cannot seal")
+    data[at : at + 64] = _mac(key, data, at)
+    with atomic_file(loc, sync_dir=False) as f:
+        f.write(data)
+
+
+def read_sealed(loc: Path, limit: int) -> pq.ParquetFile | None:
+    """The entry at ``loc``, read whole (at most ``limit`` bytes) and opened from memory, if
+    its seal is this cache's; None otherwise. (Nothing is decoded before the seal is checked,
+    and what is decoded is what was checked.)"""
+    key = _seal_key(create=False)
+    if key is None:
+        return None
+    with open(loc, "rb") as f:
+        data = f.read(limit + 1)
+    at = _seal_at(data) if len(data) <= limit else None
+    if at is None or not hmac.compare_digest(_mac(key, data, at), data[at : at + 64]):
+        return None
+    return pq.ParquetFile(pa.py_buffer(data))
+
+
+def _width(t: pa.DataType) -> int:
+    """Bytes per value of a column of type ``t`` (of a string: its offset)."""
+    if pa.types.is_dictionary(t):
+        return _width(t.index_type)
+    if pa.types.is_boolean(t) or pa.types.is_null(t):
+        return 1
+    if pa.types.is_string(t) or pa.types.is_binary(t):
+        return 4
+    try:
+        return max(1, t.bit_width // 8)
+    except ValueError:
+        return 8
+
+
+def decoded_bound(pf: pq.ParquetFile) -> int:
+    """The size the entry's columns take decoded: rows times the columns' widths, plus their
+    strings (the byte arrays' own size in the file). Parquet's encoded sizes are no bound: a
+    column of one repeated value encodes to a few bytes whatever its rows."""
+    md = pf.metadata
+    rows = sum(md.row_group(i).num_rows for i in range(md.num_row_groups))
+    fixed = rows * sum(_width(f.type) for f in pf.schema_arrow)
+    strings = 0
+    for i in range(md.num_row_groups):
+        rg = md.row_group(i)
+        for j in range(rg.num_columns):
+            col = rg.column(j)
+            if col.physical_type == "BYTE_ARRAY":
+                strings += max(col.total_uncompressed_size, col.total_compressed_size)
+    return fixed + strings
 
 
 def entries() -> list[Path]:
@@ -244,13 +367,18 @@ def info() -> dict:
 
 
 def clear() -> int:
-    """Remove every entry (and leftover temporaries); the number of files removed."""
+    """Remove every entry (and leftover temporaries, and the seal's key: a new one is made by
+    the next store); the number of entries and temporaries removed."""
     _SCAN["where"] = None
     n = 0
     try:
         names = [p for p in cache_dir().iterdir() if _ENTRY.fullmatch(p.name) or _TEMP.fullmatch(p.name)]
     except OSError:
         return 0
+    try:
+        (cache_dir() / _KEY_FILE).unlink()
+    except OSError:
+        pass
     for p in names:
         try:
             p.unlink()

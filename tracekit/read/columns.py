@@ -6,9 +6,11 @@ int64, names become categoricals; one builder collects the columns of every deco
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
@@ -18,8 +20,10 @@ from .schema import (
     CPU_OP,
     KERNEL,
     MEMCPY,
+    MEMORY,
     MEMSET,
     METADATA,
+    SHAPE_FIELDS,
     UNKNOWN,
     Args,
     Event,
@@ -27,7 +31,7 @@ from .schema import (
     event_class,
     flow_phase,
 )
-from .timetext import number_times, text_times
+from .timetext import number_floats, number_times, text_times
 
 _INT_OR_NONE = {int, type(None)}
 
@@ -79,12 +83,56 @@ def _categorical(values: list[str]) -> pd.Categorical:
 
 def _categorical_codes(codes: np.ndarray, value: Any) -> pd.Categorical:
     """``_categorical([value(c) for c in codes])`` for small non-negative int codes, with one
-    call of ``value`` per distinct code (several codes may have one value)."""
+    call of ``value`` per distinct code (several codes may have one value). The distinct values
+    are few (a slice's names, shapes...), so they are sorted in Python, and the categorical's
+    dtype is made once per set of categories (:func:`_dtype`): pandas builds and checks an
+    index of them otherwise, which costs more than the rest for a slice's column."""
     used = np.flatnonzero(np.bincount(codes))
-    sub, distinct = pd.factorize(np.array([value(int(c)) for c in used], dtype=object), sort=True)
+    values = [value(int(c)) for c in used]
+    distinct = sorted(set(values))
+    where = {v: i for i, v in enumerate(distinct)}
     remap = np.zeros(len(used) and int(used[-1]) + 1, dtype=np.int64)
-    remap[used] = sub
-    return pd.Categorical.from_codes(remap[codes], categories=distinct)
+    remap[used] = [where[v] for v in values]
+    dtype = _dtype(tuple(distinct)) if len(distinct) <= _FEW else pd.CategoricalDtype(distinct)
+    return pd.Categorical.from_codes(remap[codes], dtype=dtype, validate=False)
+
+
+#: Sets of categories up to this many are made into a dtype once (:func:`_dtype`).
+_FEW = 1024
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype(categories: tuple[str, ...]) -> pd.CategoricalDtype:
+    """The categorical dtype of these (sorted, distinct) categories: one object per set, so
+    the slices of a file, whose columns mostly have the same few values, share it."""
+    return pd.CategoricalDtype(list(categories))
+
+
+def _small_ints(values: list) -> np.ndarray:
+    """int64 of the values that are ints within int64, -1 for the others (floats too)."""
+    return np.array(
+        [v if type(v) is int and -(1 << 63) <= v < 1 << 63 else -1 for v in values], dtype=np.int64
+    )
+
+
+def _raw_texts(values: list[msgspec.Raw]) -> pd.Categorical:
+    """The JSON texts of ``msgspec.Raw`` values as a categorical: each text as written, ``""``
+    for an absent value (empty), ``null``, or text that is not UTF-8. Each distinct text is
+    decoded once."""
+    if not values:
+        return pd.Categorical([])
+    codes, distinct = pd.factorize(np.array([bytes(v) for v in values], dtype=object))
+    texts = np.array([_raw_text(b) for b in distinct], dtype=object)
+    return _categorical_codes(codes, lambda c: texts[c])
+
+
+def _raw_text(raw: bytes) -> str:
+    if raw == b"null":
+        return ""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:  # msgspec does not check the strings of a raw value
+        return ""
 
 
 def _fast_int_column(values: list, none: int = -1) -> np.ndarray:
@@ -195,10 +243,24 @@ class _FrameBuilder:
             "fwd_tid": _fast_int_column([a.fwd_tid for a in args]),
             "stream": _fast_int_column([a.stream for a in args]),
             "collective": _categorical([a.collective or "" for a in args]),
-            "bytes": np.array(
-                [b if isinstance(b := a.bytes, (int, float)) else np.nan for a in args], dtype=np.float64
-            ),
+            **{f: _raw_texts([getattr(a, f) for a in args]) for f in SHAPE_FIELDS},
+            "device_type": _small_ints([a.device_type for a in args]),
+            "device_id": _small_ints([a.device_id for a in args]),
+            "addr": _int_column([a.addr for a in args]),
         }
+        # a memory event's bytes are its args.Bytes; numbers past float64's range in any of
+        # these drop their events (one rule for odd numbers, tracekit.read.timetext)
+        odds = []
+        for col, values in (
+            ("bytes", [a.alloc_bytes if k == MEMORY else a.bytes for a, k in zip(args, sel.kinds)]),
+            ("total_allocated", [a.total_allocated for a in args]),
+            ("total_reserved", [a.total_reserved for a in args]),
+        ):
+            part[col], odd = number_floats(values)
+            if odd is not None:
+                odds.append(odd)
+        if odds:
+            part["odd"] = np.logical_or.reduce(odds)
         self.add_part(len(events), sel, part)
         return True
 
@@ -228,7 +290,7 @@ class _FrameBuilder:
         so the columns are never held twice over."""
         parts = [p.pop(name) for p in self.parts]
         if not parts:
-            if name in ("name", "flow_ph", "collective"):
+            if name in CATEGORICAL_COLUMNS:
                 return pd.Categorical([])
             return np.zeros(0, dtype=_EMPTY_DTYPES.get(name, np.int64))
         if isinstance(parts[0], pd.Categorical):
@@ -237,16 +299,30 @@ class _FrameBuilder:
             return union_categoricals(parts, sort_categories=True)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
+    def _odd(self) -> np.ndarray | None:
+        """The events with an odd number (:func:`tracekit.timetext.number_floats`), or None."""
+        if not any("odd" in p for p in self.parts):
+            return None
+        return np.concatenate(
+            [p.pop("odd") if "odd" in p else np.zeros(len(p["kind"]), bool) for p in self.parts]
+        )
+
     def finish(self, path: str | os.PathLike) -> tuple[pd.DataFrame, list[str], dict]:
         warnings: list[str] = []
         if self.unknown:
             listed = ", ".join(f"{k!r} ({v})" for k, v in sorted(self.unknown.items())[:5])
             warnings.append(f"ignored events of unknown categories: {listed}")
+        odd = self._odd()
         ts, dur = self._column("ts"), self._column("dur")
         ts_ok, dur_ok = self._column("ts_ok"), self._column("dur_ok")
         bad_ts = ~ts_ok
         if bad_ts.any():
             warnings.append(f"dropped {int(bad_ts.sum())} events with no valid timestamp")
+        if odd is not None:
+            warnings.append(
+                f"dropped {int(odd.sum())} events with a number out of range (args.bytes, Bytes or Total)"
+            )
+            bad_ts |= odd
         neg = (dur < 0) & ts_ok
         if neg.any():
             warnings.append(f"{int(neg.sum())} events with negative duration were clamped to 0")
@@ -285,7 +361,14 @@ class _FrameBuilder:
 
 
 _NO_ARGS = Args()
-_EMPTY_DTYPES = {"bytes": np.float64, "kind": np.int8, "ts_ok": bool, "dur_ok": bool}
+_EMPTY_DTYPES = {
+    "bytes": np.float64,
+    "total_allocated": np.float64,
+    "total_reserved": np.float64,
+    "kind": np.int8,
+    "ts_ok": bool,
+    "dur_ok": bool,
+}
 #: The event columns, in order.
 _COLUMNS = (
     "kind",
@@ -302,7 +385,15 @@ _COLUMNS = (
     "stream",
     "collective",
     "bytes",
+    *SHAPE_FIELDS,
+    "device_type",
+    "device_id",
+    "total_allocated",
+    "total_reserved",
+    "addr",
 )
+#: The event columns that are categoricals of strings ("" when absent).
+CATEGORICAL_COLUMNS = ("name", "flow_ph", "collective", *SHAPE_FIELDS)
 
 
 #: Events decoded per chunk by the chunked reader.

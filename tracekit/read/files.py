@@ -17,24 +17,34 @@ import zlib
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import progress
 from ..errors import TraceError
+
+if TYPE_CHECKING:  # numpy stays out of the CLI's start-up (tracekit --help)
+    from .blanks import Blanks
 
 #: Default bound on decompressed size; ``--max-bytes`` raises it.
 DEFAULT_MAX_BYTES = 8 * 1024**3
 
 
-def read_bytes(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes | bytearray:
+def read_bytes(
+    path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES, blanks: Blanks | None = None
+) -> bytes | bytearray:
     """The file's JSON bytes, gunzipped when needed, refusing more than ``max_bytes``.
 
     A gunzipped file comes back as the ``bytearray`` it was inflated into (never copied: a
-    2 GiB inflation must not need 4 GiB)."""
+    2 GiB inflation must not need 4 GiB). ``blanks``: long runs of whitespace are squeezed out
+    as the text arrives (:mod:`tracekit.blanks`), so they cost no memory."""
     with _opened(path) as (f, gz):
-        if gz:
-            out = bytearray()
-            for piece in _gunzip_pieces(f, max_bytes, Path(path)):
-                out += piece
+        if gz or blanks is not None:
+            pieces = _gunzip_pieces(f, max_bytes, Path(path)) if gz else _plain_pieces(f, max_bytes, path)
+            out, n = bytearray(), 0
+            for piece in pieces:
+                out[n : n + len(piece)] = piece
+                n = n + len(piece) if blanks is None else blanks.squeeze(out, n, n + len(piece))
+            del out[n:]
             return out
         data = _read_bounded(f, max_bytes)
     if len(data) > max_bytes:
@@ -261,6 +271,16 @@ def _os_error(p: Path, e: OSError) -> TraceError:
         return TraceError(p, "permission denied")
     # symlink loops, names too long, I/O errors: one line, not a traceback
     return TraceError(p, f"cannot read: {e.strerror or e}")
+
+
+def _plain_pieces(f: io.BufferedReader, max_bytes: int, path: str | os.PathLike) -> Iterator[bytes]:
+    """A plain file's bytes, ``PIECE_BYTES`` at a time, refusing more than ``max_bytes``."""
+    n = 0
+    while piece := f.read(PIECE_BYTES):
+        n += len(piece)
+        if n > max_bytes:
+            raise _too_large(path, max_bytes)
+        yield piece
 
 
 def _read_bounded(f: io.BufferedReader, max_bytes: int) -> bytes:

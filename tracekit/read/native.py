@@ -24,14 +24,14 @@ from typing import Any
 import numpy as np
 
 from .columns import _categorical_codes, _FrameBuilder, _one_int, _Selection
-from .schema import UNKNOWN, event_class, flow_phase
+from .schema import SHAPE_FIELDS, UNKNOWN, event_class, flow_phase
 
 try:
     from . import _kineto  # type: ignore[attr-defined]
 except ImportError:  # not compiled here: msgspec reads everything
     _kineto = None
 
-_ID_COLUMNS = ("pid", "tid", "flow_id", "corr", "seq", "fwd_tid", "stream")
+_ID_COLUMNS = ("pid", "tid", "flow_id", "corr", "seq", "fwd_tid", "stream", "addr")
 
 
 def enabled() -> bool:
@@ -105,12 +105,21 @@ class Scanned:
             "flow_id": self._ids("flow_id"),
             "flow_ph": _categorical_codes(ph + 1, lambda c: flow_phase(s(c - 1))),
             **{c: self._ids(c) for c in ("corr", "seq", "fwd_tid", "stream")},
-            "collective": _categorical_codes(
-                self._column("collective", np.int32) + 1, lambda c: s(c - 1) or ""
-            ),
+            "collective": self._strings("collective"),
             "bytes": self._column("bytes", np.float64),
+            **{f: self._strings(f) for f in SHAPE_FIELDS},
+            "device_type": self._column("device_type", np.int64),
+            "device_id": self._column("device_id", np.int64),
+            "total_allocated": self._column("total_allocated", np.float64),
+            "total_reserved": self._column("total_reserved", np.float64),
+            "addr": self._ids("addr"),
         }
         return part
+
+    def _strings(self, name: str) -> Any:
+        """A column of string codes (-1: absent or null) as a categorical ("" when absent)."""
+        s = self.string
+        return _categorical_codes(self._column(name, np.int32) + 1, lambda c: s(c - 1) or "")
 
     def _ids(self, name: str) -> np.ndarray:
         """An id column: ints as scanned, strings (codes) converted as ``_int_column`` does."""

@@ -8,7 +8,10 @@ columns. Times become int64 nanoseconds. Every vintage of Kineto's JSON is accep
   ROCm runtime calls, ``cuda_driver`` launches (Triton's ``cuLaunchKernel``);
 * ``ts``/``dur`` as integer or float microseconds (nanosecond decimals kept);
 * 64-bit ids, also above 2**63 (stored wrapped to int64: equality is all that is used);
-* events in any order; no CPU side, no GPU side, no ProfilerStep, no distributedInfo.
+* events in any order; no CPU side, no GPU side, no ProfilerStep, no distributedInfo;
+* the document as an object with ``traceEvents``, or as the bare event array, closed or not
+  (the Chrome trace event format's other form: :mod:`tracekit.streaming`);
+* ``[memory]`` allocator events (kind MEMORY), the shapes of ops (``input_dims``...) as text.
 
 The pieces: :mod:`tracekit.read.files` (finding trace files, bounded reading and gunzip),
 :mod:`tracekit.read.streaming` (decoding the event array slice by slice as the text arrives),
@@ -29,15 +32,14 @@ import pandas as pd
 
 from ..errors import TraceError
 from . import native
+from .blanks import Blanks
 from .columns import _COLUMNS, _FrameBuilder
 from .files import DEFAULT_MAX_BYTES, TRACE_SUFFIXES, open_text, read_bytes, trace_files, trace_listing
 from .parallel import read_parallel
 from .schema import (
     _CATEGORY_KIND,
-    _DECODER,
     _PYTHON_KEEP_PREFIX,
     _PYTHON_KEEP_SUBSTR,
-    _TEXT_TIME_DECODER,
     ANNOTATION,
     CPU_OP,
     FLOW_FWDBWD,
@@ -45,12 +47,13 @@ from .schema import (
     KERNEL,
     KIND_NAMES,
     MEMCPY,
+    MEMORY,
     MEMSET,
     PYTHON,
     RUNTIME,
     TraceDoc,
 )
-from .streaming import _head, decode_rest, stream_decode
+from .streaming import _head, decode_document, decode_rest, stream_decode
 from .timetext import MAX_US as _MAX_US
 
 #: Re-exported: the rest of tracekit imports the event kinds and the file helpers from here.
@@ -63,6 +66,7 @@ __all__ = [
     "KERNEL",
     "KIND_NAMES",
     "MEMCPY",
+    "MEMORY",
     "MEMSET",
     "PYTHON",
     "RUNTIME",
@@ -76,6 +80,7 @@ __all__ = [
     "decode",
     "read_bytes",
     "read_trace",
+    "split_memory",
     "trace_files",
     "trace_listing",
 ]
@@ -91,20 +96,33 @@ class RawTrace:
     warnings: list[str] = field(default_factory=list)
 
 
+def split_memory(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``events`` without its MEMORY rows (the allocator's ``[memory]`` events, which only
+    memory analyses read), and those rows; ``events`` itself when it has none."""
+    mem = events["kind"].to_numpy() == MEMORY
+    if not mem.any():
+        return events, events.iloc[:0]
+    return events[~mem].reset_index(drop=True), events[mem].reset_index(drop=True)
+
+
 _NONBLANK = re.compile(rb"[^ \t\r\n]")
 
 
-def decode(data: bytes, path: str | os.PathLike, text_times: bool = False) -> TraceDoc:
+def decode(
+    data: bytes, path: str | os.PathLike, text_times: bool = False, blanks: Blanks | None = None
+) -> TraceDoc:
     """Typed decode of the JSON document; every failure becomes a one-line TraceError.
 
-    ``text_times``: keep ``ts``/``dur`` as their JSON text (:class:`TextTimeEvent`)."""
+    ``text_times``: keep ``ts``/``dur`` as their JSON text (:class:`TextTimeEvent`).
+    ``blanks``: ``data`` had long runs of whitespace squeezed out; byte offsets in messages
+    are the file's."""
     if not _NONBLANK.search(data):  # stops at the first byte that is not blank; no copy
         raise TraceError(path, "empty file")
     if data[:3] == b"\xef\xbb\xbf":  # UTF-8 byte order mark: harmless
         data = data[3:]
     _check_text(data, path)
     try:
-        return (_TEXT_TIME_DECODER if text_times else _DECODER).decode(data)
+        return decode_document(data, text_times)
     except UnicodeDecodeError as e:  # msgspec passes the codec's error through
         raise TraceError(
             path, f"not UTF-8 text: a JSON string holds the invalid byte 0x{e.object[e.start]:02x}"
@@ -112,7 +130,9 @@ def decode(data: bytes, path: str | os.PathLike, text_times: bool = False) -> Tr
     except msgspec.ValidationError as e:
         msg = str(e)
         if "Expected `object`, got" in msg and "$" not in msg.rsplit("-", maxsplit=1)[-1]:
-            raise TraceError(path, f"not a trace: the top level must be a JSON object ({msg})") from None
+            raise TraceError(
+                path, f"not a trace: the top level must be a JSON object or array ({msg})"
+            ) from None
         if "missing required field `traceEvents`" in msg:
             raise TraceError(path, "not a trace: no `traceEvents` list") from None
         raise TraceError(path, f"malformed trace: {msg}") from None
@@ -121,11 +141,15 @@ def decode(data: bytes, path: str | os.PathLike, text_times: bool = False) -> Tr
         if "truncated" in msg.lower():
             raise TraceError(path, "truncated JSON (the file ends early)") from None
         at = re.search(r"\(byte (\d+)\)", msg)
-        if at and re.match(rb"-?(NaN|Infinity|nan|inf)", data[int(at.group(1)) : int(at.group(1)) + 9]):
+        byte = int(at.group(1)) if at else 0
+        in_file = byte if blanks is None else blanks.original(byte)
+        if at and re.match(rb"-?(NaN|Infinity|nan|inf)", data[byte : byte + 9]):
             raise TraceError(
                 path,
-                f"NaN or Infinity at byte {at.group(1)}: not valid JSON (a trace written with allow_nan?)",
+                f"NaN or Infinity at byte {in_file}: not valid JSON (a trace written with allow_nan?)",
             ) from None
+        if at:
+            msg = msg.replace(at.group(0), f"(byte {in_file})")
         raise TraceError(path, f"not valid JSON ({msg})") from None
     except RecursionError:
         raise TraceError(path, "JSON nested too deeply") from None
@@ -153,16 +177,19 @@ def _check_text(data: bytes, path: str | os.PathLike) -> None:
 CHUNK_BYTES = 32 << 20
 
 
-def _decode_whole(data: bytes | bytearray, path: str | os.PathLike, builder: _FrameBuilder) -> TraceDoc:
+def _decode_whole(
+    data: bytes | bytearray, path: str | os.PathLike, builder: _FrameBuilder, blanks: Blanks | None = None
+) -> TraceDoc:
     """The document of ``data``, its events added to ``builder`` (its ``traceEvents`` emptied):
-    scanned natively when it is a well-formed trace, else decoded by msgspec (with its errors)."""
+    scanned natively when it is a well-formed trace, else decoded by msgspec (with its errors;
+    ``blanks``: how ``data`` was squeezed, for the byte offsets they name)."""
     if native.enabled():
         got = _native_whole(data, path, builder)
         if got is not None:
             return got
-    doc = decode(bytes(data), path)
+    doc = decode(bytes(data), path, blanks=blanks)
     if not builder.add(doc.traceEvents):  # epoch-scale float times: decode them as text
-        doc = decode(bytes(data), path, text_times=True)
+        doc = decode(bytes(data), path, text_times=True, blanks=blanks)
         builder.add(doc.traceEvents)
     doc.traceEvents = []
     return doc
@@ -209,11 +236,12 @@ def read_trace(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES, jobs
     got: tuple[_FrameBuilder, TraceDoc | bytearray | None] | None = None
     if jobs > 1 and os.path.isfile(path) and os.path.getsize(path) <= max_bytes:
         got = read_parallel(path, jobs, CHUNK_BYTES)
+    blanks = Blanks()  # long runs of whitespace squeezed out as the text arrives
     if got is None:
         builder = _FrameBuilder()
         pieces = open_text(path, max_bytes)
         try:
-            got = builder, stream_decode(pieces, builder, CHUNK_BYTES)
+            got = builder, stream_decode(pieces, builder, CHUNK_BYTES, blanks=blanks)
         finally:
             pieces.close()
     builder, got_doc = got
@@ -221,10 +249,10 @@ def read_trace(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES, jobs
     if isinstance(got_doc, TraceDoc):
         doc = got_doc
     elif got_doc is None:  # broken or unusual: read again whole, for the decoder's own error message
-        builder = _FrameBuilder()
-        doc = _decode_whole(read_bytes(path, max_bytes), path, builder)
+        builder, blanks = _FrameBuilder(), Blanks()
+        doc = _decode_whole(read_bytes(path, max_bytes, blanks), path, builder, blanks)
     else:  # a short text: one whole decode, after what was streamed
-        doc = _decode_whole(got_doc, path, builder)
+        doc = _decode_whole(got_doc, path, builder, blanks)
     del got_doc
     frame, warnings, meta = builder.finish(path)
     meta.update(

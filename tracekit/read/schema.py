@@ -26,6 +26,18 @@ class Args(msgspec.Struct, gc=False):
     collective: str | None = msgspec.field(default=None, name="Collective name")
     bytes: Number | str | None = None
     name: str | None = None  # metadata events: process / thread names
+    # The shapes of an op's inputs, kept as their JSON text (see SHAPE_FIELDS).
+    input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input type")
+    input_strides: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Strides")
+    concrete_inputs: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Concrete Inputs")
+    # ``[memory]`` events (profile_memory=True): see MEMORY.
+    alloc_bytes: Number | str | None = msgspec.field(default=None, name="Bytes")
+    device_type: Number | str | None = msgspec.field(default=None, name="Device Type")
+    device_id: Number | str | None = msgspec.field(default=None, name="Device Id")
+    total_allocated: Number | str | None = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Number | str | None = msgspec.field(default=None, name="Total Reserved")
+    addr: Ident | None = msgspec.field(default=None, name="Addr")
 
 
 class Event(msgspec.Struct, gc=False):
@@ -68,12 +80,23 @@ class TextTimeDoc(TraceDoc, gc=False):
     traceEvents: list[TextTimeEvent]  # type: ignore[assignment]
 
 
+#: The ``args`` recorded with ``record_shapes=True``, each an event column of the same name
+#: (:class:`Args`' field) holding the value's JSON text exactly as the file writes it
+#: (whitespace and escapes included), ``""`` when absent, null or not UTF-8: shapes repeat, so
+#: the columns are categorical and a reader parses each distinct text once.
+SHAPE_FIELDS = {
+    "input_dims": "Input Dims",
+    "input_types": "Input type",
+    "input_strides": "Input Strides",
+    "concrete_inputs": "Concrete Inputs",
+}
+
 _DECODER = msgspec.json.Decoder(TraceDoc)
 _TEXT_TIME_DECODER = msgspec.json.Decoder(TextTimeDoc)
 
 
 # Normalised event kinds. Values are small ints in the ``kind`` column.
-KERNEL, MEMCPY, MEMSET, RUNTIME, CPU_OP, ANNOTATION, PYTHON, FLOW_LAUNCH, FLOW_FWDBWD = range(9)
+KERNEL, MEMCPY, MEMSET, RUNTIME, CPU_OP, ANNOTATION, PYTHON, FLOW_LAUNCH, FLOW_FWDBWD, MEMORY = range(10)
 KIND_NAMES = [
     "kernel",
     "memcpy",
@@ -84,7 +107,17 @@ KIND_NAMES = [
     "python",
     "flow_launch",
     "flow_fwdbwd",
+    "memory",
 ]
+#: MEMORY: an allocation (``Bytes`` > 0) or a free (< 0) of the caching allocator, which
+#: ``profile_memory=True`` records as an instant event named ``[memory]``: modern Kineto in
+#: category ``cpu_instant_event`` with ``Device Type`` (c10::DeviceType: 0 CPU, 1 CUDA, 6 HIP...),
+#: ``Device Id``, ``Addr``, ``Bytes``, ``Total Allocated`` and ``Total Reserved``; torch 1.9's
+#: Kineto with no category and no totals. Its columns: ``bytes`` (the signed ``Bytes``),
+#: ``device_type``, ``device_id`` (ints, -1 when absent), ``total_allocated``,
+#: ``total_reserved`` (float bytes, NaN when absent) and ``addr`` (-1 when absent); the
+#: device and total columns hold those args on any kept event that has them.
+MEMORY_EVENT = "[memory]"
 
 _CATEGORY_KIND = {
     "kernel": KERNEL,
@@ -139,6 +172,8 @@ def event_class(ph: str | None, cat: str | None, name: str | None) -> int:
     triple)."""
     if ph == "M":
         return METADATA
+    if name == MEMORY_EVENT and ph in ("i", "I"):  # whatever the category, or none (torch 1.9)
+        return MEMORY
     if cat is None:
         return SKIP
     kind = _CATEGORY_KIND.get(cat)

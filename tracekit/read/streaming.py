@@ -22,15 +22,23 @@ from collections.abc import Iterable, Iterator
 import msgspec
 
 from . import native
+from .arrays import (
+    _BOM,
+    _EVENTS_DECODER,
+    _NONBLANK,
+    _TEXT_EVENTS_DECODER,
+    _array_rest,
+    _clean_head,
+    _is_array_head,
+    decode_document,
+)
+from .blanks import Blanks
 from .columns import _FrameBuilder
 from .files import PlainText
-from .schema import _DECODER, _TEXT_TIME_DECODER, Event, TextTimeEvent, TraceDoc
+from .schema import _DECODER, TraceDoc
 
-_EVENTS_DECODER = msgspec.json.Decoder(list[Event])
-_TEXT_EVENTS_DECODER = msgspec.json.Decoder(list[TextTimeEvent])
 _TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _EVENT_GAP = re.compile(rb"\}\s*,\s*\{")
-_BOM = b"\xef\xbb\xbf"
 #: Stands for the scanned event array in the rest of the document, to see that it is the one
 #: msgspec takes as ``traceEvents`` (no text can guess the name).
 _SENTINEL_NAME = f"tracekit-native-{os.urandom(8).hex()}"
@@ -51,7 +59,15 @@ class _Slicer:
     bytearray whose front is deleted is copied into new memory at its next append, and the
     kernel faults in every new page: 1.4 times the text's size in page faults, every read.)"""
 
-    def __init__(self, pieces: Iterable[bytes] | PlainText, builder: _FrameBuilder, chunk_bytes: int) -> None:
+    def __init__(
+        self,
+        pieces: Iterable[bytes] | PlainText,
+        builder: _FrameBuilder,
+        chunk_bytes: int,
+        blanks: Blanks | None = None,
+    ) -> None:
+        #: Long runs of whitespace are squeezed out as the text arrives (None: kept).
+        self.blanks = blanks
         self.pieces: Iterator[bytes] | PlainText = pieces if isinstance(pieces, PlainText) else iter(pieces)
         self.buf = bytearray()
         self.n = 0
@@ -76,7 +92,7 @@ class _Slicer:
             return False
         end = self.n + len(piece)
         self.buf[self.n : end] = piece  # in place; grows the buffer only past its size
-        self.n = end
+        self.n = end if self.blanks is None else self.blanks.squeeze(self.buf, self.n, end)
         self.peak = max(self.peak, end)
         return True
 
@@ -113,7 +129,7 @@ class _Slicer:
         if not got:
             self.eof = True
             return False
-        self.n += got
+        self.n = self.n + got if self.blanks is None else self.blanks.squeeze(self.buf, self.n, self.n + got)
         self.peak = max(self.peak, self.n)
         return True
 
@@ -123,6 +139,8 @@ class _Slicer:
         with memoryview(self.buf) as mv:
             mv[:rest] = mv[upto : self.n]
         self.n = rest
+        if self.blanks is not None:
+            self.blanks.dropped(upto)
 
     def held(self) -> bytearray:
         """The buffer cut to the text it holds (its spare size given back)."""
@@ -171,18 +189,18 @@ class _Slicer:
         return _TEXT_EVENTS_DECODER if self.text else _EVENTS_DECODER
 
     def decode(self, pos: int, cut: int, decoder: msgspec.json.Decoder) -> list:
-        """The events between ``pos`` and ``cut`` decoded in place, as a JSON array: the byte
-        before ``pos`` (the ``,`` or ``[`` before the first event) and the one at ``cut`` (after
-        the last event's ``}``) are made ``[`` and ``]`` meanwhile. No copy of the text (but for
-        text times, whose ``msgspec.Raw`` values point into what they were decoded from)."""
+        """The events between ``pos`` and ``cut`` decoded as a JSON array: the byte before
+        ``pos`` (the ``,`` or ``[`` before the first event) and the one at ``cut`` (after the
+        last event's ``}``) are made ``[`` and ``]`` meanwhile. Decoded from a copy of the
+        slice: the events' ``msgspec.Raw`` values (the shapes, text times) point into what they
+        were decoded from, and would pin the buffer. (The native scanner, which reads most
+        slices, copies nothing.)"""
         buf = self.buf
         before, after = buf[pos - 1], buf[cut]
         buf[pos - 1], buf[cut] = 0x5B, 0x5D  # '[' and ']'
         try:
             with memoryview(buf) as mv, mv[pos - 1 : cut + 1] as text:
-                if decoder is _TEXT_EVENTS_DECODER:  # msgspec.Raw values would pin the buffer
-                    return decoder.decode(bytes(text))
-                return decoder.decode(text)
+                return decoder.decode(bytes(text))
         finally:
             buf[pos - 1], buf[cut] = before, after
 
@@ -194,16 +212,20 @@ class _Slicer:
         if doc is not None:
             return doc
         text[:pos] = head + b"["  # in place: the rest of the text is not copied
-        doc = (_TEXT_TIME_DECODER if self.text else _DECODER).decode(text)
+        doc = decode_document(text, self.text)
         if not self.builder.add(doc.traceEvents):
-            doc = _TEXT_TIME_DECODER.decode(text)
+            doc = decode_document(text, True)
             self.builder.add(doc.traceEvents)
         doc.traceEvents = []
         return doc
 
 
 def stream_decode(
-    pieces: Iterable[bytes] | PlainText, builder: _FrameBuilder, chunk_bytes: int, stats: dict | None = None
+    pieces: Iterable[bytes] | PlainText,
+    builder: _FrameBuilder,
+    chunk_bytes: int,
+    stats: dict | None = None,
+    blanks: Blanks | None = None,
 ) -> TraceDoc | bytearray | None:
     """Decode the text of ``pieces`` into ``builder``, one slice of ``traceEvents`` at a time.
 
@@ -211,9 +233,11 @@ def stream_decode(
     when it is shorter than about two slices or not shaped like a trace near its start (decode it
     whole); or ``None`` when a slice or the end did not decode (the file is broken or unusual:
     read it again whole, for the decoder's own error message). ``stats`` receives the largest
-    text buffered (``peak_buffer``) and the number of slices.
+    text buffered (``peak_buffer``) and the number of slices. ``blanks``: squeeze long runs of
+    whitespace out of the text as it arrives (:mod:`tracekit.blanks`; the text returned is the
+    squeezed one, ``blanks`` maps its offsets back).
     """
-    s = _Slicer(pieces, builder, chunk_bytes)
+    s = _Slicer(pieces, builder, chunk_bytes, blanks)
     if isinstance(pieces, PlainText):  # all of a short text, else to just past the first cut
         short = pieces.left <= 2 * chunk_bytes + s.margin
         s.target = 2 * chunk_bytes + s.margin if short else chunk_bytes + 2 * s.margin
@@ -273,7 +297,10 @@ def decode_rest(text: bytes | bytearray, pos: int, head: bytes, builder: _FrameB
     ``builder``, the small rest of the document (``head``, and what follows the array) decoded
     by msgspec, its ``traceEvents`` emptied. ``None`` (nothing added) when the scanner declines,
     the document does not decode, or the array is not the one msgspec takes as ``traceEvents``
-    (another one follows it): decode it all with msgspec then."""
+    (another one follows it): decode it all with msgspec then. A document that is the event
+    array itself (``head`` is blank) has nothing but its events (:func:`_array_rest`)."""
+    if _is_array_head(head):
+        return _array_rest(text, pos, builder, text_times)
     scanned = native.scan(text, pos, None, text_times)
     if scanned is None:
         return None
@@ -281,8 +308,8 @@ def decode_rest(text: bytes | bytearray, pos: int, head: bytes, builder: _FrameB
         doc_text = b"".join((head, _SENTINEL, mv[scanned.end + 1 :]))
     try:
         doc = _DECODER.decode(doc_text)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return None
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeDecodeError):
+        return None  # msgspec decodes it all again, for its own error
     if len(doc.traceEvents) != 1 or doc.traceEvents[0].name != _SENTINEL_NAME:
         return None
     scanned.add_to(builder)
@@ -291,7 +318,12 @@ def decode_rest(text: bytes | bytearray, pos: int, head: bytes, builder: _FrameB
 
 
 def _head(buf: bytearray | memoryview) -> bytes | None:
-    """The text before the ``[`` of a top-level ``traceEvents`` in the first MiB, else None."""
+    """The text before the ``[`` of a top-level ``traceEvents`` in the first MiB, or before
+    the ``[`` of a document that is the event array itself (blanks, and a byte order mark);
+    else None."""
+    first = _NONBLANK.search(buf, 3 if buf[:3] == _BOM else 0, 1 << 20)
+    if first is not None and buf[first.start()] == 0x5B:  # '['
+        return bytes(buf[: first.start()])
     m = _TRACE_EVENTS_KEY.search(buf, 0, 1 << 20)
     if m is None:
         return None
@@ -301,10 +333,6 @@ def _head(buf: bytearray | memoryview) -> bytes | None:
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, ValueError):
         return None
     return head
-
-
-def _clean_head(head: bytes) -> bytes:
-    return head[3:] if head.startswith(_BOM) else head
 
 
 def _stats(stats: dict | None, s: _Slicer) -> None:

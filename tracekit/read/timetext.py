@@ -10,11 +10,22 @@ as :class:`msgspec.Raw`) exactly at any magnitude, vectorised over a byte matrix
 Both give the decimal value times 1000 rounded to the nearest nanosecond (text: ties to even).
 Values at or beyond ``MAX_US`` in magnitude, ``null`` (and, for ``ts``, a missing value) are not
 valid; a missing or ``null`` ``dur`` is 0.
+
+**Odd numbers, one rule for both readers** (the C scanner declines every number it does not
+convert exactly, so these reach this module whichever reader runs): a number is its exact
+decimal value, however it is spelled (``-0``, ``0e+99999999999999999999``, a 400-digit
+integer, a 40-digit mantissa). A time whose value is out of range is not valid: its event is
+dropped with the reader's warning ("no valid timestamp", "overflowing durations"). A number
+past float64's range in a field typed as a float (``1e400``, ``-1e400``) is msgspec's one-line
+error ("Number out of range"), also when written as text; ``NaN`` and ``Infinity`` are not JSON
+(the decoder's one-line error). Any other number (``args.bytes``) past float64's range is
+:func:`number_floats`'s odd number: its event is dropped with a warning.
 """
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+import math
+import re
 
 import numpy as np
 
@@ -46,10 +57,7 @@ def number_times(values: list) -> tuple[np.ndarray, np.ndarray] | None:
         valid = np.array([v is not None and -MAX_US < v < MAX_US for v in values], dtype=bool)
         ns = np.array([v if ok else 0 for v, ok in zip(values, valid)], dtype=np.int64)
         return ns * 1000, valid
-    if type(None) in types:
-        f = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-    else:
-        f = np.array(values, dtype=np.float64)
+    f = _floats(values, None in types)
     with np.errstate(invalid="ignore"):
         valid = (f > -MAX_US) & (f < MAX_US)
         if (np.abs(f[valid]) >= EXACT_FLOAT_US).any():
@@ -60,6 +68,35 @@ def number_times(values: list) -> tuple[np.ndarray, np.ndarray] | None:
         whole = np.trunc(f)
         ns = whole.astype(np.int64) * 1000 + np.rint((f - whole) * 1000.0).astype(np.int64)
     return ns, valid
+
+
+def _floats(values: list, nones: bool) -> np.ndarray:
+    """Ints and floats (and None) as float64, NaN for None and for an int that is not a valid
+    time (past ``MAX_US``: float64 may not even hold it)."""
+    try:
+        return np.array([np.nan if v is None else v for v in values] if nones else values, dtype=np.float64)
+    except OverflowError:  # an int past float64's range
+        return np.array(
+            [np.nan if v is None or (type(v) is int and not -MAX_US < v < MAX_US) else v for v in values],
+            dtype=np.float64,
+        )
+
+
+def number_floats(values: list) -> tuple[np.ndarray, np.ndarray | None]:
+    """Decoded values as float64 (anything but an int or float: NaN), and the mask of odd
+    numbers (ints past float64's range: NaN here, their events to be dropped), None when none."""
+    try:
+        return np.array(
+            [v if isinstance(v, (int, float)) else np.nan for v in values], dtype=np.float64
+        ), None
+    except OverflowError:
+        odd = np.array([isinstance(v, int) and abs(v) >= _FLOAT_INT_LIMIT for v in values], dtype=bool)
+        kept = [v if isinstance(v, (int, float)) and not bad else np.nan for v, bad in zip(values, odd)]
+        return np.array(kept, dtype=np.float64), odd
+
+
+#: The smallest int float64 cannot hold (float(2**1024) overflows).
+_FLOAT_INT_LIMIT = 1 << 1024
 
 
 def text_times(tokens: list[bytes], none_is_zero: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
@@ -133,14 +170,56 @@ def _plain_ns(m: np.ndarray, lens: np.ndarray, rows: np.ndarray) -> tuple[np.nda
     return np.where(valid, np.where(neg, -mag, mag), 0), valid
 
 
+_NUMBER = re.compile(rb"(-?)(\d+)(?:\.(\d*))?(?:[eE]([+-]?\d+))?")
+#: Significant digits kept of a longer mantissa (the rest only decides a tie's rounding).
+_DIGITS = 40
+
+
 def _one_ns(text: bytes) -> tuple[int, bool] | None:
-    """One number text (exponent form, or very long) -> (ns, valid); ``None`` if out of range."""
-    try:
-        d = Decimal(text.decode("ascii"))
-    except (InvalidOperation, UnicodeDecodeError):
+    """One number text (exponent form, or very long) -> (ns, valid), exactly, whatever the
+    exponent's size; ``None`` for a float (a fraction or an exponent) that float64 cannot hold
+    (msgspec refuses it, typed; an integer of any size it decodes as an int)."""
+    m = _NUMBER.fullmatch(text)
+    if m is None:
         return None
-    if not d.is_finite() or abs(float(d)) == float("inf"):
+    sign, whole, frac, exp_text = m.groups()
+    frac = frac or b""
+    digits = (whole + frac).lstrip(b"0")
+    if not digits:
+        return 0, True  # zero (also -0, 0e+99999999999999999999)
+    exp = _exponent(exp_text) - len(frac)  # value = int(digits) * 10**exp us
+    order = len(digits) - 1 + exp  # 10**order <= |value| < 10**(order + 1)
+    is_float = m.group(3) is not None or exp_text is not None  # msgspec: an int of any size is exact
+    if is_float and order >= 308 and math.isinf(float(text)):
         return None  # "Number out of range": the typed decoder reports it
-    if not -MAX_US < d < MAX_US:
+    if order >= 16:  # beyond MAX_US (4e15 us)
         return 0, False
-    return int((d * 1000).to_integral_value(ROUND_HALF_EVEN)), True
+    if order < -5:  # under 0.01 ns: rounds to 0
+        return 0, True
+    sticky = any(d != 0x30 for d in digits[_DIGITS:])
+    kept = digits[:_DIGITS]
+    exp += len(digits) - len(kept)
+    ns = _scaled(int(kept), exp + 3, sticky)
+    ns = -ns if sign else ns
+    return (ns, True) if -MAX_US * 1000 < ns < MAX_US * 1000 else (0, False)
+
+
+def _exponent(text: bytes | None) -> int:
+    """An exponent's value; one past any meaningful size is clamped (no 4,300-digit ints)."""
+    if not text:
+        return 0
+    digits = text.lstrip(b"+-").lstrip(b"0") or b"0"
+    value = int(digits) if len(digits) <= 6 else 10**6
+    return -value if text.startswith(b"-") else value
+
+
+def _scaled(n: int, exp: int, sticky: bool) -> int:
+    """``n * 10**exp`` rounded to an int, ties to even (``sticky``: digits beyond ``n`` that
+    are not all zero, so a tie is not one)."""
+    if exp >= 0:
+        return n * 10**exp
+    q, r = divmod(n, 10**-exp)
+    half = 5 * 10 ** (-exp - 1)
+    if r > half or (r == half and (sticky or q % 2 == 1)):
+        q += 1
+    return q

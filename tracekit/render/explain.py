@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tracekit.explain import MISSING
+from tracekit.perf.explain import lines as perf_lines
 from tracekit.pipeline.taxonomy import MODULE_CATEGORIES
 
 from .terminal import safe_plain
@@ -33,6 +34,12 @@ def _pieces(d: dict, counted: str) -> str:
     return f" ({n} self-time pieces)" if n is not None and n != d[counted] else ""
 
 
+def _ranks_text(ranks: list) -> str:
+    if ranks == list(range(ranks[0], ranks[0] + len(ranks))):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "ranks " + ", ".join(map(str, ranks[:8])) + (", ..." if len(ranks) > 8 else "")
+
+
 def _row(label: str, text: str) -> str:
     return f"    {label:<{LABEL}}{text}"
 
@@ -48,13 +55,21 @@ def lines(doc: dict) -> list[str]:
         ),
         "times: ms after the trace's first event; chains by total time, largest first",
     ]
+    if len(m.get("ranks", [])) > 1:
+        out.append(
+            f"one rank searched: rank {m['rank']} of the {len(m['ranks'])} here "
+            f"({_ranks_text(m['ranks'])}); --rank R searches another"
+        )
     if m.get("rank_files", 1) > 1:
         out.append(
             f"this rank has {m['rank_files']} files (successive profiler windows), all searched: "
             + ", ".join(m["files"])
         )
+    if m.get("rank_split"):
+        out.append(f"ranks: {m['rank_split']}")
     if not m["matched"]:
-        out.append("no activity name matches (case-insensitive substring or regular expression)")
+        what = "no op with a model" if m.get("by_op") else "no activity name"
+        out.append(f"{what} matches (case-insensitive substring or regular expression)")
     for i, c in enumerate(doc["chains"], 1):
         out += [""] + chain_lines(i, c, m.get("rank_files", 1) > 1)
     if m["shown"] < m["groups"]:
@@ -83,7 +98,7 @@ def chain_lines(i: int, c: dict, several_files: bool = False) -> list[str]:
     out += _launch_lines(c) + _op_stack_lines(c)
     mod = c["module"]
     out.append(_row("module", "none (no module range around the launch)" if mod is None else mod["path"]))
-    out += _backward_lines(c) + _label_lines(c)
+    out += _backward_lines(c) + _label_lines(c) + perf_lines(c.get("perf"), _row)
     return out
 
 
@@ -160,6 +175,7 @@ def _label_lines(c: dict) -> list[str]:
     k, mc = c["kernel_category"], c["module_category"]
     out = [
         _row("phase", f"{c['phase']['phase']} (evidence: {c['phase']['evidence']})"),
+        *([_row("", c["phase"]["why"])] if c["phase"].get("why") else []),
         _row("step", f"{s['step']} (by {s['by']}{renumbered})" if s["step"] >= 0 else "outside every step"),
         _row("category", f"{k['group']} / {k['category']} (rule {k['rule']})"),
     ]

@@ -19,6 +19,8 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _clean(v):
+    if v is pd.NA:
+        return None
     if isinstance(v, (np.integer,)):
         return int(v)
     if isinstance(v, (np.floating, float)):
@@ -127,7 +129,7 @@ def markdown_table(name: str, df: pd.DataFrame, top: int | None = None) -> str:
     from .common import cell, header, numeric, shown_rows, title
 
     lines = [f"### {md_escape(title(name))}", ""]
-    shown = shown_rows(name, df, top=top, wide=True)
+    shown = shown_rows(name, df, top=top)
     if shown.frame.empty:
         return "\n".join(lines + ["(no rows)", ""])
     cols = list(df.columns)
@@ -149,7 +151,10 @@ def markdown_report(meta: dict, tables: dict[str, pd.DataFrame], top: int | None
         head = (
             [f"# tracekit: {md_escape(Path(str(meta.get('path', ''))).name)}", ""] + _meta_lines(meta) + [""]
         )
-    return "\n".join(head) + "\n" + "\n".join(markdown_table(k, v, top) for k, v in tables.items())
+    from .common import for_people
+
+    shown = {k: v for k, v in tables.items() if for_people(k)}
+    return "\n".join(head) + "\n" + "\n".join(markdown_table(k, v, top) for k, v in shown.items())
 
 
 def write_parquet(tables: dict[str, pd.DataFrame], out_dir: Path) -> list[Path]:

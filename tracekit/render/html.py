@@ -17,30 +17,17 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
-from tracekit.analyses import spec_of
-
 from ..pipeline.checks import text
 from ..pipeline.coverage import lines as coverage_lines
-from .common import cell, filters_text, header, numeric, shown_rows, title
+from .charts import figures, label
+from .common import cell, filters_text, for_people, header, numeric, shown_rows, title
 
-PALETTE = [
-    "#4c78a8",
-    "#f58518",
-    "#54a24b",
-    "#e45756",
-    "#72b7b2",
-    "#eeca3b",
-    "#b279a2",
-    "#ff9da6",
-    "#9d755d",
-    "#bab0ac",
-]
+__all__ = ["figures", "label", "render_report", "script_json", "write_report"]
+
 CSP = (
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; font-src data:"
 )
@@ -58,234 +45,30 @@ def script_json(obj) -> str:
     )
 
 
-def label(v) -> str:
-    """A trace-derived string as a chart label: entity-escaped (shown verbatim by plotly)."""
-    return html.escape(str(v), quote=True)
-
-
-def _num(v) -> float:
-    f = float(v)
-    return 0.0 if math.isnan(f) or math.isinf(f) else round(f, 6)
-
-
-def _bar(
-    traces: list[dict], heading: str, *, stack: bool = False, horizontal: bool = False, ytitle: str = "ms"
-) -> dict:
-    layout: dict[str, Any] = {
-        "title": {"text": label(heading)},
-        "barmode": "stack" if stack else "group",
-        "margin": {"l": 60, "r": 20, "t": 50, "b": 80},
-        "height": 380,
-        "legend": {"orientation": "h"},
-        "xaxis": {"automargin": True},
-        "yaxis": {"automargin": True},
-    }
-    layout["xaxis" if horizontal else "yaxis"]["title"] = {"text": ytitle}
-    return {"data": traces, "layout": layout}
-
-
-def _trace(name, x, y, i: int, horizontal: bool = False) -> dict:
-    xs, ys = [label(v) for v in x], [_num(v) for v in y]
-    t: dict[str, Any] = {"type": "bar", "name": label(name), "marker": {"color": PALETTE[i % len(PALETTE)]}}
-    t.update({"y": xs, "x": ys, "orientation": "h"} if horizontal else {"x": xs, "y": ys})
-    return t
-
-
-def _steps_axis(df: pd.DataFrame) -> tuple[str, list]:
-    if "step" in df.columns:
-        return "step", [f"step {s}" for s in df["step"]]
-    return "", ["mean step"] * len(df)
-
-
-def _with_rank(df: pd.DataFrame) -> pd.DataFrame:
-    """Multi-rank tables: the mean over ranks (charts show one run; ``ranks`` has its own)."""
-    if "rank" not in df.columns or df.empty:
-        return df
-    keys = [c for c in df.columns if c != "rank" and not pd.api.types.is_numeric_dtype(df[c])]
-    keys += [c for c in ("step", "layer") if c in df.columns]
-    if not keys:
-        return df
-    vals = [c for c in df.columns if c not in keys and c != "rank"]
-    return df.groupby(keys, observed=True, sort=False)[vals].mean().reset_index()
-
-
-#: Bars a chart of many items shows: the largest (differences, kernels, slowest ranks).
-MAX_BARS = 15
-MAX_RANK_BARS = 32
-
-
-def _phase_charts(df: pd.DataFrame) -> list[tuple[str, dict]]:
-    figs = []
-    _, xs = _steps_axis(df)
-    df = df.assign(_x=xs)
-    traces = [
-        _trace(ph, g["_x"], g["wall_ms"], i)
-        for i, (ph, g) in enumerate(df.groupby(df["phase"].astype(str), sort=False))
-        if g["wall_ms"].abs().sum() > 0
-    ]
-    figs.append(("phases", _bar(traces, "Phases per step (wall time)", stack=True)))
-    cols = [c for c in ("exposed_comm_ms", "idle_ms") if c in df]
-    g = df.groupby(df["phase"].astype(str), sort=False)[cols + ["wall_ms"]].mean()
-    g = g[g["wall_ms"] > 0]
-    if cols and len(g):
-        traces = [
-            _trace(c.replace("_ms", "").replace("_", " "), g.index, g[c], i + 3) for i, c in enumerate(cols)
-        ]
-        figs.append(("exposed", _bar(traces, "Exposed communication and idle per phase")))
-    return figs
-
-
-def _module_chart(df: pd.DataFrame) -> list[tuple[str, dict]]:
-    df = df[~df["module"].astype(str).isin(["Idle"]) & (df["time_ms"] > 0)]
-    g = df.groupby([df["phase"].astype(str), df["module"].astype(str)], sort=False)["time_ms"].mean()
-    traces = []
-    for i, ph in enumerate(["forward", "recompute", "backward"]):
-        if ph in g.index.get_level_values(0):
-            s = g.loc[ph]
-            traces.append(_trace(ph, s.index, s.values, i))
-    return [("modules", _bar(traces, title("modules")))] if traces else []
-
-
-def _kernel_chart(df: pd.DataFrame) -> list[tuple[str, dict]]:
-    df = df[(df["group"].astype(str) != "idle") & (df["time_ms"] > 0)]
-    if df.empty:
-        return []
-    stage = df["stage"].astype(str) if "stage" in df else pd.Series("all", index=df.index)
-    cat = df["group"].astype(str) + ": " + df["category"].astype(str)
-    g = df.assign(_s=stage, _c=cat).groupby(["_s", "_c"], sort=False)["time_ms"].mean()
-    traces = [
-        _trace(s, g.loc[s].index, g.loc[s].values, i)
-        for i, s in enumerate(dict.fromkeys(g.index.get_level_values(0)))
-    ]
-    return [("kernels", _bar(traces, title("kernels")))]
-
-
-def _timeline_chart(df: pd.DataFrame) -> list[tuple[str, dict]]:
-    stage = df["stage"].astype(str) if "stage" in df else pd.Series("forward", index=df.index)
-    df = df.assign(_s=stage)
-    traces = []
-    for i, (blk, g) in enumerate(df.groupby(df["block"].astype(str), sort=False)):
-        gg = g.groupby("_s", sort=False)["time_ms"].mean()
-        traces.append(_trace(blk, gg.index, gg.values, i, horizontal=True))
-    return [("timeline", _bar(traces, title("timeline"), stack=True, horizontal=True))]
-
-
-def _top_kernel_chart(df: pd.DataFrame) -> list[tuple[str, dict]]:
-    from tracekit.analyses.top_kernels import OTHER, short_name
-
-    df = df[df["name"].astype(str) != OTHER]
-    g = df.groupby(df["name"].astype(str), sort=False)["total_ms"].mean()
-    g = g[g > 0].sort_values(ascending=False).head(MAX_BARS)[::-1]
-    if g.empty:
-        return []
-    names = [short_name(n) for n in g.index]
-    return [
-        (
-            "top_kernels",
-            _bar(
-                [_trace("total", names, g.values, 0, horizontal=True)],
-                f"Top {len(g)} kernels by time",
-                horizontal=True,
-            ),
-        )
-    ]
-
-
-def _layer_chart(df: pd.DataFrame) -> list[tuple[str, dict]]:
-    g = df.groupby([df["phase"].astype(str), "layer"], sort=False)["time_ms"].mean()
-    traces = [
-        _trace(ph, [f"layer {x}" for x in g.loc[ph].index], g.loc[ph].values, i)
-        for i, ph in enumerate(dict.fromkeys(g.index.get_level_values(0)))
-    ]
-    return [("layers", _bar(traces, title("layers")))] if traces else []
-
-
-def _rank_chart(df: pd.DataFrame) -> list[tuple[str, dict]]:
-    """Phase walls per rank: every rank up to MAX_RANK_BARS, else the slowest ones."""
-    shown = df.sort_values("step_ms", ascending=False).head(MAX_RANK_BARS).sort_values("rank")
-    xs = [f"rank {r}" for r in shown["rank"]]
-    traces = [
-        _trace(c[:-3], xs, shown[c], i)
-        for i, c in enumerate(("forward_ms", "backward_ms", "optimizer_ms"))
-        if shown[c].abs().sum() > 0
-    ]
-    what = f"the {len(shown)} slowest of {len(df)} ranks" if len(df) > len(shown) else f"{len(df)} ranks"
-    return [("ranks", _bar(traces, f"Step time per rank ({what})", stack=True))] if traces else []
-
-
-def _delta_chart(name: str, df: pd.DataFrame) -> list[tuple[str, dict]]:
-    """B - A: the MAX_BARS largest differences, horizontal so the labels can be read."""
-    keys = [c for c in df.columns if not pd.api.types.is_numeric_dtype(df[c])]
-    d = df.assign(_x=df[keys].astype(str).agg(" / ".join, axis=1) if keys else "all")
-    d = d[d["delta_ms"].abs() > 0]
-    d = d.reindex(d["delta_ms"].abs().sort_values(ascending=False).index).head(MAX_BARS)[::-1]
-    if d.empty:
-        return []
-    what = f" (largest {len(d)} of {len(df)})" if len(df) > len(d) else ""
-    return [
-        (
-            name,
-            _bar(
-                [_trace("B - A", d["_x"], d["delta_ms"], 3, horizontal=True)],
-                title(name) + what,
-                horizontal=True,
-            ),
-        )
-    ]
-
-
-CHARTS = {
-    "phases": _phase_charts,
-    "modules": _module_chart,
-    "kernels": _kernel_chart,
-    "timeline": _timeline_chart,
-    "top_kernels": _top_kernel_chart,
-    "layers": _layer_chart,
-}
-
-
-def figures(tables: dict[str, pd.DataFrame]) -> list[tuple[str, dict]]:
-    """(id, plotly figure) for each chart the tables allow (the registry's ``chart`` says
-    which tables have one)."""
-    figs: list[tuple[str, dict]] = []
-    for name, df in tables.items():
-        if not isinstance(df, pd.DataFrame) or df.empty:
-            continue
-        spec = spec_of(name)
-        if name == "ranks":
-            figs += _rank_chart(df)
-        elif name in CHARTS and (spec is None or spec.chart != "none"):
-            figs += CHARTS[name](_with_rank(df))
-        elif name.endswith("_delta") and "delta_ms" in df:
-            figs += _delta_chart(name, df)
-        elif name == "attention" and {"a_ms", "b_ms"} <= set(df.columns):
-            traces = [
-                _trace(r, df["phase"], df[c], i) for i, (r, c) in enumerate((("A", "a_ms"), ("B", "b_ms")))
-            ]
-            figs.append(("attention", _bar(traces, title("attention"))))
-    return figs
-
-
 def table_html(name: str, df: pd.DataFrame) -> str:
-    """One table: units in headers (the column's name as its tooltip), no all-zero rows."""
-    shown = (
-        shown_rows(name, df, top=None if name not in ("top_kernels", "ranks") else 50, wide=True)
-        if "a_ms" not in df
-        else None
-    )
-    rows_df = shown.frame if shown is not None else df[(df["a_ms"] != 0) | (df["b_ms"] != 0)]
+    """One table: units in headers (the column's name as its tooltip), no all-zero rows, names
+    in their short form with the full name as the cell's tooltip."""
+    if "a_ms" in df:  # a comparison: rows where A or B has time
+        df = df[(df["a_ms"] != 0) | (df["b_ms"] != 0)].reset_index(drop=True)
+        shown = shown_rows(name, df, skip_zero=False)
+    else:
+        shown = shown_rows(name, df, top=None if name not in ("top_kernels", "ranks") else 50)
+    full = shown.full if shown.full is not None else shown.frame
     head = "".join(
         f'<th title="{html.escape(str(c))}">{html.escape(header(name, str(c)))}</th>' for c in df.columns
     )
     rows = []
-    for row in rows_df.itertuples(index=False, name=None):
+    for row, whole in zip(
+        shown.frame.itertuples(index=False, name=None), full.itertuples(index=False, name=None)
+    ):
         cells = []
-        for c, v in zip(df.columns, row):
+        for c, v, w in zip(df.columns, row, whole):
             text = html.escape(cell(name, str(c), v))
-            cells.append(f'<td class="n">{text}</td>' if numeric(df, c) else f"<td>{text}</td>")
+            tip = f' title="{html.escape(str(w))}"' if isinstance(w, str) and w != v else ""
+            cells.append(f'<td class="n">{text}</td>' if numeric(df, c) else f"<td{tip}>{text}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     body = "".join(rows) or f'<tr><td colspan="{max(len(df.columns), 1)}">(no rows)</td></tr>'
-    notes = "".join(f'<p class="note">{html.escape(n)}</p>' for n in (shown.notes() if shown else []))
+    notes = "".join(f'<p class="note">{html.escape(n)}</p>' for n in shown.notes())
     return (
         f'<section class="table" id="t-{html.escape(name)}"><h3>{html.escape(title(name))}</h3>'
         f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}</section>"
@@ -336,12 +119,14 @@ def render_report(meta: dict, tables: dict[str, pd.DataFrame]) -> str:
     """The whole page as a string."""
     from plotly.offline import get_plotlyjs
 
-    figs = figures(tables)
+    figs = figures(tables, meta)
     title = "tracekit comparison" if "a" in meta and "b" in meta else "tracekit report"
     aggregation = str(meta.get("aggregation", "mean per complete step"))
     charts = "".join(f'<div class="chart" id="c-{i}"></div>' for i, _ in enumerate(figs))
     calls = script_json([{"id": f"c-{i}", "name": n, "fig": f} for i, (n, f) in enumerate(figs)])
-    tables_html = "".join(table_html(k, v) for k, v in tables.items() if isinstance(v, pd.DataFrame))
+    tables_html = "".join(
+        table_html(k, v) for k, v in tables.items() if isinstance(v, pd.DataFrame) and for_people(k)
+    )
     js = get_plotlyjs().replace("</script", "<\\/script")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

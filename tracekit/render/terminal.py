@@ -19,7 +19,17 @@ from rich.text import Text
 from tracekit.analyses import spec_of
 
 from ..pipeline.coverage import lines as coverage_lines
-from .common import cell, filters_text, header, numeric, shown_rows, steps_text, title
+from .common import (
+    SHORT_CHARS,
+    cell,
+    filters_text,
+    for_people,
+    header,
+    numeric,
+    shown_rows,
+    steps_text,
+    title,
+)
 from .fasttable import FastTable
 from .safetext import clean
 
@@ -39,10 +49,11 @@ def safe(text) -> str:
     return escape(clean(text))
 
 
-def safe_text(text) -> Text:
+def safe_text(text, lines: bool = False) -> Text:
     """:func:`safe` as the Text rich makes of it (markup and emoji codes read), made once: rich
-    would parse the string again for every measure and render of the cell."""
-    s = clean(text)
+    would parse the string again for every measure and render of the cell. ``lines``: the
+    text's own line breaks (:func:`wrap_name`'s) are kept, each line cleaned."""
+    s = "\n".join(clean(x) for x in str(text).split("\n")) if lines else clean(text)
     return Text(s) if "[" not in s and ":" not in s else Text.from_markup(escape(s))
 
 
@@ -53,12 +64,49 @@ def _steps_line(steps: dict) -> str:
     return "; ".join(f"rank {r}: {len(s)}" for r, s in steps.items())
 
 
-#: Narrowest a name column gets before a table is split; widest it asks for when wrapping.
-NAME_MIN, NAME_MAX = 12, 28
+#: Narrowest a name column gets before a table is split (a category's longest word,
+#: "Normalization", stays whole); widest it asks for on an 80-column terminal.
+NAME_MIN, NAME_MAX = 14, 28
+#: A name may break after these (kernel names are identifiers, one long word for rich).
+_BREAK = re.compile(r"(?<=[_/,:<>\s-])")
 
 
-def _widths(name: str, df: pd.DataFrame, rows: pd.DataFrame, texts: dict, wide: bool) -> dict[str, int]:
-    """Each column's width in the table: numbers their widest value, names up to NAME_MAX,
+def name_cap(width: int) -> int:
+    """The widest a name column asks for: NAME_MAX, or a third of a wider terminal (up to a
+    short name's length, so a 200-column terminal shows a short kernel name on one line)."""
+    return max(NAME_MAX, min(SHORT_CHARS, width // 3))
+
+
+def _pieces(text: str) -> list[str]:
+    return [p for p in _BREAK.split(text) if p]
+
+
+def wrap_name(text: str, width: int) -> str:
+    """``text`` in lines of at most ``width``, broken after ``_ : / , < > -`` or a space, so
+    that words are not cut mid-way; only a piece longer than a line is folded. A line break
+    already in the text (a hostile name's) is no break: it is cleaned later, as one character."""
+    text = text.replace("\n", "\ufffd")
+    if len(text) <= width or width < 1:
+        return text
+    lines: list[str] = []
+    cur = ""
+    for piece in _pieces(text):
+        if cur and len(cur) + len(piece.rstrip()) > width:
+            lines.append(cur.rstrip())
+            cur = ""
+        while len(cur) + len(piece) > width and len(piece.rstrip()) > width:
+            lines.append(piece[:width])
+            piece = piece[width:]
+        cur += piece
+    if cur.strip():
+        lines.append(cur.rstrip())
+    return "\n".join(lines)
+
+
+def _widths(
+    name: str, df: pd.DataFrame, rows: pd.DataFrame, texts: dict, wide: bool, cap: int
+) -> dict[str, int]:
+    """Each column's width in the table: numbers their widest value, names up to ``cap``,
     and never less than the longest word of the header (headers wrap at spaces, never cut)."""
     out = {}
     for c in df.columns:
@@ -66,9 +114,9 @@ def _widths(name: str, df: pd.DataFrame, rows: pd.DataFrame, texts: dict, wide: 
         word = max(len(w) for w in header(name, c).split())
         if numeric(df, c) or wide:
             out[c] = max(longest, word)
-        else:  # the narrowest a name folds to (words kept whole up to NAME_MIN)
-            words = max([len(w) for v in rows[c] for w in str(v).split()] + [1])
-            out[c] = max(min(word, NAME_MAX), min(words, NAME_MIN))
+        else:  # the narrowest a name folds to (pieces kept whole up to NAME_MIN)
+            pieces = max([len(p.strip()) for v in texts[c] for p in _pieces(v)] + [1])
+            out[c] = max(min(word, cap), min(pieces, NAME_MIN))
     return out
 
 
@@ -87,12 +135,17 @@ def _chunks(keys: list[str], values: list[str], widths: dict[str, int], room: in
     return groups
 
 
-def _longest(texts: dict[str, list[str]], c: str) -> int:
-    return min(max([len(t) for t in texts[c]] + [1]), NAME_MAX)
+def _longest(texts: dict[str, list[str]], c: str, cap: int) -> int:
+    return min(max([len(t) for t in texts[c]] + [1]), cap)
 
 
 def _fit(
-    df: pd.DataFrame, texts: dict[str, list[str]], cols: list[str], widths: dict[str, int], room: int
+    df: pd.DataFrame,
+    texts: dict[str, list[str]],
+    cols: list[str],
+    widths: dict[str, int],
+    room: int,
+    cap: int,
 ) -> dict[str, int]:
     """Exact column widths within ``room``: numbers their values' width (headers wrap), names
     their minimum plus what is left, given to each up to its longest value, in order."""
@@ -102,7 +155,7 @@ def _fit(
         if spare <= 0:
             break
         if not numeric(df, c):
-            want = _longest(texts, c)
+            want = _longest(texts, c, cap)
             add = max(min(want - sized[c], spare), 0)
             sized[c] += add
             spare -= add
@@ -128,12 +181,13 @@ def rich_tables(
 ) -> list[Table]:
     """One table as rich Tables that fit ``width`` (value columns split over several tables,
     each repeating the key columns, when one would not fit); [] when nothing is left to show."""
-    shown = shown_rows(name, df, top=top, wide=wide)
-    rows = shown.frame if skip_zero else df
+    shown = shown_rows(name, df, top=top, wide=wide, skip_zero=skip_zero)
+    rows = shown.frame
     if rows.empty:
         return []
     texts = {c: [cell(name, c, v) for v in rows[c]] for c in df.columns}
-    widths = _widths(name, df, rows, texts, wide)
+    cap = name_cap(width)
+    widths = _widths(name, df, rows, texts, wide, cap)
     keys = _keys(name, df)
     values = [c for c in df.columns if c not in keys]
     groups = [values] if wide else _chunks(keys, values, widths, width)
@@ -148,23 +202,40 @@ def rich_tables(
             caption_justify="left",
         )
         cols = [c for c in df.columns if c in keys or c in group]
-        _columns(t, name, df, texts, cols, widths, width, wide)
+        room = _columns(t, name, df, texts, cols, widths, width, wide, cap)
+        wrap = {c: room[c] for c in cols if not (wide or numeric(df, c))}
         for row in zip(*(texts[c] for c in cols)):
-            t.add_row(*(safe_text(v) for v in row))
+            t.add_row(
+                *(
+                    safe_text(wrap_name(v, wrap[c]), lines=True) if c in wrap else safe_text(v)
+                    for c, v in zip(cols, row)
+                )
+            )
         out.append(t)
     return out
 
 
 def _columns(
-    t: Table, name: str, df: pd.DataFrame, texts: dict, cols: list[str], widths: dict, width: int, wide: bool
-) -> None:
-    """The columns of one part of a table, sized to fit ``width``."""
+    t: Table,
+    name: str,
+    df: pd.DataFrame,
+    texts: dict,
+    cols: list[str],
+    widths: dict,
+    width: int,
+    wide: bool,
+    cap: int,
+) -> dict[str, int]:
+    """The columns of one part of a table, sized to fit ``width``; returns the widest line
+    each column's cells may have (names are wrapped to it at their break points)."""
     # When the columns at their natural width (header on one line) do not fit, numbers get
     # exactly their values' width and headers wrap: rich's own shrinking can overshoot.
-    natural = sum(max(widths[c], len(header(name, c)), _longest(texts, c)) + 3 for c in cols) + 1
-    sized = _fit(df, texts, cols, widths, width) if not wide and natural > width else {}
+    natural = sum(max(widths[c], len(header(name, c)), _longest(texts, c, cap)) + 3 for c in cols) + 1
+    sized = _fit(df, texts, cols, widths, width, cap) if not wide and natural > width else {}
+    room = {}
     for c in cols:
         right = numeric(df, c)
+        room[c] = sized.get(c) or max(widths[c], cap)
         t.add_column(
             safe_text(header(name, c)),
             justify="right" if right else "left",
@@ -172,8 +243,9 @@ def _columns(
             overflow="fold",
             min_width=widths[c],
             width=sized.get(c),
-            max_width=None if right or wide else max(widths[c], NAME_MAX),
+            max_width=None if right or wide else max(widths[c], cap),
         )
+    return room
 
 
 def _head(meta: dict, console: Console) -> None:
@@ -228,7 +300,8 @@ def render(
         )
     _head(meta, console)
     for name, df in tables.items():
-        for t in rich_tables(name, df, width=console.width, top=top, wide=wide) if len(df) else []:
+        shown = len(df) and for_people(name)
+        for t in rich_tables(name, df, width=console.width, top=top, wide=wide) if shown else []:
             console.print(t)
 
 

@@ -25,7 +25,7 @@ from .document import write_trace
 from .events import COMM_STREAM, COMPUTE_STREAM, COPY_STREAM, SIDE_STREAM
 from .expected import Truth, expected_tables
 from .llama import llama_training
-from .truth import Activity, Kernel, Op, intersect_window, measure, subtract, union
+from .truth import Activity, Kernel, MemoryEvent, Op, intersect_window, measure, subtract, union
 
 __all__ = [
     "COMM_STREAM",
@@ -34,6 +34,7 @@ __all__ = [
     "SIDE_STREAM",
     "Activity",
     "Kernel",
+    "MemoryEvent",
     "Op",
     "TraceBuilder",
     "Truth",

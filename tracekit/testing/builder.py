@@ -33,11 +33,20 @@ from .events import (
     EPOCH_NS,
     EventWriter,
 )
-from .truth import Activity, Kernel, Op
+from .host import HostCalls
+from .memory import MemoryCalls
+from .truth import Activity, Kernel, MemoryEvent, Op
 
-__all__ = ["Kernel", "Op", "TraceBuilder"]
+__all__ = ["Kernel", "MemoryEvent", "Op", "TraceBuilder"]
 
 MODULE_EVENTS = ("nn_module", "capture", "both", "none")
+#: The shape args ``record_shapes=True`` writes on an op, in the order Kineto writes them.
+SHAPE_ARGS = {
+    "concrete_inputs": "Concrete Inputs",
+    "input_types": "Input type",
+    "input_strides": "Input Strides",
+    "input_dims": "Input Dims",
+}
 
 
 def _node_name(op_name: str) -> str:
@@ -46,7 +55,7 @@ def _node_name(op_name: str) -> str:
     return "".join(p.capitalize() for p in base.split("_") if p) + "Backward0"
 
 
-class TraceBuilder(DeviceCalls):
+class TraceBuilder(DeviceCalls, MemoryCalls, HostCalls):
     """Build one rank's Kineto trace: steps, modules, ops, kernels, backward, comm, optimizer.
 
     ``modules``: how module ranges are recorded: ``"nn_module"`` (python_function
@@ -55,11 +64,14 @@ class TraceBuilder(DeviceCalls):
     ``"both"`` or ``"none"``. ``autograd_thread``: backward runs on a ``pt_autograd_0`` thread
     (else on the main thread). ``flows``: write ``fwdbwd`` flows from forward op to backward
     node (else only ``Sequence number`` / ``Fwd thread id`` link them). ``jitter_seed``: add
-    0-9 ns of CPU jitter (device times stay exact). ``fwd_thread_id``: ``"real"`` (forward
-    ops carry ``Fwd thread id`` 0, backward nodes 1, as PyTorch writes them) or ``"tid"``
-    (forward ops none, backward nodes the main thread's id, as older PyTorch did).
-    ``unique_starts``: nudge a device start another activity already has by one quantum.
-    Times are microseconds (floats carry ns).
+    0-9 ns of CPU jitter (device times stay exact). ``legacy``: backward as the legacy
+    ``torch.autograd.profiler`` and Kineto before torch 1.9 record it: nodes named
+    ``AddmmBackward`` (no ``0``), no ``Sequence number`` or ``Fwd thread id``, no
+    ``evaluate_function`` and no ``fwdbwd`` flows. ``fwd_thread_id``: ``"real"`` (forward ops
+    carry ``Fwd thread id`` 0, backward nodes 1, as PyTorch writes them) or ``"tid"`` (forward
+    ops none, backward nodes the main thread's id, as older PyTorch did). ``unique_starts``:
+    nudge a device start another activity already has by one quantum. Times are microseconds
+    (floats carry ns).
     """
 
     def __init__(
@@ -78,6 +90,7 @@ class TraceBuilder(DeviceCalls):
         pid: int = 48213,
         device: int = 0,
         jitter_seed: int | None = None,
+        legacy: bool = False,
         fwd_thread_id: str = "real",
         unique_starts: bool = False,
     ) -> None:
@@ -101,7 +114,8 @@ class TraceBuilder(DeviceCalls):
         self.fwd_thread_id = fwd_thread_id
         self.nn_module = modules in ("nn_module", "both")
         self.capture = modules in ("capture", "both")
-        self.flows = flows
+        self.flows = flows and not legacy
+        self.legacy = legacy
         self.origin = self.w.t[self.w.main]
         self.activities: list[Activity] = []
         self.steps: list[int] = []
@@ -110,6 +124,7 @@ class TraceBuilder(DeviceCalls):
         self._s = _State(tid=self.w.main)
         self._instances: dict[str, int] = {}
         self._class_count: dict[str, int] = defaultdict(int)
+        self._init_memory()
 
     # time ------------------------------------------------------------------------------------
     def ns(self, us: float) -> int:
@@ -239,46 +254,43 @@ class TraceBuilder(DeviceCalls):
         finally:
             self._s.labels = old
 
-    @property
-    def labels(self) -> dict[str, Any]:
-        """The labels planted here (a copy)."""
-        return dict(self._s.labels)
-
-    @contextmanager
-    def python(
-        self, frame: str, args: dict | None = None, pre: float = 0.6, post: float = 0.4
-    ) -> Iterator[None]:
-        """A ``python_function`` frame on the current thread, as ``with_stack=True`` writes them
-        (``Python id`` / ``Python parent id`` nest them); e.g. ``apply_rotary_pos_emb``'s frame."""
-        with self.w.pyfunc(self._s.tid, frame, args, pre=pre, post=post):
-            yield
-
-    @contextmanager
-    def annotation(self, name: str) -> Iterator[None]:
-        """A ``user_annotation`` range on the current thread (``record_function(name)``), such as
-        the ``nccl:all_reduce`` range ProcessGroupNCCL writes around a collective."""
-        with self.w.rng_(self._s.tid, name, "user_annotation"):
-            yield
-
-    def runtime(self, name: str, us: float, cbid: int | None = None) -> None:
-        """A runtime call with no device activity (``cudaEventRecord``, ``cudaStreamWaitEvent``)."""
-        self.w.runtime_only(self._s.tid, name, us, cbid)
-
     # ops -------------------------------------------------------------------------------------
     @contextmanager
-    def op(self, name: str, args: dict | None = None) -> Iterator[Op]:
+    def op(
+        self,
+        name: str,
+        args: dict | None = None,
+        *,
+        input_dims: list | None = None,
+        input_types: list | None = None,
+        input_strides: list | None = None,
+        concrete_inputs: list | None = None,
+    ) -> Iterator[Op]:
         """A CPU op (``cpu_op``). Forward ops carry the autograd ``Sequence number`` (ops share
-        the number until a top-level op creates its node) and ``Fwd thread id`` 0."""
-        a = dict(args or {})
+        the number until a top-level op creates its node) and ``Fwd thread id`` 0. The shapes
+        (``input_dims=[[8, 4096], [4096, 11008]]``, ``input_types=["c10::BFloat16", ...]``...)
+        are written as ``record_shapes=True`` writes them: ``Input Dims``, ``Input type``,
+        ``Input Strides``, ``Concrete Inputs``, each value as JSON."""
+        given = {
+            "input_dims": input_dims,
+            "input_types": input_types,
+            "input_strides": input_strides,
+            "concrete_inputs": concrete_inputs,
+        }
+        shapes = {k: v for k, v in given.items() if v is not None}
+        a: dict[str, Any] = {SHAPE_ARGS[k]: shapes[k] for k in SHAPE_ARGS if k in shapes} | dict(args or {})
         seq = None
         if not self._s.backward:
             seq = self._seq
-            a["Sequence number"] = seq
-            if self.fwd_thread_id == "real":
-                a["Fwd thread id"] = 0
+            if not self.legacy:
+                a["Sequence number"] = seq
+                if self.fwd_thread_id == "real":
+                    a["Fwd thread id"] = 0
         top = not self._s.ops
         with self.w.rng_(self._s.tid, name, "cpu_op", args=a) as box:
-            op = Op(name=name, tid=self._s.tid, start=box["start"], seq=seq, module=self._module())
+            op = Op(
+                name=name, tid=self._s.tid, start=box["start"], seq=seq, module=self._module(), shapes=shapes
+            )
             self._s.ops.append(op)
             try:
                 yield op
@@ -296,12 +308,16 @@ class TraceBuilder(DeviceCalls):
         if fwd is None or fwd.seq is None:
             raise ValueError("the creator must be a forward op (or a kernel launched from one)")
         node = node or _node_name(fwd.name)
-        args = {
-            "Sequence number": fwd.seq,
-            "Fwd thread id": 1 if self.fwd_thread_id == "real" else self.w.main,
-        }
+        if self.legacy:  # AddmmBackward0 -> AddmmBackward
+            node = node.rstrip("0123456789")
+        fwd_tid = 1 if self.fwd_thread_id == "real" else self.w.main
+        args = {} if self.legacy else {"Sequence number": fwd.seq, "Fwd thread id": fwd_tid}
         tid = self._s.tid
-        with self.w.rng_(tid, f"autograd::engine::evaluate_function: {node}", args=dict(args)):
+        with ExitStack() as engine:
+            if not self.legacy:
+                engine.enter_context(
+                    self.w.rng_(tid, f"autograd::engine::evaluate_function: {node}", args=dict(args))
+                )
             with self.w.rng_(tid, node, args=dict(args)) as box:
                 op = Op(name=node, tid=tid, start=box["start"], seq=fwd.seq, module=fwd.module)
                 self._s.ops.append(op)
@@ -325,7 +341,8 @@ class TraceBuilder(DeviceCalls):
         communication launched by its post hook (DDP/ZeRO style) runs in here."""
         if not self._s.backward:
             raise RuntimeError("gradient_hook() belongs inside backward()")
-        with self.w.rng_(self._s.tid, f"autograd::engine::evaluate_function: {node}"):
+        name = node if self.legacy else f"autograd::engine::evaluate_function: {node}"
+        with self.w.rng_(self._s.tid, name):
             yield
 
     def worker_collective(self, name: str, us: float, delay: float = 0.0) -> tuple[int, int]:
@@ -366,6 +383,10 @@ class TraceBuilder(DeviceCalls):
             distributed=distributed,
         )
 
-    def write(self, path: str | Path, **kwargs: Any) -> Path:
-        """Write the trace as ``.json`` or ``.json.gz`` (by suffix); returns the path."""
-        return write_trace(path, self.trace(**kwargs))
+    def write(self, path: str | Path, *, form: str = "object", **kwargs: Any) -> Path:
+        """Write the trace as ``.json`` or ``.json.gz`` (by suffix); returns the path.
+        ``form``: ``"object"`` (a document with ``traceEvents`` and Kineto's header),
+        ``"array"`` (the bare array of events, as the Chrome trace event format allows) or
+        ``"unterminated"`` (that array with no closing ``]``, as a writer that stopped leaves
+        it); the array forms have no header (no ``distributedInfo``, no devices)."""
+        return write_trace(path, self.trace(**kwargs), form)

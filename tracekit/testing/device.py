@@ -52,7 +52,16 @@ class DeviceCalls:
 
         def at(self, us: float) -> int: ...
         def ns(self, us: float) -> int: ...
-        def op(self, name: str, args: dict | None = None) -> AbstractContextManager[Op]: ...
+        def op(
+            self,
+            name: str,
+            args: dict | None = None,
+            *,
+            input_dims: list | None = None,
+            input_types: list | None = None,
+            input_strides: list | None = None,
+            concrete_inputs: list | None = None,
+        ) -> AbstractContextManager[Op]: ...
         def backward_node(
             self, creator: Op | Kernel, node: str | None = None
         ) -> AbstractContextManager[Op]: ...
@@ -120,18 +129,22 @@ class DeviceCalls:
         at_us: float | None = None,
         api: str | None = None,
         not_before_us: float | None = None,
+        **shapes: list,
     ) -> Kernel:
         """A kernel launched by ``op`` (a new CPU op of that name; else the current op).
 
         It starts ``gap_us`` after ``stream``'s last activity (and after its launch), or exactly
         at ``at_us`` (microseconds after the origin), or at ``not_before_us`` unless its launch
         or its stream is later. In backward, ``creator`` (the forward op or kernel) wraps the
-        launch in that op's autograd node.
+        launch in that op's autograd node. ``shapes``: the new op's ``input_dims=``,
+        ``input_types=``, ``input_strides=``, ``concrete_inputs=`` (see :meth:`TraceBuilder.op`).
         """
+        if shapes and op is None:
+            raise ValueError("shapes belong to a new op: give op= too")
         with ExitStack() as stack:
             if creator is not None:
                 stack.enter_context(self.backward_node(creator))
-            launching = stack.enter_context(self.op(op)) if op is not None else None
+            launching = stack.enter_context(self.op(op, None, **shapes)) if op is not None else None
             act = self._launch(
                 name,
                 dur_us,

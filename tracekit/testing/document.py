@@ -138,16 +138,32 @@ def _micros_text(m: re.Match) -> str:
     return f"{us}.{ns:03d}"
 
 
-def dumps(trace: dict) -> str:
-    """JSON text of ``trace``; :class:`Micros` times written with their exact nanoseconds."""
+#: How a trace file can hold its events (the Chrome trace event format): a JSON object with
+#: ``traceEvents`` (and the header), the bare array of events, or that array unterminated (no
+#: closing ``]``, a comma after the last event: a writer that stopped before closing it).
+FORMS = ("object", "array", "unterminated")
+
+
+def dumps(trace: dict, form: str = "object") -> str:
+    """JSON text of ``trace`` in ``form`` (:data:`FORMS`: the array forms drop the header);
+    :class:`Micros` times written with their exact nanoseconds."""
+    if form not in FORMS:
+        raise ValueError(f"form must be one of {FORMS}, not {form!r}")
     events = [{k: _exact(v) for k, v in e.items()} for e in trace.get("traceEvents", [])]
-    return _EXACT.sub(_micros_text, json.dumps({**trace, "traceEvents": events}))
+    if form == "object":
+        text = json.dumps({**trace, "traceEvents": events})
+    elif form == "array":
+        text = json.dumps(events)
+    else:
+        text = "[\n" + "".join(json.dumps(e) + ",\n" for e in events)
+    return _EXACT.sub(_micros_text, text)
 
 
-def write_trace(path: str | Path, trace: dict) -> Path:
-    """Write ``trace`` as .json or .json.gz (by suffix); returns the path."""
+def write_trace(path: str | Path, trace: dict, form: str = "object") -> Path:
+    """Write ``trace`` as .json or .json.gz (by suffix) in ``form`` (:data:`FORMS`); returns
+    the path."""
     path = Path(path)
-    text = dumps(trace)
+    text = dumps(trace, form)
     if path.name.endswith(".gz"):
         with gzip.open(path, "wt", encoding="utf-8") as f:
             f.write(text)

@@ -23,7 +23,8 @@ Definitions implemented by the truth (tracekit must implement the same; see docs
 * idle: window, union of all activities, window − busy.
 * timeline: forward wall window split at every activity start; each piece goes to the block of
   the activity starting it (the last piece runs to the window end).
-* mean tables: the column-wise mean of the per-step rows.
+* mean tables: the column-wise mean of the per-step rows; a mean table's percent is the ratio
+  of its means, never the mean of the steps' percents.
 """
 
 from __future__ import annotations
@@ -100,7 +101,9 @@ def expected_tables(acts: list[Activity], steps: list[int], n_layers: int) -> tu
     per: dict[str, list[dict]] = defaultdict(list)
     for step in steps:
         _Step(step, [a for a in acts if a.step == step], n_layers).rows(per)
-    return dict(per), _means(per, len(steps))
+    mean = _means(per, len(steps))
+    _mean_percents(mean)
+    return dict(per), mean
 
 
 class _Step:
@@ -263,3 +266,22 @@ def _means(per: dict[str, list[dict]], n_steps: int) -> dict[str, list[dict]]:
             out.append(row)
         mean[name] = out
     return mean
+
+
+def _mean_percents(mean: dict[str, list[dict]]) -> None:
+    """A mean table's percent is the ratio of its means (docs/metrics.md), never the mean of
+    the steps' percents: of the mean step window (phases), the mean phase wall (modules), the
+    mean compute time (gemm), the mean window (idle), the total of the rows (timeline)."""
+    window = mean["idle"][0]["window_ms"] if mean.get("idle") else 0.0
+    walls = {r["phase"]: r["wall_ms"] for r in mean.get("phases", [])}
+    of = {
+        "idle": lambda r: (r["idle_ms"], r["window_ms"]),
+        "phases": lambda r: (r["wall_ms"], window),
+        "gemm": lambda r: (r["gemm_ms"], r["compute_ms"]),
+        "modules": lambda r: (r["time_ms"], walls.get(r["phase"], 0.0)),
+        "timeline": lambda r: (r["time_ms"], sum(x["time_ms"] for x in mean["timeline"])),
+    }
+    for name, ratio in of.items():
+        for r in mean.get(name, []):
+            num, den = ratio(r)
+            r["percent"] = num * 100 / den if den else 0.0

@@ -43,6 +43,7 @@ __all__ = [
     "K_SOFTMAX",
     "K_SOFTMAX_BW",
     "K_SUM",
+    "MATMUL_CUSTOM",
     "MEMCPY_DTOD",
     "MEMCPY_DTOH",
     "MEMCPY_HTOD",
@@ -68,7 +69,9 @@ BMM = (
     "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8>"
     "(cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8::Params)"
 )
-GEMMS = frozenset({GEMM_A, GEMM_B, GEMM_C, GEMM_NN, GEMM_NT, BMM})
+#: A hand-written GEMM of a custom CUDA extension (no library name: its own name says matmul).
+MATMUL_CUSTOM = "matmul_k(float const*, float const*, float*, int, int, int)"
+GEMMS = frozenset({GEMM_A, GEMM_B, GEMM_C, GEMM_NN, GEMM_NT, BMM, MATMUL_CUSTOM})
 
 
 def _ew(functor: str, n: int = 3) -> str:

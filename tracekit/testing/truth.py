@@ -8,12 +8,22 @@ the code under test cannot fail.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import pairwise
 from typing import Any
 
-__all__ = ["Activity", "Kernel", "Op", "intersect_window", "measure", "shares", "subtract", "union"]
+__all__ = [
+    "Activity",
+    "Kernel",
+    "MemoryEvent",
+    "Op",
+    "intersect_window",
+    "measure",
+    "shares",
+    "subtract",
+    "union",
+]
 
 
 @dataclass
@@ -79,13 +89,35 @@ class Activity:
 
 @dataclass
 class Op:
-    """A CPU op the builder recorded: its name, thread, start (ns), sequence number, module."""
+    """A CPU op the builder recorded: its name, thread, start (ns), sequence number, module,
+    and the shapes it was given (``input_dims``... as planted: Python values)."""
 
     name: str
     tid: int
     start: int
     seq: int | None
     module: str | None
+    shapes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class MemoryEvent:
+    """One planted allocation (``bytes`` > 0) or free (< 0) of the caching allocator (a
+    ``[memory]`` event): when (ns), on which device (c10 device type and id, -1 for the CPU),
+    its address and the allocator's totals after it (None in the legacy form), and the step,
+    phase, module and innermost op it happened in."""
+
+    ts: int
+    bytes: int
+    device_type: int
+    device_id: int
+    addr: int | None
+    total_allocated: int | None
+    total_reserved: int | None
+    step: int | None
+    phase: str | None
+    module: str | None
+    op: str | None
 
 
 @dataclass

@@ -1,0 +1,123 @@
+"""Memory per step, device and phase, from the allocator's ``[memory]`` events.
+
+The rows are the rank's memory events of complete steps (:attr:`Attributed.memory
+<tracekit.pipeline.Attributed>`, labelled by :mod:`tracekit.pipeline.memory`), in time order.
+Per step, device (``cpu``, ``gpu:N``) and window (``phase``: ``step`` is the whole step, the
+other rows its phases; docs/metrics.md, "Memory"):
+
+* ``events``; ``allocated_mb`` / ``freed_mb``: the sums of allocations and frees; ``net_mb``;
+* ``peak_allocated_mb`` / ``peak_reserved_mb``: the highest ``Total Allocated`` / ``Total
+  Reserved`` among the window's events (empty where the trace does not record them);
+* ``peak_growth_mb``: the largest rise of the allocation above its level at the window's
+  start (before its first event), never negative. The allocation level is ``Total Allocated``
+  where every event of the step and device records it, else the running sum of ``Bytes`` from
+  the step's start (torch 1.9).
+
+The mean view averages each row over the complete steps that hold it. MB = 2**20 bytes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.pipeline.state import distinct_rows
+from tracekit.pipeline.windows import Windows
+
+from ._common import WINDOW_PHASES
+from ._registry import COUNT, MB, MEMORY_EVENTS, PRESENT_MEAN, register
+
+MB_BYTES = float(1 << 20)
+#: The windows of the table, in order: the whole step, then its phases.
+WINDOWS = ["step", *WINDOW_PHASES]
+VALUES = {
+    "events": COUNT,
+    "allocated_mb": MB,
+    "freed_mb": MB,
+    "net_mb": MB,
+    "peak_allocated_mb": MB,
+    "peak_reserved_mb": MB,
+    "peak_growth_mb": MB,
+}
+COLUMNS = ["step", "device", "phase", *VALUES]
+
+
+def complete(memory: pd.DataFrame, windows: Windows) -> pd.DataFrame:
+    """The memory events of the complete steps ``windows`` frames, in time order."""
+    return memory[memory["step"].isin(windows.steps["step"]).to_numpy()]
+
+
+def level(m: pd.DataFrame) -> np.ndarray:
+    """Per event, the allocation of its device right after it: ``Total Allocated`` where every
+    event of its step and device records it, else the running sum of ``Bytes`` over the step's
+    events of that device (0 at the step's start)."""
+    key = distinct_rows(m["step"].to_numpy(), m["device"].array.codes)[0]
+    total = m["total_allocated"].to_numpy(np.float64)
+    recorded = pd.Series(~np.isnan(total)).groupby(key).transform("all").to_numpy(bool)
+    running = pd.Series(m["bytes"].to_numpy(np.float64)).groupby(key).cumsum().to_numpy()
+    return np.where(recorded, total, running)
+
+
+def window_stats(m: pd.DataFrame, lvl: np.ndarray, window: np.ndarray) -> pd.DataFrame:
+    """One row per (step, device, ``window``) of the events ``m`` (with their levels ``lvl``)."""
+    nbytes = m["bytes"].to_numpy(np.float64)
+    frame = pd.DataFrame(
+        {
+            "step": m["step"].to_numpy(),
+            "device": m["device"].to_numpy(dtype=object),
+            "phase": window,
+            "alloc": np.where(nbytes > 0, nbytes, 0.0),
+            "free": np.where(nbytes < 0, -nbytes, 0.0),
+            "top": lvl,
+            "before": lvl - nbytes,
+            "peak_allocated": m["total_allocated"].to_numpy(np.float64),
+            "peak_reserved": m["total_reserved"].to_numpy(np.float64),
+        }
+    )
+    g = frame.groupby(["step", "device", "phase"], sort=False)
+    out = g.agg(
+        events=("alloc", "size"),
+        alloc=("alloc", "sum"),
+        free=("free", "sum"),
+        peak_allocated=("peak_allocated", "max"),
+        peak_reserved=("peak_reserved", "max"),
+        top=("top", "max"),
+        base=("before", "first"),
+    ).reset_index()
+    mb = {c: out[c] / MB_BYTES for c in ("alloc", "free", "peak_allocated", "peak_reserved")}
+    return pd.DataFrame(
+        {
+            "step": out["step"],
+            "device": out["device"],
+            "phase": out["phase"],
+            "events": out["events"],
+            "allocated_mb": mb["alloc"],
+            "freed_mb": mb["free"],
+            "net_mb": mb["alloc"] - mb["free"],
+            "peak_allocated_mb": mb["peak_allocated"],
+            "peak_reserved_mb": mb["peak_reserved"],
+            "peak_growth_mb": np.maximum(out["top"] - out["base"], 0.0) / MB_BYTES,
+        }
+    )
+
+
+@register(
+    "memory",
+    title="Memory per step, device and phase",
+    keys=("device", "phase"),
+    values=VALUES,
+    reads=MEMORY_EVENTS,
+    aggregate=PRESENT_MEAN,
+    chart="none",
+)
+def table(memory: pd.DataFrame, windows: Windows) -> pd.DataFrame:
+    m = complete(memory, windows)
+    if m.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    lvl = level(m)
+    whole = window_stats(m, lvl, np.full(len(m), "step", dtype=object))
+    parts = window_stats(m, lvl, m["phase"].to_numpy(dtype=object))
+    out = pd.concat([whole, parts], ignore_index=True)
+    order = out["phase"].map({w: i for i, w in enumerate(WINDOWS)}).fillna(len(WINDOWS))
+    out = out.assign(_o=order).sort_values(["step", "device", "_o"], kind="stable")
+    return out[COLUMNS].reset_index(drop=True)

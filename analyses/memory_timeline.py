@@ -1,0 +1,78 @@
+"""Memory over time, per step and device: the points of the HTML report's memory chart.
+
+Per step and device, the allocation after each memory event (docs/metrics.md, "Memory"):
+
+* ``t_ms``: time since the step's ProfilerStep range began (no markers: since the first
+  memory event);
+* ``allocated_mb``: ``Total Allocated`` (empty where the trace does not record it);
+* ``growth_mb``: the rise above the allocation at the step's start (the level of
+  :func:`tracekit.analyses.memory.level` minus its value before the step's first event);
+* ``phase``: the event's phase.
+
+A step and device with more than ``2 x SLICES`` events is thinned: its events are cut into
+:data:`SLICES` runs of equal count and each run keeps its lowest and highest point, so the
+curve keeps its shape and its peak. Only per step (no mean over steps); the terminal and
+Markdown leave it out (the files keep it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.pipeline.state import distinct_rows
+from tracekit.pipeline.windows import Windows
+
+from ._registry import MB, MEMORY_EVENTS, MS, PER_STEP, register
+from .memory import MB_BYTES, complete, level
+
+SLICES = 100
+VALUES = {"t_ms": MS, "allocated_mb": MB, "growth_mb": MB}
+COLUMNS = ["step", "device", "phase", *VALUES]
+
+
+def thinned(key: np.ndarray, lvl: np.ndarray) -> np.ndarray:
+    """Which points to keep: all of a key with at most ``2 x SLICES`` points, else the lowest
+    and highest of each of its ``SLICES`` runs of equal count (``key``: per point its curve)."""
+    n = len(key)
+    size = np.bincount(key)[key]
+    keep = size <= 2 * SLICES
+    if keep.all():
+        return keep
+    rank = pd.Series(np.zeros(n)).groupby(key).cumcount().to_numpy()
+    run = key.astype(np.int64) * SLICES + rank * SLICES // size
+    s = pd.Series(lvl)
+    keep[s.groupby(run).idxmin().to_numpy()] = True
+    keep[s.groupby(run).idxmax().to_numpy()] = True
+    return keep
+
+
+@register(
+    "memory_timeline",
+    title="Memory over time",
+    keys=("device", "phase"),
+    values=VALUES,
+    reads=MEMORY_EVENTS,
+    aggregate=PER_STEP,
+    chart="memory",
+    shown=False,
+)
+def table(memory: pd.DataFrame, windows: Windows) -> pd.DataFrame:
+    m = complete(memory, windows).reset_index(drop=True)
+    if m.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    lvl = level(m)
+    key = distinct_rows(m["step"].to_numpy(), m["device"].array.codes)[0]
+    before = lvl - m["bytes"].to_numpy(np.float64)
+    base = pd.Series(before).groupby(key).transform("first").to_numpy()
+    out = pd.DataFrame(
+        {
+            "step": m["step"].to_numpy(),
+            "device": m["device"].to_numpy(dtype=object),
+            "phase": m["phase"].to_numpy(dtype=object),
+            "t_ms": m["t_ns"].to_numpy() / 1e6,
+            "allocated_mb": m["total_allocated"].to_numpy(np.float64) / MB_BYTES,
+            "growth_mb": (lvl - base) / MB_BYTES,
+        }
+    )
+    return out[thinned(key, lvl)].reset_index(drop=True)

@@ -1,0 +1,104 @@
+"""Every modelled op shape: FLOPs, bytes, achieved rates and % of peak (the roofline's points).
+
+One row per (phase, op, family, shape, dtype) of the ops the perf model found (docs/metrics.md,
+"FLOPs and bytes"), as TraceLens' per-shape sheets, per phase:
+
+* ``calls`` per step; ``gflop`` and ``gbyte`` per call; ``total_gflop``, ``total_gbyte`` per step;
+* ``time_ms``: the sum of the durations of its device activities per step (its kernels, and
+  the memsets or copies it launched, as TraceLens counts an op's time); ``us_per_call``;
+* ``tflops``, ``tbps``: achieved (per step totals over kernel time); ``intensity`` = FLOP/byte;
+* ``ideal_ms`` / ``ideal_mem_ms``: the FLOPs at the dtype's peak / the bytes at the peak
+  bandwidth; ``peak_pct`` = the larger (the binding roof) over time_ms x 100: how close the
+  shape runs to its roofline; empty when a peak is unknown.
+
+Rows are sorted by time, largest first.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tracekit.pipeline.windows import Windows
+
+from . import _perf
+from ._common import as_text, sums
+from ._registry import CALLS, FLOP_PER_BYTE, GBYTE, GFLOP, MS, PCT, TBPS, TFLOPS, US, register
+
+KEYS = ["phase", "op", "family", "shape", "dtype"]
+SUMS = {
+    "calls": "calls",
+    "total_gflop": "gflop",
+    "total_gbyte": "gbyte",
+    "time_ms": "dur_ms",
+    "ideal_ms": "ideal_ms",
+    "ideal_mem_ms": "ideal_mem_ms",
+}
+#: Shown first: per call and the rates; then the sums they come from.
+COLUMNS = [
+    "step",
+    *KEYS,
+    "calls",
+    "gflop",
+    "gbyte",
+    "time_ms",
+    "us_per_call",
+    "tflops",
+    "tbps",
+    "intensity",
+    "peak_pct",
+    "total_gflop",
+    "total_gbyte",
+    "ideal_ms",
+    "ideal_mem_ms",
+]
+
+
+def _finish(df: pd.DataFrame) -> pd.DataFrame:
+    """The ratios, from the (mean) sums; largest time first."""
+    df = df.copy()
+    df["gflop"] = _perf.ratio(df["total_gflop"], df["calls"])
+    df["gbyte"] = _perf.ratio(df["total_gbyte"], df["calls"])
+    df["us_per_call"] = _perf.ratio(df["time_ms"], df["calls"], 1000.0)
+    df["tflops"] = _perf.ratio(df["total_gflop"], df["time_ms"])
+    df["tbps"] = _perf.ratio(df["total_gbyte"], df["time_ms"])
+    df["intensity"] = _perf.ratio(df["total_gflop"], df["total_gbyte"])
+    df["ideal_ms"] = _perf.known(df["ideal_ms"], df["total_gflop"])
+    df["ideal_mem_ms"] = _perf.known(df["ideal_mem_ms"], df["total_gbyte"])
+    binding = df[["ideal_ms", "ideal_mem_ms"]].max(axis=1, skipna=False)
+    df["peak_pct"] = _perf.ratio(binding, df["time_ms"], 100.0)
+    by = [c for c in ("rank", "step") if c in df.columns]
+    order = df.sort_values(by + ["time_ms"], ascending=[True] * len(by) + [False], kind="stable")
+    return order[[c for c in ("rank", *COLUMNS) if c in df.columns]].reset_index(drop=True)
+
+
+@register(
+    "op_shapes",
+    title="Op shapes: FLOPs, bytes, achieved rates and % of roofline",
+    keys=tuple(KEYS),
+    values={
+        "calls": CALLS,
+        "total_gflop": GFLOP,
+        "total_gbyte": GBYTE,
+        "time_ms": MS,
+        "ideal_ms": MS,
+        "ideal_mem_ms": MS,
+        "gflop": GFLOP,
+        "gbyte": GBYTE,
+        "us_per_call": US,
+        "tflops": TFLOPS,
+        "tbps": TBPS,
+        "intensity": FLOP_PER_BYTE,
+        "peak_pct": PCT,
+    },
+    finish=_finish,
+    filters=frozenset({"phase", "module"}),
+    top=20,
+    sort_by="time_ms",
+    chart="none",
+)
+def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
+    f = _perf.rows(intervals, windows.steps["step"].to_numpy(), "modelled")
+    if f.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    out = sums(f, ["step", *KEYS], SUMS, sort=False, observed=True).reset_index()
+    return _finish(as_text(out, KEYS))

@@ -1,0 +1,213 @@
+"""Step ``label_memory``: the allocator's ``[memory]`` events, each labelled like the CPU work
+around it.
+
+``torch.profiler.profile(profile_memory=True)`` records an instant event for every allocation
+(``Bytes`` > 0) and free (``Bytes`` < 0) of the profiled allocators, at the CPU time of the op
+that asked for the memory. So a memory event is a point on the CPU timeline, like a launch:
+its step, phase and module come from the same functions that label a launch, applied to the
+event's process, thread and time (docs/metrics.md, "Memory").
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pandas as pd
+
+from . import labels
+from .backward import link_backward
+from .modules import work_module
+from .nest import op_columns, sweep_with_points
+from .phases import assign_phases
+from .state import Trace, add_columns, categorical, distinct_rows, take
+from .steps import place_in_steps
+from .taxonomy import ModuleTaxonomy
+
+#: The columns :func:`label_memory` adds to ``t.memory`` (read's columns of the events).
+LABELS = ["step", "t_ns", "device", "phase", "recompute", "module", "held", "has_addr"]
+#: The columns the tables read (:func:`memory_rows`), in time order.
+ROW_COLUMNS = [
+    "step",
+    "t_ns",
+    "device",
+    "bytes",
+    "total_allocated",
+    "total_reserved",
+    "phase",
+    "recompute",
+    "module",
+    "held",
+    "has_addr",
+]
+#: PyTorch's ``c10::DeviceType`` codes of the devices a memory event names; CUDA and HIP (ROCm)
+#: are both ``gpu``. Any other code is ``device<code>``.
+DEVICE_TYPES = {0: "cpu", 1: "gpu", 6: "gpu", 12: "xpu", 13: "mps", 15: "hpu", 19: "mtia", 20: "privateuse1"}
+_DTYPES = {
+    "step": np.int64,
+    "ts": np.int64,
+    "t_ns": np.int64,
+    "bytes": np.float64,
+    "total_allocated": np.float64,
+    "total_reserved": np.float64,
+    "recompute": bool,
+    "held": bool,
+    "has_addr": bool,
+}
+
+
+def label_memory(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
+    """Label every memory event with its step, phase and module category, as a launch there.
+
+    Needs: ``t.memory`` (the MEMORY events, read's columns: ``pid``, ``tid``, ``ts``,
+    ``bytes``, ``device_type``, ``device_id``, ``total_allocated``, ``total_reserved``,
+    ``addr``); ``t.step_ranges``; ``t.ranges`` with their context
+    (:func:`~tracekit.pipeline.nest.nest_cpu_ops`); ``t.modules`` with their categories
+    (:func:`~tracekit.pipeline.categories.assign_categories`).
+    Adds on ``t.memory`` (:data:`LABELS`): ``step`` (-1 outside every step), ``t_ns`` (since
+    its step's ProfilerStep began; no markers: since the first memory event), ``device``
+    (``cpu``, ``gpu:N``...), ``phase``, ``recompute``, ``module`` (category), ``held`` (a
+    forward allocation still allocated when its forward pass ended), ``has_addr``; meta
+    ``memory_events``.
+    Guarantees: the step is :func:`~tracekit.pipeline.steps.place_in_steps`' (the launch
+    rule), the op stack the nesting sweep's, the backward link, module, phase and category
+    those :func:`link_backward`, :func:`work_module`, :func:`assign_phases` and
+    :func:`tracekit.labels.module_categories` give a launch at the event's place: one
+    category per event, the innermost module's that has one. ``held`` follows the events in
+    time order, equal times in file order (:func:`held_at_pass_end`).
+    """
+    mem = t.memory
+    t.meta["memory_events"] = len(mem)
+    if not len(mem):
+        t.memory = _empty(ROW_COLUMNS + ["ts"])
+        return t
+    view = link_backward(_as_launches(t, mem))
+    view.acts = add_columns(view.acts, work_module(view, view.acts))
+    a = assign_phases(view).acts
+    module, _ = labels.module_categories(view, taxonomy)
+    forward = (a["phase"] == "forward").to_numpy()
+    step = a["step"].to_numpy()
+    device = _devices(mem["device_type"].to_numpy(), mem["device_id"].to_numpy())
+    addr = mem["addr"].to_numpy()
+    order = time_order(mem)
+    held = np.empty(len(mem), bool)
+    held[order] = held_at_pass_end(
+        step[order], forward[order], device[order], addr[order], mem["bytes"].to_numpy(np.float64)[order]
+    )
+    labelled = {
+        "step": step,
+        "t_ns": a["launch_ts"].to_numpy() - _step_start(t, a),
+        "device": device,
+        "phase": a["phase"].array,
+        "recompute": a["recompute"].to_numpy(bool),
+        "module": module.categorical(),
+        "held": held,
+        "has_addr": addr != -1,
+    }
+    t.memory = add_columns(mem, labelled)
+    return t
+
+
+def time_order(mem: pd.DataFrame) -> np.ndarray:
+    """The rows of ``mem`` by time, equal times in file order (its row order)."""
+    return np.lexsort((np.arange(len(mem)), mem["ts"].to_numpy()))
+
+
+def _empty(columns: list[str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=_DTYPES.get(c, "category")) for c in columns})
+
+
+def no_rows() -> pd.DataFrame:
+    """The memory rows of a trace with no memory event (:func:`memory_rows`' columns)."""
+    return _empty(ROW_COLUMNS)
+
+
+def memory_rows(memory: pd.DataFrame, steps: pd.Series) -> pd.DataFrame:
+    """The labelled memory events of ``steps`` (the complete ones) in time order, with the
+    columns the tables read (:data:`ROW_COLUMNS`), label columns as categoricals of the values
+    present."""
+    memory = memory.iloc[time_order(memory)]
+    keep = memory["step"].isin(steps).to_numpy()
+    out = memory.loc[keep, ROW_COLUMNS].reset_index(drop=True)
+    for c in ("device", "phase", "module"):
+        out[c] = out[c].astype("category").cat.remove_unused_categories()
+    return out
+
+
+def _as_launches(t: Trace, mem: pd.DataFrame) -> Trace:
+    """A view of ``t`` whose activity table is the memory events as launches (their own
+    process, thread and time), placed in steps and in the op stack; its warnings are its own
+    (the linking functions' warnings about launches do not concern memory events)."""
+    pid, tid, ts = (mem[c].to_numpy() for c in ("pid", "tid", "ts"))
+    in_file = np.ones(len(mem), bool)
+    rng = t.step_ranges
+    if len(rng):
+        step = take(rng["step"].to_numpy(), place_in_steps(rng, pid, ts, in_file)[0], -1)
+    else:  # no markers: the whole trace is one step (as find_steps numbers the activities)
+        step = np.zeros(len(mem), np.int64)
+    _, ctx = sweep_with_points(t.ranges, pid, tid, ts)
+    view = copy.copy(t)  # the decoded names are shared, not decoded again
+    view.warnings, view.meta = [], {}
+    acts = pd.DataFrame(
+        {"launch_pid": pid, "launch_tid": tid, "launch_ts": ts, "launched": in_file, "step": step}
+    )
+    acts = add_columns(acts, ctx)
+    view.acts = add_columns(acts, op_columns(view, ctx["op_r"], ctx["comm_r"]))
+    return view
+
+
+def _step_start(t: Trace, a: pd.DataFrame) -> np.ndarray:
+    """Per event, the start of its step's ProfilerStep range (no markers: the first memory
+    event; outside every step: its own time)."""
+    ts = a["launch_ts"].to_numpy()
+    rng = t.step_ranges
+    if not len(rng):
+        return np.full(len(ts), ts.min(), np.int64)
+    first = rng.drop_duplicates("step").set_index("step")["cpu_start"]
+    start = first.reindex(a["step"].to_numpy()).to_numpy(dtype="float64")
+    return np.where(np.isnan(start), ts, start).astype(np.int64)
+
+
+def _devices(kind: np.ndarray, index: np.ndarray) -> pd.Categorical:
+    """``cpu``, ``gpu:N`` (CUDA, HIP), ``xpu:N``...: named once per distinct (type, id)."""
+    key, first = distinct_rows(kind, index)
+    names = []
+    for k, i in zip(kind[first].tolist(), index[first].tolist()):
+        base = DEVICE_TYPES.get(k, f"device{k}")
+        names.append(base if base == "cpu" else f"{base}:{i}")
+    return categorical(np.asarray(names, dtype=object)[key])
+
+
+def held_at_pass_end(
+    step: np.ndarray, forward: np.ndarray, device: pd.Categorical, addr: np.ndarray, nbytes: np.ndarray
+) -> np.ndarray:
+    """Per event (in time order): a forward allocation whose block is still allocated when its
+    forward pass ends. The pass ends at the step's first later event that is not forward (the
+    backward of its micro-batch, the optimizer), else with the step; the block is freed at the
+    next event of the same device and address (a free, or a new allocation there, which shows
+    the free was missed). Events without an address (torch 1.9) are never held."""
+    n = len(step)
+    pos = np.arange(n, dtype=np.int64)
+    order = np.lexsort((pos, step))  # by step, then time
+    # In that order: the first non-forward event at or after each event (n: none), and the
+    # last event of its step; the pass ends at the former if in the step, else after the latter.
+    nxt = np.minimum.accumulate(np.where(forward[order], n, pos)[::-1])[::-1]
+    last = _group_last(step[order])
+    pass_end = np.empty(n, np.int64)
+    pass_end[order] = np.where(nxt <= last, order[np.minimum(nxt, n - 1)], order[last] + 1)
+    # The next event of the same device and address.
+    known = addr != -1
+    dev = np.asarray(device.codes, np.int64)
+    by_block = np.lexsort((pos, addr, dev))
+    k = by_block[known[by_block]]
+    freed = np.full(n, np.iinfo(np.int64).max, np.int64)
+    follows = (dev[k][1:] == dev[k][:-1]) & (addr[k][1:] == addr[k][:-1])
+    freed[k[:-1][follows]] = k[1:][follows]
+    return forward & known & (nbytes > 0) & (step >= 0) & (freed >= pass_end)
+
+
+def _group_last(s: np.ndarray) -> np.ndarray:
+    """Per element of a sorted key array, the index of the last element with its key."""
+    n = len(s)
+    ends = np.flatnonzero(np.r_[s[1:] != s[:-1], True])
+    return ends[np.searchsorted(ends, np.arange(n))]

@@ -1,0 +1,89 @@
+"""One file, several ranks: split a trace that merging tools wrote from the ranks of a job.
+
+A rank is a process (docs/metrics.md, "Files and ranks"). Kineto records one process and the
+devices it drives, so a file whose CPU side holds several processes that each launch device
+work, each onto devices of its own, is several ranks merged into one file (TraceLens'
+TraceFusion offsets every rank's pids, correlation ids and flow ids and drops
+``distributedInfo``; other merge scripts do the same). Such a file is split into one trace per
+launching process: its CPU events, and the events of the devices it launches onto.
+
+What is not a merged file: one process with helper processes (DataLoader workers, a
+compile worker) has CPU events in several processes but only one of them launches device work;
+one process driving several devices (model parallel in one process) launches from one process.
+Neither is split.
+
+:func:`split_ranks`: Needs: a :class:`~tracekit.read.RawTrace`. Adds: one RawTrace per rank
+(in process id order, with ``meta["rank_split"]`` saying how the file was split, no
+``distributedInfo`` rank), or None when the file is one rank. Guarantees: every device
+activity whose device a rank owns is in that rank's trace only; a device owned by no rank, or
+by several, means the file is not split (the processes are not separable by device).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from ..read.reader import KERNEL, MEMCPY, MEMSET, RUNTIME, RawTrace
+
+#: A device's activities must be launched by one process for this share of them (the rest:
+#: correlation ids that happen to collide across ranks a merge tool did not offset).
+OWNER_SHARE = 0.9
+
+
+def device_owners(events: pd.DataFrame) -> pd.Series:
+    """Device pid -> the process that launches onto it (by ``correlation``), for the devices
+    whose activities one process launches (:data:`OWNER_SHARE`); empty when some device's
+    activities have no dominant launcher."""
+    kind = events["kind"].to_numpy()
+    corr, pid = events["corr"].to_numpy(), events["pid"].to_numpy()
+    dev = np.isin(kind, (KERNEL, MEMCPY, MEMSET)) & (corr >= 0)
+    rt = (kind == RUNTIME) & (corr >= 0)
+    if not dev.any() or not rt.any() or np.unique(pid[rt]).size < 2:  # one launching process
+        return pd.Series(dtype=np.int64)
+    calls = pd.DataFrame({"corr": corr[rt], "launcher": pid[rt]}).drop_duplicates()
+    acts = pd.DataFrame({"corr": corr[dev], "device": pid[dev]})
+    joined = acts.merge(calls, on="corr", how="inner")
+    if joined.empty:
+        return pd.Series(dtype=np.int64)
+    counts = joined.groupby(["device", "launcher"]).size()
+    per_device = counts.groupby(level="device")
+    top = counts[counts == per_device.transform("max")].reset_index().drop_duplicates("device")
+    share = top.set_index("device")[0] / per_device.sum()
+    if (share < OWNER_SHARE).any():
+        return pd.Series(dtype=np.int64)
+    return top.set_index("device")["launcher"].astype(np.int64)
+
+
+def split_ranks(raw: RawTrace) -> list[RawTrace] | None:
+    """The ranks merged into ``raw`` (see the module docstring), or None when it is one."""
+    owners = device_owners(raw.events)
+    launchers = np.unique(owners.to_numpy()) if len(owners) else np.empty(0, np.int64)
+    if launchers.size < 2:
+        return None
+    ev = raw.events
+    pid = ev["pid"].to_numpy()
+    kind = ev["kind"].to_numpy()
+    device = np.isin(kind, (KERNEL, MEMCPY, MEMSET))
+    # A device pid is its launching process's own; CPU events go by their own pid.
+    on_device = pd.Series(owners.to_numpy(), index=owners.index.to_numpy()).reindex(pid).to_numpy(np.float64)
+    is_launcher = np.isin(pid, launchers)
+    own_device = np.isin(pid, owners.index.to_numpy()) & ~is_launcher
+    rank_pid = np.where(device | own_device, on_device, np.where(is_launcher, pid, np.nan))
+    others = np.setdiff1d(np.unique(pid[~device & np.isnan(rank_pid)]), launchers).size
+    how = (
+        f"one file held {launchers.size} processes that each launch device work onto devices of "
+        f"their own (ranks merged into one file, e.g. by TraceLens TraceFusion): split into "
+        f"{launchers.size} ranks by process"
+        + (f"; {others} process(es) that launch no device work belong to none" if others else "")
+    )
+    out = []
+    for p in launchers:
+        mine = rank_pid == p
+        meta = {**raw.meta, "rank": None, "world_size": None, "rank_split": how}
+        out.append(
+            replace(raw, events=ev[mine].reset_index(drop=True), meta=meta, warnings=list(raw.warnings))
+        )
+    return out
