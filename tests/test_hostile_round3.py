@@ -32,20 +32,36 @@ def box(tmp_path):
     return tmp_path
 
 
+# Linux starts an exec'd child's peak RSS at its parent's RSS at fork (the old mm's high-water
+# mark is kept across exec), so wait4 on a child of a long pytest run reports pytest's size.
+# A small launcher forks the CLI and reports the CLI's own rusage: its peak starts at the
+# launcher's ~15 MB.
+_LAUNCH = """
+import json, os, sys
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.executable, [sys.executable, "-m", "tracekit.cli", *sys.argv[2:]])
+_, status, use = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    json.dump([use.ru_utime + use.ru_stime, use.ru_maxrss * 1024], f)
+code = os.waitstatus_to_exitcode(status)
+os._exit(code if code >= 0 else 128 - code)
+"""
+
+
 def _child(box: Path, *args: str) -> tuple[subprocess.CompletedProcess, float, int]:
     """``tracekit *args`` in a child under the limits: the result, the child's own CPU seconds
-    and peak RSS (bytes), from ``wait4``."""
+    and peak RSS (bytes), from ``wait4`` in a small launcher (see ``_LAUNCH``)."""
+    usage = box / "rusage.json"
     with open(box / "stdout", "w+b") as out, open(box / "stderr", "w+b") as err:
-        p = subprocess.Popen(
-            [sys.executable, "-m", "tracekit.cli", *args],
+        p = subprocess.run(
+            [sys.executable, "-c", _LAUNCH, str(usage), *args],
             stdout=out,
             stderr=err,
             preexec_fn=_limit,
             env=_env(box),
             cwd=box,
         )
-        _, status, use = os.wait4(p.pid, 0)
-        p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         done = subprocess.CompletedProcess(args, p.returncode, out.read(), err.read())
@@ -53,7 +69,9 @@ def _child(box: Path, *args: str) -> tuple[subprocess.CompletedProcess, float, i
         (box / name).unlink()
     done.err = done.stderr.decode()
     assert "Traceback" not in done.err, done.err
-    return done, use.ru_utime + use.ru_stime, use.ru_maxrss * 1024
+    cpu, rss = json.loads(usage.read_text())
+    usage.unlink()
+    return done, cpu, rss
 
 
 def spaces_gzip(path: Path, prefix: bytes, n_spaces: int, suffix: bytes, block: int = 1 << 20) -> None:
