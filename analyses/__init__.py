@@ -8,6 +8,11 @@ steps as the table's spec says. Times are milliseconds.
 
 Each module declares its table(s) in :data:`REGISTRY` (:mod:`._registry`); importing the
 module here is all it takes to add a table to every output (docs/architecture.md).
+
+Takes in: one rank's labelled intervals and its framed windows. Gives out: one DataFrame per
+table, a row per step and key, with the units its spec declares. Open first:
+:mod:`tracekit.analyses._registry` (``TableSpec``, ``register``), then any table, e.g.
+:mod:`tracekit.analyses.phases`; :mod:`._common` holds what tables share.
 """
 
 from . import (  # imported to register; the report order is _ORDER below

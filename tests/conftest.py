@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-# tests import helper modules (e.g. `from synthetic import make_trace`) from this folder
+# tests import helper modules (e.g. `from shared_traces import SHARED`) from this folder
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)

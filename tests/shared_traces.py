@@ -55,15 +55,30 @@ def copy_shared(rel: str, dest: Path) -> Path:
 
 
 def params():
-    """pytest params: one per shared trace, or one skipped param saying why there are none."""
+    """pytest params: one per shared trace, or one skipped param saying why there are none;
+    each marked ``shared`` (``-m "not shared"`` leaves them out)."""
     found = shared_traces()
     if not found:
         return [
             pytest.param(
                 None,
-                marks=pytest.mark.skip(
-                    reason=f"shared traces not found at {SHARED} (a user's clone has no ../shared)"
-                ),
+                marks=[
+                    pytest.mark.shared,
+                    pytest.mark.skip(
+                        reason=f"shared traces not found at {SHARED} (a user's clone has no ../shared)"
+                    ),
+                ],
             )
         ]
-    return [pytest.param(p, id=p.name[:60]) for p in found]
+    return [pytest.param(p, id=p.name[:60], marks=pytest.mark.shared) for p in found]
+
+
+def is_shared(path: Path) -> bool:
+    """Whether ``path`` is one of the shared traces (not a sample or a tmp file)."""
+    return SHARED in Path(path).parents
+
+
+def param(src: Path, id: str | None = None):
+    """A pytest param of ``src``, marked ``shared`` when it is a shared trace (a list of sources
+    can mix them with the repository's sample traces)."""
+    return pytest.param(src, id=id, marks=[pytest.mark.shared] if is_shared(src) else [])

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from golden import sources
+from shared_traces import param
 from tracekit.analyses import REGISTRY
 
 import tracekit
@@ -66,7 +67,7 @@ def test_repeated_or_missing_keys_take_the_group_by(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "src", [s for s in sources() if "decode" in s.name or "rank-0" in s.name][:3], ids=lambda s: s.name
+    "src", [param(s, s.name) for s in sources() if "decode" in s.name or "rank-0" in s.name][:3]
 )
 def test_every_table_of_real_traces(monkeypatch, tmp_path, src):
     dst = tmp_path / src.name

@@ -14,13 +14,13 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from shared_traces import SHARED
-from synthetic import make_trace, write_trace
 
 import tracekit
 import tracekit.ranks.analyse
 from tracekit.cli import main
 from tracekit.read import cache
 from tracekit.read.reader import DEFAULT_MAX_BYTES, read_trace
+from tracekit.testing import llama_training, write_trace
 
 SRC = SHARED / "hta" / "trace_filter__sampled_rank-0.json.gz"
 
@@ -36,7 +36,7 @@ def trace(tmp_path, monkeypatch):
         p = tmp_path / "t" / SRC.name
         shutil.copy(SRC, p)
         return p
-    return write_trace(tmp_path / "t" / "rank0.pt.trace.json.gz", make_trace(n_steps=2)[0])
+    return write_trace(tmp_path / "t" / "rank0.pt.trace.json.gz", llama_training(n_steps=2)[0])
 
 
 def _listing(folder: Path) -> set[str]:
@@ -47,7 +47,7 @@ def test_a_small_file_is_cached_as_its_result_only(tmp_path, monkeypatch):
     """One entry per small file (the result), and a re-analysis with other rule files (a
     result miss) reads the file again: the parse cache would save little for a small file."""
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cachedir"))
-    p = write_trace(tmp_path / "rank0.pt.trace.json.gz", make_trace(n_steps=2)[0])
+    p = write_trace(tmp_path / "rank0.pt.trace.json.gz", llama_training(n_steps=2)[0])
     fresh = tracekit.load(p, cache=False).tables()
     first = tracekit.load(p).tables()
     assert [e.name.endswith(".result.parquet") for e in cache.entries()] == [True]
@@ -118,7 +118,7 @@ def test_trace_replaced_while_read_is_not_cached(trace, monkeypatch):
     """The key is the identity of the bytes read: a file replaced during the read caches nothing
     (else every later run would print the old numbers under the new file's key)."""
     real_read = tracekit.ranks.analyse.read_trace
-    other = write_trace(trace.parent / "other.json", make_trace(n_steps=3, seed=7)[0])
+    other = write_trace(trace.parent / "other.json", llama_training(n_steps=3, seed=7)[0])
 
     def read_then_replace(path, max_bytes, jobs=1):
         raw = real_read(path, max_bytes, jobs)
@@ -151,7 +151,7 @@ def test_forged_cache_with_right_key_and_wrong_columns_is_a_miss_and_repaired(tr
 def test_oversized_forged_cache_is_refused_from_its_footer(tmp_path, monkeypatch):
     """An entry whose columns would expand far beyond the trace's size is never decoded."""
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "c"))
-    trace = write_trace(tmp_path / "small.json.gz", make_trace(n_layers=1, n_steps=1)[0])
+    trace = write_trace(tmp_path / "small.json.gz", llama_training(n_layers=1, n_steps=1)[0])
     monkeypatch.setattr(cache, "_SLACK", 0)  # the bound without its slack: a small test
     loc = _store(trace)
     good = pq.read_table(loc)
@@ -172,7 +172,7 @@ def test_oversized_forged_cache_is_refused_from_its_footer(tmp_path, monkeypatch
 
 def test_size_bound_evicts_least_recently_used(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "c"))
-    traces = [write_trace(tmp_path / f"r{i}.json", make_trace(n_steps=2, seed=i)[0]) for i in range(3)]
+    traces = [write_trace(tmp_path / f"r{i}.json", llama_training(n_steps=2, seed=i)[0]) for i in range(3)]
     locs = [_store(t) for t in traces[:2]]
     os.utime(locs[0], ns=(1, 1))  # entry 0 is the least recently used
     a, b = (p.stat().st_size for p in locs)  # room for two entries of about this size, not three
@@ -202,7 +202,8 @@ def test_many_stores_do_not_list_the_directory_each_time(tmp_path, monkeypatch):
     count for a run of thousands of ranks); a full directory is still brought under it."""
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "c"))
     traces = [
-        write_trace(tmp_path / f"r{i}.json", make_trace(n_steps=1, n_layers=1, seed=i)[0]) for i in range(12)
+        write_trace(tmp_path / f"r{i}.json", llama_training(n_steps=1, n_layers=1, seed=i)[0])
+        for i in range(12)
     ]
     listed = []
     real = cache.entries

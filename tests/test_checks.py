@@ -236,6 +236,7 @@ def test_phase_coverage_of_inference_and_training(tmp_path):
     assert "phase evidence 75.0% + forward by default 25.0% ·" in run.output
 
 
+@pytest.mark.shared
 @pytest.mark.parametrize(
     "name", ["b200__eager_trace", "inference__sglang_prefilldecode__sglang_Qwen3-8B_prefilldecode"]
 )

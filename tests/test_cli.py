@@ -8,9 +8,10 @@ import sys
 
 import pandas as pd
 import pytest
-from synthetic import make_trace, write_trace
 from tracekit.analyses import REGISTRY
 from tracekit.analyses._registry import MEMORY_EVENTS
+
+from tracekit.testing import llama_training, write_trace
 
 TABLES = [  # a bare trace's: no cross-rank, manifest or memory table
     n
@@ -30,7 +31,7 @@ def run(*args, check=True):
 
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory):
-    t, truth = make_trace(n_layers=2, n_steps=2, seed=11)
+    t, truth = llama_training(n_layers=2, n_steps=2, seed=11)
     return write_trace(tmp_path_factory.mktemp("cli") / "rank0.pt.trace.json.gz", t), truth
 
 
@@ -38,7 +39,7 @@ def trace(tmp_path_factory):
 def rank_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("ranks")
     for r in range(2):
-        t, _ = make_trace(n_layers=1, n_steps=2, seed=20 + r)
+        t, _ = llama_training(n_layers=1, n_steps=2, seed=20 + r)
         t["distributedInfo"] = {"rank": r, "world_size": 2, "backend": "nccl"}
         write_trace(d / f"rank{r}.pt.trace.json.gz", t)
     (d / "manifest.json").write_text("{}")

@@ -1,6 +1,6 @@
 """``tracekit compare``: two synthetic runs that differ only in attention (eager vs SDPA).
 
-The expected numbers come from the generator's planted truth (tests/synthetic.py), not from
+The expected numbers come from the scenario's planted truth (tracekit.testing.llama_training), not from
 tracekit: attention = Bmm0 + Softmax + Bmm1 + Attention module time per phase.
 """
 
@@ -11,11 +11,11 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from synthetic import make_trace, write_trace
 
 import tracekit
 from tracekit.cli import main
 from tracekit.compare import ATTENTION_PARTS, compare
+from tracekit.testing import llama_training, write_trace
 
 N_STEPS = 3
 
@@ -25,7 +25,7 @@ def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("cmp")
     out = {}
     for att in ("eager", "sdpa"):
-        trace, truth = make_trace(attention=att, n_steps=N_STEPS, n_layers=2, seed=1)
+        trace, truth = llama_training(attention=att, n_steps=N_STEPS, n_layers=2, seed=1)
         out[att] = (write_trace(d / f"{att}.json", trace), truth)
     return out
 
@@ -75,7 +75,7 @@ def test_deltas(runs):
 def test_single_step_has_no_noise(tmp_path):
     paths = []
     for att in ("eager", "sdpa"):
-        trace, _ = make_trace(attention=att, n_steps=1, n_layers=1)
+        trace, _ = llama_training(attention=att, n_steps=1, n_layers=1)
         paths.append(write_trace(tmp_path / f"{att}.json", trace))
     t = compare(tracekit.load(paths[0]), tracekit.load(paths[1]))
     assert t["attention"]["a_std"].isna().all() and t["phases_delta"]["b_std"].isna().all()

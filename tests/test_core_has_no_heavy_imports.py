@@ -6,11 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from synthetic import make_trace, write_trace
+from tracekit.testing import llama_training, write_trace
 
 
 def test_analysis_imports_no_torch(tmp_path):
-    trace, _ = make_trace(n_layers=1, n_steps=1)
+    trace, _ = llama_training(n_layers=1, n_steps=1)
     path = write_trace(tmp_path / "t.pt.trace.json.gz", trace)
     code = (
         "import sys, tracekit, tracekit.cli\n"
@@ -25,7 +25,7 @@ def test_analysis_imports_no_torch(tmp_path):
 def test_import_and_machine_formats_import_no_rich_or_plotly(tmp_path):
     """``import tracekit`` (every pool worker pays it) and ``tracekit.cli`` load neither rich nor
     plotly, and ``analyze --format json`` never loads rich: only terminal tables print with it."""
-    trace, _ = make_trace(n_layers=1, n_steps=2)
+    trace, _ = llama_training(n_layers=1, n_steps=2)
     path = write_trace(tmp_path / "t.pt.trace.json.gz", trace)
     out = tmp_path / "out.json"
     code = (

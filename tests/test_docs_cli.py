@@ -23,6 +23,11 @@ def titles(block: str) -> list[str]:
 COMMANDS = [(m.group(1), m.group(2)) for m in views(DOC.read_text(encoding="utf-8"))]
 
 
+def _reads_shared(command: str) -> bool:
+    """Whether a documented command reads one of the shared traces (the rest read samples)."""
+    return any(a.endswith(".gz") or a.rstrip("/") == RANK_DIR for a in argv(command)[0])
+
+
 def test_every_view_of_the_issue_is_documented():
     text = " ".join(c for c, _ in COMMANDS)
     for needed in ("top_kernels", "layers", "layer_spread", "rank_summary", "--module", "--steps", "explain"):
@@ -32,17 +37,24 @@ def test_every_view_of_the_issue_is_documented():
 
 
 @pytest.mark.parametrize(
-    "command, documented", COMMANDS, ids=[re.sub(r"\s+", " ", c)[23:80] for c, _ in COMMANDS]
+    "command, documented",
+    [
+        pytest.param(
+            c, out, id=re.sub(r"\s+", " ", c)[23:80], marks=[pytest.mark.shared] if _reads_shared(c) else []
+        )
+        for c, out in COMMANDS
+    ],
 )
 def test_documented_command_runs_and_shows_the_same_tables(command, documented):
-    args, both = argv(command)
-    if not SHARED.is_dir() and any(a.endswith(".gz") or a.rstrip("/") == RANK_DIR for a in args):
+    _, both = argv(command)
+    if not SHARED.is_dir() and _reads_shared(command):
         pytest.skip(f"shared traces not found at {SHARED}")
     code, out = run(command)
     assert code == (2 if both else 0), out
     assert titles(out) == titles(documented), "docs/cli.md is stale: run python tests/docs_cli.py --update"
 
 
+@pytest.mark.shared
 def test_rank_dir_files_exist():
     if not SHARED.is_dir():
         pytest.skip(f"shared traces not found at {SHARED}")

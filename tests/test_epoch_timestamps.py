@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from synthetic import make_trace, write_trace
 
 import tracekit
+from tracekit.testing import llama_training, write_trace
 
 EPOCH_US = 1_700_000_000_000_000  # 2023-11-14 in microseconds
 
@@ -24,7 +24,7 @@ def _shifted(trace: dict, offset_us: int) -> dict:
     "cfg", [dict(ts_format="int", seed=3), dict(ts_format="int", attention="sdpa", n_steps=3, seed=8)]
 )
 def test_tables_do_not_change_when_shifted_to_the_epoch(tmp_path, cfg):
-    trace, _ = make_trace(**cfg)
+    trace, _ = llama_training(**cfg)
     base = tracekit.load(write_trace(tmp_path / "base.json", trace), cache=False)
     far = tracekit.load(write_trace(tmp_path / "far.json", _shifted(trace, EPOCH_US)), cache=False)
     for name, expected in base.tables(per_step=True).items():

@@ -103,6 +103,7 @@ def test_cli_prints_the_selection_and_fails_in_one_line(tmp_path: Path):
     ]
 
 
+@pytest.mark.shared
 def test_real_trace_attention_is_not_its_glue():
     """TraceLens's B200 eager trace: 0.649 ms of fused attention and 0.225 ms of the attention
     block's glue per step; ``attention`` keeps only the former."""

@@ -34,6 +34,8 @@ import tracekit
 from tracekit.errors import TraceError
 from tracekit.render import formats
 
+pytestmark = pytest.mark.fuzz
+
 EXAMPLES = int(os.environ.get("TRACEKIT_FUZZ_EXAMPLES", "100"))
 FUZZ = settings(
     max_examples=EXAMPLES,
@@ -581,6 +583,7 @@ def test_random_json_and_bytes(value):
     check_load(value if isinstance(value, bytes) else _dump(value))
 
 
+@pytest.mark.shared
 @settings(FUZZ, max_examples=max(20, EXAMPLES // 4))
 @given(st.data())
 def test_cli_contract_on_mutated_traces(data):
@@ -593,6 +596,7 @@ def test_cli_contract_on_mutated_traces(data):
     check_cli(raw)
 
 
+@pytest.mark.shared
 def test_the_valid_bases_analyse():
     """Sanity: the unmutated inputs give tables (so the fuzz explores around working traces)."""
     assert check_load(MINI) == "ok"

@@ -10,11 +10,12 @@ import json
 
 import pytest
 from golden import GOLDEN, diff, golden_name, snapshot, sources
+from shared_traces import param
 
 SOURCES = sources()
 
 
-@pytest.mark.parametrize("src", SOURCES, ids=[golden_name(s)[:60] for s in SOURCES])
+@pytest.mark.parametrize("src", [param(s, golden_name(s)[:60]) for s in SOURCES])
 def test_tables_unchanged(src):
     path = GOLDEN / golden_name(src)
     assert path.exists(), f"no golden for {src.name}: run python tests/golden.py --update"
@@ -22,6 +23,7 @@ def test_tables_unchanged(src):
     assert not moved, f"{len(moved)} numbers moved:\n" + "\n".join(moved[:40])
 
 
+@pytest.mark.shared
 def test_every_golden_has_a_source():
     """A golden whose trace is gone is stale, not a safety net."""
     names = {golden_name(s) for s in SOURCES}

@@ -133,6 +133,7 @@ def _sums_to_100(df: pd.DataFrame, by: list[str]):
         assert g["percent"].sum() == pytest.approx(100.0, abs=1e-6)
 
 
+@pytest.mark.shared
 def test_sglang_prefill_stage_tables(sglang):
     k = sglang.table("kernels")
     assert set(k["stage"]) == {"prefill"}
@@ -149,6 +150,7 @@ def test_sglang_prefill_stage_tables(sglang):
     assert t.loc["ffn", "time_ms"] > t.loc["attention", "time_ms"]  # MLP GEMMs dominate
 
 
+@pytest.mark.shared
 def test_sglang_decode_trace_is_decode():
     a = tracekit.load(shared_trace(SGLANG_DEC), cache=False)
     k = a.table("kernels")
@@ -156,6 +158,7 @@ def test_sglang_decode_trace_is_decode():
     _sums_to_100(k, ["stage"])
 
 
+@pytest.mark.shared
 def test_b200_gpt_oss(b200):
     k = b200.table("kernels")
     _sums_to_100(k, ["stage"])

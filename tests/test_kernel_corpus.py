@@ -32,6 +32,7 @@ def _label(name: str, op: str) -> tuple[str, str]:
     return "compute", r.classify(name, f"{op} ")[0]
 
 
+@pytest.mark.shared
 def test_corpus_is_large_and_covers_every_shared_trace():
     rows = _rows()
     assert len({r["name"] for r in rows}) >= 300

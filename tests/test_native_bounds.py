@@ -19,9 +19,12 @@ import pytest
 
 import tracekit.read.native as N
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux") or N._kineto is None, reason="Linux mprotect, compiled scanner"
-)
+pytestmark = [
+    pytest.mark.fuzz,
+    pytest.mark.skipif(
+        not sys.platform.startswith("linux") or N._kineto is None, reason="Linux mprotect, compiled scanner"
+    ),
+]
 
 EVENTS = [
     b'{"ph": "X", "cat": "cpu_op", "name": "aten::slice", "pid": 6583, "tid": 6583, '

@@ -34,7 +34,6 @@ from events_equal import assert_events_equal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from shared_traces import params
-from synthetic import make_trace
 from test_bad_input import BROKEN
 
 import tracekit.read.files as F
@@ -43,6 +42,7 @@ import tracekit.read.reader as R
 from tracekit.errors import TraceError
 from tracekit.read.columns import _FrameBuilder
 from tracekit.read.streaming import _EVENTS_DECODER, _TEXT_EVENTS_DECODER
+from tracekit.testing import llama_training
 from tracekit.testing.strategies import planted_traces
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
@@ -189,18 +189,19 @@ def test_sample_traces_read_the_same(scans):
         {},
         {"ts_format": "int"},
         {"big_ids": True, "old_categories": True, "shuffle": True},
-        {"module_source": "both", "backward_thread": "main", "fwd_thread_id": "tid"},
+        {"modules": "both", "autograd_thread": False, "fwd_thread_id": "tid"},
     ],
     ids=["float", "int", "big-ids-old-cats", "both-modules"],
 )
 def test_synthetic_traces_read_the_same(options, tmp_path, scans):
-    trace, _ = make_trace(**options)
+    trace, _ = llama_training(**options)
     p = tmp_path / "t.json"
     p.write_text(json.dumps(trace))
     _check_file(p, chunks=(None, 1 << 12))
     assert scans["took"] > 0 and scans["declined"] == 0
 
 
+@pytest.mark.fuzz
 @FUZZ
 @given(planted_traces(max_steps=2, max_units=4))
 def test_planted_traces_read_the_same(tmp_path_factory, built):
@@ -574,12 +575,14 @@ def objects(draw, keys: list[str], inner=None) -> str:
 EVENTS = st.lists(objects(EVENT_KEYS, objects(ARG_KEYS)), min_size=1, max_size=6).map(", ".join)
 
 
+@pytest.mark.fuzz
 @FUZZ
 @given(EVENTS)
 def test_scanned_events_equal_msgspec_or_are_declined(text):
     check_scan(text.encode())
 
 
+@pytest.mark.fuzz
 @FUZZ
 @given(EVENTS, st.data())
 def test_mutated_event_text_equal_msgspec_or_declined(text, data):

@@ -82,6 +82,7 @@ def test_without_step_markers_they_stay_in_the_one_window(tmp_path):
     assert a.table("kernels")["time_ms"].sum() == pytest.approx(0.040)
 
 
+@pytest.mark.shared
 def test_real_trace_agrees(tmp_path):
     """TraceLens's MI300 ResNet with activation checkpointing: 968 of 3653 device activities
     (31.8% of device time) have no runtime call in the file; coverage says launch 68.2% and

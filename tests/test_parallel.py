@@ -9,9 +9,9 @@ import json
 import pandas as pd
 import pytest
 from shared_traces import SHARED
-from synthetic import make_trace, write_trace
 
 import tracekit
+from tracekit.testing import llama_training, write_trace
 
 SRCS = [SHARED / "hta" / f"trace_filter__sampled_rank-{i}.json.gz" for i in (0, 1)]
 
@@ -30,7 +30,7 @@ def ranks_dir(tmp_path_factory):
                 json.dump(trace, f)
     else:
         for i in range(4):
-            trace, _ = make_trace(n_steps=2, seed=30 + i)
+            trace, _ = llama_training(n_steps=2, seed=30 + i)
             trace["distributedInfo"] = {"rank": i, "world_size": 4}
             write_trace(d / f"{i}_rank{i % 2}.pt.trace.json.gz", trace)
     return d
@@ -153,7 +153,7 @@ def test_the_parent_keeps_no_frames_per_rank(tmp_path, monkeypatch):
     (which cost 7-40 KB each whatever their rows): a rank's tables, steps and windows are kept
     as rows of columns over all ranks (tracekit.ranks.gathered); what is left per rank (meta, a
     handle to its cache entry, its rows) is a few KB. Before: ~16 frames, ~130 KB per rank."""
-    trace, _ = make_trace(n_steps=2, seed=3)
+    trace, _ = llama_training(n_steps=2, seed=3)
     kept = {}
     for n in (4, 16):
         d = tmp_path / f"r{n}"

@@ -11,14 +11,14 @@ import tracemalloc
 
 import numpy as np
 import pyarrow as pa
-from synthetic import make_trace, write_trace
 
 import tracekit
 from tracekit.ranks import pool
+from tracekit.testing import llama_training, write_trace
 
 
 def _ranks(d, n: int) -> None:
-    trace, _ = make_trace(n_steps=2, seed=3)
+    trace, _ = llama_training(n_steps=2, seed=3)
     for i in range(n):
         trace["distributedInfo"] = {"rank": i, "world_size": n}
         write_trace(d / f"rank{i}.pt.trace.json.gz", trace)

@@ -14,6 +14,8 @@ from shared_traces import shared_trace
 
 import tracekit
 
+pytestmark = [pytest.mark.shared, pytest.mark.peers]
+
 hta = pytest.importorskip("hta", reason="HolisticTraceAnalysis not installed (pip install 'tracekit[peers]')")
 
 from tracekit.peers import hta_numbers, tracekit_like_hta

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from synthetic import make_trace, write_trace
-
 import tracekit
 from tracekit import progress
 from tracekit.read.reader import CHUNK_BYTES
+from tracekit.testing import llama_training, write_trace
 
 
 def test_progress_rises_and_each_file_finishes(tmp_path):
-    trace, _ = make_trace(n_layers=2, n_steps=2)
+    trace, _ = llama_training(n_layers=2, n_steps=2)
     # Pad with instant events (ignored by the analysis) so the file decodes in several slices.
     pad = {"ph": "i", "cat": "cpu_instant_event", "name": "x" * 200, "pid": 1, "tid": 1, "ts": 0}
     trace["traceEvents"] += [pad] * (3 * CHUNK_BYTES // 250)
@@ -29,7 +28,7 @@ def test_progress_rises_and_each_file_finishes(tmp_path):
 
 
 def test_nobody_listening_costs_nothing_and_says_nothing(tmp_path):
-    trace, _ = make_trace(n_layers=1, n_steps=1)
+    trace, _ = llama_training(n_layers=1, n_steps=1)
     a = tracekit.load(write_trace(tmp_path / "t.json", trace), cache=False)
     assert a.tables()["idle"].shape[0] == 1
 
@@ -43,7 +42,7 @@ def test_the_terminal_bar_runs_no_thread_and_still_draws(tmp_path, monkeypatch):
 
     from tracekit.cli import io as cli_io
 
-    trace, _ = make_trace(n_layers=2, n_steps=2)
+    trace, _ = llama_training(n_layers=2, n_steps=2)
     f = write_trace(tmp_path / "t.json", trace)
     err = io.StringIO()
     err.isatty = lambda: True  # type: ignore[method-assign]

@@ -125,6 +125,7 @@ def test_grouping_rules() -> None:
     assert "6 files -> 3 ranks" in how and "no CPU process id" in how
 
 
+@pytest.mark.shared
 def test_real_rank_files_stay_two_ranks(tmp_path: Path) -> None:
     for r in (0, 1):
         src = SHARED / f"hta/trace_filter__sampled_rank-{r}.json.gz"

@@ -17,6 +17,8 @@ from shared_traces import SHARED, shared_traces
 import tracekit
 from tracekit.cli import main
 
+pytestmark = pytest.mark.shared
+
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 
 

@@ -52,6 +52,7 @@ def test_reentrant_checkpoint_is_recompute(tmp_path: Path, modules: str) -> None
     assert mods[mods["phase"] != "backward"]["recompute_ms"].sum() == 0
 
 
+@pytest.mark.shared
 def test_real_activation_checkpointing() -> None:
     """MI300 ResNet with torch.utils.checkpoint: the rerun blocks are recompute, inside
     backward, and never more than backward's compute."""

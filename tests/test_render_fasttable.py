@@ -86,6 +86,7 @@ def test_fasttable_prints_what_rich_prints(seed):
             assert out[0] == out[1], (seed, width, color)
 
 
+@pytest.mark.shared
 @pytest.mark.parametrize(
     "name", ["tracelens/b200__eager_trace.json.gz", "hta/trace_filter__sampled_rank-0.json.gz"]
 )

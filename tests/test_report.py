@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from shared_traces import PAPER_MD
-from synthetic import make_trace, write_trace
 
 import tracekit
 from tracekit.cli import main
 from tracekit.render.html import render_report, script_json, write_report
+from tracekit.testing import llama_training, write_trace
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 needs_chromium = pytest.mark.skipif(
@@ -39,7 +39,7 @@ def report(tmp_path_factory):
     """A report of a synthetic run in which trace-derived text is hostile: the file name, a
     kernel category (as a user's rule could name it) and a module name."""
     d = tmp_path_factory.mktemp("report")
-    trace, _ = make_trace(n_steps=2, n_layers=2)
+    trace, _ = llama_training(n_steps=2, n_layers=2)
     path = write_trace(d / "run.json", trace)
     r = CliRunner().invoke(
         main, ["analyze", str(path), "--per-step", "--format", "html", "--out", str(d / "cli.html")]
@@ -85,7 +85,7 @@ def html_escaped(s: str) -> str:
 def test_compare_report(tmp_path):
     paths = []
     for att in ("eager", "sdpa"):
-        trace, _ = make_trace(attention=att, n_steps=2, n_layers=1)
+        trace, _ = llama_training(attention=att, n_steps=2, n_layers=1)
         paths.append(str(write_trace(tmp_path / f"{att}.json", trace)))
     from tracekit.compare import compare, compare_meta
 
@@ -122,6 +122,7 @@ def _page_requests(netlog: Path) -> list[str]:
     )
 
 
+@pytest.mark.browser
 @needs_chromium
 def test_report_renders_in_headless_chromium(report, tmp_path):
     url = report.resolve().as_uri()
@@ -151,6 +152,7 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     assert blue > 0.01 * 350 * 450
 
 
+@pytest.mark.browser
 @needs_chromium
 def test_network_check_can_fail(tmp_path):
     """The request check above sees a page's request (a control, so that check can fail)."""
@@ -162,7 +164,7 @@ def test_network_check_can_fail(tmp_path):
 
 
 def test_write_report_returns_path(tmp_path):
-    trace, _ = make_trace(n_steps=1, n_layers=1)
+    trace, _ = llama_training(n_steps=1, n_layers=1)
     a = tracekit.load(write_trace(tmp_path / "t.json", trace))
     out = write_report(a.meta, a.tables(), tmp_path / "r.html")
     assert out.exists() and out.stat().st_size > 3_000_000
@@ -171,6 +173,7 @@ def test_write_report_returns_path(tmp_path):
 # --- --paper ------------------------------------------------------------------------------------
 
 
+@pytest.mark.shared
 def test_paper_values_match_the_paper_text():
     from tracekit.paper import paper_values
 
@@ -205,7 +208,7 @@ def test_paper_values_match_the_paper_text():
 
 
 def test_paper_flag_adds_columns_and_citation(tmp_path):
-    trace, _ = make_trace(n_steps=2, n_layers=1)
+    trace, _ = llama_training(n_steps=2, n_layers=1)
     path = write_trace(tmp_path / "t.json", trace)
     plain = json.loads(CliRunner().invoke(main, ["analyze", str(path), "--format", "json"]).stdout)
     r = CliRunner().invoke(main, ["analyze", str(path), "--format", "json", "--paper"])
@@ -234,7 +237,7 @@ def test_paper_flag_adds_columns_and_citation(tmp_path):
 def test_compare_paper_table_viii(tmp_path):
     paths = []
     for att in ("eager", "sdpa"):
-        trace, _ = make_trace(attention=att, n_steps=1, n_layers=1)
+        trace, _ = llama_training(attention=att, n_steps=1, n_layers=1)
         paths.append(str(write_trace(tmp_path / f"{att}.json", trace)))
     r = CliRunner().invoke(main, ["compare", *paths, "--format", "json", "--paper"])
     assert r.exit_code == 0, r.output
@@ -242,6 +245,7 @@ def test_compare_paper_table_viii(tmp_path):
     assert att["forward"]["paper_improvement_pct"] == 34.9 and att["backward"]["paper_b_ms"] == 2.07
 
 
+@pytest.mark.browser
 @needs_chromium
 def test_multi_rank_report_renders_without_console_errors(tmp_path):
     """``analyze DIR --format html`` on a 2-rank run (it used to end in a traceback): every
@@ -259,6 +263,7 @@ def test_multi_rank_report_renders_without_console_errors(tmp_path):
     assert console == [], console
 
 
+@pytest.mark.browser
 @needs_chromium
 def test_console_check_can_fail(tmp_path):
     """The console check above sees a page's JavaScript error (a control)."""

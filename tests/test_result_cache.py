@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from golden import golden_name, sources
-from synthetic import make_trace, write_trace
+from shared_traces import param
 
 import tracekit
 import tracekit.ranks.analyse
@@ -23,6 +23,7 @@ from tracekit.filters import Filters
 from tracekit.ranks import results
 from tracekit.ranks.analyse import Options
 from tracekit.read import cache
+from tracekit.testing import llama_training, write_trace
 
 SOURCES = sources()
 
@@ -74,7 +75,7 @@ def _meta(a: tracekit.Analysis) -> dict:
     return json.loads(json.dumps(a.meta, default=str))
 
 
-@pytest.mark.parametrize("src", SOURCES, ids=[golden_name(s)[:60] for s in SOURCES])
+@pytest.mark.parametrize("src", [param(s, golden_name(s)[:60]) for s in SOURCES])
 def test_cached_result_equals_cold_without_running_the_pipeline(src, tmp_path, cachedir, monkeypatch):
     path = _copy(src, tmp_path)
     cold = tracekit.load(path, cache=False, jobs=1)
@@ -93,6 +94,7 @@ def test_cached_result_equals_cold_without_running_the_pipeline(src, tmp_path, c
     pd.testing.assert_frame_equal(second.intervals, cold.intervals)
 
 
+@pytest.mark.shared
 def test_explain_from_the_cache_equals_cold(tmp_path, cachedir):
     src = next(s for s in SOURCES if s.name.startswith("trace_filter__sampled_rank-0"))
     path = _copy(src, tmp_path)
@@ -104,7 +106,7 @@ def test_explain_from_the_cache_equals_cold(tmp_path, cachedir):
 
 @pytest.fixture
 def trace(tmp_path, cachedir):
-    trace, _ = make_trace(n_steps=3, n_layers=2, seed=5)
+    trace, _ = llama_training(n_steps=3, n_layers=2, seed=5)
     (tmp_path / "t").mkdir()
     return write_trace(tmp_path / "t" / "rank0.pt.trace.json", trace)
 
@@ -232,7 +234,7 @@ def test_trace_changed_before_the_intervals_are_read_is_an_error(trace):
     tracekit.load(trace)
     a = tracekit.load(trace)
     _result_entry().unlink()
-    write_trace(trace, make_trace(n_steps=2, seed=9)[0])
+    write_trace(trace, llama_training(n_steps=2, seed=9)[0])
     with pytest.raises(tracekit.TraceError, match="changed since it was analysed"):
         a.tables(per_step=True)
 
@@ -295,13 +297,18 @@ def test_intervals_become_the_arrow_table_from_pandas_gives(trace, monkeypatch, 
 
 def test_one_lru_bound_over_both_kinds(tmp_path, cachedir, monkeypatch):
     monkeypatch.setattr("tracekit.ranks.analyse.SMALL_FILE", -1)  # both kinds of entries, each file
-    traces = [write_trace(tmp_path / f"r{i}.json", make_trace(n_steps=2, seed=i)[0]) for i in range(3)]
-    tracekit.load(traces[0])
-    one = sum(p.stat().st_size for p in cache.entries())  # a parse and a result entry
-    monkeypatch.setenv("TRACEKIT_CACHE_MAX_BYTES", str(one * 2))
+    traces = [write_trace(tmp_path / f"r{i}.json", llama_training(n_steps=2, seed=i)[0]) for i in range(3)]
+    # the bound is exactly what the last two files' entries (a parse and a result entry each)
+    # take, measured in a scratch cache: entry sizes differ by a few bytes between files
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "scratch"))
     for t in traces[1:]:
         tracekit.load(t)
-    assert sum(p.stat().st_size for p in cache.entries()) <= one * 2
+    two = sum(p.stat().st_size for p in cache.entries())
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(cachedir))
+    monkeypatch.setenv("TRACEKIT_CACHE_MAX_BYTES", str(two))
+    for t in traces:
+        tracekit.load(t)
+    assert sum(p.stat().st_size for p in cache.entries()) == two
     assert results.load(traces[2], Options()) is not None and results.load(traces[0], Options()) is None
     n = len(cache.entries())
     assert cache.clear() == n == 4 and list(cachedir.iterdir()) == []  # the seal's key too
@@ -326,7 +333,7 @@ def _ranks_dir(tmp_path: Path) -> Path:
     d = tmp_path / "ranks"
     d.mkdir()
     for r in range(3):
-        trace, _ = make_trace(n_steps=2, n_layers=1, seed=40 + r)
+        trace, _ = llama_training(n_steps=2, n_layers=1, seed=40 + r)
         trace["distributedInfo"] = {"rank": r, "world_size": 3}
         write_trace(d / f"rank{r}.pt.trace.json", trace)
     return d

@@ -17,7 +17,7 @@ import tracekit
 from tracekit.pipeline.windows import frame_windows
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synthetic import make_trace, write_trace
+from tracekit.testing import llama_training, write_trace
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 
@@ -59,7 +59,7 @@ def reference(intervals: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
 
 @pytest.mark.parametrize("n_steps, seed", [(1, 3), (5, 4), (40, 5)])
 def test_training_steps_equal_the_reference(tmp_path: Path, n_steps: int, seed: int) -> None:
-    trace, _ = make_trace(n_steps=n_steps, n_layers=3, seed=seed)
+    trace, _ = llama_training(n_steps=n_steps, n_layers=3, seed=seed)
     a = tracekit.load(write_trace(tmp_path / "t.json", trace), cache=False, jobs=1)
     att = a.ranks[0]
     got = timeline.table(att.intervals, frame_windows(att.windows))

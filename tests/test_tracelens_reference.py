@@ -18,6 +18,8 @@ from shared_traces import SHARED
 
 import tracekit
 
+pytestmark = pytest.mark.shared
+
 REFERENCE = json.loads((Path(__file__).parent / "data" / "tracelens_busy_reference.json").read_text())
 TOLERANCE = 0.03
 

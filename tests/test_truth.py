@@ -1,6 +1,6 @@
 """Ground truth: tracekit recovers exactly the times planted in synthetic traces.
 
-Each trace comes from tests/synthetic.py with a Truth computed from the planted device
+Each trace comes from tracekit.testing.llama_training with a Truth computed from the planted device
 intervals and the labels the generator meant (phase, module category, block, collective), by
 the definitions in docs/metrics.md. Times are planted in integer nanoseconds, so every ms value
 must match to 1e-6 ms (one nanosecond).
@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from synthetic import TABLE_KEYS, make_trace, write_trace
 
 import tracekit
+from tracekit.testing import llama_training, write_trace
+from tracekit.testing.expected import TABLE_KEYS
 
 ABS = 1e-6  # ms: one nanosecond
 PCT = 1e-6  # percent points
@@ -27,9 +28,9 @@ PCT = 1e-6  # percent points
 CONFIGS = {
     "default": dict(),
     "sdpa": dict(attention="sdpa"),
-    "capture": dict(module_source="capture"),
-    "both": dict(module_source="both"),
-    "main_thread_backward": dict(backward_thread="main"),
+    "capture": dict(modules="capture"),
+    "both": dict(modules="both"),
+    "main_thread_backward": dict(autograd_thread=False),
     "fwd_thread_id_tid": dict(fwd_thread_id="tid"),
     "int_ts": dict(ts_format="int", seed=3),
     "big_ids_shuffled": dict(big_ids=True, shuffle=True, seed=7),
@@ -37,7 +38,7 @@ CONFIGS = {
     "three_layers_three_steps": dict(n_layers=3, n_steps=3, seed=2),
     "one_layer_one_step": dict(n_layers=1, n_steps=1, seed=4),
     "no_comm_no_side_stream": dict(comm=False, side_stream=False, rotary_module=False, zero_grad=False),
-    "sdpa_capture_shuffled": dict(attention="sdpa", module_source="capture", shuffle=True, seed=9),
+    "sdpa_capture_shuffled": dict(attention="sdpa", modules="capture", shuffle=True, seed=9),
 }
 
 
@@ -47,7 +48,7 @@ _cache: dict = {}
 def analysed(name: str, tmp_path_factory, suffix: str = ".json.gz"):
     key = (name, suffix)
     if key not in _cache:
-        trace, truth = make_trace(**CONFIGS[name])
+        trace, truth = llama_training(**CONFIGS[name])
         path = write_trace(tmp_path_factory.mktemp("truth") / f"{name}.pt.trace{suffix}", trace)
         a = tracekit.load(str(path))
         _cache[key] = (a, truth, path)
@@ -255,7 +256,7 @@ def _cli(path):
 
 
 def test_cli_json_end_to_end(tmp_path):
-    trace, truth = make_trace(n_layers=2, n_steps=2, seed=21, big_ids=True)
+    trace, truth = llama_training(n_layers=2, n_steps=2, seed=21, big_ids=True)
     path = write_trace(tmp_path / "rank0.pt.trace.json", trace)
     p = _cli(path)
     assert p.returncode == 0, p.stderr
@@ -288,8 +289,8 @@ def _random_config(seed: int) -> dict:
         n_steps=r.randint(1, 3),
         seed=seed,
         attention=r.choice(["eager", "sdpa"]),
-        module_source=r.choice(["nn_module", "capture", "both"]),
-        backward_thread=r.choice(["autograd", "main"]),
+        modules=r.choice(["nn_module", "capture", "both"]),
+        autograd_thread=r.choice([True, False]),
         fwd_thread_id=r.choice(["real", "tid"]),
         comm=r.random() < 0.8,
         forward_allgather=r.random() < 0.7,
@@ -307,7 +308,7 @@ def _random_config(seed: int) -> dict:
 @pytest.mark.parametrize("seed", range(100, 112))
 def test_random_configurations(seed, tmp_path):
     cfg = _random_config(seed)
-    trace, truth = make_trace(**cfg)
+    trace, truth = llama_training(**cfg)
     path = write_trace(tmp_path / ("t.json.gz" if seed % 2 else "t.json"), trace)
     tables = tracekit.load(str(path)).tables(per_step=True)
     for name in ("idle", "phases", "gemm", "comm", "modules", "timeline"):

@@ -15,7 +15,6 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
-from synthetic import make_trace, write_trace
 from tracekit.analyses import REGISTRY, TABLES
 from tracekit.analyses import layers as layers_table
 from tracekit.analyses import ranks as ranks_table
@@ -28,13 +27,14 @@ from tracekit.pipeline.windows import frame_windows
 from tracekit.render import formats
 from tracekit.render.html import figures, render_report
 from tracekit.render.terminal import render
+from tracekit.testing import llama_training, write_trace
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    t, truth = make_trace(n_layers=3, n_steps=3, seed=5)
+    t, truth = llama_training(n_layers=3, n_steps=3, seed=5)
     path = write_trace(tmp_path_factory.mktemp("views") / "t.json", t)
     return tracekit.load(path, cache=False), truth
 
@@ -422,7 +422,7 @@ def test_no_straggler_reads_none_in_every_output(tmp_path):
 def rank_dir(tmp_path_factory):
     """64 rank files of one synthetic run; rank 17 has a 30 ms longer optimizer step."""
     d = tmp_path_factory.mktemp("ranks64")
-    base, _ = make_trace(n_layers=1, n_steps=2, seed=3, comm=False)
+    base, _ = llama_training(n_layers=1, n_steps=2, seed=3, comm=False)
     for r in range(64):
         t = copy.deepcopy(base)
         t["distributedInfo"] = {"rank": r, "world_size": 64, "backend": "nccl"}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from shared_traces import shared_traces
+from shared_traces import param, shared_traces
 
 import tracekit
 from tracekit.cli import commands
@@ -25,7 +25,7 @@ SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 
 def _sources() -> list:
     found = list(shared_traces()) + sorted(p for p in SAMPLES.iterdir() if p.is_dir())
-    return [pytest.param(p, id=p.name[:50]) for p in found]
+    return [param(p, p.name[:50]) for p in found]
 
 
 def _views(a) -> list[tuple[str, object, list[str], bool]]:

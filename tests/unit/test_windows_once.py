@@ -18,7 +18,7 @@ from tracekit.pipeline.windows import Windows, find_windows, frame_windows
 from tracekit.ranks import tables as rank_tables
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from synthetic import make_trace, write_trace
+from tracekit.testing import llama_training, write_trace
 
 EPOCH = 1_700_000_000_000_000_000
 
@@ -48,7 +48,7 @@ def test_frame_windows_gives_the_complete_steps_and_their_phases():
 
 
 def test_every_table_reads_one_windows_framed_once_per_rank(tmp_path, monkeypatch):
-    trace, _ = make_trace(n_steps=4, n_layers=2, seed=7)
+    trace, _ = llama_training(n_steps=4, n_layers=2, seed=7)
     path = write_trace(tmp_path / "t.json", trace)
     framed: list[Windows] = []
     seen: dict[str, list[int]] = {}

@@ -5,6 +5,17 @@
 docs/architecture.md draws the whole. The result, :class:`Attributed`, holds the labelled
 interval table that every table in ``tracekit.analyses`` is a group-by of, and the windows
 table of the time engine that every table measures against.
+
+Takes in: one file's :class:`~tracekit.read.reader.RawTrace` and the label rules
+(:mod:`~tracekit.pipeline.taxonomy`). Gives out: :class:`Attributed` (intervals, steps,
+windows, modules, meta with coverage, warnings).
+
+Open first: this module's :func:`run` (the list of steps), then each step's module in that
+order: launches, steps, nest (+ nesting and ``_nesting.c``, the enclosing-range sweep; and
+self_time), backward, modules, phases (+ evidence, stages), categories (+ labels, taxonomy),
+windows, shares (+ intervals, the one interval library). :mod:`~tracekit.pipeline.state` is the
+``Trace`` passed from step to step; :mod:`~tracekit.pipeline.checks` and
+:mod:`~tracekit.pipeline.coverage` are the self-checks and the coverage of the evidence chain.
 """
 
 from __future__ import annotations

@@ -8,6 +8,14 @@ keeps every planted device activity with the labels it was meant to get
 (:class:`~tracekit.testing.truth.Activity`). ``tracekit.testing.strategies`` has hypothesis
 strategies (hypothesis is imported only there). Nothing here imports torch.
 
+Takes in: what a test plants (steps, phases, modules, kernels with exact times, ranks).
+Gives out: a trace file ``tracekit.load`` reads, and the planted truth to compare the tables
+with. Open first: :mod:`tracekit.testing.builder` (``TraceBuilder``). Then
+:mod:`~tracekit.testing.truth` (the planted activities and the interval arithmetic of the truth),
+:mod:`~tracekit.testing.kernels` (real kernel names), :mod:`~tracekit.testing.events` and
+:mod:`~tracekit.testing.document` (the Kineto event shapes, the file around them),
+:mod:`~tracekit.testing.device` (device calls), :mod:`~tracekit.testing.strategies`.
+
 See docs/testing.md.
 """
 
@@ -15,6 +23,8 @@ from . import kernels
 from .builder import TraceBuilder
 from .document import write_trace
 from .events import COMM_STREAM, COMPUTE_STREAM, COPY_STREAM, SIDE_STREAM
+from .expected import Truth, expected_tables
+from .llama import llama_training
 from .truth import Activity, Kernel, MemoryEvent, Op, intersect_window, measure, subtract, union
 
 __all__ = [
@@ -27,8 +37,11 @@ __all__ = [
     "MemoryEvent",
     "Op",
     "TraceBuilder",
+    "Truth",
+    "expected_tables",
     "intersect_window",
     "kernels",
+    "llama_training",
     "measure",
     "subtract",
     "union",

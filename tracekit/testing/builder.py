@@ -33,6 +33,7 @@ from .events import (
     EPOCH_NS,
     EventWriter,
 )
+from .host import HostCalls
 from .memory import MemoryCalls
 from .truth import Activity, Kernel, MemoryEvent, Op
 
@@ -54,7 +55,7 @@ def _node_name(op_name: str) -> str:
     return "".join(p.capitalize() for p in base.split("_") if p) + "Backward0"
 
 
-class TraceBuilder(DeviceCalls, MemoryCalls):
+class TraceBuilder(DeviceCalls, MemoryCalls, HostCalls):
     """Build one rank's Kineto trace: steps, modules, ops, kernels, backward, comm, optimizer.
 
     ``modules``: how module ranges are recorded: ``"nn_module"`` (python_function
@@ -66,7 +67,11 @@ class TraceBuilder(DeviceCalls, MemoryCalls):
     0-9 ns of CPU jitter (device times stay exact). ``legacy``: backward as the legacy
     ``torch.autograd.profiler`` and Kineto before torch 1.9 record it: nodes named
     ``AddmmBackward`` (no ``0``), no ``Sequence number`` or ``Fwd thread id``, no
-    ``evaluate_function`` and no ``fwdbwd`` flows. Times are microseconds (floats carry ns).
+    ``evaluate_function`` and no ``fwdbwd`` flows. ``fwd_thread_id``: ``"real"`` (forward ops
+    carry ``Fwd thread id`` 0, backward nodes 1, as PyTorch writes them) or ``"tid"`` (forward
+    ops none, backward nodes the main thread's id, as older PyTorch did). ``unique_starts``:
+    nudge a device start another activity already has by one quantum. Times are microseconds
+    (floats carry ns).
     """
 
     def __init__(
@@ -86,9 +91,13 @@ class TraceBuilder(DeviceCalls, MemoryCalls):
         device: int = 0,
         jitter_seed: int | None = None,
         legacy: bool = False,
+        fwd_thread_id: str = "real",
+        unique_starts: bool = False,
     ) -> None:
         if modules not in MODULE_EVENTS:
             raise ValueError(f"modules must be one of {MODULE_EVENTS}, not {modules!r}")
+        if fwd_thread_id not in ("real", "tid"):
+            raise ValueError(f"fwd_thread_id must be 'real' or 'tid', not {fwd_thread_id!r}")
         rng = random.Random(jitter_seed) if jitter_seed is not None else None
         self.w = EventWriter(
             ts_format=ts_format,
@@ -99,8 +108,10 @@ class TraceBuilder(DeviceCalls, MemoryCalls):
             autograd_tid=pid + 88 if autograd_thread else None,
             device=device,
             start_ns=start_ns,
+            unique_starts=unique_starts,
         )
         self.rank, self.world_size = rank, world_size
+        self.fwd_thread_id = fwd_thread_id
         self.nn_module = modules in ("nn_module", "both")
         self.capture = modules in ("capture", "both")
         self.flows = flows and not legacy
@@ -272,7 +283,9 @@ class TraceBuilder(DeviceCalls, MemoryCalls):
         if not self._s.backward:
             seq = self._seq
             if not self.legacy:
-                a.update({"Sequence number": seq, "Fwd thread id": 0})
+                a["Sequence number"] = seq
+                if self.fwd_thread_id == "real":
+                    a["Fwd thread id"] = 0
         top = not self._s.ops
         with self.w.rng_(self._s.tid, name, "cpu_op", args=a) as box:
             op = Op(
@@ -297,7 +310,8 @@ class TraceBuilder(DeviceCalls, MemoryCalls):
         node = node or _node_name(fwd.name)
         if self.legacy:  # AddmmBackward0 -> AddmmBackward
             node = node.rstrip("0123456789")
-        args = {} if self.legacy else {"Sequence number": fwd.seq, "Fwd thread id": 1}
+        fwd_tid = 1 if self.fwd_thread_id == "real" else self.w.main
+        args = {} if self.legacy else {"Sequence number": fwd.seq, "Fwd thread id": fwd_tid}
         tid = self._s.tid
         with ExitStack() as engine:
             if not self.legacy:

@@ -80,15 +80,19 @@ class DeviceCalls:
         api: str | None,
         comm: bool,
         collective: str | None,
+        not_before_us: float | None = None,
     ) -> Activity:
+        if at_us is not None and not_before_us is not None:
+            raise ValueError("at_us (exactly then) or not_before_us (then or later), not both")
         want = None if at_us is None else self.at(at_us)
+        soft = None if not_before_us is None else self.at(not_before_us)
         x = self.w.launch(
             self._s.tid,
             name,
             self.ns(dur_us),
             stream=stream,
             gap=self.ns(gap_us),
-            start=want,
+            start=want if soft is None else soft,
             kind=kind,
             api=api,
         )
@@ -124,15 +128,16 @@ class DeviceCalls:
         gap_us: float = 0,
         at_us: float | None = None,
         api: str | None = None,
+        not_before_us: float | None = None,
         **shapes: list,
     ) -> Kernel:
         """A kernel launched by ``op`` (a new CPU op of that name; else the current op).
 
         It starts ``gap_us`` after ``stream``'s last activity (and after its launch), or exactly
-        at ``at_us`` (microseconds after the origin). In backward, ``creator`` (the forward op
-        or kernel) wraps the launch in that op's autograd node. ``shapes``: the new op's
-        ``input_dims=``, ``input_types=``, ``input_strides=``, ``concrete_inputs=`` (see
-        :meth:`TraceBuilder.op`).
+        at ``at_us`` (microseconds after the origin), or at ``not_before_us`` unless its launch
+        or its stream is later. In backward, ``creator`` (the forward op or kernel) wraps the
+        launch in that op's autograd node. ``shapes``: the new op's ``input_dims=``,
+        ``input_types=``, ``input_strides=``, ``concrete_inputs=`` (see :meth:`TraceBuilder.op`).
         """
         if shapes and op is None:
             raise ValueError("shapes belong to a new op: give op= too")
@@ -150,6 +155,7 @@ class DeviceCalls:
                 api=api,
                 comm=False,
                 collective=None,
+                not_before_us=not_before_us,
             )
         return Kernel(act, launching or (self._s.ops[-1] if self._s.ops else None))
 
@@ -162,10 +168,10 @@ class DeviceCalls:
         stream: int = COMM_STREAM,
         gap_us: float = 0,
         at_us: float | None = None,
+        not_before_us: float | None = None,
     ) -> Kernel:
         """A collective: ``record_param_comms`` (with its ``Collective name``), an ``nccl:*``
         annotation and the NCCL kernel (``NCCL_GENERIC`` where the name does not say it)."""
-        kname = kernel or NCCL_KERNELS.get(collective, NCCL_GENERIC)
         args = {
             "Collective name": _COLLECTIVE_NAME.get(collective, collective.lower()),
             "dtype": "BFloat16",
@@ -175,18 +181,46 @@ class DeviceCalls:
         with self.op("record_param_comms", args=args) as rpc:
             tag = _COLLECTIVE_NAME.get(collective, collective.lower()).strip("_")
             with self.w.rng_(self._s.tid, f"nccl:{tag}", "user_annotation"):
-                act = self._launch(
-                    kname,
+                k = self.collective_kernel(
+                    collective,
                     dur_us,
-                    kind="kernel",
+                    kernel=kernel,
                     stream=stream,
                     gap_us=gap_us,
                     at_us=at_us,
-                    api=None,
-                    comm=True,
-                    collective=collective,
+                    not_before_us=not_before_us,
                 )
-        return Kernel(act, rpc)
+        return Kernel(k.activity, rpc)
+
+    def collective_kernel(
+        self,
+        collective: str,
+        dur_us: float,
+        *,
+        kernel: str | None = None,
+        stream: int = COMM_STREAM,
+        gap_us: float = 0,
+        at_us: float | None = None,
+        not_before_us: float | None = None,
+        api: str | None = None,
+    ) -> Kernel:
+        """A collective's kernel alone, launched from the current op (``api``: the launch call,
+        e.g. ``cuLaunchKernelEx``): for traces that record a collective otherwise than
+        :meth:`comm` does (only ``record_param_comms``, only an ``nccl:*`` range, other names),
+        built around it with :meth:`op` and :meth:`annotation`."""
+        act = self._launch(
+            kernel or NCCL_KERNELS.get(collective, NCCL_GENERIC),
+            dur_us,
+            kind="kernel",
+            stream=stream,
+            gap_us=gap_us,
+            at_us=at_us,
+            api=api,
+            comm=True,
+            collective=collective,
+            not_before_us=not_before_us,
+        )
+        return Kernel(act, self._s.ops[-1] if self._s.ops else None)
 
     def memcpy(
         self,
@@ -196,9 +230,12 @@ class DeviceCalls:
         stream: int = COPY_STREAM,
         gap_us: float = 0,
         at_us: float | None = None,
+        not_before_us: float | None = None,
+        op: str | None = "aten::copy_",
     ) -> Kernel:
-        """A ``Memcpy HtoD/DtoH/DtoD`` from an ``aten::copy_`` op."""
-        with self.op("aten::copy_") as o:
+        """A ``Memcpy HtoD/DtoH/DtoD`` from an ``op`` (None: the current op)."""
+        with ExitStack() as stack:
+            o = stack.enter_context(self.op(op)) if op is not None else None
             act = self._launch(
                 _MEMCPY[direction],
                 dur_us,
@@ -209,14 +246,23 @@ class DeviceCalls:
                 api=None,
                 comm=False,
                 collective=None,
+                not_before_us=not_before_us,
             )
-        return Kernel(act, o)
+        return Kernel(act, o or (self._s.ops[-1] if self._s.ops else None))
 
     def memset(
-        self, dur_us: float, *, stream: int = COMPUTE_STREAM, gap_us: float = 0, at_us: float | None = None
+        self,
+        dur_us: float,
+        *,
+        stream: int = COMPUTE_STREAM,
+        gap_us: float = 0,
+        at_us: float | None = None,
+        not_before_us: float | None = None,
+        op: str | None = "aten::zero_",
     ) -> Kernel:
-        """A ``Memset (Device)`` from an ``aten::zero_`` op."""
-        with self.op("aten::zero_") as o:
+        """A ``Memset (Device)`` from an ``op`` (None: the current op)."""
+        with ExitStack() as stack:
+            o = stack.enter_context(self.op(op)) if op is not None else None
             act = self._launch(
                 MEMSET,
                 dur_us,
@@ -227,8 +273,9 @@ class DeviceCalls:
                 api=None,
                 comm=False,
                 collective=None,
+                not_before_us=not_before_us,
             )
-        return Kernel(act, o)
+        return Kernel(act, o or (self._s.ops[-1] if self._s.ops else None))
 
     def synchronize(self) -> None:
         """``cudaStreamSynchronize``: the CPU waits until every planted activity has ended."""

@@ -1,4 +1,4 @@
-"""Tests of the synthetic trace generator itself (tests/synthetic.py).
+"""Tests of the Llama training scenario itself (:func:`tracekit.testing.llama_training`).
 
 The truth tests trust the generator's Truth; these tests check that trust by other routes: the
 trace is a well-formed Kineto trace (ranges nest, ids are unique, every device activity has
@@ -15,7 +15,11 @@ import re
 from collections import Counter, defaultdict
 
 import pytest
-from synthetic import MODULE_ROWS, NCCL_GENERIC, make_trace, measure, shares, subtract, union, write_trace
+
+from tracekit.testing import llama_training, measure, subtract, union, write_trace
+from tracekit.testing.expected import MODULE_ROWS
+from tracekit.testing.kernels import NCCL_GENERIC
+from tracekit.testing.truth import shares
 
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime", "Driver"}
@@ -24,9 +28,9 @@ OP_CATS = {"cpu_op", "Operator", "user_annotation"}
 CONFIGS = [
     dict(),
     dict(attention="sdpa"),
-    dict(module_source="capture"),
-    dict(module_source="both", n_layers=3, n_steps=3),
-    dict(backward_thread="main"),
+    dict(modules="capture"),
+    dict(modules="both", n_layers=3, n_steps=3),
+    dict(autograd_thread=False),
     dict(ts_format="int", seed=3),
     dict(big_ids=True, shuffle=True, seed=7),
     dict(old_categories=True),
@@ -49,7 +53,7 @@ def ids(cfg):
 
 @pytest.fixture(scope="module", params=CONFIGS, ids=ids)
 def built(request):
-    return make_trace(**request.param)
+    return llama_training(**request.param)
 
 
 def test_json_round_trip_is_exact(built):
@@ -145,7 +149,7 @@ def test_backward_nodes_link_to_exactly_one_forward_sequence(built):
             assert a["Fwd thread id"] == 1
         else:
             assert a["Fwd thread id"] == main
-        if truth.config["backward_thread"] == "autograd":
+        if truth.config["autograd_thread"]:
             assert n["tid"] != main
 
 
@@ -226,7 +230,7 @@ def test_planted_labels_match_the_trace_structure(built):
 
 
 def _sweep_busy(intervals):
-    """Measure of a union by a +1/-1 event sweep (a different algorithm from synthetic.union)."""
+    """Measure of a union by a +1/-1 event sweep (a different algorithm from tracekit.testing.union)."""
     pts = sorted(
         [(s, 1) for s, e in intervals] + [(e, -1) for s, e in intervals], key=lambda p: (p[0], -p[1])
     )
@@ -304,7 +308,7 @@ def test_no_tied_starts_in_the_forward_window(built):
 
 def test_planted_variety():
     """The default trace plants what the truth tests are meant to catch."""
-    _trace, truth = make_trace(n_layers=2, n_steps=2)
+    _trace, truth = llama_training(n_layers=2, n_steps=2)
     acts = truth.activities
     for step in truth.steps:
         A = [a for a in acts if a.step == step]
@@ -344,7 +348,7 @@ def test_planted_variety():
 
 
 def test_nn_module_names_follow_pytorch_counters():
-    trace, _ = make_trace(n_layers=2, n_steps=2)
+    trace, _ = llama_training(n_layers=2, n_steps=2)
     mods = sorted(
         (e for e in xs(trace, {"python_function"}) if e["name"].startswith("nn.Module: ")),
         key=lambda e: e["ts"],
@@ -376,7 +380,7 @@ def test_nn_module_names_follow_pytorch_counters():
 
 
 def test_capture_annotations():
-    trace, _ = make_trace(module_source="capture", n_layers=2, n_steps=1)
+    trace, _ = llama_training(modules="capture", n_layers=2, n_steps=1)
     names = [e["name"] for e in xs(trace, {"user_annotation"})]
     assert "tracekit.module:Linear:model.layers.1.self_attn.q_proj" in names
     assert "tracekit.module:LlamaDecoderLayer:model.layers.0" in names
@@ -387,7 +391,7 @@ def test_capture_annotations():
 
 
 def test_big_ids_survive_json_exactly(tmp_path):
-    trace, truth = make_trace(big_ids=True, n_steps=1)
+    trace, truth = llama_training(big_ids=True, n_steps=1)
     p = write_trace(tmp_path / "t.json.gz", trace)
     back = json.loads(gzip.open(p, "rt").read())
     corr = [e["args"]["correlation"] for e in xs(back, RUNTIME_CATS)]
@@ -399,8 +403,8 @@ def test_big_ids_survive_json_exactly(tmp_path):
 
 
 def test_ts_formats(tmp_path):
-    t_float, _ = make_trace(n_steps=1)
-    t_int, _ = make_trace(n_steps=1, ts_format="int")
+    t_float, _ = llama_training(n_steps=1)
+    t_int, _ = llama_training(n_steps=1, ts_format="int")
     assert any(isinstance(e["ts"], float) and (e["ts"] * 1000) % 1000 for e in xs(t_float, DEVICE_CATS))
     assert all(isinstance(e["ts"], int) and isinstance(e["dur"], int) for e in xs(t_int))
     text = json.dumps(t_float)
@@ -408,8 +412,8 @@ def test_ts_formats(tmp_path):
 
 
 def test_shuffle_keeps_events_and_truth():
-    a, ta = make_trace(seed=11)
-    b, tb = make_trace(seed=11, shuffle=True)
+    a, ta = llama_training(seed=11)
+    b, tb = llama_training(seed=11, shuffle=True)
 
     def key(e):
         return json.dumps(e, sort_keys=True)
@@ -420,7 +424,7 @@ def test_shuffle_keeps_events_and_truth():
 
 
 def test_old_categories():
-    trace, _ = make_trace(old_categories=True, n_steps=1)
+    trace, _ = llama_training(old_categories=True, n_steps=1)
     cats = Counter(e.get("cat") for e in trace["traceEvents"])
     assert cats["Kernel"] and cats["Runtime"] and cats["Operator"] and cats["Memcpy"] and cats["Memset"]
     assert not cats["kernel"] and not cats["cpu_op"] and not cats["ac2g"]
