@@ -146,6 +146,19 @@ def union_ms_by(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
     return out
 
 
+def largest_first(
+    df: pd.DataFrame, value: str, groups: tuple[str, ...] = ("rank", "step"), columns: list[str] | None = None
+) -> pd.DataFrame:
+    """``df`` in the order of its ``groups`` columns (those it has), each group's rows by
+    ``value``, largest first (ties keep their order); ``columns``: the columns shown, in order,
+    after ``rank`` (those it has)."""
+    by = [c for c in groups if c in df.columns]
+    out = df.sort_values(by + [value], ascending=[True] * len(by) + [False], kind="stable")
+    if columns is not None:
+        out = out[[c for c in ("rank", *columns) if c in out.columns]]
+    return out.reset_index(drop=True)
+
+
 def once_per_table(build: Callable[[pd.DataFrame], T]) -> Callable[[pd.DataFrame], T]:
     """``build`` computed once per interval table: the value for the last table it was given
     is kept while that table lives (a weak reference), so the tables that read it share one

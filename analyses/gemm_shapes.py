@@ -22,7 +22,7 @@ import pandas as pd
 from tracekit.pipeline.windows import Windows
 
 from . import _perf
-from ._common import as_text, sums
+from ._common import as_text, largest_first, sums
 from ._registry import CALLS, GFLOP, MS, PCT, TFLOPS, US, register
 
 KEYS = ["phase", "op", "batch", "m", "n", "k", "dtype"]
@@ -50,9 +50,7 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
     df["tflops"] = _perf.ratio(df["total_gflop"], df["time_ms"])  # GFLOP per ms is TFLOP/s
     df["ideal_ms"] = _perf.known(df["ideal_ms"], df["total_gflop"])
     df["peak_pct"] = _perf.ratio(df["ideal_ms"], df["time_ms"], 100.0)
-    by = [c for c in ("rank", "step") if c in df.columns]
-    order = df.sort_values(by + ["time_ms"], ascending=[True] * len(by) + [False], kind="stable")
-    return order[[c for c in ("rank", *COLUMNS) if c in df.columns]].reset_index(drop=True)
+    return largest_first(df, "time_ms", columns=COLUMNS)
 
 
 @register(

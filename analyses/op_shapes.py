@@ -21,7 +21,7 @@ import pandas as pd
 from tracekit.pipeline.windows import Windows
 
 from . import _perf
-from ._common import as_text, sums
+from ._common import as_text, largest_first, sums
 from ._registry import CALLS, FLOP_PER_BYTE, GBYTE, GFLOP, MS, PCT, TBPS, TFLOPS, US, register
 
 KEYS = ["phase", "op", "family", "shape", "dtype"]
@@ -66,9 +66,7 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
     df["ideal_mem_ms"] = _perf.known(df["ideal_mem_ms"], df["total_gbyte"])
     binding = df[["ideal_ms", "ideal_mem_ms"]].max(axis=1, skipna=False)
     df["peak_pct"] = _perf.ratio(binding, df["time_ms"], 100.0)
-    by = [c for c in ("rank", "step") if c in df.columns]
-    order = df.sort_values(by + ["time_ms"], ascending=[True] * len(by) + [False], kind="stable")
-    return order[[c for c in ("rank", *COLUMNS) if c in df.columns]].reset_index(drop=True)
+    return largest_first(df, "time_ms", columns=COLUMNS)
 
 
 @register(

@@ -21,7 +21,7 @@ import pandas as pd
 from tracekit.pipeline import names
 from tracekit.pipeline.windows import Windows
 
-from ._common import as_text, narrow, sums, text
+from ._common import as_text, largest_first, narrow, sums, text
 from ._registry import COUNT, MS, PCT, US, Ratio, register
 
 #: Rows kept per step; the rest are summed into one "(other kernels)" row.
@@ -33,10 +33,7 @@ short_name = names.short_name
 
 def _finish(df: pd.DataFrame) -> pd.DataFrame:
     """Largest total first."""
-    by = [c for c in ("rank", "step", "stage") if c in df.columns]
-    return df.sort_values(by + ["total_ms"], ascending=[True] * len(by) + [False], kind="stable").reset_index(
-        drop=True
-    )
+    return largest_first(df, "total_ms", groups=("rank", "step", "stage"))
 
 
 def _keep_top(rows: pd.DataFrame) -> pd.DataFrame:

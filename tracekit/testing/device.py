@@ -77,11 +77,13 @@ class DeviceCalls:
         stream: int,
         gap_us: float,
         at_us: float | None,
-        api: str | None,
-        comm: bool,
-        collective: str | None,
-        not_before_us: float | None = None,
+        not_before_us: float | None,
+        api: str | None = None,
+        collective: str | None = None,
     ) -> Activity:
+        """Launch one device activity from the current op and record it with its planted
+        labels; a ``collective`` (comm kernel) carries no compute category."""
+        comm = collective is not None
         if at_us is not None and not_before_us is not None:
             raise ValueError("at_us (exactly then) or not_before_us (then or later), not both")
         want = None if at_us is None else self.at(at_us)
@@ -116,6 +118,9 @@ class DeviceCalls:
         )
         self.activities.append(act)
         return act
+
+    def _current_op(self) -> Op | None:
+        return self._s.ops[-1] if self._s.ops else None
 
     def kernel(
         self,
@@ -153,11 +158,9 @@ class DeviceCalls:
                 gap_us=gap_us,
                 at_us=at_us,
                 api=api,
-                comm=False,
-                collective=None,
                 not_before_us=not_before_us,
             )
-        return Kernel(act, launching or (self._s.ops[-1] if self._s.ops else None))
+        return Kernel(act, launching or self._current_op())
 
     def comm(
         self,
@@ -216,11 +219,10 @@ class DeviceCalls:
             gap_us=gap_us,
             at_us=at_us,
             api=api,
-            comm=True,
             collective=collective,
             not_before_us=not_before_us,
         )
-        return Kernel(act, self._s.ops[-1] if self._s.ops else None)
+        return Kernel(act, self._current_op())
 
     def memcpy(
         self,
@@ -243,12 +245,9 @@ class DeviceCalls:
                 stream=stream,
                 gap_us=gap_us,
                 at_us=at_us,
-                api=None,
-                comm=False,
-                collective=None,
                 not_before_us=not_before_us,
             )
-        return Kernel(act, o or (self._s.ops[-1] if self._s.ops else None))
+        return Kernel(act, o or self._current_op())
 
     def memset(
         self,
@@ -270,12 +269,9 @@ class DeviceCalls:
                 stream=stream,
                 gap_us=gap_us,
                 at_us=at_us,
-                api=None,
-                comm=False,
-                collective=None,
                 not_before_us=not_before_us,
             )
-        return Kernel(act, o or (self._s.ops[-1] if self._s.ops else None))
+        return Kernel(act, o or self._current_op())
 
     def synchronize(self) -> None:
         """``cudaStreamSynchronize``: the CPU waits until every planted activity has ended."""
