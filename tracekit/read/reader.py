@@ -22,6 +22,7 @@ and decodes small or broken files whole, with one-line errors.
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 from dataclasses import dataclass, field
@@ -123,7 +124,7 @@ def decode(
     _check_text(data, path)
     try:
         return decode_document(data, text_times)
-    except UnicodeDecodeError as e:  # msgspec passes the codec's error through
+    except UnicodeDecodeError as e:  # msgspec < 0.23 passes the codec's error through
         raise TraceError(
             path, f"not UTF-8 text: a JSON string holds the invalid byte 0x{e.object[e.start]:02x}"
         ) from None
@@ -138,6 +139,8 @@ def decode(
         raise TraceError(path, f"malformed trace: {msg}") from None
     except msgspec.DecodeError as e:
         msg = str(e)
+        if "invalid utf-8" in msg.lower():  # msgspec >= 0.23 names no byte: find it
+            raise TraceError(path, _not_utf8(data, blanks)) from None
         if "truncated" in msg.lower():
             raise TraceError(path, "truncated JSON (the file ends early)") from None
         at = re.search(r"\(byte (\d+)\)", msg)
@@ -153,6 +156,21 @@ def decode(
         raise TraceError(path, f"not valid JSON ({msg})") from None
     except RecursionError:
         raise TraceError(path, "JSON nested too deeply") from None
+
+
+def _not_utf8(data: bytes, blanks: Blanks | None) -> str:
+    """The message for text that is not UTF-8: its first invalid byte and where it is (found
+    slice by slice, on this error path only, so a large file is never copied whole)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    step = 1 << 20
+    for start in range(0, len(data), step):
+        try:
+            decoder.decode(data[start : start + step], final=start + step >= len(data))
+        except UnicodeDecodeError as e:
+            at = max(start + e.start - len(e.object) + len(data[start : start + step]), 0)
+            where = at if blanks is None else blanks.original(at)
+            return f"not UTF-8 text: a JSON string holds the invalid byte 0x{data[at]:02x} (byte {where})"
+    return "not UTF-8 text: a JSON string holds an invalid byte sequence"
 
 
 def _check_text(data: bytes, path: str | os.PathLike) -> None:
