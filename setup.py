@@ -25,7 +25,7 @@ def packages() -> list[str]:
 
 
 #: gcc/clang: no fused multiply-add or fast math, so float times round exactly as numpy's do.
-_FLAGS = [] if os.name == "nt" else ["-O2", "-std=c11", "-fno-fast-math", "-ffp-contract=off"]
+_FLAGS = [] if os.name == "nt" else ["-O2", "-g0", "-std=c11", "-fno-fast-math", "-ffp-contract=off"]
 
 setup(
     packages=packages(),
