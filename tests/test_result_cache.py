@@ -96,7 +96,9 @@ def test_cached_result_equals_cold_without_running_the_pipeline(src, tmp_path, c
 
 @pytest.mark.shared
 def test_explain_from_the_cache_equals_cold(tmp_path, cachedir):
-    src = next(s for s in SOURCES if s.name.startswith("trace_filter__sampled_rank-0"))
+    src = next((s for s in SOURCES if s.name.startswith("trace_filter__sampled_rank-0")), None)
+    if src is None:
+        pytest.skip("the shared trace trace_filter__sampled_rank-0 is absent (no ../shared)")
     path = _copy(src, tmp_path)
     cold = explain.run(path, "nccl|gemm", options=Options(cache=False))
     tracekit.load(path)
