@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import os
 
+from tracekit.errors import install_hint
+
 from .errors import MISSING_DEPENDENCY, CaptureError
 
 CAPTURE_PACKAGES = ("torch", "deepspeed", "transformers")
@@ -13,9 +15,7 @@ CAPTURE_PACKAGES = ("torch", "deepspeed", "transformers")
 def require(packages=CAPTURE_PACKAGES, why: str = "tracekit capture") -> None:
     missing = [p for p in packages if importlib.util.find_spec(p) is None]
     if missing:
-        raise CaptureError(
-            f"{why} needs {', '.join(missing)}: pip install 'tracekit[capture]'", MISSING_DEPENDENCY
-        )
+        raise CaptureError(f"{why} needs {', '.join(missing)}: {install_hint('capture')}", MISSING_DEPENDENCY)
 
 
 def gpu_count() -> int:

@@ -25,3 +25,12 @@ class TraceError(Exception):
 class RunError(Exception):
     """What the run was told to use cannot be used (a Dask scheduler that cannot be reached or
     is not one): one line, exit status 2, no file named (it is not the trace's fault)."""
+
+
+def install_hint(extra: str) -> str:
+    """How to install the optional ``extra``: tracekit is not on PyPI (PyPI's ``tracekit`` name
+    is not this project), so the hint names what works, a clone or a built wheel."""
+    return (
+        f"pip install -e '.[{extra}]' in a clone of tracekit, or pip install "
+        f"'tracekit-<version>-<tags>.whl[{extra}]' from a built wheel (tracekit is not on PyPI)"
+    )

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import install_hint
 from .cache import cache_group
 from .io import TracekitGroup, fail, reported, write_output
 from .reading import reading_options
@@ -333,8 +334,8 @@ def _capture() -> click.Command:
         @click.command(context_settings={"ignore_unknown_options": True})
         @click.argument("args", nargs=-1, type=click.UNPROCESSED)
         def missing(args):
-            """Capture traces (needs: pip install 'tracekit[capture]')."""
-            fail("capture needs the capture extra: pip install 'tracekit[capture]'")
+            """Capture traces (needs the capture extra, not installed here)."""
+            fail(f"capture needs the capture extra: {install_hint('capture')}")
 
         return missing
     return capture

@@ -12,7 +12,8 @@ when ``jobs > 1``), and its own work per rank is gathering, not computing.
   the parent only, which terminates the pool (no worker tracebacks, no hang) and re-raises
   :class:`KeyboardInterrupt`;
 * ``scheduler="tcp://host:8786"`` (or a ``distributed.Client``): ``Client.map`` on an existing
-  Dask cluster (``pip install 'tracekit[dask]'``). The workers need tracekit installed.
+  Dask cluster (the ``dask`` extra: :func:`tracekit.errors.install_hint`). The workers need
+  tracekit installed.
 
 Small files go to the workers in batches (:func:`batch_size`): a task is a list of files, so
 the per-task cost (pickling a message each way, a Dask scheduler round trip) is paid per batch.
@@ -33,7 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import progress
-from ..errors import RunError, TraceError
+from ..errors import RunError, TraceError, install_hint
 
 
 def default_jobs(n_files: int) -> int:
@@ -171,7 +172,7 @@ def check_scheduler(address: str) -> str:
     try:
         from distributed.comm.addressing import parse_address, parse_host_port
     except ImportError:
-        raise ValueError("needs Dask: pip install 'tracekit[dask]'") from None
+        raise ValueError(f"needs Dask: {install_hint('dask')}") from None
     try:
         scheme, location = parse_address(address)
         if scheme not in ("inproc",):
@@ -187,7 +188,7 @@ def _client(scheduler: Any) -> Any:
     try:
         from distributed import Client
     except ImportError:
-        raise RunError("--scheduler needs Dask: pip install 'tracekit[dask]'") from None
+        raise RunError(f"--scheduler needs Dask: {install_hint('dask')}") from None
     if isinstance(scheduler, Client):
         return scheduler
     try:
