@@ -44,6 +44,11 @@ PRESENT_MEAN = "present-mean"  # each row's mean over the complete steps that ho
 INTERVALS, MEMORY_EVENTS = "intervals", "memory"
 
 Table = Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame]
+#: The pipeline's optional features (its costly steps, run only when a table of the run needs
+#: them; docs/performance.md "Pay only for what you use"): the perf model (``assign_flops``:
+#: FLOPs, bytes and shapes per activity) and the memory events (read, and ``label_memory``).
+PERF, MEMORY = "perf", "memory"
+FEATURES = frozenset({PERF, MEMORY})
 
 #: Denominators every step has (:class:`Ratio`): the step's device window, the row's phase wall.
 STEP_WINDOW, PHASE_WALL = "step window", "phase wall"
@@ -104,6 +109,10 @@ class TableSpec:
     * ``compare``: the value column ``tracekit compare`` reports as B - A per key
       (``<name>_delta``); None: the table is not compared;
     * ``cross_rank``: a table over the ranks of a directory (only there);
+    * ``needs``: the pipeline features (:data:`PERF`, :data:`MEMORY`) the table reads; a run
+      whose tables need none of them skips those steps (:func:`features_of`);
+    * ``series``: a long per-event series that ``func`` thins to a chart's points unless it is
+      given ``points=None`` (the run's full series, ``--full-series``);
     * ``from_manifest`` and ``summary``: a table read from the capture manifest beside the
       traces (``manifest.json`` of a ``tracekit capture`` directory), not from the intervals:
       ``from_manifest(manifest)`` gives one row per rank and step (``rank``, ``step``
@@ -133,6 +142,8 @@ class TableSpec:
     summary: Callable[[pd.DataFrame], pd.DataFrame] | None = None
     reads: str = INTERVALS
     shown: bool = True
+    needs: frozenset[str] = frozenset()
+    series: bool = False
 
     @property
     def of_intervals(self) -> bool:
@@ -170,6 +181,20 @@ def declare(spec: TableSpec) -> TableSpec:
         raise ValueError(f"table {spec.name!r} registered twice")
     REGISTRY[spec.name] = spec
     return spec
+
+
+def features_of(names) -> frozenset[str]:
+    """The pipeline features the tables ``names`` need (None: every table), with the tables
+    they are derived from (``source``) and the memory of tables that read memory events."""
+    if names is None:
+        return FEATURES
+    out: set[str] = set()
+    for n in names:
+        spec = REGISTRY[n]
+        out |= spec.needs | ({MEMORY} if spec.reads == MEMORY_EVENTS else set())
+        if spec.source:
+            out |= features_of([spec.source])
+    return frozenset(out)
 
 
 def spec_of(name: str) -> TableSpec | None:

@@ -26,7 +26,7 @@ from tracekit.pipeline.windows import Windows
 
 from . import _perf
 from ._common import WINDOW_PHASES, as_text, sums
-from ._registry import FLOP_PER_BYTE, GBYTE, GFLOP, LABEL, MS, PCT, TBPS, TFLOPS, register
+from ._registry import FLOP_PER_BYTE, GBYTE, GFLOP, LABEL, MS, PCT, PERF, TBPS, TFLOPS, register
 
 KEYS = ["phase", "module"]
 #: Row order: the modules table's categories, then Other.
@@ -81,6 +81,7 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
 
 @register(
     "efficiency",
+    needs=frozenset({PERF}),
     title="Efficiency: achieved rates and % of peak per phase and module",
     keys=tuple(KEYS),
     values={

@@ -23,7 +23,7 @@ from tracekit.pipeline.windows import Windows
 
 from . import _perf
 from ._common import as_text, largest_first, sums
-from ._registry import CALLS, GFLOP, MS, PCT, TFLOPS, US, register
+from ._registry import CALLS, GFLOP, MS, PCT, PERF, TFLOPS, US, register
 
 KEYS = ["phase", "op", "batch", "m", "n", "k", "dtype"]
 SUMS = {"calls": "calls", "total_gflop": "gflop", "time_ms": "dur_ms", "ideal_ms": "ideal_ms"}
@@ -55,6 +55,7 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
 
 @register(
     "gemm_shapes",
+    needs=frozenset({PERF}),
     title="GEMM shapes: time and % of peak",
     paper="XII",
     keys=tuple(KEYS),

@@ -22,7 +22,7 @@ from tracekit.pipeline.windows import Windows
 
 from . import _perf
 from ._common import as_text, largest_first, sums
-from ._registry import CALLS, FLOP_PER_BYTE, GBYTE, GFLOP, MS, PCT, TBPS, TFLOPS, US, register
+from ._registry import CALLS, FLOP_PER_BYTE, GBYTE, GFLOP, MS, PCT, PERF, TBPS, TFLOPS, US, register
 
 KEYS = ["phase", "op", "family", "shape", "dtype"]
 SUMS = {
@@ -71,6 +71,7 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
 
 @register(
     "op_shapes",
+    needs=frozenset({PERF}),
     title="Op shapes: FLOPs, bytes, achieved rates and % of roofline",
     keys=tuple(KEYS),
     values={

@@ -43,7 +43,10 @@ from ._registry import GFLOP, MS, PCT, STEP_WINDOW, Ratio, register
 
 
 def _finish(df: pd.DataFrame) -> pd.DataFrame:
-    """``mfu_pct`` from the (mean) sums: a ratio of means."""
+    """``mfu_pct`` from the (mean) sums: a ratio of means (none in a run without the perf
+    model: its FLOP columns are left out, :func:`table`)."""
+    if "gflop" not in df:
+        return df
     df = df.copy()
     df["ideal_ms"] = _perf.known(df["ideal_ms"], df["gflop"])
     df["mfu_pct"] = _perf.ratio(df["ideal_ms"], df["wall_ms"], 100.0)
@@ -113,6 +116,7 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
             "idle_ms": (win["wall_ms"].to_numpy() - col(busy)).clip(min=0.0),
         }
     )
-    out["gflop"], out["ideal_ms"] = _flops(intervals, idx)
+    if "flops" in intervals:  # the perf model ran (a run that needs no perf table skips it)
+        out["gflop"], out["ideal_ms"] = _flops(intervals, idx)
     out["phase"] = pd.Categorical(out["phase"], categories=WINDOW_PHASES)
     return _finish(out)

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analyses import REGISTRY
-from tracekit.analyses._registry import MEMORY_EVENTS
+from tracekit.analyses._registry import FEATURES, MEMORY_EVENTS, features_of
 
 from .aggregate import whole_numbers as _whole_numbers
 from .errors import TraceError
@@ -55,6 +55,12 @@ class Analysis(PerRankTables):
     _held: dict = field(default_factory=dict, repr=False, compare=False)
     #: Processes that may compute the tables of the ranks held in memory (:meth:`_compute`).
     jobs: int = 1
+    #: The pipeline's optional steps that ran (``load(tables=...)`` runs only those needed).
+    features: frozenset[str] = FEATURES
+    #: The memory timeline whole, not thinned (``load(full_series=True)``).
+    full_series: bool = False
+    #: The tables ``load`` was asked for (None: all): the run has no other.
+    wanted: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         # With cores to spare for big intervals, every table at once (the self-checks read
@@ -97,8 +103,10 @@ class Analysis(PerRankTables):
         return out
 
     def names(self) -> list[str]:
-        """The tables of :meth:`PerRankTables.names` that apply to this run (:meth:`applies`)."""
-        return [n for n in super().names() if self.applies(n)]
+        """The tables of :meth:`PerRankTables.names` that apply to this run (:meth:`applies`),
+        among those ``load`` was asked for."""
+        wanted = self.wanted
+        return [n for n in super().names() if self.applies(n) and (wanted is None or n in wanted)]
 
     def applies(self, name: str) -> bool:
         """Whether the run has table ``name`` when no filter leaves it out: cross-rank tables
@@ -129,6 +137,11 @@ class Analysis(PerRankTables):
         spec = REGISTRY.get(name)
         if spec is None or (spec.cross_rank and not self.multi_rank):
             raise KeyError(f"unknown table {name!r}; tables: {', '.join(self.names())}")
+        skipped = features_of([name]) - self.features
+        if skipped:
+            raise KeyError(
+                f"table {name!r} needs the {'/'.join(sorted(skipped))} step(s), skipped by load(tables=...)"
+            )
         if spec.cross_rank:
             return self.rank_tables()[name]
         if spec.from_manifest is not None:
@@ -183,6 +196,8 @@ def load(
     devices: str | None = None,
     peak_tflops: str | float | None = None,
     peak_bandwidth: float | None = None,
+    tables: list[str] | tuple[str, ...] | None = None,
+    full_series: bool = False,
 ) -> Analysis:
     """Analyse a trace file, or a directory of per-rank trace files (``rank`` picks one).
 
@@ -197,10 +212,35 @@ def load(
     ``devices``, ``peak_tflops``, ``peak_bandwidth``: the device peaks the % of peak and MFU
     are measured against (:func:`tracekit.perf.devices.resolve`; a bad value raises
     :class:`TraceError` before anything is read).
+    ``tables``: the tables wanted (None: all); the run computes only those, and skips the
+    pipeline's optional steps none of them needs (the perf model, the memory events): the
+    result has no other table. ``full_series``: the memory timeline's every event, not
+    thinned to a chart's points.
+
+    The steps: :func:`_options` (check and gather what each file's work is told),
+    :func:`_analyse_files` (each file read, linked and tabulated, in a pool or here), then
+    :func:`_assemble` (files grouped into ranks, the :class:`Analysis`).
     """
+    p = Path(path)
+    options = _options(
+        taxonomy, kernel_rules, max_bytes, cache, devices, peak_tflops, peak_bandwidth, tables, full_series
+    )
+    files, skipped, head_grouping = files_to_read(p, rank, strict, max_bytes)
+    store, done = _analyse_files(p, files, options, jobs, scheduler)
+    return _assemble(p, rank, strict, files, skipped, head_grouping, store, done, options)
+
+
+def _options(
+    taxonomy, kernel_rules, max_bytes, cache, devices, peak_tflops, peak_bandwidth, tables, full_series
+) -> Options:
+    """What each file's work is told; the device peaks are checked first (a bad value or
+    devices file raises :class:`TraceError` before anything is read), and so are the tables."""
     tflops = None if peak_tflops is None else str(peak_tflops)
     resolve_peaks([], devices, tflops, peak_bandwidth)  # checks the values and the devices file
-    options = Options(
+    unknown = [n for n in tables or () if n not in REGISTRY]
+    if unknown:
+        raise KeyError(f"unknown table {unknown[0]!r}; tables: {', '.join(REGISTRY)}")
+    return Options(
         taxonomy=taxonomy,
         kernel_rules=kernel_rules,
         max_bytes=max_bytes,
@@ -208,17 +248,24 @@ def load(
         devices=devices,
         peak_tflops=tflops,
         peak_bandwidth=peak_bandwidth,
+        tables=None if tables is None else tuple(tables),
+        full_series=full_series,
     )
-    if scheduler is not None:
-        import socket
 
-        options.host = socket.gethostname()
-    p = Path(path)
-    files, skipped, head_grouping = files_to_read(p, rank, strict, max_bytes)
+
+def _analyse_files(p: Path, files: list, options: Options, jobs: int | None, scheduler) -> tuple:
+    """``(store, done)``: every file analysed (:func:`tracekit.ranks.perfile.per_file`), by a
+    pool of ``jobs``, a Dask ``scheduler`` or this process; ``done`` holds per file its
+    ``[(slot, Attributed)]`` (one per rank it holds) or its :class:`TraceError`, and ``store``
+    the tables of every slot, gathered compact as each file's result arrives."""
     from .ranks.perfile import per_file
     from .ranks.pool import default_jobs, map_ranks
     from .read.parallel import read_jobs
 
+    if scheduler is not None:
+        import socket
+
+        options.host = socket.gethostname()
     workers = default_jobs(len(files)) if jobs is None else jobs
     parallel = scheduler is not None or (workers > 1 and len(files) > 1)
     if not parallel:  # one process: its file's decode may use the cores instead
@@ -235,7 +282,7 @@ def load(
         return [(slot, store.gather(slot, *part, options=options)) for slot, part in zip(slots, parts)]
 
     done = map_ranks(
-        per_file(parallel, cache, len(files)),
+        per_file(parallel, options.cache, len(files)),
         files,
         options,
         keep_errors=p.is_dir(),
@@ -243,6 +290,12 @@ def load(
         scheduler=scheduler,
         gather=gather,
     )
+    return store, done
+
+
+def _assemble(p, rank, strict, files, skipped, head_grouping, store, done, options: Options) -> Analysis:
+    """The :class:`Analysis` of the analysed files: failures skipped (or raised, when
+    ``strict`` or when every file failed), files grouped into ranks, ``rank`` picked."""
     failed = [(f, e) for f, e in zip(files, done) if isinstance(e, TraceError)]
     if failed and (strict or len(failed) == len(done)):
         raise failed[0][1]
@@ -268,4 +321,7 @@ def load(
         skipped=[{"file": f.name, "problem": why} for f, why in skipped],
         _computed=Computed(store, {r: kept[j] for r, j in alone.items() if r in ranks}),
         jobs=options.read_jobs,
+        features=options.features,
+        full_series=options.full_series,
+        wanted=options.tables,
     )

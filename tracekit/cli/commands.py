@@ -133,6 +133,12 @@ def main() -> None:
     help="Add the paper's published values (Llama 2-7B on "
     "A800, Zhang et al.) beside yours as paper_* columns, where a table matches.",
 )
+@click.option(
+    "--full-series",
+    is_flag=True,
+    help="Files: the memory timeline's every event, instead of at most 400 points per device "
+    "(each step's peak kept exact).",
+)
 @click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
 def analyze(
     path,
@@ -150,6 +156,7 @@ def analyze(
     jobs,
     scheduler,
     paper,
+    full_series,
     debug,
 ):
     """Print the paper's tables for a trace file or a directory of per-rank traces.
@@ -158,8 +165,16 @@ def analyze(
     """
     filters = _filters(steps_filter, phase_filter, module_filter)
     with reported(path, debug):
-        analysis = reading.load(path, cache=not no_cache, jobs=jobs, scheduler=scheduler)
-        tables, meta = _report(_filtered(analysis, filters), [n.lower() for n in only], per_step, paper)
+        only = [n.lower() for n in only]
+        analysis = reading.load(
+            path,
+            cache=not no_cache,
+            jobs=jobs,
+            scheduler=scheduler,
+            tables=only or None,  # a run computes only what its output needs
+            full_series=full_series,
+        )
+        tables, meta = _report(_filtered(analysis, filters), only, per_step, paper)
         write_output(fmt, meta, tables, out, "render", wide=wide, top=top)
     if meta.get("partial"):
         sys.exit(1)

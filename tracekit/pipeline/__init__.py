@@ -161,9 +161,19 @@ Attributed.windows = _frame_field("windows")
 Attributed.memory = _frame_field("memory")
 
 
-def link(raw: RawTrace, taxonomy: ModuleTaxonomy) -> Trace:
-    """The linking steps: who launched each activity, in which op stack, module, step, phase."""
+#: The optional steps (docs/performance.md "Pay only for what you use"): the perf model
+#: (:func:`assign_flops`) and the memory events (:func:`label_memory`); every run without
+#: ``features`` runs both, a run that names its features skips the others.
+PERF, MEMORY = "perf", "memory"
+ALL_FEATURES = frozenset({PERF, MEMORY})
+
+
+def link(raw: RawTrace, taxonomy: ModuleTaxonomy, memory_events: bool = True) -> Trace:
+    """The linking steps: who launched each activity, in which op stack, module, step, phase.
+    Without ``memory_events`` the memory events are dropped (no step reads them)."""
     events, memory = split_memory(raw.events)
+    if not memory_events:
+        memory = memory.iloc[:0]
     t = Trace(path=raw.path, events=events, memory=memory)
     t = join_launches(t)
     t = find_steps(t)
@@ -176,29 +186,44 @@ def link(raw: RawTrace, taxonomy: ModuleTaxonomy) -> Trace:
     return t
 
 
-def analyse(raw: RawTrace, taxonomy: ModuleTaxonomy, rules: KernelRules, peaks: Peaks | None = None) -> Trace:
+def analyse(
+    raw: RawTrace,
+    taxonomy: ModuleTaxonomy,
+    rules: KernelRules,
+    peaks: Peaks | None = None,
+    features: frozenset[str] = ALL_FEATURES,
+) -> Trace:
     """Every step, in order, on one trace file; the whole state (``explain`` reads it).
-    ``peaks``: the device peaks the FLOPs are measured against (:func:`tracekit.perf.devices.resolve`)."""
-    t = link(raw, taxonomy)
+    ``peaks``: the device peaks the FLOPs are measured against (:func:`tracekit.perf.devices.resolve`).
+    ``features``: the optional steps to run (:data:`ALL_FEATURES`); without :data:`PERF` the
+    intervals have no perf columns, without :data:`MEMORY` the run has no memory events."""
+    t = link(raw, taxonomy, memory_events=MEMORY in features)
     t = assign_categories(t, taxonomy, rules)
-    t = assign_flops(t, peaks)
-    t = label_memory(t, taxonomy)
+    if PERF in features:
+        t = assign_flops(t, peaks)
+    if MEMORY in features:
+        t = label_memory(t, taxonomy)
     t = find_windows(t)
     t = add_shares(t)
     return t
 
 
 def run(
-    raw: RawTrace, taxonomy: ModuleTaxonomy, rules: KernelRules, peaks: Peaks | None = None
+    raw: RawTrace,
+    taxonomy: ModuleTaxonomy,
+    rules: KernelRules,
+    peaks: Peaks | None = None,
+    features: frozenset[str] = ALL_FEATURES,
 ) -> Attributed:
     """Every step on one trace file, and the result the tables need."""
-    return result(analyse(raw, taxonomy, rules, peaks))
+    return result(analyse(raw, taxonomy, rules, peaks, features))
 
 
 def result(t: Trace) -> Attributed:
     """The labelled rows of complete steps, and the tables the analyses need."""
     done = t.steps.loc[t.steps["complete"], "step"]
-    iv = t.acts.loc[t.acts["step"].isin(done).to_numpy(), INTERVAL_COLUMNS].reset_index(drop=True)
+    columns = [c for c in INTERVAL_COLUMNS if c in t.acts]  # no perf columns without the perf step
+    iv = t.acts.loc[t.acts["step"].isin(done).to_numpy(), columns].reset_index(drop=True)
     iv = as_categories(iv)
     meta = dict(t.meta)
     meta["steps"] = t.steps["step"].tolist()
@@ -206,7 +231,8 @@ def result(t: Trace) -> Attributed:
     meta["kernel_other_share"] = labels.other_share(iv)
     meta["coverage"] = coverage.measure(t.acts)
     meta["step_ranges"] = coverage.step_ranges(t.acts, t.step_ranges)
-    meta["mfu"] = mfu_meta(t.acts, t.steps)
+    if "flops" in t.acts:
+        meta["mfu"] = mfu_meta(t.acts, t.steps)
     return Attributed(
         path=t.path,
         mode=t.mode,
@@ -216,5 +242,5 @@ def result(t: Trace) -> Attributed:
         modules=t.modules,
         meta=meta,
         warnings=t.warnings,
-        memory=memory_rows(t.memory, done),
+        memory=memory_rows(t.memory, done) if "step" in t.memory else no_rows(),
     )

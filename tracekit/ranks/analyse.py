@@ -17,7 +17,7 @@ import pandas as pd
 from .. import progress
 from ..perf.devices import Peaks
 from ..perf.devices import resolve as resolve_peaks
-from ..pipeline import Attributed, run
+from ..pipeline import MEMORY, Attributed, run
 from ..pipeline.taxonomy import kernel_rules, module_taxonomy
 from ..read.reader import DEFAULT_MAX_BYTES, read_trace
 from .gathered import pack_tables
@@ -42,6 +42,19 @@ class Options:
     devices: str | None = None
     peak_tflops: str | None = None
     peak_bandwidth: float | None = None
+    #: The tables the output needs (None: every one): a worker computes only these, and the
+    #: pipeline runs only the optional steps they need (:attr:`features`).
+    tables: tuple[str, ...] | None = None
+    #: Long per-event series (the memory timeline) whole instead of thinned to a chart's points.
+    full_series: bool = False
+
+    @property
+    def features(self) -> frozenset[str]:
+        """The pipeline's optional steps :attr:`tables` need
+        (:func:`tracekit.analyses._registry.features_of`)."""
+        from tracekit.analyses._registry import features_of
+
+        return features_of(self.tables)
 
     def peaks(self, device_names: list[str]) -> Peaks:
         """The peaks a file whose ``deviceProperties`` names are ``device_names`` is measured against."""
@@ -63,8 +76,9 @@ def analyse_parts(path: str | os.PathLike, options: Options, store_parsed: bool 
     raw = _read(path, options, store_parsed)
     progress.fraction(progress.DECODED)
     out = []
+    features = options.features
     for part in split_ranks(raw) or [raw]:
-        att = run(part, tax, rules, options.peaks(part.meta.get("devices") or []))
+        att = run(part, tax, rules, options.peaks(part.meta.get("devices") or []), features)
         att.warnings[:0] = part.warnings
         att.meta.update({k: part.meta[k] for k in ("rank", "world_size", "devices", "events_in_file")})
         if "rank_split" in part.meta:
@@ -79,8 +93,9 @@ def analyse_parts(path: str | os.PathLike, options: Options, store_parsed: bool 
 def _read(path: str | os.PathLike, options: Options, store: bool = True):
     """The parsed columns of ``path``: from its Parquet cache when valid, else read (and
     cached, when ``store``)."""
-    if not options.cache:
-        return read_trace(path, options.max_bytes, options.read_jobs)
+    if not options.cache:  # nothing is stored: the memory events are read only when needed
+        memory = MEMORY in options.features
+        return read_trace(path, options.max_bytes, options.read_jobs, memory=memory)
     from ..read import cache
 
     raw = cache.load(path, options.max_bytes)
@@ -110,10 +125,7 @@ def fresh(path: str | os.PathLike, options: Options, cached: bool) -> list[tuple
     # Module instances are read by no table or view after the pipeline: neither stored nor
     # sent back (they were a tenth of what the parent kept per rank).
     # Packed once (what the parent gathers, and what the result cache stores as it is).
-    return [
-        pack_tables(replace(att, modules=pd.DataFrame()), tables_of(att, path, options.read_jobs))
-        for att in parts
-    ]
+    return [pack_tables(replace(att, modules=pd.DataFrame()), tables_of(att, path, options)) for att in parts]
 
 
 def _small(path: str | os.PathLike) -> bool:

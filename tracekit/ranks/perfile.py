@@ -65,10 +65,11 @@ def tabulate_file(path: str | os.PathLike, options: Options, keep: bool = False)
 
 def tabulate_fresh(path: str | os.PathLike, options: Options, keep: bool) -> Result:
     """:func:`tabulate_file` without looking in the result cache (but storing in it; a small
-    file's parsed columns are not stored, see :data:`tracekit.ranks.analyse.SMALL_FILE`)."""
+    file's parsed columns are not stored, see :data:`tracekit.ranks.analyse.SMALL_FILE`). A
+    run of some tables only stores nothing: its result lacks the others."""
     from . import results
 
-    key = results.result_key(path, options) if options.cache else None
+    key = results.result_key(path, options) if options.cache and options.tables is None else None
     got = analyse.fresh(path, options, cached=key is not None)
     if len(got) > 1:  # a file of several ranks: each its own result, kept in memory (not cached)
         return got

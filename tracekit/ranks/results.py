@@ -98,7 +98,9 @@ def code_digest() -> str:
 
 
 def result_key(path: str | os.PathLike, options: Any) -> str | None:
-    """The key of ``path``'s result under ``options``; None when it cannot be taken."""
+    """The key of ``path``'s result under ``options``; None when it cannot be taken. A run
+    that asks for some tables only (``options.tables``) reads the entry of a run of all of
+    them (which holds them) and stores none (:func:`tracekit.ranks.perfile.tabulate_fresh`)."""
     try:
         return json.dumps(
             [
@@ -110,6 +112,7 @@ def result_key(path: str | os.PathLike, options: Any) -> str | None:
                 _rules_file(options.devices),
                 options.peak_tflops,
                 options.peak_bandwidth,
+                *(["full series"] if getattr(options, "full_series", False) else []),
             ]
         )
     except (OSError, ValueError):

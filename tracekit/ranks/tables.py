@@ -13,6 +13,7 @@ instance. Guarantees: each table of a rank is computed at most once per instance
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from tracekit.analyses import REGISTRY, TABLES
-from tracekit.analyses._registry import MEMORY_EVENTS, PER_STEP, PRESENT_MEAN
+from tracekit.analyses._registry import FEATURES, MEMORY_EVENTS, PER_STEP, PRESENT_MEAN, features_of
 
 from .. import forked
 from ..aggregate import derive_ratios
@@ -50,6 +51,11 @@ class PerRankTables:
     _held: dict
     #: Processes that may compute the tables of the ranks held in memory (:meth:`_compute`).
     jobs: int
+    #: The pipeline's optional steps that ran (:data:`tracekit.analyses._registry.FEATURES`):
+    #: a table that needs another one is not this run's.
+    features: frozenset[str]
+    #: Long per-event series whole (``--full-series``), not thinned (``TableSpec.series``).
+    full_series: bool
 
     @property
     def multi_rank(self) -> bool:
@@ -61,7 +67,9 @@ class PerRankTables:
         return [
             n
             for n, s in REGISTRY.items()
-            if (self.multi_rank or not s.cross_rank) and self.filters.supports(REGISTRY.get(s.source or n, s))
+            if (self.multi_rank or not s.cross_rank)
+            and self.filters.supports(REGISTRY.get(s.source or n, s))
+            and features_of([n]) <= self.features
         ]
 
     def _checks(self, rank: int) -> list[TraceWarning]:
@@ -155,7 +163,10 @@ class PerRankTables:
         if key not in self._computed:
             spec = REGISTRY[name]
             rows = self.ranks[rank].memory if spec.reads == MEMORY_EVENTS else self._rank_intervals(rank)
-            self._computed[key] = TABLES[name](self.filters.intervals(rows, spec), self._windows(rank))
+            func = TABLES[name]
+            if spec.series and self.full_series:
+                func = functools.partial(func, points=None)
+            self._computed[key] = func(self.filters.intervals(rows, spec), self._windows(rank))
         return self._computed[key].copy()
 
     def _windows(self, rank: int) -> Windows:
@@ -173,20 +184,29 @@ class OneRank(PerRankTables):
     ranks: dict[int, Attributed]
     jobs: int = 1
     filters: Filters = field(default_factory=Filters)
+    features: frozenset[str] = FEATURES
+    full_series: bool = False
     _computed: Any = field(default_factory=Computed, repr=False, compare=False)
     _held: dict = field(default_factory=dict, repr=False, compare=False)
 
 
-def tables_of(att: Attributed, path: str | os.PathLike, jobs: int = 1) -> dict:
+def tables_of(att: Attributed, path: str | os.PathLike, options: Any) -> dict:
     """The tables of one file as one rank (see :func:`tracekit.ranks.perfile.tabulate_file`),
-    computed by up to ``jobs`` processes (:meth:`PerRankTables._compute`): every table the
-    facade computes on creation (``Analysis.__post_init__``: all of them on two processes
-    when worth it, the self-checks), the means over steps and the phase means."""
-    one = OneRank(ranks={0: att}, jobs=jobs)
-    one._compute(one.names())
+    computed by up to ``options.read_jobs`` processes (:meth:`PerRankTables._compute`): the
+    tables ``options.tables`` names (every one when None) that the facade computes on creation
+    (``Analysis.__post_init__``: on two processes when worth it, the self-checks), their means
+    over steps and the phase means."""
+    one = OneRank(
+        ranks={0: att}, jobs=options.read_jobs, features=options.features, full_series=options.full_series
+    )
+    asked = (
+        None if options.tables is None else {*options.tables, *(REGISTRY[n].source for n in options.tables)}
+    )
+    wanted = [n for n in one.names() if asked is None or n in asked]
+    one._compute(wanted)
     one._checks(0)
-    for name, spec in REGISTRY.items():
-        if spec.of_intervals:
+    for name in wanted:
+        if REGISTRY[name].of_intervals:
             one._rank_table(name, 0, per_step=False)
     one._phase_means(0)
     # Per-step tables stay here: the report needs only the means (and --per-step recomputes

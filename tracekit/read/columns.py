@@ -116,9 +116,8 @@ def _small_ints(values: list) -> np.ndarray:
 
 
 def _raw_texts(values: list[msgspec.Raw]) -> pd.Categorical:
-    """The JSON texts of ``msgspec.Raw`` values as a categorical: each text as written, ``""``
-    for an absent value (empty), ``null``, or text that is not UTF-8. Each distinct text is
-    decoded once."""
+    """The JSON texts of ``msgspec.Raw`` values as a categorical, each distinct text decoded
+    once: as written, ``""`` for an absent value (empty), ``null``, or text not UTF-8."""
     if not values:
         return pd.Categorical([])
     codes, distinct = pd.factorize(np.array([bytes(v) for v in values], dtype=object))
@@ -307,7 +306,8 @@ class _FrameBuilder:
             [p.pop("odd") if "odd" in p else np.zeros(len(p["kind"]), bool) for p in self.parts]
         )
 
-    def finish(self, path: str | os.PathLike) -> tuple[pd.DataFrame, list[str], dict]:
+    def finish(self, path: str | os.PathLike, memory: bool = True) -> tuple[pd.DataFrame, list[str], dict]:
+        """The events, the warnings and the process/thread meta; MEMORY events only if ``memory``."""
         warnings: list[str] = []
         if self.unknown:
             listed = ", ".join(f"{k!r} ({v})" for k, v in sorted(self.unknown.items())[:5])
@@ -332,18 +332,19 @@ class _FrameBuilder:
         if huge.any():
             warnings.append(f"{int(huge.sum())} events with overflowing durations were dropped")
         drop = bad_ts | huge
-        keep = ~drop if drop.any() else None
-        del ts_ok, dur_ok, bad_ts, huge
+        got = {"ts": ts, "dur": dur, "kind": self._column("kind")}  # each column is built once
+        skip = drop if memory else drop | (got["kind"] == MEMORY)
+        keep = ~skip if skip.any() else None
+        del ts_ok, dur_ok, bad_ts, huge, ts, dur
         cols = {}
         for c in _COLUMNS:
-            col = ts if c == "ts" else dur if c == "dur" else self._column(c)
+            col = got.pop(c) if c in got else self._column(c)
             col = col if keep is None else col[keep]
             if isinstance(col, np.ndarray) and not col.flags.writeable:  # one part, as scanned
                 col = col.copy()
             cols[c] = col
             del col
         self.parts = []
-        del ts, dur
         frame = pd.DataFrame(cols, copy=False)  # its own columns already: not copied again
         del cols
         if not np.isin(frame["kind"].to_numpy(), (KERNEL, MEMCPY, MEMSET, CPU_OP)).any():

@@ -247,10 +247,14 @@ def device_names(doc: TraceDoc) -> list[str]:
     return names
 
 
-def read_trace(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES, jobs: int = 1) -> RawTrace:
+def read_trace(
+    path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES, jobs: int = 1, memory: bool = True
+) -> RawTrace:
     """Read one trace file into a :class:`RawTrace`: streamed slice by slice when it is big
     (:mod:`tracekit.read.streaming`), by ``jobs`` processes when it is big and plain
-    (:mod:`tracekit.read.parallel`), decoded whole when it is small, broken or unusual."""
+    (:mod:`tracekit.read.parallel`), decoded whole when it is small, broken or unusual.
+    Without ``memory`` the allocator's ``[memory]`` events are left out (a run that needs no
+    memory table)."""
     got: tuple[_FrameBuilder, TraceDoc | bytearray | None] | None = None
     if jobs > 1 and os.path.isfile(path) and os.path.getsize(path) <= max_bytes:
         got = read_parallel(path, jobs, CHUNK_BYTES)
@@ -272,7 +276,7 @@ def read_trace(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES, jobs
     else:  # a short text: one whole decode, after what was streamed
         doc = _decode_whole(got_doc, path, builder, blanks)
     del got_doc
-    frame, warnings, meta = builder.finish(path)
+    frame, warnings, meta = builder.finish(path, memory)
     meta.update(
         {
             "rank": rank_of(doc, path),
