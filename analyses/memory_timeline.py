@@ -9,10 +9,13 @@ Per step and device, the allocation after each memory event (docs/metrics.md, "M
   :func:`tracekit.analyses.memory.level` minus its value before the step's first event);
 * ``phase``: the event's phase.
 
-A step and device with more than ``2 x SLICES`` events is thinned: its events are cut into
-:data:`SLICES` runs of equal count and each run keeps its lowest and highest point, so the
-curve keeps its shape and its peak. Only per step (no mean over steps); the terminal and
-Markdown leave it out (the files keep it).
+Sized for a chart, not for every event: each device's curve keeps at most :data:`POINTS`
+points over the run's steps (at least 2 per step). A step gets an equal share, ``runs =
+max(1, POINTS // (2 x steps of the device))``; a step and device with more than ``2 x runs``
+events is cut into ``runs`` runs of equal count, and each run keeps its lowest and highest
+point, so the curve keeps its shape and every step's peak is exact. ``points=None`` (the
+CLI's ``--full-series``) keeps every event. Only per step (no mean over steps); the terminal
+and Markdown leave it out (the files keep it).
 """
 
 from __future__ import annotations
@@ -26,21 +29,25 @@ from tracekit.pipeline.windows import Windows
 from ._registry import MB, MEMORY_EVENTS, MS, PER_STEP, register
 from .memory import MB_BYTES, complete, level
 
-SLICES = 100
+#: Points per device over the run (a chart is a few hundred pixels wide).
+POINTS = 400
 VALUES = {"t_ms": MS, "allocated_mb": MB, "growth_mb": MB}
 COLUMNS = ["step", "device", "phase", *VALUES]
 
 
-def thinned(key: np.ndarray, lvl: np.ndarray) -> np.ndarray:
-    """Which points to keep: all of a key with at most ``2 x SLICES`` points, else the lowest
-    and highest of each of its ``SLICES`` runs of equal count (``key``: per point its curve)."""
+def thinned(key: np.ndarray, lvl: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """Which points to keep: all of a key with at most ``2 x runs`` points, else the lowest
+    and highest of each of its ``runs`` runs of equal count (``key``: per point its curve,
+    numbered from 0; ``runs``: per key)."""
     n = len(key)
     size = np.bincount(key)[key]
-    keep = size <= 2 * SLICES
+    slices = runs[key]
+    keep = size <= 2 * slices
     if keep.all():
         return keep
     rank = pd.Series(np.zeros(n)).groupby(key).cumcount().to_numpy()
-    run = key.astype(np.int64) * SLICES + rank * SLICES // size
+    first = np.concatenate(([0], np.cumsum(runs)[:-1]))  # each key's first run number
+    run = first[key] + rank * slices // size
     s = pd.Series(lvl)
     keep[s.groupby(run).idxmin().to_numpy()] = True
     keep[s.groupby(run).idxmax().to_numpy()] = True
@@ -56,13 +63,15 @@ def thinned(key: np.ndarray, lvl: np.ndarray) -> np.ndarray:
     aggregate=PER_STEP,
     chart="memory",
     shown=False,
+    series=True,
 )
-def table(memory: pd.DataFrame, windows: Windows) -> pd.DataFrame:
+def table(memory: pd.DataFrame, windows: Windows, points: int | None = POINTS) -> pd.DataFrame:
     m = complete(memory, windows).reset_index(drop=True)
     if m.empty:
         return pd.DataFrame(columns=COLUMNS)
     lvl = level(m)
-    key = distinct_rows(m["step"].to_numpy(), m["device"].array.codes)[0]
+    device = m["device"].array.codes.astype(np.int64) + 1  # 0: none
+    key, first = distinct_rows(m["step"].to_numpy(), device)
     before = lvl - m["bytes"].to_numpy(np.float64)
     base = pd.Series(before).groupby(key).transform("first").to_numpy()
     out = pd.DataFrame(
@@ -75,4 +84,13 @@ def table(memory: pd.DataFrame, windows: Windows) -> pd.DataFrame:
             "growth_mb": (lvl - base) / MB_BYTES,
         }
     )
-    return out[thinned(key, lvl)].reset_index(drop=True)
+    if points is None:
+        return out
+    return out[thinned(key, lvl, _runs(device[first], points))].reset_index(drop=True)
+
+
+def _runs(dev: np.ndarray, points: int) -> np.ndarray:
+    """Per key (a step and device; ``dev``: its device): its runs, ``max(1, points // (2 x
+    steps of the device))``."""
+    steps = np.bincount(dev)[dev]  # keys (steps) of each key's device
+    return np.maximum(1, points // (2 * steps))

@@ -135,14 +135,38 @@ def test_recomputed_allocations_are_their_own_column():
 
 
 def test_timeline_thins_long_curves_and_keeps_the_peak():
-    n = 10 * memory_timeline.SLICES
+    n = 5 * memory_timeline.POINTS
     mb = np.ones(n)
     mb[n // 2 :] = -1
     mb[777] = 500  # a spike
     rows = [(1, i, "gpu:0", mb[i], None, "forward", "Other", False, False, False) for i in range(n)]
     out = memory_timeline.table(_events(rows), _windows(1))
-    assert len(out) <= 2 * memory_timeline.SLICES
+    assert len(out) <= memory_timeline.POINTS
     assert out["growth_mb"].max() == np.cumsum(mb).max()
     assert out["t_ms"].is_monotonic_increasing
     short = memory_timeline.table(_events(rows[:10]), _windows(1))
     assert short["growth_mb"].tolist() == list(np.cumsum(mb[:10]))
+    whole = memory_timeline.table(_events(rows), _windows(1), points=None)  # --full-series
+    assert len(whole) == n and whole["growth_mb"].tolist() == list(np.cumsum(mb))
+
+
+def test_timeline_budget_is_per_device_over_the_steps_and_keeps_every_steps_peak():
+    steps, per = 50, 40  # 2,000 events per device: more than the budget
+    rng = np.random.default_rng(3)
+    rows, peaks = [], {}
+    for dev in ("gpu:0", "gpu:1"):
+        for s in range(1, steps + 1):
+            mb = rng.integers(-5, 6, per).astype(float)
+            rows += [(s, i, dev, mb[i], None, "forward", "Other", False, False, False) for i in range(per)]
+            peaks[dev, s] = np.cumsum(mb).max()
+    out = memory_timeline.table(_events(rows), _windows(*range(1, steps + 1)))
+    for dev in ("gpu:0", "gpu:1"):
+        mine = out[out["device"] == dev]
+        assert len(mine) <= memory_timeline.POINTS  # 400 // (2 x 50) = 4 runs: 8 points a step
+        got = mine.groupby("step")["growth_mb"].max()
+        assert all(got[s] == peaks[dev, s] for s in range(1, steps + 1))  # exact, every step
+    many = [(s, 0, "gpu:0", 1.0, None, "forward", "Other", False, False, False) for s in range(1, 1001)]
+    many += [(s, 1, "gpu:0", -1.0, None, "forward", "Other", False, False, False) for s in range(1, 1001)]
+    many += [(s, 2, "gpu:0", 3.0, None, "forward", "Other", False, False, False) for s in range(1, 1001)]
+    out = memory_timeline.table(_events(sorted(many)), _windows(*range(1, 1001)))
+    assert len(out) == 2 * 1000  # past the budget: a step keeps its lowest and highest point
