@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from .columns import _categorical_codes, _FrameBuilder, _one_int, _Selection
+from .categoricals import _categorical_codes
+from .columns import _FrameBuilder, _one_int, _Selection
 from .schema import SHAPE_FIELDS, UNKNOWN, event_class, flow_phase
 
 try:
