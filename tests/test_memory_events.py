@@ -16,7 +16,7 @@ import pytest
 import tracekit
 from tracekit.errors import TraceError
 from tracekit.explain import run as explain
-from tracekit.read.reader import MEMORY, read_trace
+from tracekit.read.reader import MEMORY, RawTrace, read_trace
 from tracekit.testing import TraceBuilder, write_trace
 from tracekit.testing.kernels import GEMM_A, GEMM_NN, K_ADAM, K_MUL
 
@@ -101,8 +101,9 @@ def test_planted_memory_events_read_back(tmp_path, legacy):
     """Each planted allocation and free is one MEMORY row: time, signed bytes, device, address
     and the allocator's totals (absent in the legacy form: -1 / NaN)."""
     b, path, _ = _with_and_without(tmp_path, _training, legacy)
-    ev = read_trace(path).events
-    got = ev[ev["kind"].to_numpy() == MEMORY].sort_values("ts", kind="stable")
+    raw = read_trace(path)
+    assert not (raw.events["kind"].to_numpy() == MEMORY).any()  # split off as they are read
+    got = raw.memory.sort_values("ts", kind="stable")
     want = sorted(b.memory_events, key=lambda m: m.ts)
     assert got["ts"].tolist() == [m.ts for m in want]
     assert got["bytes"].tolist() == [float(m.bytes) for m in want]
@@ -118,7 +119,7 @@ def test_planted_memory_events_read_back(tmp_path, legacy):
         assert got["total_reserved"].tolist() == [4096, 4096 + (1 << 20), 64, 4096 + (1 << 20)] * 1 + [
             4096 + (1 << 20)
         ]
-    other = ev[ev["kind"].to_numpy() != MEMORY]
+    other = raw.events
     assert (other["device_type"] == -1).all() and other["total_allocated"].isna().all()
 
 
@@ -142,4 +143,9 @@ def test_the_pipeline_keeps_memory_events_apart(tmp_path):
     t = link(raw, module_taxonomy())
     assert not (t.events["kind"].to_numpy() == MEMORY).any()
     assert len(t.memory) == 5 and list(t.memory.columns) == list(raw.events.columns)
-    assert np.array_equal(t.memory["ts"].to_numpy(), raw.events.loc[raw.events["kind"] == MEMORY, "ts"])
+    assert np.array_equal(t.memory["ts"].to_numpy(), raw.memory["ts"].to_numpy())
+    # A RawTrace whose memory events are still among its events (a cache entry) splits alike.
+    whole = RawTrace(path=raw.path, events=pd.concat([raw.events, raw.memory], ignore_index=True))
+    again = link(whole, module_taxonomy())
+    assert np.array_equal(again.memory["ts"].to_numpy(), raw.memory["ts"].to_numpy())
+    assert len(again.events) == len(t.events)

@@ -84,7 +84,9 @@ def _outcome(path, native: bool, chunk: int | None = None, jobs: int = 1):
         R.CHUNK_BYTES, F.PIECE_BYTES = chunk, max(64, chunk // 4)
     try:
         got = R.read_trace(path, jobs=jobs)
-        return got.events, got.meta, got.warnings
+        mem = got.memory  # the memory events, split off at read: compared as well
+        ev = got.events if mem is None or mem.empty else pd.concat([got.events, mem], ignore_index=True)
+        return ev, got.meta, got.warnings
     except TraceError as e:
         return str(e)
     finally:

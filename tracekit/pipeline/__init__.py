@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ..perf.devices import Peaks
-from ..read.reader import RawTrace, split_memory
+from ..read.reader import RawTrace
 from . import coverage, labels
 from .backward import link_backward
 from .categories import as_categories, assign_categories
@@ -171,7 +171,7 @@ ALL_FEATURES = frozenset({PERF, MEMORY})
 def link(raw: RawTrace, taxonomy: ModuleTaxonomy, memory_events: bool = True) -> Trace:
     """The linking steps: who launched each activity, in which op stack, module, step, phase.
     Without ``memory_events`` the memory events are dropped (no step reads them)."""
-    events, memory = split_memory(raw.events)
+    events, memory = raw.split()
     if not memory_events:
         memory = memory.iloc[:0]
     t = Trace(path=raw.path, events=events, memory=memory)

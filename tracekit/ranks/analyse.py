@@ -77,7 +77,10 @@ def analyse_parts(path: str | os.PathLike, options: Options, store_parsed: bool 
     progress.fraction(progress.DECODED)
     out = []
     features = options.features
-    for part in split_ranks(raw) or [raw]:
+    parts = split_ranks(raw) or [raw]
+    del raw  # each part is let go once it is analysed: the events are never held twice
+    while parts:
+        part = parts.pop(0)
         att = run(part, tax, rules, options.peaks(part.meta.get("devices") or []), features)
         att.warnings[:0] = part.warnings
         att.meta.update({k: part.meta[k] for k in ("rank", "world_size", "devices", "events_in_file")})

@@ -80,10 +80,11 @@ def split_ranks(raw: RawTrace) -> list[RawTrace] | None:
         + (f"; {others} process(es) that launch no device work belong to none" if others else "")
     )
     out = []
+    mem = raw.memory  # memory events (split off at read) go by their own pid, as CPU events
     for p in launchers:
         mine = rank_pid == p
         meta = {**raw.meta, "rank": None, "world_size": None, "rank_split": how}
-        out.append(
-            replace(raw, events=ev[mine].reset_index(drop=True), meta=meta, warnings=list(raw.warnings))
-        )
+        own = None if mem is None else mem[mem["pid"].to_numpy() == p].reset_index(drop=True)
+        events = ev[mine].reset_index(drop=True)
+        out.append(replace(raw, events=events, meta=meta, warnings=list(raw.warnings), memory=own))
     return out

@@ -154,13 +154,15 @@ def load(path: str | os.PathLike, max_bytes: int) -> RawTrace | None:
 
 
 def store(raw: RawTrace, path: str | os.PathLike, max_bytes: int, key: str) -> Path | None:
-    """Save ``raw``, read from ``path`` when its identity was ``key``; the entry written, or
-    None (the file changed while it was read, or the cache directory is not writable)."""
+    """Save ``raw`` (its events and memory events as one table; a load splits them again), read
+    from ``path`` when its identity was ``key``; the entry written, or None (the file changed
+    while it was read, or the cache directory is not writable)."""
     try:
         if file_key(path, max_bytes) != key:
             return None  # replaced or modified while read: never cache old events under it
         info = json.dumps({"key": key, "meta": raw.meta, "warnings": raw.warnings}, default=str).encode()
-        table = pa.Table.from_pandas(raw.events, preserve_index=False)
+        frames = [raw.events] if raw.memory is None or raw.memory.empty else [raw.events, raw.memory]
+        table = pa.concat_tables([pa.Table.from_pandas(f, preserve_index=False) for f in frames])
         table = table.replace_schema_metadata({_META_KEY: info, **SEAL_HOLE})
         loc = _entry(key)
         loc.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

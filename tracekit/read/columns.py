@@ -249,8 +249,11 @@ class _FrameBuilder:
             [p.pop("odd") if "odd" in p else np.zeros(len(p["kind"]), bool) for p in self.parts]
         )
 
-    def finish(self, path: str | os.PathLike, memory: bool = True) -> tuple[pd.DataFrame, list[str], dict]:
-        """The events, the warnings and the process/thread meta; MEMORY events only if ``memory``."""
+    def finish(
+        self, path: str | os.PathLike, memory: bool = True
+    ) -> tuple[pd.DataFrame, pd.DataFrame, list[str], dict]:
+        """The events but MEMORY ones, the MEMORY events (none unless ``memory``), the warnings
+        and what the reader learnt of processes and threads."""
         warnings: list[str] = []
         if self.unknown:
             listed = ", ".join(f"{k!r} ({v})" for k, v in sorted(self.unknown.items())[:5])
@@ -276,12 +279,15 @@ class _FrameBuilder:
             warnings.append(f"{int(huge.sum())} events with overflowing durations were dropped")
         drop = bad_ts | huge
         got = {"ts": ts, "dur": dur, "kind": self._column("kind")}  # each column is built once
-        skip = drop if memory else drop | (got["kind"] == MEMORY)
-        keep = ~skip if skip.any() else None
-        del ts_ok, dur_ok, bad_ts, huge, ts, dur
-        cols = {}
-        for c in _COLUMNS:
+        is_mem = got["kind"] == MEMORY
+        keep = ~(drop | is_mem) if (drop | is_mem).any() else None
+        took = is_mem & ~drop if memory and is_mem.any() else None  # the memory rows, if asked for
+        del ts_ok, dur_ok, bad_ts, huge, ts, dur, is_mem
+        cols, mem_cols = {}, {}
+        for c in _COLUMNS:  # one column at a time, each split as it is built: never held twice
             col = got.pop(c) if c in got else self._column(c)
+            if took is not None:
+                mem_cols[c] = col[took]
             col = col if keep is None else col[keep]
             if isinstance(col, np.ndarray) and not col.flags.writeable:  # one part, as scanned
                 col = col.copy()
@@ -289,7 +295,8 @@ class _FrameBuilder:
             del col
         self.parts = []
         frame = pd.DataFrame(cols, copy=False)  # its own columns already: not copied again
-        del cols
+        mem = frame.iloc[:0] if took is None else pd.DataFrame(mem_cols, copy=False)
+        del cols, mem_cols
         if not np.isin(frame["kind"].to_numpy(), (KERNEL, MEMCPY, MEMSET, CPU_OP)).any():
             dropped = f" ({int(drop.sum()):,} dropped for invalid times)" if drop.any() else ""
             raise TraceError(
@@ -301,7 +308,7 @@ class _FrameBuilder:
             "thread_names": {f"{k[0]}:{k[1]}": v for k, v in self.thread_names.items()},
             "process_names": {str(k): v for k, v in self.process_names.items()},
         }
-        return frame, warnings, meta
+        return frame, mem, warnings, meta
 
 
 _NO_ARGS = Args()

@@ -89,12 +89,19 @@ __all__ = [
 
 @dataclass
 class RawTrace:
-    """Columnar events of one trace file (one rank)."""
+    """Columnar events of one trace file (one rank): ``events``, and the allocator's
+    ``[memory]`` events split off as they are read (``memory``; None: still in ``events``,
+    for :func:`split_memory`)."""
 
     path: str
     events: pd.DataFrame
     meta: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    memory: pd.DataFrame | None = None
+
+    def split(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The events without MEMORY rows, and the MEMORY rows (:func:`split_memory`)."""
+        return split_memory(self.events) if self.memory is None else (self.events, self.memory)
 
 
 def split_memory(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -276,7 +283,7 @@ def read_trace(
     else:  # a short text: one whole decode, after what was streamed
         doc = _decode_whole(got_doc, path, builder, blanks)
     del got_doc
-    frame, warnings, meta = builder.finish(path, memory)
+    frame, mem, warnings, meta = builder.finish(path, memory)
     meta.update(
         {
             "rank": rank_of(doc, path),
@@ -289,4 +296,4 @@ def read_trace(
             "host_name": doc.host_name,
         }
     )
-    return RawTrace(path=os.fspath(path), events=frame, meta=meta, warnings=warnings)
+    return RawTrace(path=os.fspath(path), events=frame, meta=meta, warnings=warnings, memory=mem)
