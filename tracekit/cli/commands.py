@@ -76,7 +76,11 @@ def main() -> None:
     multiple=True,
     metavar="NAME",
     type=click.Choice(TABLE_NAMES, case_sensitive=False),
-    help="Only this table (repeatable): " + ", ".join(TABLE_NAMES) + ".",
+    help="Only this table (repeatable): "
+    + ", ".join(TABLE_NAMES)
+    + ". Only these are computed: the perf model runs only for gemm_shapes, efficiency or op_shapes"
+    " (without them, phases has no gflop/ideal/mfu columns), memory events are read only for the"
+    " memory tables.",
 )
 @click.option(
     "--steps", "steps_filter", metavar="LIST", help="Only these steps: ranges and lists, e.g. 3-7 or 2,4,9."

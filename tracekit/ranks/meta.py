@@ -30,6 +30,7 @@ class Run(Protocol):
     grouping: str
     filters: Filters
     skipped: list[dict]
+    wanted: tuple[str, ...] | None
 
     @property
     def mode(self) -> str: ...
@@ -142,8 +143,10 @@ def _peak_notices(run: Run) -> list[str]:
 
 
 def _filter_meta(run: Run) -> dict:
-    """The filters in force, the tables they leave out and the complete steps they keep."""
-    left_out = [n for n in REGISTRY if run.applies(n) and n not in run.names()]
+    """The filters in force, the tables they leave out (of those asked for) and the complete
+    steps they keep."""
+    asked = REGISTRY if run.wanted is None else run.wanted
+    left_out = [n for n in REGISTRY if n in asked and run.applies(n) and n not in run.names()]
     out = {**run.filters.describe(), "tables_left_out": left_out}
     if run.filters.steps is not None:
         out["complete_steps_kept"] = {
