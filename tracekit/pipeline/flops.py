@@ -159,19 +159,22 @@ def _launch_chains(starts: np.ndarray, parent: np.ndarray) -> np.ndarray:
 
 def climb(mask: np.ndarray, parent: np.ndarray, start: np.ndarray) -> np.ndarray:
     """Per row of ``start`` (-1: none), the nearest row at or above it along ``parent`` (-1:
-    the root) where ``mask`` holds; -1 none. Only the chains above the starts are walked, all
-    starts a level at a time."""
-    out = np.full(len(start), -1, np.int64)
-    cur = np.asarray(start, np.int64).copy()
-    live = np.flatnonzero(cur >= 0)
-    while len(live):
-        at = cur[live]
-        hit = mask[at]
-        out[live[hit]] = at[hit]
-        live = live[~hit]
-        cur[live] = parent[cur[live]]
-        live = live[cur[live] >= 0]
-    return out
+    the root) where ``mask`` holds; -1 none. By pointer jumping over every row: each round
+    every unresolved row skips to where its pointer points, so a stack of depth d takes
+    log2(d) rounds, never d (a 25,000-deep chain of ops took 37 s a level at a time)."""
+    n = len(parent)
+    to = np.where(mask, np.arange(n), parent).astype(np.int64)  # itself when masked, else up
+    for _ in range(64):  # 2**64 levels: any acyclic stack; a cyclic one resolves to none
+        live = np.flatnonzero(to >= 0)
+        live = live[~mask[to[live]]]
+        if not len(live):
+            break
+        to[live] = to[to[live]]
+    else:
+        live = np.flatnonzero(to >= 0)
+        to[live[~mask[to[live]]]] = -1
+    start = np.asarray(start, np.int64)
+    return np.where(start >= 0, to[np.maximum(start, 0)], -1) if n else np.full(len(start), -1, np.int64)
 
 
 def _own(mask: np.ndarray, parent: np.ndarray, start: np.ndarray) -> np.ndarray:
