@@ -59,44 +59,36 @@ def level(m: pd.DataFrame) -> np.ndarray:
 
 
 def window_stats(m: pd.DataFrame, lvl: np.ndarray, window: np.ndarray) -> pd.DataFrame:
-    """One row per (step, device, ``window``) of the events ``m`` (with their levels ``lvl``)."""
+    """One row per (step, device, ``window``) of the events ``m`` (with their levels ``lvl``),
+    in order of first appearance; sums and maxima by integer group key (numpy, no group-by of
+    object columns), a maximum over recorded values only (NaN where none is)."""
+    device = m["device"].to_numpy(dtype=object)
+    ok = np.flatnonzero(pd.notna(device) & pd.notna(window))
+    m, lvl, device, window = m.iloc[ok], lvl[ok], device[ok], window[ok]
+    key, first = distinct_rows(m["step"].to_numpy(), device, window)
+    n = len(first)
     nbytes = m["bytes"].to_numpy(np.float64)
-    frame = pd.DataFrame(
-        {
-            "step": m["step"].to_numpy(),
-            "device": m["device"].to_numpy(dtype=object),
-            "phase": window,
-            "alloc": np.where(nbytes > 0, nbytes, 0.0),
-            "free": np.where(nbytes < 0, -nbytes, 0.0),
-            "top": lvl,
-            "before": lvl - nbytes,
-            "peak_allocated": m["total_allocated"].to_numpy(np.float64),
-            "peak_reserved": m["total_reserved"].to_numpy(np.float64),
-        }
-    )
-    g = frame.groupby(["step", "device", "phase"], sort=False)
-    out = g.agg(
-        events=("alloc", "size"),
-        alloc=("alloc", "sum"),
-        free=("free", "sum"),
-        peak_allocated=("peak_allocated", "max"),
-        peak_reserved=("peak_reserved", "max"),
-        top=("top", "max"),
-        base=("before", "first"),
-    ).reset_index()
-    mb = {c: out[c] / MB_BYTES for c in ("alloc", "free", "peak_allocated", "peak_reserved")}
+    order = np.argsort(key, kind="stable")
+    starts = np.searchsorted(key[order], np.arange(n))
+
+    def most(values: np.ndarray) -> np.ndarray:
+        return np.fmax.reduceat(values[order], starts) if n else np.empty(0)
+
+    alloc = np.bincount(key, np.where(nbytes > 0, nbytes, 0.0), n) / MB_BYTES
+    free = np.bincount(key, np.where(nbytes < 0, -nbytes, 0.0), n) / MB_BYTES
+    base = (lvl - nbytes)[first]
     return pd.DataFrame(
         {
-            "step": out["step"],
-            "device": out["device"],
-            "phase": out["phase"],
-            "events": out["events"],
-            "allocated_mb": mb["alloc"],
-            "freed_mb": mb["free"],
-            "net_mb": mb["alloc"] - mb["free"],
-            "peak_allocated_mb": mb["peak_allocated"],
-            "peak_reserved_mb": mb["peak_reserved"],
-            "peak_growth_mb": np.maximum(out["top"] - out["base"], 0.0) / MB_BYTES,
+            "step": m["step"].to_numpy()[first],
+            "device": device[first],
+            "phase": window[first],
+            "events": np.bincount(key, minlength=n),
+            "allocated_mb": alloc,
+            "freed_mb": free,
+            "net_mb": alloc - free,
+            "peak_allocated_mb": most(m["total_allocated"].to_numpy(np.float64)) / MB_BYTES,
+            "peak_reserved_mb": most(m["total_reserved"].to_numpy(np.float64)) / MB_BYTES,
+            "peak_growth_mb": np.maximum(most(lvl) - base, 0.0) / MB_BYTES,
         }
     )
 
