@@ -160,23 +160,24 @@ def largest_first(
 
 
 def once_per_table(build: Callable[[pd.DataFrame], T]) -> Callable[[pd.DataFrame], T]:
-    """``build`` computed once per interval table: the value for the last table it was given
-    is kept while that table lives (a weak reference), so the tables that read it share one
-    computation. Callers only read the value."""
-    held: dict = {}
-
-    def forget(ref: weakref.ref) -> None:
-        if held.get("of") is ref:
-            held.clear()
+    """``build`` computed once per interval table: the value is kept while that table lives (a
+    weak reference per table), so the tables that read it share one computation, whatever the
+    order they are asked in (table by table over many ranks in memory, or rank by rank).
+    Callers only read the value."""
+    held: dict[int, tuple[weakref.ref, T]] = {}
 
     @functools.wraps(build)
     def cached(intervals: pd.DataFrame) -> T:
-        ref = held.get("of")
-        if ref is not None and ref() is intervals:
-            return held["value"]
+        key = id(intervals)
+        got = held.get(key)
+        if got is not None and got[0]() is intervals:
+            return got[1]
         value = build(intervals)
-        held.clear()
-        held.update(of=weakref.ref(intervals, forget), value=value)
+
+        def forget(_ref: weakref.ref, k: int = key) -> None:
+            held.pop(k, None)
+
+        held[key] = (weakref.ref(intervals, forget), value)
         return value
 
     return cached
