@@ -1,0 +1,250 @@
+"""Findings: the largest avoidable costs of a run, ranked, each with its evidence and usual fix.
+
+Computed from other tables (never from a language model, and the same tables always give the
+same list). Each category is one small function over those tables, with its thresholds in
+``tracekit/data/findings.toml`` (a user file overrides them, :func:`rules`):
+
+* ``straggler_wait``: time inside collectives waiting for the last rank (``collectives.wait_ms``),
+  at most the rank's exposed communication (``phases.exposed_comm_ms``);
+* ``exposed_transfer``: the rest of the exposed communication (moving bytes, nothing else running);
+* ``host_bound_idle``: device idle because the host launched late (``idle_causes``, ``host_wait``);
+* ``launch_overhead``: device time of kernels shorter than their launch call
+  (``launches.host_bound_ms``);
+* ``gemm_below_peak``: time GEMM shapes under the peak threshold take beyond their time at peak
+  (``gemm_shapes.time_ms - ideal_ms``);
+* ``memory_spike``: a phase whose allocation rises by a large part of the device's peak
+  (``memory.peak_growth_mb``; its cost is memory: ``ms`` is 0).
+
+Columns: ``rank``, ``step`` (per step only; the mean view is per complete step on average, as
+every table), ``category``, ``ms`` (per step), ``share_pct`` (of the step's device window,
+``idle.window_ms``), ``evidence`` (the table and rows behind it), ``explain`` (a ``tracekit
+explain`` query that shows them, "" when none), ``fix``. Largest ``ms`` first; ties by category
+order, then rank and step.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+#: A table by name (its rows as the run reports them: mean or per step, ``rank`` on several
+#: ranks), or None when the run has no such table.
+Get = Callable[[str], "pd.DataFrame | None"]
+CATEGORIES = (
+    "straggler_wait",
+    "exposed_transfer",
+    "host_bound_idle",
+    "launch_overhead",
+    "gemm_below_peak",
+    "memory_spike",
+)
+COLUMNS = ["rank", "step", "category", "ms", "share_pct", "evidence", "explain", "fix"]
+
+
+def rules(path: str | None = None) -> dict[str, dict]:
+    """The built-in thresholds, each category's keys replaced by those of ``path`` (a TOML file
+    of the same tables); an unknown category or key is an error, not ignored."""
+    out = tomllib.loads(resources.files("tracekit.data").joinpath("findings.toml").read_text())
+    if path is None:
+        return out
+    user = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    for cat, keys in user.items():
+        if cat not in out or not isinstance(keys, dict) or set(keys) - set(out[cat]):
+            known = ", ".join(f"{c} ({', '.join(out[c])})" for c in out)
+            raise ValueError(f"{path}: unknown finding rule [{cat}] {sorted(keys)}; known: {known}")
+        out[cat] = {**out[cat], **keys}
+    return out
+
+
+def _keys(df: pd.DataFrame) -> list[str]:
+    return [k for k in ("rank", "step") if k in df.columns]
+
+
+def _ranked(df: pd.DataFrame | None) -> pd.DataFrame | None:
+    """``df`` with a ``rank`` column (0 on one rank); None when absent or empty."""
+    if df is None or df.empty:
+        return None
+    return df if "rank" in df.columns else df.assign(rank=0)
+
+
+def _sum(df: pd.DataFrame, value: str) -> pd.Series:
+    """``value`` summed per rank (and step), NaN where every value is NaN."""
+    return df.groupby(_keys(df))[value].sum(min_count=1)
+
+
+def _top(df: pd.DataFrame, value: str) -> pd.DataFrame:
+    """Per rank (and step), its row with the largest ``value`` (first in table order on ties)."""
+    order = df.sort_values(value, ascending=False, kind="stable")
+    return order.drop_duplicates(_keys(df)).set_index(_keys(df))
+
+
+def _exposed(get: Get) -> pd.Series | None:
+    ph = _ranked(get("phases"))
+    if ph is None or "exposed_comm_ms" not in ph:
+        return None
+    return _sum(ph, "exposed_comm_ms")
+
+
+def _wait(get: Get) -> tuple[pd.Series, pd.DataFrame] | None:
+    """Per rank (and step) its straggler wait (capped by exposed comm), and the collective rows."""
+    co = _ranked(get("collectives"))
+    exposed = _exposed(get)
+    if co is None or exposed is None or "wait_ms" not in co or co["wait_ms"].isna().all():
+        return None
+    wait = _sum(co, "wait_ms").dropna()
+    return np.minimum(wait, exposed.reindex(wait.index).fillna(0.0)), co
+
+
+def straggler_wait(get: Get) -> pd.DataFrame:
+    got = _wait(get)
+    if got is None:
+        return _none()
+    wait, co = got
+    top = _top(co.dropna(subset=["wait_ms"]), "wait_ms")
+    late = _ranked(get("stragglers"))
+    who = ""
+    if late is not None and "caused_wait_ms" in late and late["caused_wait_ms"].notna().any():
+        worst = late.sort_values("caused_wait_ms", ascending=False, kind="stable").iloc[0]
+        what = " / ".join(str(worst[c]) for c in ("phase", "module", "op") if c in late and str(worst[c]))
+        who = f"; rank {int(worst['rank'])} arrived last most ({what}; stragglers table)"
+    ev = [
+        f"collectives: {w:.3f} ms waiting, most in {top.loc[k, 'collective']} ({top.loc[k, 'phase']}){who}"
+        for k, w in wait.items()
+    ]
+    return _rows(wait, ev, "")
+
+
+def exposed_transfer(get: Get) -> pd.DataFrame:
+    exposed = _exposed(get)
+    if exposed is None:
+        return _none()
+    got = _wait(get)
+    wait = got[0].reindex(exposed.index).fillna(0.0) if got is not None else 0.0
+    rest = (exposed - wait).clip(lower=0.0)
+    ev = [
+        f"phases: {e:.3f} ms of exposed communication, {r:.3f} ms not waiting" for e, r in zip(exposed, rest)
+    ]
+    return _rows(rest, ev, "")
+
+
+def host_bound_idle(get: Get) -> pd.DataFrame:
+    ic = _ranked(get("idle_causes"))
+    if ic is None:
+        return _none()
+    host = ic[ic["cause"].astype(str) == "host_wait"]
+    if host.empty:
+        return _none()
+    ms, top = _sum(host, "idle_ms"), _top(host, "idle_ms")
+    ev = [
+        f"idle_causes: {v:.3f} ms host_wait, most in {top.loc[k, 'phase']} on stream {top.loc[k, 'stream']}"
+        for k, v in ms.items()
+    ]
+    return _rows(ms, ev, "")
+
+
+def launch_overhead(get: Get) -> pd.DataFrame:
+    la = _ranked(get("launches"))
+    if la is None or "host_bound_ms" not in la:
+        return _none()
+    ms, top = _sum(la, "host_bound_ms"), _top(la, "host_bound_ms")
+    ev = [
+        f"launches: {v:.3f} ms in kernels shorter than their launch, most in {top.loc[k, 'phase']} / "
+        f"{top.loc[k, 'module']} ({top.loc[k, 'host_bound']:.0f} kernels)"
+        for k, v in ms.items()
+    ]
+    return _rows(ms, ev, "")
+
+
+def gemm_below_peak(get: Get, rule: dict) -> pd.DataFrame:
+    gs = _ranked(get("gemm_shapes"))
+    if gs is None or "peak_pct" not in gs:
+        return _none()
+    low = gs[(gs["peak_pct"] < rule["peak_pct_below"]) & gs["ideal_ms"].notna()]
+    if low.empty:
+        return _none()
+    low = low.assign(lost_ms=(low["time_ms"] - low["ideal_ms"]).clip(lower=0.0))
+    ms, top = _sum(low, "lost_ms"), _top(low, "lost_ms")
+    ev, ex = [], []
+    for k, v in ms.items():
+        t = top.loc[k]
+        shape = f"{t['op']} {int(t['m'])}x{int(t['n'])}x{int(t['k'])} {t['dtype']}"
+        ev.append(f"gemm_shapes: {v:.3f} ms beyond peak; largest {shape} at {t['peak_pct']:.1f}% of peak")
+        ex.append(f"--op {t['op']}")
+    return _rows(ms, ev, ex)
+
+
+def memory_spike(get: Get, rule: dict) -> pd.DataFrame:
+    mem = _ranked(get("memory"))
+    if mem is None or "peak_growth_mb" not in mem:
+        return _none()
+    keys = _keys(mem)
+    whole = mem[mem["phase"].astype(str) == "step"].set_index([*keys, "device"])["peak_allocated_mb"]
+    parts = mem[mem["phase"].astype(str) != "step"]
+    peak = whole.reindex(pd.MultiIndex.from_frame(parts[[*keys, "device"]])).to_numpy(np.float64)
+    growth = parts["peak_growth_mb"].to_numpy(np.float64)
+    hit = (growth >= rule["min_growth_mb"]) & (growth >= rule["min_growth_pct"] / 100 * peak)
+    parts = parts.assign(_peak=peak)[hit]
+    if parts.empty:
+        return _none()
+    top = _top(parts, "peak_growth_mb")
+    ev = [
+        f"memory: {t['device']} grows {t['peak_growth_mb']:.1f} MB in {t['phase']} (peak {t['_peak']:.1f} MB)"
+        for _, t in top.iterrows()
+    ]
+    return _rows(pd.Series(0.0, index=top.index), ev, "", always=True)
+
+
+def _rows(ms: pd.Series, evidence: list[str], explain, always: bool = False) -> pd.DataFrame:
+    out = ms.rename("ms").reset_index()
+    out["evidence"], out["explain"] = evidence, explain
+    out.attrs["always"] = always
+    return out
+
+
+def _none() -> pd.DataFrame:
+    return pd.DataFrame(columns=["rank", "ms", "evidence", "explain"])
+
+
+def _share(df: pd.DataFrame, window: pd.Series | None) -> np.ndarray:
+    """Each row's ``ms`` as a % of its rank's (and step's) device window; NaN where unknown."""
+    if window is None:
+        return np.full(len(df), np.nan)
+    keys = _keys(df)
+    w = window.reindex(pd.MultiIndex.from_frame(df[keys]) if len(keys) > 1 else df[keys[0]])
+    return 100.0 * df["ms"].to_numpy(np.float64) / w.to_numpy(np.float64)
+
+
+def findings(get: Get, rule_set: dict[str, dict]) -> pd.DataFrame:
+    """The findings of a run (see the module docstring), from its tables ``get`` gives."""
+    idle = _ranked(get("idle"))
+    window = _sum(idle, "window_ms") if idle is not None else None
+    found = {
+        "straggler_wait": straggler_wait(get),
+        "exposed_transfer": exposed_transfer(get),
+        "host_bound_idle": host_bound_idle(get),
+        "launch_overhead": launch_overhead(get),
+        "gemm_below_peak": gemm_below_peak(get, rule_set["gemm_below_peak"]),
+        "memory_spike": memory_spike(get, rule_set["memory_spike"]),
+    }
+    parts = []
+    for cat, df in found.items():
+        if df.empty:
+            continue
+        share = _share(df, window)
+        df = df.assign(category=cat, share_pct=share, fix=rule_set[cat]["fix"])
+        if not df.attrs.get("always"):
+            r = rule_set[cat]
+            df = df[(df["ms"] >= r["min_ms"]) & (df["share_pct"].fillna(0.0) >= r["min_share_pct"])]
+        parts.append(df)
+    if not parts:
+        return pd.DataFrame(columns=[c for c in COLUMNS if c != "step"])
+    out = pd.concat(parts, ignore_index=True)
+    out["_c"] = out["category"].map({c: i for i, c in enumerate(CATEGORIES)})
+    by = ["ms", "_c", *_keys(out)]
+    out = out.sort_values(by, ascending=[False, True, *[True] * (len(by) - 2)], kind="stable")
+    return out[[c for c in COLUMNS if c in out.columns]].reset_index(drop=True)
