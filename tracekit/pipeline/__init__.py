@@ -77,6 +77,7 @@ INTERVAL_COLUMNS = [
     "runtime",
     "launched",
     "launch_ts",
+    "launch_end",
     "step_by",
     "op",
     "op_id",
