@@ -31,6 +31,8 @@ TABLE_NAMES = [
     "op_shapes",
     "comm",
     "idle",
+    "idle_causes",
+    "launches",
     "kernels",
     "memcpy",
     "timeline",
