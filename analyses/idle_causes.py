@@ -102,17 +102,26 @@ def causes(intervals: pd.DataFrame, windows: Windows, kernel_wait_us: float = KE
         gaps["lo"].to_numpy(), gaps["hi"].to_numpy(), ph["lo"].to_numpy(np.int64), ph["hi"].to_numpy(np.int64)
     )
     keep = length > 0
-    g, w, length = g[keep], w[keep], length[keep]
-    frame = pd.DataFrame(
+    pieces = pd.DataFrame(
         {
-            "step": ph["step"].to_numpy()[w],
-            "phase": ph["phase"].astype(str).to_numpy()[w],
-            "stream": gaps["stream"].to_numpy()[g],
-            "cause": CAUSES[gaps["cause"].to_numpy()[g]],
-            "idle_ms": length / 1e6,
+            "win": w[keep],
+            "stream": gaps["stream"].to_numpy()[g[keep]],
+            "cause": gaps["cause"].to_numpy()[g[keep]],
         }
     )
-    out = frame.groupby(["step", "phase", "stream", "cause"], sort=True)["idle_ms"].sum().reset_index()
+    # integer keys: the group-by of the pieces is cheap, the labels go on its few rows
+    sums = pd.Series(length[keep]).groupby([pieces[c] for c in pieces.columns]).sum()
+    win = sums.index.get_level_values("win").to_numpy()
+    out = pd.DataFrame(
+        {
+            "step": ph["step"].to_numpy()[win],
+            "phase": ph["phase"].astype(str).to_numpy()[win],
+            "stream": sums.index.get_level_values("stream").to_numpy(),
+            "cause": CAUSES[sums.index.get_level_values("cause").to_numpy()],
+            "idle_ms": sums.to_numpy() / 1e6,
+        }
+    )
+    out = out.sort_values(["step", "phase", "stream", "cause"], kind="stable", ignore_index=True)
     out["phase"] = text(out["phase"])
     out["stream"] = out["stream"].astype(str)
     return out[COLUMNS]
