@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import shutil
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from tracekit.analyses.idle_causes import causes
+from tracekit.analyses.idle_causes import CAUSES, causes, stream_gaps
 
 import tracekit
 from tracekit.ranks.meta import NO_LAUNCH_NOTICE
@@ -215,3 +216,46 @@ def test_cpu_only_no_rows_one_notice(tmp_path):
     assert a.table("idle_causes", per_step=True).empty
     assert a.table("launches", per_step=True).empty
     assert a.meta["notices"].count(NO_LAUNCH_NOTICE) == 1
+
+
+def _gap_before(iv, act) -> tuple[int, str]:
+    """The gap (length in ns, cause) that ends at the planted activity ``act``'s start."""
+    g = stream_gaps(iv)
+    hit = g[(g["stream"] == act.stream).to_numpy() & (g["hi"] == act.start).to_numpy()]
+    assert len(hit) == 1, act.name
+    return int(hit["hi"].iloc[0] - hit["lo"].iloc[0]), str(CAUSES[hit["cause"].iloc[0]])
+
+
+def test_each_gap_has_its_planted_cause(planted):
+    """Gap by gap in the last step: the kernel after the aten::item sync and the one after the
+    data-loader stall wait on the host; the event-waiting kernel waits on the other stream
+    ('other'); every optimizer kernel after the first waits on the host."""
+    b, a = planted
+    iv = a.ranks[0].intervals
+    last = [x for x in b.activities if x.step == b.steps[-1]]
+    compute = [x for x in last if x.stream == COMPUTE_STREAM]
+    names = [x.name for x in compute]
+    after_sync = compute[names.index(ELEMENTWISE)]  # the first add: launched after the sync
+    after_stall = compute[names.index(ELEMENTWISE) + 1]  # the gemm after the data loader
+    for act, prev in ((after_sync, compute[names.index(ELEMENTWISE) - 1]), (after_stall, after_sync)):
+        assert _gap_before(iv, act) == (act.start - prev.end, "host_wait")
+    # the stall: 500 us of CPU with no launch, less the 12 us the add ran meanwhile
+    assert after_stall.start - after_sync.end > 480_000
+    side = [x for x in last if x.stream == SIDE_STREAM]
+    assert _gap_before(iv, side[1]) == (side[1].start - side[0].end, "other")
+    opt = [x for x in last if x.phase == "optimizer"]
+    for prev, act in pairwise(opt):
+        assert _gap_before(iv, act) == (act.start - prev.end, "host_wait")
+        assert act.end - act.start < act.launch_end - act.launch_ts  # host-bound
+
+
+def test_ranks_of_a_directory(tmp_path):
+    for rank in (0, 1):
+        b = TraceBuilder(rank=rank, world_size=2, modules="none")
+        for _ in range(3):
+            _step(b)
+        b.write(tmp_path / f"rank{rank}.pt.trace.json")
+    a = tracekit.load(tmp_path, cache=False, jobs=1)
+    for name in ("idle_causes", "launches"):
+        df = a.table(name, per_step=True)
+        assert set(df["rank"]) == {0, 1}, name
