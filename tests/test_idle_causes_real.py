@@ -67,8 +67,9 @@ def test_launch_tables_on_real_traces(trace, tmp_path):
             if step in flat:
                 assert ms == pytest.approx(want.get((step, stream), 0) / 1e6, abs=1e-6)
     launches = tables["launches"]
+    _check_idle_host(a, tables)
     if not launched_any:
-        assert tables["idle_causes"].empty and launches.empty
+        assert tables["idle_causes"].empty and launches.empty and tables["idle_host"].empty
         assert a.meta["notices"].count(NO_LAUNCH_NOTICE) == 1
         return
     assert NO_LAUNCH_NOTICE not in a.meta["notices"]
@@ -88,3 +89,21 @@ def test_launch_tables_on_real_traces(trace, tmp_path):
     )
     assert int(launches["launches"].sum() + launches["other_api_launches"].sum()) == counted
     assert np.isfinite(num.to_numpy(dtype=float)).all()
+
+
+def _check_idle_host(a, tables) -> None:
+    """idle_host: nothing negative, and per step at most the idle table's idle time (the
+    device-level gaps are idle time; gaps whose activity has no launch are left out)."""
+    host, idle = tables["idle_host"], tables["idle"]
+    if host.empty:
+        return
+    assert (host["idle_ms"] > 0).all()
+    by = [c for c in ("rank", "step") if c in host.columns]
+    got = host.groupby(by)["idle_ms"].sum()
+    limit = idle.set_index(by)["idle_ms"]
+    for att_rank, att in a.ranks.items():
+        flat = set(att.steps.loc[~att.steps["phases_overlap"], "step"])
+        for key, ms in got.items():
+            rank, step = key if isinstance(key, tuple) else (att_rank, key)
+            if rank == att_rank and step in flat:
+                assert ms <= limit[key] + 1e-6, (rank, step)

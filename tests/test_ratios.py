@@ -142,6 +142,7 @@ DEFINITIONS: dict[str, dict[str, Expect]] = {
     "comm": {"percent": of_window("busy_ms")},
     "idle": {"percent": own("idle_ms", "window_ms")},
     "idle_causes": {},
+    "idle_host": {},
     "launches": {
         "delay_mean_us": own("delay_ms", "launches", 1000.0),
         "small_kernel_pct": own("small_ms", "device_ms"),

@@ -32,6 +32,7 @@ TABLE_NAMES = [
     "comm",
     "idle",
     "idle_causes",
+    "idle_host",
     "launches",
     "kernels",
     "memcpy",
