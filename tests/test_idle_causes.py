@@ -207,6 +207,7 @@ def test_no_runtime_calls_no_rows_one_notice(planted, tmp_path):
     a = tracekit.load(path, cache=False, jobs=1)
     assert a.table("idle_causes", per_step=True).empty
     assert a.table("launches", per_step=True).empty
+    assert a.table("idle_host", per_step=True).empty
     assert a.meta["notices"].count(NO_LAUNCH_NOTICE) == 1
 
 
@@ -215,6 +216,7 @@ def test_cpu_only_no_rows_one_notice(tmp_path):
     a = tracekit.load(shutil.copytree(src, tmp_path / "run"), cache=False, jobs=1)
     assert a.table("idle_causes", per_step=True).empty
     assert a.table("launches", per_step=True).empty
+    assert a.table("idle_host", per_step=True).empty
     assert a.meta["notices"].count(NO_LAUNCH_NOTICE) == 1
 
 
