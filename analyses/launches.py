@@ -28,7 +28,7 @@ import pandas as pd
 
 from tracekit.pipeline.windows import Windows
 
-from ._common import as_text, narrow, text
+from ._common import narrow
 from ._registry import COUNT, MS, PCT, PRESENT_MEAN, US, Ratio, register
 from .idle_causes import has_launches
 
@@ -46,37 +46,90 @@ HTA_APIS = (
 #: Activities shorter than this (ns) are small kernels.
 SMALL_NS = 10_000
 KEYS = ["step", "phase", "module"]
-SUMS = ["launches", "other_api_launches", "delay_ms", "host_bound", "host_bound_ms", "device_ms", "small_ms"]
-COLUMNS = KEYS + SUMS[:3] + ["delay_p50_us", "delay_p95_us"] + SUMS[3:]
+COLUMNS = [
+    *KEYS,
+    "launches",
+    "other_api_launches",
+    "delay_ms",
+    "delay_p50_us",
+    "delay_p95_us",
+    "host_bound",
+    "host_bound_ms",
+    "device_ms",
+    "small_ms",
+]
 USED = ["step", "phase", "module", "start", "end", "runtime", "launched", "launch_ts", "launch_end", "kind"]
 
 
-def _frame(iv: pd.DataFrame) -> pd.DataFrame:
-    """One row per launched activity: its keys, whether HTA counts it, delay and durations."""
-    runtime = iv["runtime"].astype("category")
-    hta = np.isin(runtime.cat.categories.astype(str), HTA_APIS)
-    counted = np.append(hta, False)[runtime.cat.codes.to_numpy()]
-    start, end = iv["start"].to_numpy(np.int64), iv["end"].to_numpy(np.int64)
-    call = iv["launch_end"].to_numpy(np.int64) - iv["launch_ts"].to_numpy(np.int64)
-    dur = end - start
-    delay = np.where(counted, np.maximum(start - iv["launch_end"].to_numpy(np.int64), 0), 0)
-    bound = counted & (dur < call)
-    return pd.DataFrame(
+def _labels(col: pd.Series, empty: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the code of its label (missing or "" reads ``empty``); the labels, sorted."""
+    cat = pd.Categorical(col)
+    names = np.append(np.asarray(cat.categories, dtype=object), "")
+    names[names == ""] = empty
+    uniq, code = np.unique(names.astype(str), return_inverse=True)
+    return code[np.asarray(cat.codes)], uniq.astype(object)
+
+
+def _groups(iv: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+    """Per row, its (step, phase, module) group; and per group its labels, sorted."""
+    steps, s_code = np.unique(iv["step"].to_numpy(np.int64), return_inverse=True)
+    p_code, phases = _labels(iv["phase"], "unattributed")
+    m_code, modules = _labels(iv["module"], "Other")
+    n_p, n_m = len(phases), len(modules)
+    uniq, group = np.unique((s_code * n_p + p_code) * n_m + m_code, return_inverse=True)
+    labels = pd.DataFrame(
         {
-            "step": iv["step"].to_numpy(),
-            "phase": text(iv["phase"], {"": "unattributed"}),
-            "module": text(iv["module"], {"": "Other"}),
-            "launches": counted.astype(np.int64),
-            "other_api_launches": (~counted).astype(np.int64),
-            "delay_ms": delay / 1e6,
-            "delay_us": delay / 1e3,
-            "host_bound": bound.astype(np.int64),
-            "host_bound_ms": np.where(bound, dur, 0) / 1e6,
-            "device_ms": np.where(counted, dur, 0) / 1e6,
-            "small_ms": np.where(counted & (dur < SMALL_NS), dur, 0) / 1e6,
-            "counted": counted,
+            "step": steps[uniq // (n_m * n_p)],
+            "phase": phases[(uniq // n_m) % n_p],
+            "module": modules[uniq % n_m],
         }
     )
+    return group, labels
+
+
+def _percentiles(group: np.ndarray, values: np.ndarray, n_groups: int, qs: tuple) -> list[np.ndarray]:
+    """Per group, each quantile of ``qs`` of its ``values`` (linear interpolation; 0 for none)."""
+    order = np.lexsort((values, group))
+    v = values[order]
+    n = np.bincount(group, minlength=n_groups)
+    first = np.cumsum(n) - n
+    out = []
+    for q in qs:
+        pos = np.maximum(n - 1, 0) * q
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, np.maximum(n - 1, 0))
+        at_lo = v[np.minimum(first + lo, max(len(v) - 1, 0))] if len(v) else np.zeros(n_groups)
+        at_hi = v[np.minimum(first + hi, max(len(v) - 1, 0))] if len(v) else np.zeros(n_groups)
+        out.append(np.where(n > 0, at_lo + (pos - lo) * (at_hi - at_lo), 0.0))
+    return out
+
+
+def _rows(iv: pd.DataFrame) -> pd.DataFrame:
+    """The table's rows: per group, the sums and the delay percentiles of HTA's launches."""
+    runtime = pd.Categorical(iv["runtime"])
+    hta = np.isin(np.asarray(runtime.categories, dtype=object), HTA_APIS)
+    counted = np.append(hta, False)[np.asarray(runtime.codes)]
+    start, end = iv["start"].to_numpy(np.int64), iv["end"].to_numpy(np.int64)
+    call_end = iv["launch_end"].to_numpy(np.int64)
+    dur = end - start
+    delay = np.where(counted, np.maximum(start - call_end, 0), 0)
+    bound = counted & (dur < call_end - iv["launch_ts"].to_numpy(np.int64))
+    group, out = _groups(iv)
+    k = len(out)
+
+    def total(w) -> np.ndarray:
+        return np.bincount(group, weights=w, minlength=k)
+
+    out["launches"] = total(counted.astype(float)).astype(np.int64)
+    out["other_api_launches"] = total((~counted).astype(float)).astype(np.int64)
+    out["delay_ms"] = total(delay / 1e6)
+    p50, p95 = _percentiles(group[counted], delay[counted] / 1e3, k, (0.5, 0.95))
+    out["delay_p50_us"], out["delay_p95_us"] = p50, p95
+    out["host_bound"] = total(bound.astype(float)).astype(np.int64)
+    out["host_bound_ms"] = total(np.where(bound, dur, 0) / 1e6)
+    out["device_ms"] = total(np.where(counted, dur, 0) / 1e6)
+    out["small_ms"] = total(np.where(counted & (dur < SMALL_NS), dur, 0) / 1e6)
+    return out
 
 
 @register(
@@ -112,12 +165,5 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     iv = narrow(intervals, USED, mask)
     if iv.empty:
         return pd.DataFrame(columns=COLUMNS)
-    f = _frame(iv)
-    out = f.groupby(KEYS, observed=True)[SUMS].sum()
-    hta = f[f["counted"].to_numpy()]
-    by = hta["delay_us"].groupby([hta[k] for k in KEYS], observed=True)
-    q = by.quantile([0.5, 0.95]).unstack()
-    out["delay_p50_us"] = q[0.5].reindex(out.index).fillna(0.0) if len(q) else 0.0
-    out["delay_p95_us"] = q[0.95].reindex(out.index).fillna(0.0) if len(q) else 0.0
-    out = as_text(out.reset_index(), ["phase", "module"])
+    out = _rows(iv)
     return out[COLUMNS]
