@@ -85,11 +85,16 @@ def clip_to_windows(lo: np.ndarray, hi: np.ndarray, wlo: np.ndarray, whi: np.nda
     count = np.maximum(np.searchsorted(bounds, whi, "left") - first, 0)
     win = np.repeat(np.arange(len(wlo)), count)
     w_seg = np.repeat(first, count) + np.arange(len(win)) - np.repeat(np.cumsum(count) - count, count)
+    if len(np.unique(w_seg)) == len(w_seg):  # windows that tile: a segment has one window
+        of_seg = np.full(len(bounds) + 1, -1, np.int64)
+        of_seg[w_seg] = win
+        w = of_seg[np.where(seg >= 0, seg, len(bounds))]
+        piece = np.flatnonzero(w >= 0)
+        return span[piece], w[piece], (p_hi - p_lo)[piece]
     pieces = pd.DataFrame({"seg": seg, "piece": np.arange(len(seg))})
-    pairs = pd.DataFrame({"seg": w_seg, "win": win})
-    joined = pieces.merge(pairs, on="seg", how="inner")
-    piece, w = joined["piece"].to_numpy(), joined["win"].to_numpy()
-    return span[piece], w, (p_hi - p_lo)[piece]
+    joined = pieces.merge(pd.DataFrame({"seg": w_seg, "win": win}), on="seg", how="inner")
+    piece = joined["piece"].to_numpy()
+    return span[piece], joined["win"].to_numpy(), (p_hi - p_lo)[piece]
 
 
 def causes(intervals: pd.DataFrame, windows: Windows, kernel_wait_us: float = KERNEL_WAIT_US) -> pd.DataFrame:

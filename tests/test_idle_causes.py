@@ -261,3 +261,22 @@ def test_ranks_of_a_directory(tmp_path):
     for name in ("idle_causes", "launches"):
         df = a.table(name, per_step=True)
         assert set(df["rank"]) == {0, 1}, name
+
+
+@pytest.mark.parametrize(
+    ("wlo", "whi", "want"),
+    [
+        ([0, 10], [10, 20], {(0, 0): 8, (0, 1): 2, (1, 1): 3}),  # windows that tile
+        ([0, 5], [10, 15], {(0, 0): 8, (0, 1): 7, (1, 1): 2}),  # overlapping windows
+    ],
+)
+def test_clip_to_windows(wlo, whi, want):
+    from tracekit.analyses.idle_causes import clip_to_windows
+
+    span, win, length = clip_to_windows(
+        np.array([2, 13], np.int64), np.array([12, 16], np.int64), np.array(wlo), np.array(whi)
+    )
+    got: dict = defaultdict(int)
+    for s, w, n in zip(span, win, length, strict=True):
+        got[(int(s), int(w))] += int(n)
+    assert dict(got) == want
