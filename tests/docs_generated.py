@@ -75,6 +75,8 @@ def tables() -> str:
                     "/s": "ratio of totals: the count over the steps' time",
                     "MB": "peak over the steps",
                 }.get(unit, "from the capture manifest, mean per step")
+            elif "_p50" in col or "_p95" in col:  # percentiles (launches) do not add
+                how = "per step (a percentile); mean over the steps that hold the row"
             elif unit in INTEGER_UNITS - {"index"} and not spec.cross_rank and spec.source is None:
                 how = "sum per step; a mean keeps its fraction"
             elif unit == "index":

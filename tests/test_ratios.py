@@ -141,6 +141,15 @@ DEFINITIONS: dict[str, dict[str, Expect]] = {
     "gemm": {"percent": own("gemm_ms", "compute_ms")},
     "comm": {"percent": of_window("busy_ms")},
     "idle": {"percent": own("idle_ms", "window_ms")},
+    "idle_causes": {},
+    "idle_host": {},
+    "launches": {
+        "delay_mean_us": own("delay_ms", "launches", 1000.0),
+        "small_kernel_pct": own("small_ms", "device_ms"),
+        # percentiles are no ratio of the columns beside them: only their order is checked
+        "delay_p50_us": lambda df, t: np.minimum(df["delay_p50_us"], df["delay_p95_us"]),
+        "delay_p95_us": lambda df, t: np.maximum(df["delay_p95_us"], df["delay_p50_us"]),
+    },
     "kernels": {"percent": share("time_ms", "stage")},
     "memcpy": {"percent": of_window("busy_ms")},
     "timeline": {"percent": share("time_ms", "stage")},

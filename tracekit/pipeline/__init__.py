@@ -31,6 +31,8 @@ from .backward import link_backward
 from .categories import as_categories, assign_categories
 from .flops import COLUMNS as PERF_COLUMNS
 from .flops import assign_flops, mfu_meta
+from .host_idle import COLUMNS as HOST_IDLE_COLUMNS
+from .host_idle import label_host_idle
 from .launches import join_launches
 from .memory import label_memory, memory_rows, no_rows
 from .modules import assign_modules
@@ -77,6 +79,7 @@ INTERVAL_COLUMNS = [
     "runtime",
     "launched",
     "launch_ts",
+    "launch_end",
     "step_by",
     "op",
     "op_id",
@@ -93,6 +96,7 @@ INTERVAL_COLUMNS = [
     "bwd_link",
     "fwd_op",
     "fwd_op_id",
+    *HOST_IDLE_COLUMNS,
     *PERF_COLUMNS,
 ]
 
@@ -199,6 +203,7 @@ def analyse(
     intervals have no perf columns, without :data:`MEMORY` the run has no memory events."""
     t = link(raw, taxonomy, memory_events=MEMORY in features)
     t = assign_categories(t, taxonomy, rules)
+    t = label_host_idle(t, taxonomy)
     if PERF in features:
         t = assign_flops(t, peaks)
     if MEMORY in features:

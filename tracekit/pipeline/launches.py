@@ -27,7 +27,9 @@ def join_launches(t: Trace) -> Trace:
     ``corr`` (correlation id, -1 none), ``launch_ev`` (the runtime call's event row, -1 none),
     ``runtime`` (its name; CPU mode: the op that queued a worker's collective range, else ""),
     ``launched``, ``launch_pid``, ``launch_tid``, ``launch_ts`` (the
-    call's; for an activity with no launch: pid/tid -1 and its own start).
+    call's; for an activity with no launch: pid/tid -1 and its own start), ``launch_end`` (the
+    call's end: launch delay and host-bound launches are measured from it, analyses/launches.py;
+    for an activity with no launch: its own start, as ``launch_ts``).
     Guarantees: a GPU activity is joined by the ``correlation`` arg only, never by flows or
     time; the first runtime call of a duplicated id is used (and a warning says so). In CPU mode
     (DESIGN.md: tables over CPU op self time) the activities are the self-time pieces of every
@@ -72,6 +74,7 @@ def join_launches(t: Trace) -> Trace:
             "launch_pid": np.where(no_launch, -1, pid[safe]),
             "launch_tid": np.where(no_launch, -1, tid[safe]),
             "launch_ts": np.where(no_launch, ts[act], ts[safe]),
+            "launch_end": np.where(no_launch, ts[act], end[safe]),
         }
     )
     return t

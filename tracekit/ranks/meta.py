@@ -14,6 +14,13 @@ if TYPE_CHECKING:
     from ..pipeline.checks import TraceWarning
 
 
+#: The notice of a run with no runtime call that launched device work (CPU-only traces, or
+#: device activity none of which has its launch in the file): the launch tables give no rows.
+NO_LAUNCH_NOTICE = (
+    "no runtime call launches device work here (a CPU-only trace, or no launch in the file): "
+    "idle_causes, idle_host and launches have no rows "
+    "(without the host side, a host wait cannot be told from the others)"
+)
 #: The notice of a run whose traces record no memory events.
 MEMORY_NOTICE = (
     "no memory events: record the profile with torch.profiler.profile(profile_memory=True) "
@@ -64,6 +71,10 @@ def meta_of(run: Run) -> dict:
         )
     elif not first.meta.get("has_profiler_steps", True):
         notices.append("no ProfilerStep ranges: the whole trace is treated as one step")
+    if run.mode == "cpu" or not any(
+        a.meta.get("coverage", {}).get("launch", 1.0) > 0 for a in run.ranks.values()
+    ):
+        notices.append(NO_LAUNCH_NOTICE)
     unlaunched = sum(a.meta.get("unlaunched_activities", 0) for a in run.ranks.values())
     if unlaunched:
         notices.append(

@@ -95,6 +95,9 @@ CHARTS = [
         title="Exposed communication and idle per phase",
         key="exposed",
     ),
+    Chart(
+        "idle_causes", ("phase",), ("idle_ms",), ("cause",), "Idle causes per phase (all streams)", stack=True
+    ),
     Chart("modules", ("module",), ("time_ms",), ("phase",), drop={"module": ("Idle",)}),
     Chart("kernels", ("group", "category"), ("time_ms",), ("stage",), drop={"group": ("idle",)}),
     Chart("timeline", ("stage",), ("time_ms",), ("block",), stack=True, horizontal=True, alone="forward"),

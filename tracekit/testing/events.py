@@ -69,6 +69,8 @@ class Launched:
     end: int
     correlation: int
     launch_ts: int
+    launch_end: int = 0  # ns, end of the runtime call
+    api: str = ""  # the runtime call's name
 
 
 class EventWriter:
@@ -364,5 +366,13 @@ class EventWriter:
         self.t[tid] = rt_start + rt_dur
         self.adv(tid, 0.2)
         return Launched(
-            name=name, kind=kind, stream=stream, start=begin, end=end, correlation=c, launch_ts=rt_start
+            name=name,
+            kind=kind,
+            stream=stream,
+            start=begin,
+            end=end,
+            correlation=c,
+            launch_ts=rt_start,
+            launch_end=rt_start + rt_dur,
+            api=api,
         )

@@ -51,6 +51,8 @@ class Activity:
     comm: bool = False
     gemm: bool = False
     launch_ts: int = 0  # ns, start of the runtime call
+    launch_end: int = 0  # ns, end of the runtime call
+    api: str = ""  # the runtime call's name
     module: str | None = None
     op: str | None = None  # the innermost CPU op that launched it
 
@@ -69,6 +71,8 @@ class Activity:
             stream=x.stream,
             correlation=x.correlation,
             launch_ts=x.launch_ts,
+            launch_end=getattr(x, "launch_end", 0),
+            api=getattr(x, "api", ""),
             comm=comm,
             gemm=x.name in GEMMS,
             **labels,
