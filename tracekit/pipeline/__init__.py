@@ -29,6 +29,8 @@ from ..read.reader import RawTrace, split_memory
 from . import coverage, labels
 from .backward import link_backward
 from .categories import as_categories, assign_categories
+from .comm_args import COLUMNS as COMM_COLUMNS
+from .comm_args import label_comm_args
 from .flops import COLUMNS as PERF_COLUMNS
 from .flops import assign_flops, mfu_meta
 from .launches import join_launches
@@ -93,6 +95,7 @@ INTERVAL_COLUMNS = [
     "bwd_link",
     "fwd_op",
     "fwd_op_id",
+    *COMM_COLUMNS,
     *PERF_COLUMNS,
 ]
 
@@ -199,6 +202,7 @@ def analyse(
     intervals have no perf columns, without :data:`MEMORY` the run has no memory events."""
     t = link(raw, taxonomy, memory_events=MEMORY in features)
     t = assign_categories(t, taxonomy, rules)
+    t = label_comm_args(t)
     if PERF in features:
         t = assign_flops(t, peaks)
     if MEMORY in features:
