@@ -16,7 +16,9 @@ table, a row per step and key, with the units its spec declares. Open first:
 """
 
 from . import (  # imported to register; the report order is _ORDER below
+    collectives,
     comm,
+    cross_rank,
     efficiency,
     gemm,
     gemm_shapes,
@@ -50,6 +52,7 @@ _ORDER = [
         efficiency,
         op_shapes,
         comm,
+        collectives,
         idle,
         kernels,
         memcpy,
@@ -57,6 +60,7 @@ _ORDER = [
         top_kernels,
         layers,
         ranks,
+        cross_rank,
         memory,
         memory_modules,
         memory_timeline,
