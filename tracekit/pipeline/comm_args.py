@@ -90,9 +90,9 @@ def label_comm_args(t: Trace) -> Trace:
         a,
         {
             "comm_bytes": out_bytes,
-            "comm_group_size": size,
+            "comm_group_size": size.astype(np.int32),
             "process_group": pd.Categorical(group),
-            "comm_instance": instance,
+            "comm_instance": instance.astype(np.int32),
             "comm_source": pd.Categorical.from_codes(source, categories=list(SOURCES)),
         },
     )
