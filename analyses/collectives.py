@@ -176,6 +176,7 @@ def summarise(inst: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     aggregate=PER_STEP,
     cross_fill=True,
     chart="none",
+    top=24,
     sort_by="time_ms",
 )
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:

@@ -172,6 +172,7 @@ declare(
         keys=("rank",),
         chart="none",
         aggregate=PER_STEP,
+        top=24,
         sort_by="caused_wait_ms",
         values={"instances": COUNT, "caused_wait_ms": MS, "op_excess_ms": MS},
     )

@@ -90,6 +90,9 @@ def _check(a, ranks: list[int]) -> None:
         assert got["caused_wait_ms"].iloc[0] == pytest.approx(caused, abs=1e-9)
         assert got["phase"].iloc[0] == "forward"
         assert got["op"].iloc[0] == "aten::mm"
+        others = [DELAY[q][s - 1] for q in ranks if q != who]
+        excess = DELAY[who][s - 1] - float(np.median(others))
+        assert got["op_excess_ms"].iloc[0] == pytest.approx(excess / 1e3, abs=1e-9)
 
 
 def test_directory_of_ranks_with_delays_and_clock_offsets(tmp_path: Path) -> None:
@@ -114,6 +117,33 @@ def test_merged_file(tmp_path: Path) -> None:
     path = tmp_path / "merged.json"
     path.write_text(json.dumps(merged_trace([_builder(r, ranks) for r in ranks])))
     _check(tracekit.load(path, cache=False, jobs=1), ranks)
+
+
+def test_matched_by_seq_where_recorded(tmp_path: Path) -> None:
+    """Rank 1's trace starts one collective earlier (its Seq 0 in a step rank 0 did not record):
+    by order its instances would pair with the wrong ones; by Seq they pair right."""
+    ranks = [0, 1]
+    for r in ranks:
+        b = TraceBuilder(rank=r, world_size=2, start_ns=EPOCH_NS + OFFSETS[r], first_step=0 if r else 1)
+        if r:  # the extra, earlier instance
+            with b.step():
+                b.comm("AllReduce", 10, at_us=50, nelems=8, dtype="Float", seq=0)
+        for s in range(STEPS):
+            last = max(_arrival(q, s) for q in ranks)
+            with b.step():
+                with b.forward():
+                    b.kernel("sm80_xmma_gemm_bf16", 100 + DELAY[r][s], op="aten::mm", at_us=_base(s))
+                dur = last - _arrival(r, s) + TRANSFER_US[s]
+                b.comm("AllReduce", dur, at_us=_arrival(r, s), nelems=NELEMS[s], dtype="Float", seq=s + 1)
+        b.write(tmp_path / f"rank{r}.json")
+    a = tracekit.load(tmp_path, cache=False, jobs=1)
+    truth = _truth(ranks)["split"]
+    c = a.table("collectives")
+    c = c[c["step"] >= 1]
+    assert len(c) == 2 * STEPS
+    for row in c.itertuples():
+        assert (row.wait_ms, row.transfer_ms) == pytest.approx(truth[(row.rank, row.step)], abs=1e-9)
+    assert a.meta["clock_offsets_ms"][1] == pytest.approx(OFFSETS[1] / 1e6, abs=1e-12)
 
 
 def test_one_rank_has_sizes_and_no_waits(tmp_path: Path) -> None:
