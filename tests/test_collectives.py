@@ -172,7 +172,7 @@ def test_unknown_bytes_are_never_guessed(tmp_path: Path) -> None:
 def test_gloo_sizes_from_the_c10d_op(tmp_path: Path) -> None:
     """No record_param_comms (gloo on CPU): bytes from the c10d op's Input Dims / Input type;
     arrival is the gloo range."""
-    b = TraceBuilder(autograd_thread=False, world_size=2)
+    b = TraceBuilder(autograd_thread=False, world_size=4)  # pg_config: one group of 4
     for _ in range(2):
         with b.step():
             with b.forward():
@@ -187,6 +187,10 @@ def test_gloo_sizes_from_the_c10d_op(tmp_path: Path) -> None:
     assert c["calls"].tolist() == [1, 1]
     assert c["bytes"].tolist() == [1024 * 8 * 4] * 2
     assert c["time_ms"].tolist() == pytest.approx([0.2, 0.2], abs=1e-12)
+    algbw = 1024 * 8 * 4 / 0.2e6
+    assert c["algbw_gbps"].tolist() == pytest.approx([algbw] * 2, rel=1e-12)
+    # no Group size recorded with the collective: every process group of the job has 4
+    assert c["busbw_gbps"].tolist() == pytest.approx([algbw * 2 * 3 / 4] * 2, rel=1e-12)
 
 
 @pytest.mark.parametrize("path", params())

@@ -202,7 +202,7 @@ def analyse(
     intervals have no perf columns, without :data:`MEMORY` the run has no memory events."""
     t = link(raw, taxonomy, memory_events=MEMORY in features)
     t = assign_categories(t, taxonomy, rules)
-    t = label_comm_args(t)
+    t = label_comm_args(t, raw.meta.get("group_sizes") or [])
     if PERF in features:
         t = assign_flops(t, peaks)
     if MEMORY in features:

@@ -55,9 +55,10 @@ NO_GROUP = "unrecorded"
 COLUMNS = ("comm_bytes", "comm_group_size", "process_group", "comm_instance", "comm_source")
 
 
-def label_comm_args(t: Trace) -> Trace:
+def label_comm_args(t: Trace, group_sizes: list[int] | tuple[int, ...] = ()) -> Trace:
     """Needs: ``acts.group``, ``ev``, ``kind``, ``name``, ``start``, ``comm_r``, ``launch_ev``,
-    ``op_id``; ``t.ranges.ev``; the reader's COMM_FIELDS and shape columns.
+    ``op_id``; ``t.ranges.ev``; the reader's COMM_FIELDS and shape columns; ``group_sizes``: the
+    distinct sizes of the trace's process groups (``distributedInfo.pg_config``).
     Adds on ``acts``: ``comm_bytes`` (float bytes, NaN: unknown or not communication),
     ``comm_group_size`` (-1 unknown), ``process_group`` ("" not communication, ``unrecorded``),
     ``comm_instance`` (the collective instance's number within its process group: its ``Seq``
@@ -66,7 +67,9 @@ def label_comm_args(t: Trace) -> Trace:
     :data:`SOURCES` gave the bytes).
     Guarantees: an instance is a communication kernel (GPU traces) or, on CPU traces, a
     ``gloo:*`` range (the c10d op's own rows when the trace has none); all rows of one event
-    share its instance number; nothing is guessed."""
+    share its instance number; nothing is guessed: a group size not recorded with the
+    collective is the one size every process group of ``distributedInfo`` has, if they share
+    one, else unknown."""
     a = t.acts
     comm = np.flatnonzero((a["group"] == "comm").to_numpy())
     n = len(a)
@@ -81,6 +84,8 @@ def label_comm_args(t: Trace) -> Trace:
             a["op_id"].to_numpy()[comm],
         ]
         b, s, g, src = _args_of(t.events, cands)
+        if len(set(group_sizes)) == 1:  # every group of the job has that size: so has this one
+            s = np.where(s.astype(np.int64) < 0, group_sizes[0], s)
         out_bytes[comm], size[comm], group[comm], source[comm] = b, s, g, src
         seq = np.maximum.reduce([_seq_of(t, c) for c in cands])
     else:
@@ -129,9 +134,9 @@ def _one(texts: tuple, width: int) -> tuple:
         elem = SCALAR_SIZES.get(_string(p[2]), 0)
         if nel >= 0 and elem:
             return float(nel * elem), size, group, 2 if i == 1 else 1
-    for p in parts:  # the collective op's own shapes
-        if p[8].startswith(("c10d::", "gloo:")):
-            nbytes = _shape_bytes(p[6], p[7])
+    for prefix in ("c10d::", "gloo:"):  # the collective op's own shapes (it has In and Out)
+        for p in parts:
+            nbytes = _shape_bytes(p[6], p[7]) if p[8].startswith(prefix) else None
             if nbytes is not None:
                 return nbytes, size, group, 3
     return np.nan, size, group, 0
@@ -168,7 +173,7 @@ def _shape_bytes(dims_text: str, types_text: str) -> float | None:
     best = None
     for d, ty in zip(dims, types):
         elem = SIZES.get(DTYPES.get(ty, ""), 0) if isinstance(ty, str) else 0
-        numel = _numel(d)
+        numel = 1 if d == [] else _numel(d)  # a tensor's dtype with no sizes: a 0-d tensor
         if elem and numel:
             best = max(best or 0.0, float(numel * elem))
     return best
