@@ -22,9 +22,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.pipeline.state import codes_of
 from tracekit.pipeline.windows import Windows
 
-from ._common import NS_PER_MS
+from ._common import NS_PER_MS, once_per_table
 from ._registry import BYTES, COUNT, GBPS, MS, PER_STEP, Ratio, register
 
 KEYS = ["step", "phase", "collective", "process_group"]
@@ -62,71 +63,115 @@ def instances(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     """One row per collective instance of the rank's complete steps (:data:`INSTANCE_COLUMNS`):
     its arrival (``start``, ns) and ``end``, bytes, group size, and the op that ran longest on
     the rank between the previous instance's arrival and this one (``lead_*``)."""
+    every = _all_instances(intervals)
+    done = np.isin(every["step"].to_numpy(), windows.steps["step"].to_numpy())
+    return every if done.all() else every.loc[done].reset_index(drop=True)
+
+
+@once_per_table
+def _all_instances(intervals: pd.DataFrame) -> pd.DataFrame:
+    """:func:`instances` of every step of ``intervals``, once per interval table (the tables
+    that read it share it)."""
     if "comm_instance" not in intervals:
         return pd.DataFrame(columns=INSTANCE_COLUMNS)
-    done = windows.steps["step"].to_numpy()
-    keep = (intervals["comm_instance"].to_numpy() >= 0) & np.isin(intervals["step"].to_numpy(), done)
-    iv = intervals.loc[keep]
-    if iv.empty:
+    rows = np.flatnonzero(intervals["comm_instance"].to_numpy() >= 0)
+    if not len(rows):
         return pd.DataFrame(columns=INSTANCE_COLUMNS)
+
+    def labels(col: str) -> np.ndarray:
+        codes, uniq = codes_of(intervals[col])
+        return np.asarray(uniq, dtype=object)[codes[rows]]
+
+    def values(col: str, dtype=None) -> np.ndarray:
+        return intervals[col].to_numpy(dtype=dtype)[rows]
+
     f = pd.DataFrame(
         {
-            "process_group": iv["process_group"].astype(str).to_numpy(),
-            "instance": iv["comm_instance"].to_numpy(),
-            "step": iv["step"].to_numpy(),
-            "phase": iv["phase"].astype(str).to_numpy(),
-            "collective": iv["collective"].astype(str).to_numpy(),
-            "start": iv["start"].to_numpy(),
-            "end": iv["end"].to_numpy(),
-            "bytes": iv["comm_bytes"].to_numpy(dtype=float),
-            "group_size": iv["comm_group_size"].to_numpy(),
+            "process_group": labels("process_group"),
+            "instance": values("comm_instance"),
+            "step": values("step"),
+            "phase": labels("phase"),
+            "collective": labels("collective"),
+            "start": values("start"),
+            "end": values("end"),
+            "bytes": values("comm_bytes", float),
+            "group_size": values("comm_group_size"),
         }
     )
-    g = f.groupby(["process_group", "collective", "instance"], sort=False)
-    out = g.agg(
-        step=("step", "first"),
-        phase=("phase", "first"),
-        start=("start", "min"),
-        end=("end", "max"),
-        bytes=("bytes", "first"),
-        group_size=("group_size", "first"),
-    ).reset_index()
-    out = out.sort_values(["start", "process_group", "collective", "instance"], kind="stable")
-    out = out.reset_index(drop=True)
-    return _with_lead(out, intervals)[INSTANCE_COLUMNS]
+    keys = ["process_group", "collective", "instance"]
+    if f.duplicated(keys).any():  # an instance in pieces (a CPU range split by the ops in it)
+        g = f.groupby(keys, sort=False)
+        f = g.agg(
+            step=("step", "first"),
+            phase=("phase", "first"),
+            start=("start", "min"),
+            end=("end", "max"),
+            bytes=("bytes", "first"),
+            group_size=("group_size", "first"),
+        ).reset_index()
+    f = f.sort_values(["start", *keys], kind="stable").reset_index(drop=True)
+    return _with_lead(f, intervals)[INSTANCE_COLUMNS]
 
 
 def _with_lead(inst: pd.DataFrame, intervals: pd.DataFrame) -> pd.DataFrame:
     """``lead_op`` / ``lead_module`` / ``lead_phase`` / ``lead_ms``: of the compute rows that
-    start after the previous arrival and before this one, the top-level op with most time."""
-    arrivals = inst["start"].to_numpy()
-    comp = intervals.loc[(intervals["group"] == "compute").to_numpy()]
-    start = comp["start"].to_numpy()
-    pos = np.searchsorted(arrivals, start, side="right")
-    ok = pos < len(arrivals)
+    start after the previous arrival and before this one, the top-level op with most time
+    (on integer codes: names are looked up for the winners only)."""
+    comp = np.flatnonzero((intervals["group"] == "compute").to_numpy())
+    start = intervals["start"].to_numpy()[comp]
+    pos = np.searchsorted(inst["start"].to_numpy(), start, side="right")
+    ok = pos < len(inst)
     if not ok.any():
         return inst.assign(lead_op="", lead_module="", lead_phase="", lead_ms=np.nan)
-    c = pd.DataFrame(
-        {
-            "pos": pos[ok],
-            "op": comp["top_op"].astype(str).to_numpy()[ok],
-            "module": comp["module_instance"].astype(str).to_numpy()[ok],
-            "phase": comp["phase"].astype(str).to_numpy()[ok],
-            "dur": (comp["end"].to_numpy() - start)[ok],
-        }
+    rows, pos = comp[ok], pos[ok].astype(np.int64)
+    op_codes, op_names = codes_of(intervals["top_op"])
+    code = op_codes[rows].astype(np.int64)
+    key = pos * (len(op_names) + 1) + code
+    dur = (intervals["end"].to_numpy()[rows] - start[ok]).astype(float)
+    per = (
+        pd.DataFrame({"dur": dur, "row": rows})
+        .groupby(key, sort=True)
+        .agg(dur=("dur", "sum"), row=("row", "first"))
     )
-    per = c.groupby(["pos", "op"], sort=False).agg(
-        dur=("dur", "sum"), module=("module", "first"), phase=("phase", "first")
-    )
-    per = per.reset_index().sort_values(["pos", "dur"], ascending=[True, False], kind="stable")
-    top = per.drop_duplicates("pos").set_index("pos")
-    idx = np.arange(len(inst))
+    per["pos"] = per.index.to_numpy() // (len(op_names) + 1)
+    top = per.sort_values(["pos", "dur"], ascending=[True, False], kind="stable").drop_duplicates("pos")
+    idx, at = top["pos"].to_numpy(), top["row"].to_numpy()
+
+    def names(col: str) -> np.ndarray:
+        codes, uniq = codes_of(intervals[col])
+        out = np.full(len(inst), "", dtype=object)
+        out[idx] = np.asarray(uniq, dtype=object)[codes[at]]
+        return out
+
+    lead_ms = np.full(len(inst), np.nan)
+    lead_ms[idx] = top["dur"].to_numpy() / NS_PER_MS
     return inst.assign(
-        lead_op=top["op"].reindex(idx).fillna("").to_numpy(),
-        lead_module=top["module"].reindex(idx).fillna("").to_numpy(),
-        lead_phase=top["phase"].reindex(idx).fillna("").to_numpy(),
-        lead_ms=top["dur"].reindex(idx).to_numpy(dtype=float) / NS_PER_MS,
+        lead_op=names("top_op"),
+        lead_module=names("module_instance"),
+        lead_phase=names("phase"),
+        lead_ms=lead_ms,
     )
+
+
+def _grouped(f: pd.DataFrame, by: list[str], cols: list[str]) -> pd.DataFrame:
+    """One row per ``by`` group (in sorted order): ``calls`` (rows), ``dur`` (summed) and each
+    of ``cols`` summed, NaN where any of the group's values is (unknown); on integer codes and
+    ``np.bincount`` (tables of a few rows: pandas' per-aggregation cost would dominate)."""
+    key = np.zeros(len(f), np.int64)
+    for c in by:
+        codes, uniq = pd.factorize(f[c].to_numpy(), sort=True)
+        key = key * (len(uniq) + 1) + codes
+    _, first, ids = np.unique(key, return_index=True, return_inverse=True)
+    ids = ids.ravel()
+    n = len(first)
+    out = pd.DataFrame({c: f[c].to_numpy()[first] for c in by})
+    out["calls"] = np.bincount(ids, minlength=n)
+    for c in ["dur", *cols]:
+        v = f[c].to_numpy(dtype=float)
+        nan = np.isnan(v)
+        total = np.bincount(ids, weights=np.where(nan, 0.0, v), minlength=n)
+        out[c] = np.where(np.bincount(ids, weights=nan, minlength=n) > 0, np.nan, total)
+    return out
 
 
 def summarise(inst: pd.DataFrame, by: list[str]) -> pd.DataFrame:
@@ -142,19 +187,12 @@ def summarise(inst: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     for c in ("wait_ns", "transfer_ns"):
         if c not in f:
             f[c] = np.nan
-    g = f.groupby(by, sort=True)
-    out = g.agg(
-        calls=("dur", "size"),
-        time_ns=("dur", "sum"),
-        bytes=("bytes", lambda v: v.sum(min_count=len(v))),
-        bus=("bus", lambda v: v.sum(min_count=len(v))),
-        wait_ns=("wait_ns", lambda v: v.sum(min_count=len(v))),
-        transfer_ns=("transfer_ns", lambda v: v.sum(min_count=len(v))),
-    ).reset_index()
-    out["time_ms"] = out["time_ns"] / NS_PER_MS
-    per_ns = out["time_ns"].where(out["time_ns"] > 0)
-    out["algbw_gbps"] = out["bytes"] / per_ns
-    out["busbw_gbps"] = out["bus"] / per_ns
+    out = _grouped(f, by, ["bytes", "bus", "wait_ns", "transfer_ns"])
+    time_ns = out["dur"].to_numpy()
+    per_ns = np.where(time_ns > 0, time_ns, np.nan)
+    out["time_ms"] = time_ns / NS_PER_MS
+    out["algbw_gbps"] = out["bytes"].to_numpy() / per_ns
+    out["busbw_gbps"] = out["bus"].to_numpy() / per_ns
     out["wait_ms"] = out["wait_ns"] / NS_PER_MS
     out["transfer_ms"] = out["transfer_ns"] / NS_PER_MS
     return out[cols]
@@ -196,7 +234,9 @@ def _unknown_sizes(df: pd.DataFrame) -> pd.DataFrame:
     """The ``unknown`` bucket's bytes and bandwidths stay unknown after the mean (which counts a
     missing value as 0), as do bus bytes where the group's size is unknown."""
     unknown = (df["size_bucket"] == "unknown").to_numpy()
-    df.loc[unknown, ["bytes", "bus_bytes", "algbw_gbps", "busbw_gbps"]] = np.nan
+    if unknown.any():
+        for c in ("bytes", "bus_bytes", "algbw_gbps", "busbw_gbps"):
+            df[c] = np.where(unknown, np.nan, df[c].to_numpy(dtype=float))
     return df
 
 
@@ -227,11 +267,5 @@ def sizes(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
         dur=(inst["end"] - inst["start"]) / NS_PER_MS,
         bus_bytes=inst["bytes"] * bus_factor(inst["collective"].to_numpy(), inst["group_size"].to_numpy()),
     )
-    g = f.groupby(["step", "collective", "size_bucket"], sort=True)
-    out = g.agg(
-        calls=("dur", "size"),
-        bytes=("bytes", lambda v: v.sum(min_count=len(v))),
-        bus_bytes=("bus_bytes", lambda v: v.sum(min_count=len(v))),
-        time_ms=("dur", "sum"),
-    ).reset_index()
-    return out[cols]
+    out = _grouped(f, ["step", "collective", "size_bucket"], ["bytes", "bus_bytes"])
+    return out.rename(columns={"dur": "time_ms"})[cols]

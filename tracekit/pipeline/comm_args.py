@@ -96,12 +96,23 @@ def label_comm_args(t: Trace, group_sizes: list[int] | tuple[int, ...] = ()) -> 
         {
             "comm_bytes": out_bytes,
             "comm_group_size": size.astype(np.int32),
-            "process_group": pd.Categorical(group),
+            "process_group": _categorical(group, comm),
             "comm_instance": instance.astype(np.int32),
             "comm_source": pd.Categorical.from_codes(source, categories=list(SOURCES)),
         },
     )
     return t
+
+
+def _categorical(values: np.ndarray, rows: np.ndarray) -> pd.Categorical:
+    """``values`` ("" outside ``rows``) as a categorical, hashing the few ``rows`` only."""
+    codes = np.zeros(len(values), np.int64)
+    if not len(rows):
+        return pd.Categorical.from_codes(codes, categories=[""])
+    cats = [c for c in pd.unique(pd.Series(values[rows], dtype=object)) if c != ""]
+    lookup = {c: i + 1 for i, c in enumerate(cats)}
+    codes[rows] = [lookup.get(v, 0) for v in values[rows]]
+    return pd.Categorical.from_codes(codes, categories=["", *cats])
 
 
 def _args_of(ev: pd.DataFrame, cands: list[np.ndarray]) -> tuple:
@@ -197,22 +208,27 @@ def _instances(t: Trace, comm: np.ndarray, group: np.ndarray, seq: np.ndarray) -
     inst = np.full(len(a), -1, np.int64)
     if not len(comm):
         return inst
-    kind = a["kind"].to_numpy()[comm]
-    keep = kind == KERNEL
+    keep = a["kind"].to_numpy()[comm] == KERNEL
     if not keep.any():  # CPU traces: the gloo worker's ranges, else the collective ops
-        names = a["name"].astype(str).to_numpy()[comm]
-        keep = np.char.startswith(names.astype(str), "gloo:")
+        codes, names = codes_of(a["name"])
+        gloo = np.array([str(x).startswith("gloo:") for x in names], dtype=bool)
+        keep = gloo[codes[comm]]
         keep = keep if keep.any() else np.ones(len(comm), bool)
     rows = comm[keep]
-    ev = a["ev"].to_numpy()[rows]
-    first = pd.Series(a["start"].to_numpy()[rows]).groupby(ev).transform("min").to_numpy()
-    coll = a["collective"].astype(str).to_numpy()[rows]
-    frame = pd.DataFrame({"g": group[rows], "c": coll, "ev": ev, "start": first, "seq": seq[keep]})
-    events = frame.drop_duplicates("ev").sort_values(["start", "ev"], kind="stable")
-    order = events.groupby(["g", "c"], sort=False).cumcount().to_numpy()
-    recorded = bool((events["seq"] >= 0).all())
-    number = pd.Series(events["seq"].to_numpy() if recorded else order, index=events["ev"].to_numpy())
-    inst[rows] = number.reindex(ev).to_numpy()
+    ev, start = a["ev"].to_numpy()[rows], a["start"].to_numpy()[rows]
+    uev, first_row, back = np.unique(ev, return_index=True, return_inverse=True)
+    if len(uev) < len(ev):  # an event in pieces: its first start
+        start = pd.Series(start).groupby(back.ravel()).transform("min").to_numpy()
+    c_codes, _ = codes_of(a["collective"])
+    label = pd.factorize(pd.Series(group[rows][first_row]) + "\x00" + c_codes[rows][first_row].astype(str))[0]
+    seq_ev = seq[keep][first_row]
+    order = np.lexsort((uev, start[first_row]))  # instances by start
+    ranked = np.empty(len(uev), np.int64)
+    by_label = order[np.argsort(label[order], kind="stable")]  # by label, then start
+    bounds = np.searchsorted(label[by_label], label[by_label], side="left")
+    ranked[by_label] = np.arange(len(by_label)) - bounds
+    number = seq_ev if (seq_ev >= 0).all() else ranked
+    inst[rows] = number[back.ravel()]
     return inst
 
 
