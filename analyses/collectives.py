@@ -128,14 +128,14 @@ def _with_lead(inst: pd.DataFrame, intervals: pd.DataFrame) -> pd.DataFrame:
     code = op_codes[rows].astype(np.int64)
     key = pos * (len(op_names) + 1) + code
     dur = (intervals["end"].to_numpy()[rows] - start[ok]).astype(float)
-    per = (
-        pd.DataFrame({"dur": dur, "row": rows})
-        .groupby(key, sort=True)
-        .agg(dur=("dur", "sum"), row=("row", "first"))
-    )
-    per["pos"] = per.index.to_numpy() // (len(op_names) + 1)
-    top = per.sort_values(["pos", "dur"], ascending=[True, False], kind="stable").drop_duplicates("pos")
-    idx, at = top["pos"].to_numpy(), top["row"].to_numpy()
+    order = np.argsort(key, kind="stable")
+    k = key[order]
+    cut = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    total = np.add.reduceat(dur[order], cut)  # per (instance, op): its time
+    first_row, group_pos = rows[order][cut], k[cut] // (len(op_names) + 1)
+    best = np.lexsort((-total, group_pos))  # per instance, the op with most time first
+    win = best[np.r_[True, group_pos[best][1:] != group_pos[best][:-1]]]
+    idx, at = group_pos[win], first_row[win]
 
     def names(col: str) -> np.ndarray:
         codes, uniq = codes_of(intervals[col])
@@ -144,7 +144,7 @@ def _with_lead(inst: pd.DataFrame, intervals: pd.DataFrame) -> pd.DataFrame:
         return out
 
     lead_ms = np.full(len(inst), np.nan)
-    lead_ms[idx] = top["dur"].to_numpy() / NS_PER_MS
+    lead_ms[idx] = total[win] / NS_PER_MS
     return inst.assign(
         lead_op=names("top_op"),
         lead_module=names("module_instance"),
