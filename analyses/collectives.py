@@ -153,25 +153,33 @@ def _with_lead(inst: pd.DataFrame, intervals: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _grouped(f: pd.DataFrame, by: list[str], cols: list[str]) -> pd.DataFrame:
-    """One row per ``by`` group (in sorted order): ``calls`` (rows), ``dur`` (summed) and each
-    of ``cols`` summed, NaN where any of the group's values is (unknown); on integer codes and
-    ``np.bincount`` (tables of a few rows: pandas' per-aggregation cost would dominate)."""
-    key = np.zeros(len(f), np.int64)
+def _grouped(f: dict[str, np.ndarray], by: list[str], cols: list[str]) -> dict[str, np.ndarray]:
+    """One row per ``by`` group (in sorted order) of the columns ``f``: ``calls`` (rows),
+    ``dur`` (summed) and each of ``cols`` summed, NaN where any of the group's values is
+    (unknown); on integer codes and ``np.bincount`` over arrays (tables of a few rows: pandas'
+    per-operation cost would dominate)."""
+    key = np.zeros(len(f["dur"]), np.int64)
     for c in by:
-        codes, uniq = pd.factorize(f[c].to_numpy(), sort=True)
+        codes, uniq = pd.factorize(f[c], sort=True)
         key = key * (len(uniq) + 1) + codes
     _, first, ids = np.unique(key, return_index=True, return_inverse=True)
-    ids = ids.ravel()
-    n = len(first)
-    out = pd.DataFrame({c: f[c].to_numpy()[first] for c in by})
+    ids, n = ids.ravel(), len(first)
+    out = {c: f[c][first] for c in by}
     out["calls"] = np.bincount(ids, minlength=n)
     for c in ["dur", *cols]:
-        v = f[c].to_numpy(dtype=float)
+        v = np.asarray(f[c], dtype=float)
         nan = np.isnan(v)
         total = np.bincount(ids, weights=np.where(nan, 0.0, v), minlength=n)
         out[c] = np.where(np.bincount(ids, weights=nan, minlength=n) > 0, np.nan, total)
     return out
+
+
+def _arrays(inst: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The instances' columns as arrays, with ``dur`` (ns) and ``bus`` (bytes x bus factor)."""
+    f = {c: inst[c].to_numpy() for c in inst.columns}
+    f["dur"] = (f["end"] - f["start"]).astype(float)
+    f["bus"] = f["bytes"].astype(float) * bus_factor(f["collective"], f["group_size"])
+    return f
 
 
 def summarise(inst: pd.DataFrame, by: list[str]) -> pd.DataFrame:
@@ -180,22 +188,20 @@ def summarise(inst: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     cols = by + COLUMNS
     if inst.empty:
         return pd.DataFrame(columns=cols)
-    f = inst.assign(
-        dur=(inst["end"] - inst["start"]).astype(float),
-        bus=inst["bytes"] * bus_factor(inst["collective"].to_numpy(), inst["group_size"].to_numpy()),
-    )
+    f = _arrays(inst)
     for c in ("wait_ns", "transfer_ns"):
-        if c not in f:
-            f[c] = np.nan
+        f.setdefault(c, np.full(len(inst), np.nan))
     out = _grouped(f, by, ["bytes", "bus", "wait_ns", "transfer_ns"])
-    time_ns = out["dur"].to_numpy()
+    time_ns = out["dur"]
     per_ns = np.where(time_ns > 0, time_ns, np.nan)
-    out["time_ms"] = time_ns / NS_PER_MS
-    out["algbw_gbps"] = out["bytes"].to_numpy() / per_ns
-    out["busbw_gbps"] = out["bus"].to_numpy() / per_ns
-    out["wait_ms"] = out["wait_ns"] / NS_PER_MS
-    out["transfer_ms"] = out["transfer_ns"] / NS_PER_MS
-    return out[cols]
+    out |= {
+        "time_ms": time_ns / NS_PER_MS,
+        "algbw_gbps": out["bytes"] / per_ns,
+        "busbw_gbps": out["bus"] / per_ns,
+        "wait_ms": out["wait_ns"] / NS_PER_MS,
+        "transfer_ms": out["transfer_ns"] / NS_PER_MS,
+    }
+    return pd.DataFrame({c: out[c] for c in cols})
 
 
 @register(
@@ -262,10 +268,8 @@ def sizes(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     inst = instances(intervals, windows)
     if inst.empty:
         return pd.DataFrame(columns=cols)
-    f = inst.assign(
-        size_bucket=bucket(inst["bytes"].to_numpy()),
-        dur=(inst["end"] - inst["start"]) / NS_PER_MS,
-        bus_bytes=inst["bytes"] * bus_factor(inst["collective"].to_numpy(), inst["group_size"].to_numpy()),
-    )
-    out = _grouped(f, ["step", "collective", "size_bucket"], ["bytes", "bus_bytes"])
-    return out.rename(columns={"dur": "time_ms"})[cols]
+    f = _arrays(inst)
+    f["size_bucket"] = bucket(f["bytes"])
+    out = _grouped(f, ["step", "collective", "size_bucket"], ["bytes", "bus"])
+    out["time_ms"], out["bus_bytes"] = out["dur"] / NS_PER_MS, out["bus"]
+    return pd.DataFrame({c: out[c] for c in cols})
