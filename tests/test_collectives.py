@@ -207,3 +207,19 @@ def test_shared_traces_sane(path: Path) -> None:
     assert (known >= 0).all()
     bw = c["busbw_gbps"].dropna()
     assert (bw >= 0).all() and (bw < 10_000).all()  # below 10 TB/s on any link
+
+
+def test_pool_and_cached_reanalysis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers ship each rank's instances (a pool of two); a re-analysis reads them from the
+    result cache: the same matching either way."""
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    ranks = list(range(WORLD))
+    d = tmp_path / "run"
+    d.mkdir()
+    for r in ranks:
+        _builder(r, ranks).write(d / f"rank{r}.json")
+    first = tracekit.load(d, cache=True, jobs=2)
+    _check(first, ranks)
+    again = tracekit.load(d, cache=True, jobs=2)
+    _check(again, ranks)
+    assert again.table("collectives").equals(first.table("collectives"))
