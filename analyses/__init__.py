@@ -16,7 +16,9 @@ table, a row per step and key, with the units its spec declares. Open first:
 """
 
 from . import (  # imported to register; the report order is _ORDER below
+    collectives,
     comm,
+    cross_rank,
     efficiency,
     gemm,
     gemm_shapes,
@@ -53,6 +55,7 @@ _ORDER = [
         efficiency,
         op_shapes,
         comm,
+        collectives,
         idle,
         idle_causes,
         idle_host,
@@ -63,6 +66,7 @@ _ORDER = [
         top_kernels,
         layers,
         ranks,
+        cross_rank,
         memory,
         memory_modules,
         memory_timeline,

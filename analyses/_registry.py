@@ -30,6 +30,8 @@ CALLS, GFLOP, GBYTE, TFLOPS, TBPS, FLOP_PER_BYTE = "calls", "GFLOP", "GB", "TFLO
 LABEL = "label"
 #: Memory in MiB (2^20 bytes) and a rate per second (``tokens_per_s``: tokens/s).
 MB, PER_S = "MB", "/s"
+#: A bandwidth in 10^9 bytes per second (the collectives' algbw and busbw).
+GBPS = "GB/s"
 #: Units whose values are whole numbers (printed without decimals, integers in JSON).
 INTEGER_UNITS = {COUNT, BYTES, INDEX}
 
@@ -109,6 +111,10 @@ class TableSpec:
     * ``compare``: the value column ``tracekit compare`` reports as B - A per key
       (``<name>_delta``); None: the table is not compared;
     * ``cross_rank``: a table over the ranks of a directory (only there);
+    * ``cross_fill``: a per-rank table whose rows, on several ranks, come from the cross-rank
+      stage instead (``Analysis.rank_tables``: the same rows with the columns only the ranks
+      together can give, e.g. the collectives' wait and transfer); on one rank it has a
+      ``rank`` column too;
     * ``needs``: the pipeline features (:data:`PERF`, :data:`MEMORY`) the table reads; a run
       whose tables need none of them skips those steps (:func:`features_of`);
     * ``series``: a long per-event series that ``func`` thins to a chart's points unless it is
@@ -138,6 +144,7 @@ class TableSpec:
     source: str | None = None
     derive: Callable[[pd.DataFrame], pd.DataFrame] | None = None
     cross_rank: bool = False
+    cross_fill: bool = False
     from_manifest: Callable[[dict], pd.DataFrame] | None = None
     summary: Callable[[pd.DataFrame], pd.DataFrame] | None = None
     reads: str = INTERVALS

@@ -21,7 +21,7 @@ from shared_traces import params
 
 import tracekit.read.files as F
 import tracekit.read.reader as R
-from tracekit.read.schema import SHAPE_FIELDS, TraceDoc
+from tracekit.read.schema import RAW_FIELDS, TraceDoc
 
 pytestmark = pytest.mark.shared
 
@@ -51,7 +51,7 @@ def _shape_texts(doc: dict, text: str) -> dict[int, dict[str, str]]:
     """For each event (by its position in ``traceEvents``) with a shape arg, each such arg's
     JSON text as the file writes it; found in file order, and checked to be that value."""
     texts: dict[int, dict[str, str]] = {}
-    for col, key in SHAPE_FIELDS.items():
+    for col, key in RAW_FIELDS.items():
         raw = iter(_raw_values(text, key))
         for i, ev in enumerate(doc["traceEvents"]):
             a = ev.get("args")
@@ -141,7 +141,7 @@ def reference_frame(path) -> pd.DataFrame:
                 "stream": _int(a.get("stream")),
                 "collective": a.get("Collective name") or "",
                 "bytes": _number(a.get("Bytes" if kind == R.MEMORY else "bytes")),
-                **{c: e["shape texts"].get(c, "") for c in SHAPE_FIELDS},
+                **{c: e["shape texts"].get(c, "") for c in RAW_FIELDS},
                 "device_type": v if type(v := a.get("Device Type")) is int else -1,
                 "device_id": v if type(v := a.get("Device Id")) is int else -1,
                 "total_allocated": _number(a.get("Total Allocated")),

@@ -27,7 +27,7 @@ from .filters import Filters
 from .perf.devices import resolve as resolve_peaks
 from .pipeline import Attributed
 from .pipeline.checks import TraceWarning, as_warning
-from .ranks import manifest_tables
+from .ranks import collective_ranks, manifest_tables
 from .ranks.analyse import Options
 from .ranks.gathered import Computed, RankTables
 from .ranks.grouping import directory_warnings, files_to_read, group_results
@@ -142,7 +142,7 @@ class Analysis(PerRankTables):
             raise KeyError(
                 f"table {name!r} needs the {'/'.join(sorted(skipped))} step(s), skipped by load(tables=...)"
             )
-        if spec.cross_rank:
+        if spec.cross_rank or (spec.cross_fill and self.multi_rank):
             return self.rank_tables()[name]
         if spec.from_manifest is not None:
             return manifest_tables.table(spec, self._manifest_rows(name), per_step, self.multi_rank)
@@ -156,7 +156,7 @@ class Analysis(PerRankTables):
             if not parts:
                 return pd.DataFrame()
             out, lengths = pd.concat(parts, ignore_index=True), [len(p) for p in parts]
-        if self.multi_rank:
+        if self.multi_rank or spec.cross_fill:
             out.insert(0, "rank", np.repeat(np.fromiter(self.ranks, np.int64), lengths))
         return out
 
@@ -179,7 +179,9 @@ class Analysis(PerRankTables):
             out = ranks_table.tables_of_rows(list(self.ranks), whole[1], whole[0])
         else:
             out = ranks_table.tables({rank: self._phase_means(rank, copy=False) for rank in self.ranks})
-        return {k: _whole_numbers(REGISTRY.get(k), v) for k, v in out.items()}
+        if collective_ranks.wanted(self):  # collectives matched across ranks (analyses/cross_rank.py)
+            out.update(collective_ranks.cross(self)[0])
+        return {k: _whole_numbers(REGISTRY.get(k), v.copy()) for k, v in out.items()}
 
 
 def load(

@@ -29,6 +29,8 @@ from ..read.reader import RawTrace
 from . import coverage, labels
 from .backward import link_backward
 from .categories import as_categories, assign_categories
+from .comm_args import COLUMNS as COMM_COLUMNS
+from .comm_args import label_comm_args
 from .flops import COLUMNS as PERF_COLUMNS
 from .flops import assign_flops, mfu_meta
 from .host_idle import COLUMNS as HOST_IDLE_COLUMNS
@@ -97,6 +99,7 @@ INTERVAL_COLUMNS = [
     "fwd_op",
     "fwd_op_id",
     *HOST_IDLE_COLUMNS,
+    *COMM_COLUMNS,
     *PERF_COLUMNS,
 ]
 
@@ -204,6 +207,7 @@ def analyse(
     t = link(raw, taxonomy, memory_events=MEMORY in features)
     t = assign_categories(t, taxonomy, rules)
     t = label_host_idle(t, taxonomy)
+    t = label_comm_args(t, raw.meta.get("group_sizes") or [])
     if PERF in features:
         t = assign_flops(t, peaks)
     if MEMORY in features:

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from tracekit.analyses import REGISTRY
 
+from . import collective_ranks
+
 if TYPE_CHECKING:
     from ..filters import Filters
     from ..pipeline import Attributed
@@ -89,6 +91,8 @@ def meta_of(run: Run) -> dict:
     notices += _peak_notices(run)
     if not run.has_memory:
         notices.append(MEMORY_NOTICE)
+    collective_meta, collective_notices = collective_ranks.meta(run)
+    notices += collective_notices
     if run.skipped:
         notices.append(
             f"partial result: {len(run.skipped)} file(s) of the directory skipped (listed in the warnings)"
@@ -111,6 +115,7 @@ def meta_of(run: Run) -> dict:
         "coverage": {r: a.meta["coverage"] for r, a in run.ranks.items() if a.meta.get("coverage")},
         "device": {r: a.meta["device"] for r, a in run.ranks.items() if "device" in a.meta},
         "mfu": {r: a.meta["mfu"] for r, a in run.ranks.items() if "mfu" in a.meta},
+        **collective_meta,
         **({"filters": _filter_meta(run)} if run.filters.active else {}),
         "warnings": [w.as_dict() for w in run.warnings],
         "partial": bool(run.skipped),

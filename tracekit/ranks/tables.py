@@ -157,6 +157,16 @@ class PerRankTables:
             self._computed[key] = _mean_over_steps(df, self._n_steps(self.ranks[rank]), ["phase"])
         return self._computed[key].copy() if copy else self._computed[key]
 
+    def _instances(self, rank: int) -> pd.DataFrame:
+        """The rank's collective instances (what the cross-rank matching reads), computed once."""
+        key = ("instances", "collectives", rank)
+        if key not in self._computed:
+            from tracekit.analyses.collectives import instances
+
+            rows = self.filters.intervals(self._rank_intervals(rank), REGISTRY["collectives"])
+            self._computed[key] = instances(rows, self._windows(rank))
+        return self._computed[key]
+
     def _per_step(self, name: str, rank: int) -> pd.DataFrame:
         """One rank's per-step table, computed once however often it is asked for."""
         key = ("step", name, rank)
@@ -209,6 +219,8 @@ def tables_of(att: Attributed, path: str | os.PathLike, options: Any) -> dict:
         if REGISTRY[name].of_intervals:
             one._rank_table(name, 0, per_step=False)
     one._phase_means(0)
+    if "collectives" in wanted:  # the cross-rank matching's input (tracekit.ranks.collective_ranks)
+        one._instances(0)
     # Per-step tables stay here: the report needs only the means (and --per-step recomputes
     # them from the intervals); shipping them would add a third to what the parent unpickles
     # and keeps per rank. The framed windows are the parent's to derive (from the rank's windows).

@@ -36,6 +36,10 @@
  *                       ["Input Strides"], ["Concrete Inputs"] exactly as it stands in the
  *                       run (raw bytes from the value's first byte to its last), -1 when
  *                       absent or null (tracekit.schema.SHAPE_FIELDS).
+ *   in_nelems out_nelems comm_dtype group_size pg_name pg_desc comm_seq
+ *               int32   the same, of args["In msg nelems"], ["Out msg nelems"], ["dtype"],
+ *                       ["Group size"], ["Process Group Name"], ["Process Group
+ *                       Description"], ["Seq"] (tracekit.schema.COMM_FIELDS).
  *   meta        list    (triple, pid, tid, args.name) for each event of class METADATA with a
  *                       string args.name (naming a process or thread), pid and tid as msgspec
  *                       decodes them (int, str or None).
@@ -115,8 +119,14 @@ enum { I_PID, I_TID, I_ID, I_CORR, I_SEQ, I_FWD, I_STREAM, I_ADDR, N_IDS }; /* a
 static const char *const ID_NAMES[N_IDS] = {"pid", "tid", "flow_id", "corr", "seq", "fwd_tid", "stream", "addr"};
 
 /* The args kept as their raw JSON text (tracekit.schema.SHAPE_FIELDS), in that order. */
-enum { S_DIMS, S_TYPES, S_STRIDES, S_CONCRETE, N_SHAPES };
-static const char *const SHAPE_NAMES[N_SHAPES] = {"input_dims", "input_types", "input_strides", "concrete_inputs"};
+enum {
+    S_DIMS, S_TYPES, S_STRIDES, S_CONCRETE,
+    S_IN_NELEMS, S_OUT_NELEMS, S_DTYPE, S_GROUP_SIZE, S_PG_NAME, S_PG_DESC, S_SEQ, /* COMM_FIELDS */
+    N_SHAPES
+};
+static const char *const SHAPE_NAMES[N_SHAPES] = {
+    "input_dims", "input_types", "input_strides", "concrete_inputs",
+    "in_nelems", "out_nelems", "comm_dtype", "group_size", "pg_name", "pg_desc", "comm_seq"};
 
 /* ------------------------------------------------------------------ growable arrays */
 
@@ -1323,6 +1333,8 @@ args_key(const Str *k)
     const uint8_t *s = k->s;
     Py_ssize_t n = k->len;
     switch (n) {
+    case 3:
+        return KEY_IS(s, n, "Seq") ? A_SHAPE + S_SEQ : A_OTHER;
     case 4:
         return KEY_IS(s, n, "name") ? A_NAME : KEY_IS(s, n, "Addr") ? A_ADDR : A_OTHER;
     case 9:
@@ -1330,19 +1342,30 @@ args_key(const Str *k)
     case 10:
         return KEY_IS(s, n, "Input Dims")   ? A_SHAPE + S_DIMS
                : KEY_IS(s, n, "Input type") ? A_SHAPE + S_TYPES
+               : KEY_IS(s, n, "Group size") ? A_SHAPE + S_GROUP_SIZE
                                             : A_OTHER;
     case 5:
-        return KEY_IS(s, n, "bytes") ? A_BYTES : KEY_IS(s, n, "Bytes") ? A_MBYTES : A_OTHER;
+        return KEY_IS(s, n, "bytes")   ? A_BYTES
+               : KEY_IS(s, n, "Bytes") ? A_MBYTES
+               : KEY_IS(s, n, "dtype") ? A_SHAPE + S_DTYPE
+                                       : A_OTHER;
     case 6:
         return KEY_IS(s, n, "stream") ? A_STREAM : A_OTHER;
     case 11:
         return KEY_IS(s, n, "correlation") ? A_CORR : KEY_IS(s, n, "Device Type") ? A_DEVTYPE : A_OTHER;
     case 14:
-        return KEY_IS(s, n, "Total Reserved") ? A_TRES : A_OTHER;
+        return KEY_IS(s, n, "Total Reserved")   ? A_TRES
+               : KEY_IS(s, n, "Out msg nelems") ? A_SHAPE + S_OUT_NELEMS
+                                                : A_OTHER;
     case 13:
         return KEY_IS(s, n, "Fwd thread id")   ? A_FWD
                : KEY_IS(s, n, "Input Strides") ? A_SHAPE + S_STRIDES
+               : KEY_IS(s, n, "In msg nelems") ? A_SHAPE + S_IN_NELEMS
                                                : A_OTHER;
+    case 18:
+        return KEY_IS(s, n, "Process Group Name") ? A_SHAPE + S_PG_NAME : A_OTHER;
+    case 25:
+        return KEY_IS(s, n, "Process Group Description") ? A_SHAPE + S_PG_DESC : A_OTHER;
     case 15:
         return KEY_IS(s, n, "Sequence number")   ? A_SEQ
                : KEY_IS(s, n, "Collective name") ? A_COLL

@@ -22,7 +22,7 @@ from .schema import (
     MEMORY,
     MEMSET,
     METADATA,
-    SHAPE_FIELDS,
+    RAW_FIELDS,
     UNKNOWN,
     Args,
     Event,
@@ -185,7 +185,7 @@ class _FrameBuilder:
             "fwd_tid": _fast_int_column([a.fwd_tid for a in args]),
             "stream": _fast_int_column([a.stream for a in args]),
             "collective": _categorical([a.collective or "" for a in args]),
-            **{f: _raw_texts([getattr(a, f) for a in args]) for f in SHAPE_FIELDS},
+            **{f: _raw_texts([getattr(a, f) for a in args]) for f in RAW_FIELDS},
             "device_type": _small_ints([a.device_type for a in args]),
             "device_id": _small_ints([a.device_id for a in args]),
             "addr": _int_column([a.addr for a in args]),
@@ -336,7 +336,7 @@ _COLUMNS = (
     "stream",
     "collective",
     "bytes",
-    *SHAPE_FIELDS,
+    *RAW_FIELDS,
     "device_type",
     "device_id",
     "total_allocated",
@@ -344,7 +344,7 @@ _COLUMNS = (
     "addr",
 )
 #: The event columns that are categoricals of strings ("" when absent).
-CATEGORICAL_COLUMNS = ("name", "flow_ph", "collective", *SHAPE_FIELDS)
+CATEGORICAL_COLUMNS = ("name", "flow_ph", "collective", *RAW_FIELDS)
 
 
 #: Events decoded per chunk by the chunked reader.

@@ -25,7 +25,7 @@ import numpy as np
 
 from .categoricals import _categorical_codes
 from .columns import _FrameBuilder, _one_int, _Selection
-from .schema import SHAPE_FIELDS, UNKNOWN, event_class, flow_phase
+from .schema import RAW_FIELDS, UNKNOWN, event_class, flow_phase
 
 try:
     from . import _kineto  # type: ignore[attr-defined]
@@ -108,7 +108,7 @@ class Scanned:
             **{c: self._ids(c) for c in ("corr", "seq", "fwd_tid", "stream")},
             "collective": self._strings("collective"),
             "bytes": self._column("bytes", np.float64),
-            **{f: self._strings(f) for f in SHAPE_FIELDS},
+            **{f: self._strings(f) for f in RAW_FIELDS},
             "device_type": self._column("device_type", np.int64),
             "device_id": self._column("device_id", np.int64),
             "total_allocated": self._column("total_allocated", np.float64),

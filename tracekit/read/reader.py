@@ -242,6 +242,15 @@ def rank_of(doc: TraceDoc, path: str | os.PathLike) -> int | None:
     return _int_or_none(r)
 
 
+def group_sizes(info: Any) -> list[int]:
+    """The distinct sizes of the process groups ``distributedInfo.pg_config`` lists ([] none)."""
+    config = info.get("pg_config") if isinstance(info, dict) else None
+    if not isinstance(config, list):
+        return []
+    sizes = {_int_or_none(g.get("pg_size")) for g in config if isinstance(g, dict)}
+    return sorted(s for s in sizes if s is not None and s > 0)
+
+
 def _int_or_none(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 31 else None
 
@@ -290,6 +299,7 @@ def read_trace(
             "world_size": _int_or_none((doc.distributedInfo or {}).get("world_size"))
             if isinstance(doc.distributedInfo, dict)
             else None,
+            "group_sizes": group_sizes(doc.distributedInfo),
             "devices": device_names(doc),
             "schema_version": doc.schemaVersion,
             "events_in_file": builder.n_events,

@@ -31,6 +31,15 @@ class Args(msgspec.Struct, gc=False):
     input_types: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input type")
     input_strides: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Strides")
     concrete_inputs: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Concrete Inputs")
+    # A collective's parameters (record_param_comms, and NCCL kernels since torch 2.1), as
+    # their JSON text (see COMM_FIELDS).
+    in_nelems: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="In msg nelems")
+    out_nelems: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Out msg nelems")
+    comm_dtype: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="dtype")
+    group_size: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Group size")
+    pg_name: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Process Group Name")
+    pg_desc: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Process Group Description")
+    comm_seq: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Seq")
     # ``[memory]`` events (profile_memory=True): see MEMORY.
     alloc_bytes: Number | str | None = msgspec.field(default=None, name="Bytes")
     device_type: Number | str | None = msgspec.field(default=None, name="Device Type")
@@ -90,6 +99,21 @@ SHAPE_FIELDS = {
     "input_strides": "Input Strides",
     "concrete_inputs": "Concrete Inputs",
 }
+
+#: A collective's parameters, kept as raw JSON text like SHAPE_FIELDS (one column each; parsed
+#: per distinct text by :mod:`tracekit.pipeline.comm_args`): message elements in and out, the
+#: element type, the group's size, name and description, and its sequence number.
+COMM_FIELDS = {
+    "in_nelems": "In msg nelems",
+    "out_nelems": "Out msg nelems",
+    "comm_dtype": "dtype",
+    "group_size": "Group size",
+    "pg_name": "Process Group Name",
+    "pg_desc": "Process Group Description",
+    "comm_seq": "Seq",
+}
+#: Every args value kept as its JSON text, in the native scanner's order (``_kineto.c``).
+RAW_FIELDS = {**SHAPE_FIELDS, **COMM_FIELDS}
 
 _DECODER = msgspec.json.Decoder(TraceDoc)
 _TEXT_TIME_DECODER = msgspec.json.Decoder(TextTimeDoc)

@@ -29,6 +29,7 @@ from tracekit.analyses._registry import (
     CALLS,
     COUNT,
     FLOP_PER_BYTE,
+    GBPS,
     GBYTE,
     GFLOP,
     INDEX,
@@ -46,7 +47,7 @@ from tracekit.analyses._registry import (
 from .safetext import TERMINAL_NAME_CHARS, bounded
 
 #: Units of amounts that span many orders of magnitude (a GEMM of 0.001 or 3,000 GFLOP).
-MAGNITUDES = {GFLOP, GBYTE, TFLOPS, TBPS, FLOP_PER_BYTE}
+MAGNITUDES = {GFLOP, GBYTE, TFLOPS, TBPS, GBPS, FLOP_PER_BYTE}
 #: Longest shortened name shown (the short form of a kernel, with an ellipsis past it).
 SHORT_CHARS = 60
 #: Longest name ``--wide`` and the HTML tooltips show (real signatures reach ~5,000).

@@ -172,15 +172,27 @@ class DeviceCalls:
         gap_us: float = 0,
         at_us: float | None = None,
         not_before_us: float | None = None,
+        nelems: int | tuple[int, int] | None = None,
+        dtype: str = "BFloat16",
+        group: str = "0",
+        seq: int | None = None,
     ) -> Kernel:
         """A collective: ``record_param_comms`` (with its ``Collective name``), an ``nccl:*``
-        annotation and the NCCL kernel (``NCCL_GENERIC`` where the name does not say it)."""
-        args = {
+        annotation and the NCCL kernel (``NCCL_GENERIC`` where the name does not say it).
+        ``nelems``: its ``In msg nelems`` / ``Out msg nelems`` (one number for both, or a pair;
+        None: not recorded), of ``dtype``, in process group ``group`` with sequence number
+        ``seq`` (``Seq``; None: not recorded)."""
+        args: dict = {
             "Collective name": _COLLECTIVE_NAME.get(collective, collective.lower()),
-            "dtype": "BFloat16",
-            "Process Group Name": "0",
+            "dtype": dtype,
+            "Process Group Name": group,
             "Group size": self.world_size,
         }
+        if nelems is not None:
+            n_in, n_out = nelems if isinstance(nelems, tuple) else (nelems, nelems)
+            args |= {"In msg nelems": n_in, "Out msg nelems": n_out}
+        if seq is not None:
+            args["Seq"] = seq
         with self.op("record_param_comms", args=args) as rpc:
             tag = _COLLECTIVE_NAME.get(collective, collective.lower()).strip("_")
             with self.w.rng_(self._s.tid, f"nccl:{tag}", "user_annotation"):
