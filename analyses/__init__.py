@@ -20,6 +20,7 @@ from . import (  # imported to register; the report order is _ORDER below
     comm,
     cross_rank,
     efficiency,
+    findings,
     gemm,
     gemm_shapes,
     idle,
@@ -47,6 +48,7 @@ from ._registry import REGISTRY, TableSpec, column_unit, spec_of
 _ORDER = [
     m.__name__
     for m in (
+        findings,
         throughput,
         phases,
         modules,
@@ -75,7 +77,7 @@ _ORDER = [
 
 
 def _position(item: tuple[str, TableSpec]) -> int:
-    fn = item[1].func or item[1].derive or item[1].from_manifest
+    fn = item[1].func or item[1].derive or item[1].from_manifest or item[1].combine
     module = fn.__module__ if fn is not None else ranks.__name__
     return _ORDER.index(module) if module in _ORDER else len(_ORDER)
 

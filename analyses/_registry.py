@@ -115,6 +115,10 @@ class TableSpec:
       stage instead (``Analysis.rank_tables``: the same rows with the columns only the ranks
       together can give, e.g. the collectives' wait and transfer); on one rank it has a
       ``rank`` column too;
+    * ``combine``: a table computed from the run's other tables, not from one rank's
+      intervals: ``combine(get, per_step, rules)`` where ``get(name)`` gives a table as the run
+      reports it (None when the run has none) and ``rules`` is the user's rules file (or
+      None), e.g. the findings;
     * ``needs``: the pipeline features (:data:`PERF`, :data:`MEMORY`) the table reads; a run
       whose tables need none of them skips those steps (:func:`features_of`);
     * ``series``: a long per-event series that ``func`` thins to a chart's points unless it is
@@ -151,6 +155,7 @@ class TableSpec:
     shown: bool = True
     needs: frozenset[str] = frozenset()
     series: bool = False
+    combine: Callable[[Callable[[str], pd.DataFrame | None], bool, str | None], pd.DataFrame] | None = None
 
     @property
     def of_intervals(self) -> bool:

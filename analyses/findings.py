@@ -32,6 +32,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ._registry import MS, PCT, TableSpec, declare
+
 #: A table by name (its rows as the run reports them: mean or per step, ``rank`` on several
 #: ranks), or None when the run has no such table.
 Get = Callable[[str], "pd.DataFrame | None"]
@@ -62,25 +64,33 @@ def rules(path: str | None = None) -> dict[str, dict]:
 
 
 def _keys(df: pd.DataFrame) -> list[str]:
-    return [k for k in ("rank", "step") if k in df.columns]
+    """The keys of a finding: ``rank``, and ``step`` when the run is per step (:func:`_per_step`)."""
+    return ["rank", "step"] if "step" in df.columns and df.attrs.get("per_step", True) else ["rank"]
 
 
 def _ranked(df: pd.DataFrame | None) -> pd.DataFrame | None:
     """``df`` with a ``rank`` column (0 on one rank); None when absent or empty."""
     if df is None or df.empty:
         return None
-    return df if "rank" in df.columns else df.assign(rank=0)
+    per_step = df.attrs.get("per_step", True)
+    df = df if "rank" in df.columns else df.assign(rank=0)
+    df.attrs["per_step"] = per_step
+    return df
 
 
 def _sum(df: pd.DataFrame, value: str) -> pd.Series:
-    """``value`` summed per rank (and step), NaN where every value is NaN."""
+    """``value`` summed per rank (and step), NaN where every value is NaN. In the mean view a
+    table that keeps its steps (the cross-rank ones) is summed per step, then averaged over
+    the steps it holds."""
+    if "step" in df.columns and not df.attrs.get("per_step", True):
+        return df.groupby(["rank", "step"])[value].sum(min_count=1).groupby(level="rank").mean()
     return df.groupby(_keys(df))[value].sum(min_count=1)
 
 
 def _top(df: pd.DataFrame, value: str) -> pd.DataFrame:
     """Per rank (and step), its row with the largest ``value`` (first in table order on ties)."""
-    order = df.sort_values(value, ascending=False, kind="stable")
-    return order.drop_duplicates(_keys(df)).set_index(_keys(df))
+    keys = _keys(df)
+    return df.sort_values(value, ascending=False, kind="stable").drop_duplicates(keys).set_index(keys)
 
 
 def _exposed(get: Get) -> pd.Series | None:
@@ -111,7 +121,10 @@ def straggler_wait(get: Get) -> pd.DataFrame:
     if late is not None and "caused_wait_ms" in late and late["caused_wait_ms"].notna().any():
         worst = late.sort_values("caused_wait_ms", ascending=False, kind="stable").iloc[0]
         what = " / ".join(str(worst[c]) for c in ("phase", "module", "op") if c in late and str(worst[c]))
-        who = f"; rank {int(worst['rank'])} arrived last most ({what}; stragglers table)"
+        who = (
+            f"; rank {int(worst['rank'])} kept the others waiting most, "
+            f"{worst['caused_wait_ms']:.3f} ms (late after {what}; stragglers table)"
+        )
     ev = [
         f"collectives: {w:.3f} ms waiting, most in {top.loc[k, 'collective']} ({top.loc[k, 'phase']}){who}"
         for k, w in wait.items()
@@ -219,8 +232,17 @@ def _share(df: pd.DataFrame, window: pd.Series | None) -> np.ndarray:
     return 100.0 * df["ms"].to_numpy(np.float64) / w.to_numpy(np.float64)
 
 
-def findings(get: Get, rule_set: dict[str, dict]) -> pd.DataFrame:
-    """The findings of a run (see the module docstring), from its tables ``get`` gives."""
+def findings(tables: Get, rule_set: dict[str, dict], per_step: bool = False) -> pd.DataFrame:
+    """The findings of a run (see the module docstring), from the tables ``tables`` gives:
+    their means over steps, or ``per_step``."""
+
+    def get(name: str) -> pd.DataFrame | None:
+        df = tables(name)
+        if df is not None:
+            df = df.copy(deep=False)
+            df.attrs["per_step"] = per_step
+        return df
+
     idle = _ranked(get("idle"))
     window = _sum(idle, "window_ms") if idle is not None else None
     found = {
@@ -248,3 +270,20 @@ def findings(get: Get, rule_set: dict[str, dict]) -> pd.DataFrame:
     by = ["ms", "_c", *_keys(out)]
     out = out.sort_values(by, ascending=[False, True, *[True] * (len(by) - 2)], kind="stable")
     return out[[c for c in COLUMNS if c in out.columns]].reset_index(drop=True)
+
+
+def _combine(get: Get, per_step: bool, path: str | None) -> pd.DataFrame:
+    return findings(get, rules(path), per_step)
+
+
+declare(
+    TableSpec(
+        name="findings",
+        title="Findings: the largest avoidable costs, largest first",
+        func=None,
+        combine=_combine,
+        keys=("category",),
+        values={"ms": MS, "share_pct": PCT},
+        chart="none",
+    )
+)

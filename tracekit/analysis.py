@@ -20,6 +20,7 @@ import pandas as pd
 
 from tracekit.analyses import REGISTRY
 from tracekit.analyses._registry import FEATURES, MEMORY_EVENTS, features_of
+from tracekit.analyses.findings import rules as read_findings_rules
 
 from .aggregate import whole_numbers as _whole_numbers
 from .errors import TraceError
@@ -61,6 +62,8 @@ class Analysis(PerRankTables):
     full_series: bool = False
     #: The tables ``load`` was asked for (None: all): the run has no other.
     wanted: tuple[str, ...] | None = None
+    #: The user's findings rules (``load(findings=...)``; None: the built-in ones).
+    findings_rules: str | None = None
 
     def __post_init__(self) -> None:
         # With cores to spare for big intervals, every table at once (the self-checks read
@@ -142,6 +145,11 @@ class Analysis(PerRankTables):
             raise KeyError(
                 f"table {name!r} needs the {'/'.join(sorted(skipped))} step(s), skipped by load(tables=...)"
             )
+        if spec.combine is not None:  # from the run's other tables (the findings)
+            have = set(self.names()) - {name}
+            return spec.combine(
+                lambda n: self.table(n, per_step) if n in have else None, per_step, self.findings_rules
+            )
         if spec.cross_rank or (spec.cross_fill and self.multi_rank):
             return self.rank_tables()[name]
         if spec.from_manifest is not None:
@@ -200,6 +208,7 @@ def load(
     peak_bandwidth: float | None = None,
     tables: list[str] | tuple[str, ...] | None = None,
     full_series: bool = False,
+    findings: str | None = None,
 ) -> Analysis:
     """Analyse a trace file, or a directory of per-rank trace files (``rank`` picks one).
 
@@ -217,7 +226,8 @@ def load(
     ``tables``: the tables wanted (None: all); the run computes only those, and skips the
     pipeline's optional steps none of them needs (the perf model, the memory events): the
     result has no other table. ``full_series``: the memory timeline's every event, not
-    thinned to a chart's points.
+    thinned to a chart's points. ``findings``: a TOML file of findings rules that replace the
+    built-in ones key by key (``tracekit/data/findings.toml``; an unknown key raises ValueError).
 
     The steps: :func:`_options` (check and gather what each file's work is told),
     :func:`_analyse_files` (each file read, linked and tabulated, in a pool or here), then
@@ -227,9 +237,13 @@ def load(
     options = _options(
         taxonomy, kernel_rules, max_bytes, cache, devices, peak_tflops, peak_bandwidth, tables, full_series
     )
+    if findings is not None:
+        read_findings_rules(findings)  # checked before anything is read
     files, skipped, head_grouping = files_to_read(p, rank, strict, max_bytes)
     store, done = _analyse_files(p, files, options, jobs, scheduler)
-    return _assemble(p, rank, strict, files, skipped, head_grouping, store, done, options)
+    out = _assemble(p, rank, strict, files, skipped, head_grouping, store, done, options)
+    out.findings_rules = findings
+    return out
 
 
 def _options(

@@ -57,7 +57,9 @@ def test_a_planted_straggler_comes_first():
     out = _run(_tables())
     first = out.iloc[0]
     assert (first["category"], first["ms"], first["share_pct"]) == ("straggler_wait", 5.0, 5.0)
-    assert "rank 2 arrived last" in first["evidence"] and "Optimizer.step" in first["evidence"]
+    assert (
+        "rank 2 kept the others waiting most" in first["evidence"] and "Optimizer.step" in first["evidence"]
+    )
     got = {(r.category, r.rank): round(r.ms, 9) for r in out.itertuples()}
     assert got == {
         ("straggler_wait", 0): 5.0,
@@ -135,10 +137,28 @@ def test_per_step_rows_keep_their_step():
             "idle_ms": [1.0, 2.0],
         }
     )
-    out = findings({"idle": idle, "idle_causes": causes}.get, rules())
+    out = findings({"idle": idle, "idle_causes": causes}.get, rules(), per_step=True)
     assert list(zip(out["step"], out["ms"], out["share_pct"])) == [(2, 2.0, 20.0), (1, 1.0, 10.0)]
 
 
 def test_no_tables_no_findings():
     out = findings({}.get, rules())
     assert out.empty and "category" in out.columns
+
+
+def test_a_mean_view_table_that_keeps_its_steps_is_averaged_over_them():
+    """The cross-rank collectives table keeps a ``step`` column in the mean view: 4 and 6 ms
+    of wait in two steps is 5 ms per step."""
+    coll = pd.DataFrame(
+        {
+            "rank": [0, 0, 1, 1],
+            "step": [1, 2, 1, 2],
+            "phase": ["backward"] * 4,
+            "collective": ["all_reduce"] * 4,
+            "wait_ms": [4.0, 6.0, 0.0, 0.0],
+        }
+    )
+    out = _run(_tables(collectives=coll, stragglers=None))
+    wait = out[out["category"] == "straggler_wait"]
+    assert list(zip(wait["rank"], wait["ms"])) == [(0, 5.0)]
+    assert "step" not in out.columns

@@ -150,6 +150,13 @@ def main() -> None:
     help="Files: the memory timeline's every event, instead of at most 400 points per device "
     "(each step's peak kept exact).",
 )
+@click.option(
+    "--findings",
+    "findings_file",
+    type=click.Path(exists=True, dir_okay=False),
+    callback=lambda ctx, param, value: _findings_file(value),
+    help="TOML file of findings rules (thresholds, fixes) replacing the built-in ones key by key.",
+)
 @click.option("--debug", is_flag=True, help="Show a traceback on unexpected errors.")
 def analyze(
     path,
@@ -168,6 +175,7 @@ def analyze(
     scheduler,
     paper,
     full_series,
+    findings_file,
     debug,
 ):
     """Print the paper's tables for a trace file or a directory of per-rank traces.
@@ -184,11 +192,26 @@ def analyze(
             scheduler=scheduler,
             tables=only or None,  # a run computes only what its output needs
             full_series=full_series,
+            findings=findings_file,
         )
         tables, meta = _report(_filtered(analysis, filters), only, per_step, paper)
         write_output(fmt, meta, tables, out, "render", wide=wide, top=top)
     if meta.get("partial"):
         sys.exit(1)
+
+
+def _findings_file(path: str | None) -> str | None:
+    """A --findings file that is not TOML, or names a rule or key tracekit does not know, is a
+    usage error."""
+    if path is None:
+        return None
+    from tracekit.analyses.findings import rules
+
+    try:
+        rules(path)
+    except (ValueError, OSError) as e:  # tomllib.TOMLDecodeError is a ValueError
+        raise click.BadParameter(str(e), param_hint="--findings") from None
+    return path
 
 
 def _scheduler(address: str | None) -> str | None:

@@ -19,6 +19,7 @@ from rich.text import Text
 from tracekit.analyses import spec_of
 
 from ..pipeline.coverage import lines as coverage_lines
+from . import findings_text
 from .common import (
     SHORT_CHARS,
     cell,
@@ -300,6 +301,11 @@ def render(
         )
     _head(meta, console)
     for name, df in tables.items():
+        if name == "findings" and len(df):  # a list to read first, not a table
+            console.print(
+                "\n".join(findings_text.lines(df, meta.get("path", "TRACE"), console.width)), markup=False
+            )
+            continue
         shown = len(df) and for_people(name)
         for t in rich_tables(name, df, width=console.width, top=top, wide=wide) if shown else []:
             console.print(t)

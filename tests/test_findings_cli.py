@@ -1,0 +1,63 @@
+"""Findings end to end (issue 36.3): a planted straggler comes first, in JSON and at the top of
+the terminal report; the rules file is checked as a usage error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tracekit.cli import main
+from tracekit.testing import TraceBuilder
+
+LATE_US = 2000  # rank 1's forward runs 2 ms longer: rank 0 waits 2 ms in each all-reduce
+
+
+def _ranks(tmp_path: Path) -> Path:
+    tmp_path.mkdir(exist_ok=True)
+    for r in (0, 1):
+        b = TraceBuilder(rank=r, world_size=2)
+        for s in range(3):
+            base = 1000.0 + 10_000.0 * s
+            late = LATE_US if r == 1 else 0
+            with b.step():
+                with b.forward():
+                    b.kernel("sm80_xmma_gemm_bf16", 1000 + late, op="aten::mm", at_us=base)
+                with b.backward():
+                    arrive = base + 1000 + late + 10
+                    end = base + 1000 + LATE_US + 10 + 50
+                    b.comm("AllReduce", end - arrive, at_us=arrive, nelems=1 << 20, dtype="Float")
+        b.write(tmp_path / f"rank{r}.json")
+    return tmp_path
+
+
+def _run(*args: str):
+    res = CliRunner().invoke(main, ["analyze", *args, "--no-cache", "-j", "1"])
+    return res
+
+
+def test_a_planted_straggler_is_the_first_finding(tmp_path):
+    d = _ranks(tmp_path)
+    res = _run(str(d), "--format", "json")
+    assert res.exit_code == 0, res.output
+    first = json.loads(res.stdout)["tables"]["findings"][0]
+    assert (first["rank"], first["category"]) == (0, "straggler_wait")
+    assert first["ms"] == pytest.approx(LATE_US / 1e3, abs=1e-9)
+    assert "rank 1 kept the others waiting most" in first["evidence"]
+    text = _run(str(d), "--top", "5").stdout
+    assert text.index("Findings") < text.index("Phases")
+    assert " 1. straggler wait: 2.000 ms per step" in text
+
+
+def test_a_rules_file_replaces_thresholds_and_bad_keys_are_usage_errors(tmp_path):
+    d = _ranks(tmp_path / "t")
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[straggler_wait]\nmin_ms = 5.0\n")
+    res = _run(str(d), "--format", "json", "--findings", str(rules))
+    found = json.loads(res.stdout)["tables"]["findings"]
+    assert "straggler_wait" not in {f["category"] for f in found}
+    rules.write_text("[straggler_wait]\nmin_seconds = 5.0\n")
+    res = _run(str(d), "--findings", str(rules))
+    assert res.exit_code == 2 and "unknown finding rule [straggler_wait]" in res.output
