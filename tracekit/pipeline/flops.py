@@ -21,6 +21,18 @@ SHAPE_COLUMNS = ("input_dims", "input_types", "concrete_inputs")
 TF32_KERNEL = re.compile(r"tf32|tensorop_s1688", re.IGNORECASE)
 #: A backward node with no modelled op inside: its FLOPs from its forward op's, times this.
 BACKWARD_FACTOR = {"gemm": 2.0, "attention": 2.5, "conv": 2.0, "norm": 2.0}
+#: The backward nodes that may take their forward op's FLOPs, per the forward op's family: a
+#: node must be the backward of an op of that family (AddmmBackward0 of aten::addmm), never
+#: another node that a sequence number or flow happens to link to it (a ``SplitBackward0``
+#: whose kernel is a copy). Matched on the node's name after any ``...: `` prefix.
+BACKWARD_NODE = {
+    "gemm": re.compile(
+        r"(?:Addmm|Mm|Bmm|Baddbmm|Addbmm|Matmul|Linear|ScaledMm|(?:Scaled)?GroupedMm)Backward\d*"
+    ),
+    "attention": re.compile(r"\w*(?:Attention|Attn)\w*Backward\d*"),
+    "conv": re.compile(r"\w*Conv\w*Backward\d*"),
+    "norm": re.compile(r"\w*(?:LayerNorm|BatchNorm|GroupNorm|RmsNorm)\w*Backward\d*"),
+}
 #: The columns this step adds, in order.
 COLUMNS = (
     "flops",
@@ -53,26 +65,31 @@ def assign_flops(t: Trace, peaks: Peaks | None = None) -> Trace:
     ``gemm_b/m/n/k`` (the GEMM's shape, -1 none), ``compute_ns`` / ``memory_ns`` (its FLOPs
     at the device's peak for its dtype / its bytes at the peak bandwidth, in ns; NaN where no
     peak is known); ``perf_unit`` (which unit of ``t.perf_units`` owns it, -1 none; for
-    ``tracekit explain``, not kept in the interval table). Sets ``t.meta["device"]``.
+    ``tracekit explain``, not kept in the interval table). Sets ``t.meta["device"]`` and
+    ``t.meta["shapes_recorded"]`` (False: no op recorded shapes, so every compute kernel's
+    ``compute_ns`` and ``memory_ns`` is NaN: unknown, not 0).
     Guarantees: the owner of an activity is the innermost op on its launch's stack that has a
     model, unless a FLOP-family op inside that op, on some launch's stack, has one (the op is
     then decomposed: its inner ops count); element-wise and reduction ops own only what no
     FLOP-family op does;
     a backward node with no modelled op inside takes its forward op's FLOPs times
-    :data:`BACKWARD_FACTOR`. Every activity an op launched but communication carries its
-    labels (a split-K GEMM's memset is part of the GEMM's time, as TraceLens counts it); each
-    op call's FLOPs and bytes are given once, split by duration among its compute kernels
-    (equally when they all last 0 ns; among its other activities when it launched no
-    compute kernel). The model runs once per distinct (op name, shapes).
+    :data:`BACKWARD_FACTOR`, only when the node is a backward of its forward op's family
+    (:data:`BACKWARD_NODE`; any other node linked to it takes none). Every activity an op
+    launched but communication carries its labels (a split-K GEMM's memset is part of the
+    GEMM's time, as TraceLens counts it); each op call's FLOPs and bytes are given once, split
+    by duration among its compute kernels (equally when they all last 0 ns; among its other
+    activities when it launched no compute kernel). The model runs once per distinct (op
+    name, shapes).
     """
     peaks = peaks or Peaks()
     a = t.acts
     units = _range_units(t)
     owner = _owners(a, t.ranges, units)
     cols = _spread(a, owner, units)
-    cols.update(_ideal_times(a, cols, peaks))
+    cols.update(_ideal_times(a, cols, peaks, units.shapes))
     t.acts = add_columns(a, cols)
     t.meta["device"] = peaks.as_meta()
+    t.meta["shapes_recorded"] = units.shapes
     t.perf_units = units
     return t
 
@@ -82,12 +99,14 @@ class Units:
     """What owns FLOPs: one unit per range row (its op's model, or none), then one per backward
     node that takes its forward op's (:func:`_owners` appends them). ``models``: the distinct
     models; ``key``: per unit, its model's index (-1 none); ``name``: per unit, its op's (or
-    node's) name as a code into ``names``."""
+    node's) name as a code into ``names``; ``shapes``: whether any op recorded input shapes
+    (``record_shapes=True``; without them no FLOPs are known)."""
 
     models: list[OpModel]
     key: np.ndarray
     name: np.ndarray
     names: np.ndarray
+    shapes: bool = True
 
     def model(self, unit: int) -> OpModel | None:
         k = int(self.key[unit]) if 0 <= unit < len(self.key) else -1
@@ -122,13 +141,14 @@ def _range_units(t: Trace) -> Units:
     n = len(r)
     name_codes, uniq_names = t.name_codes
     ev = r["ev"].to_numpy() if n else np.empty(0, np.int64)
-    units = Units([], np.full(n, -1, np.int64), name_codes[ev], uniq_names)
+    units = Units([], np.full(n, -1, np.int64), name_codes[ev], uniq_names, shapes=False)
     if not n or any(c not in t.events for c in SHAPE_COLUMNS):
         return units
     texts = [codes_of(t.events[c]) for c in SHAPE_COLUMNS]
     readable = np.array([has_reader(str(x)) for x in uniq_names], bool)
     dims, dims_uniq = texts[0]
     shaped = (dims_uniq != "")[dims[ev]]
+    units.shapes = bool(shaped.any())
     on_chain = _launch_chains(t.acts["op_r"].to_numpy(), r["op_r"].to_numpy())
     maybe = np.flatnonzero(on_chain & ((r["flags"].to_numpy() & F_OP) != 0) & readable[units.name] & shaped)
     key, first = distinct_rows(units.name[maybe], *(codes[ev[maybe]] for codes, _ in texts))
@@ -201,6 +221,7 @@ def _owners(a: pd.DataFrame, r: pd.DataFrame, units: Units) -> np.ndarray:
     if (some & ~flop).any():
         owner[rest] = _own(some & ~flop, parent, op_r[rest])
     node = _backward_nodes(a, r, flop, owner)
+    node = np.where(_is_backward_of(node, a["fwd_op_r"].to_numpy(), units), node, -1)
     rows, first, which = np.unique(node[node >= 0], return_index=True, return_inverse=True)
     if len(rows):
         fwd = a["fwd_op_r"].to_numpy()[node >= 0][first]
@@ -226,6 +247,25 @@ def _backward_nodes(a: pd.DataFrame, r: pd.DataFrame, flop: np.ndarray, owner: n
     fwd_flop = (fwd >= 0) & take(flop, fwd, False)
     use = (owner < 0) & (bwd >= 0) & fwd_flop & ~take(has_flop, bwd, True)
     return np.where(use, bwd, -1)
+
+
+def _is_backward_of(node: np.ndarray, fwd: np.ndarray, units: Units) -> np.ndarray:
+    """Per activity (``node``: its backward node's range row, -1 none; ``fwd``: its forward
+    op's), whether the node's name is a backward of its forward op's family
+    (:data:`BACKWARD_NODE`); decided once per distinct (node name, forward op unit)."""
+    out = np.zeros(len(node), bool)
+    rows = np.flatnonzero(node >= 0)
+    if not len(rows):
+        return out
+    pairs, which = np.unique(np.stack([units.name[node[rows]], fwd[rows]]), axis=1, return_inverse=True)
+    ok = []
+    for code, f in pairs.T:
+        fam = units.model(int(f))
+        pattern = BACKWARD_NODE.get(fam.family) if fam is not None else None
+        name = str(units.names[code]).rsplit(": ", 1)[-1].strip()
+        ok.append(pattern is not None and pattern.fullmatch(name) is not None)
+    out[rows] = np.array(ok, bool)[np.ravel(which)]
+    return out
 
 
 def _backward_model(fwd: OpModel) -> OpModel:
@@ -279,9 +319,11 @@ def _spread(a: pd.DataFrame, owner: np.ndarray, units: Units) -> dict:
     return cols
 
 
-def _ideal_times(a: pd.DataFrame, cols: dict, peaks: Peaks) -> dict:
+def _ideal_times(a: pd.DataFrame, cols: dict, peaks: Peaks, shapes: bool = True) -> dict:
     """``compute_ns``: FLOPs at the peak of the activity's dtype (an fp32 GEMM or convolution
-    on a TF32 kernel: the tf32 peak); ``memory_ns``: bytes at the peak bandwidth."""
+    on a TF32 kernel: the tf32 peak); ``memory_ns``: bytes at the peak bandwidth. A trace
+    that recorded no shapes knows no FLOPs at all: its compute kernels' times are NaN
+    (unknown, so MFU is empty), never 0."""
     dtype_codes, dtypes = codes_of(
         cols["dtype"] if isinstance(cols["dtype"], pd.Series) else pd.Series(cols["dtype"])
     )
@@ -292,9 +334,10 @@ def _ideal_times(a: pd.DataFrame, cols: dict, peaks: Peaks) -> dict:
     peak = np.where(on_tf32, peaks.flops_peak("tf32") or np.nan, peak)
     flops = cols["flops"]
     bw = peaks.bytes_peak() or np.nan
+    none = 0.0 if shapes else np.where(str_test(a["group"], lambda s: s == "compute"), np.nan, 0.0)
     return {
-        "compute_ns": np.where(flops > 0, flops / peak * 1e9, 0.0),
-        "memory_ns": np.where(cols["op_bytes"] > 0, cols["op_bytes"] / bw * 1e9, 0.0),
+        "compute_ns": np.where(flops > 0, flops / peak * 1e9, none),
+        "memory_ns": np.where(cols["op_bytes"] > 0, cols["op_bytes"] / bw * 1e9, none),
     }
 
 

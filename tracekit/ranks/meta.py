@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     from ..pipeline.checks import TraceWarning
 
 
+#: The notice of a run whose traces recorded no input shapes (so no FLOPs are known).
+SHAPES_NOTICE = (
+    "no input shapes: record the profile with torch.profiler.profile(record_shapes=True) "
+    "for FLOPs; the MFU and % of peak columns are empty"
+)
 #: The notice of a run whose traces record no memory events.
 MEMORY_NOTICE = (
     "no memory events: record the profile with torch.profiler.profile(profile_memory=True) "
@@ -75,6 +80,8 @@ def meta_of(run: Run) -> dict:
     overlap = _phase_overlap(run)
     if overlap:
         notices.append(overlap)
+    if any(a.meta.get("shapes_recorded") is False for a in run.ranks.values()):
+        notices.append(SHAPES_NOTICE)
     notices += _peak_notices(run)
     if not run.has_memory:
         notices.append(MEMORY_NOTICE)
