@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 
 from ..perf import FLOP_FAMILIES, OpModel, model
-from ..perf.devices import Peaks
+from ..perf.devices import GIVEN, Peaks
 from ..perf.ops import has_reader
 from .nesting import F_OP
+from .peak_checks import above_peak, measured
 from .state import Trace, add_columns, categorical_take, codes_of, distinct_rows, str_test, take
 
 #: The shape columns the reader keeps (raw JSON text per CPU op, absent where none).
@@ -82,13 +83,15 @@ def assign_flops(t: Trace, peaks: Peaks | None = None) -> Trace:
     name, shapes).
     """
     peaks = peaks or Peaks()
+    if t.mode == "cpu" and peaks.row and not peaks.source.startswith(GIVEN):
+        peaks = Peaks(device=peaks.device, notice="CPU-only trace: a device's peak does not apply")
     a = t.acts
     units = _range_units(t)
     owner = _owners(a, t.ranges, units)
     cols = _spread(a, owner, units)
     cols.update(_ideal_times(a, cols, peaks, units.shapes))
     t.acts = add_columns(a, cols)
-    t.meta["device"] = peaks.as_meta()
+    t.meta["device"] = {**peaks.as_meta(), "measured": measured(cols["dtype"], cols["flops"], peaks)}
     t.meta["shapes_recorded"] = units.shapes
     t.perf_units = units
     return t
@@ -321,7 +324,8 @@ def _spread(a: pd.DataFrame, owner: np.ndarray, units: Units) -> dict:
 
 def _ideal_times(a: pd.DataFrame, cols: dict, peaks: Peaks, shapes: bool = True) -> dict:
     """``compute_ns``: FLOPs at the peak of the activity's dtype (an fp32 GEMM or convolution
-    on a TF32 kernel: the tf32 peak); ``memory_ns``: bytes at the peak bandwidth. A trace
+    call that launched a TF32 kernel: the tf32 peak for all its kernels, and ``dtype`` says
+    tf32); ``memory_ns``: bytes at the peak bandwidth. A trace
     that recorded no shapes knows no FLOPs at all: its compute kernels' times are NaN
     (unknown, so MFU is empty), never 0."""
     dtype_codes, dtypes = codes_of(
@@ -330,22 +334,30 @@ def _ideal_times(a: pd.DataFrame, cols: dict, peaks: Peaks, shapes: bool = True)
     tf32 = str_test(a["name"], lambda s: s.str.contains(TF32_KERNEL))
     fam = np.asarray(cols["perf_family"], dtype=object)
     on_tf32 = tf32 & np.isin(fam, ["gemm", "conv"]) & (dtypes[dtype_codes] == "fp32")
+    unit = cols["perf_unit"]  # an op call on TF32 kernels: all of it (its split-K reduce too)
+    on_tf32 = np.isin(unit, unit[on_tf32]) & (unit >= 0) if on_tf32.any() else on_tf32
     peak = np.array([peaks.flops_peak(d) or np.nan for d in dtypes], np.float64)[dtype_codes]
     peak = np.where(on_tf32, peaks.flops_peak("tf32") or np.nan, peak)
     flops = cols["flops"]
     bw = peaks.bytes_peak() or np.nan
     none = 0.0 if shapes else np.where(str_test(a["group"], lambda s: s == "compute"), np.nan, 0.0)
-    return {
+    out = {
         "compute_ns": np.where(flops > 0, flops / peak * 1e9, none),
         "memory_ns": np.where(cols["op_bytes"] > 0, cols["op_bytes"] / bw * 1e9, none),
     }
+    if on_tf32.any():  # the dtype says what it was measured against: tf32, not fp32
+        labels = np.append(np.asarray(dtypes, dtype=object), "tf32")
+        codes = np.where(on_tf32, len(dtypes), dtype_codes)
+        out["dtype"] = categorical_take(labels, np.arange(len(labels)), codes, "")
+    return out
 
 
 def mfu_meta(acts: pd.DataFrame, steps: pd.DataFrame) -> dict:
     """Per complete step its MFU: the time its compute kernels' FLOPs take at the device's
     peak over the step's window, in percent (None where a peak is unknown); ``mean_pct`` over
     the complete steps (a ratio of sums); ``gflop_per_step``; ``modelled_pct``: the share of
-    compute-kernel time whose op has a model."""
+    compute-kernel time whose op has a model; ``above_peak`` (only when some did): the compute
+    kernels that ran above their peak (:func:`~tracekit.pipeline.peak_checks.above_peak`)."""
     done = steps[steps["complete"].to_numpy()]
     ids = done["step"].to_numpy()
     row = np.searchsorted(ids, acts["step"].to_numpy()) if len(ids) else np.zeros(len(acts), np.int64)
@@ -367,4 +379,5 @@ def mfu_meta(acts: pd.DataFrame, steps: pd.DataFrame) -> dict:
         "mean_pct": pct(float(ideal.sum()), float(window.sum())),
         "gflop_per_step": round(flops / 1e9 / max(len(ids), 1), 6),
         "modelled_pct": round(float(modelled / dur.sum() * 100), 3) if dur.sum() > 0 else None,
+        **({"above_peak": over} if (over := above_peak(acts, keep)) else {}),
     }
