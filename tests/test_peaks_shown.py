@@ -108,3 +108,16 @@ def test_a100_pg509_is_named_with_its_match() -> None:
     a = tracekit.load(shared_trace("hta/trace_diff__control__control.json.gz"), cache=False, jobs=1)
     text, _ = _header(a)
     assert "device: NVIDIA A100-PG509-200 -> NVIDIA A100 SXM4 40GB (built-in table), tf32 156" in text
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_every_percent_over_100_is_covered_by_the_notice(rank) -> None:
+    """HTA trace_filter with one peak number: a memset that carries its op call's FLOPs ran at
+    thousands of % of 19.5 TFLOP/s; the notice names the largest % any table shows."""
+    path = shared_trace(f"hta/trace_filter__sampled_rank-{rank}.json.gz")
+    a = tracekit.load(path, cache=False, jobs=1, peak_tflops="19.5")
+    shown = max(a.table(n)["peak_pct"].max() for n in ("gemm_shapes", "efficiency", "op_shapes"))
+    assert shown > 100
+    worst = max(k["max_pct"] for m in a.meta["mfu"].values() for k in m["above_peak"].values())
+    assert shown <= worst * (1 + 1e-6)
+    assert sum("above the peak FLOP/s" in n for n in a.meta["notices"]) == 1

@@ -356,14 +356,14 @@ def mfu_meta(acts: pd.DataFrame, steps: pd.DataFrame) -> dict:
     """Per complete step its MFU: the time its compute kernels' FLOPs take at the device's
     peak over the step's window, in percent (None where a peak is unknown); ``mean_pct`` over
     the complete steps (a ratio of sums); ``gflop_per_step``; ``modelled_pct``: the share of
-    compute-kernel time whose op has a model; ``above_peak`` (only when some did): the compute
-    kernels that ran above their peak (:func:`~tracekit.pipeline.peak_checks.above_peak`)."""
+    compute-kernel time whose op has a model; ``above_peak`` (only when some did): the activities
+    of complete steps that ran above their peak (:func:`~tracekit.pipeline.peak_checks.above_peak`)."""
     done = steps[steps["complete"].to_numpy()]
     ids = done["step"].to_numpy()
     row = np.searchsorted(ids, acts["step"].to_numpy()) if len(ids) else np.zeros(len(acts), np.int64)
     row = np.minimum(row, max(len(ids) - 1, 0))
-    keep = str_test(acts["group"], lambda s: s == "compute") & (len(ids) > 0)
-    keep &= ids[row] == acts["step"].to_numpy() if len(ids) else keep
+    done_rows = (ids[row] == acts["step"].to_numpy()) if len(ids) else np.zeros(len(acts), bool)
+    keep = str_test(acts["group"], lambda s: s == "compute") & done_rows
     ns = acts["compute_ns"].to_numpy()
     ideal = np.bincount(row[keep], weights=np.where(np.isnan(ns), np.inf, ns)[keep], minlength=len(ids))
     flops = float(acts["flops"].to_numpy()[keep].sum())
@@ -379,5 +379,5 @@ def mfu_meta(acts: pd.DataFrame, steps: pd.DataFrame) -> dict:
         "mean_pct": pct(float(ideal.sum()), float(window.sum())),
         "gflop_per_step": round(flops / 1e9 / max(len(ids), 1), 6),
         "modelled_pct": round(float(modelled / dur.sum() * 100), 3) if dur.sum() > 0 else None,
-        **({"above_peak": over} if (over := above_peak(acts, keep)) else {}),
+        **({"above_peak": over} if (over := above_peak(acts, done_rows)) else {}),
     }

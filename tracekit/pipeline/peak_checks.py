@@ -24,10 +24,12 @@ def measured(dtype: pd.Categorical | pd.Series, flops: np.ndarray, peaks: Peaks)
 
 
 def above_peak(acts: pd.DataFrame, keep: np.ndarray) -> dict:
-    """Over the activities of ``keep`` (compute kernels of complete steps): those whose time at
-    peak is longer than their duration, i.e. that ran above the peak FLOP/s (``flops``) or
-    moved their modelled bytes above the peak bandwidth (``bytes``). Per kind: how many, the
-    largest % of peak, that kernel's name, op and dtype; {} when none did."""
+    """Over the activities of ``keep`` (those of complete steps; any that carries FLOPs or
+    bytes: a compute kernel, or the memset of an op that launched no compute kernel, which then
+    carries the op's FLOPs): those whose time at peak is longer than their duration, i.e. that
+    ran above the peak FLOP/s (``flops``) or moved their modelled bytes above the peak
+    bandwidth (``bytes``). Per kind: how many, the largest % of peak, that activity's name, op
+    and dtype; {} when none did."""
     dur = (acts["end"].to_numpy() - acts["start"].to_numpy()).astype(np.float64)[keep]
     out: dict = {}
     for kind, col in (("flops", "compute_ns"), ("bytes", "memory_ns")):

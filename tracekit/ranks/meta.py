@@ -164,11 +164,11 @@ def _above_peak_notices(run: Run) -> list[str]:
         w = worst["flops"]
         peak = (w["device"].get("measured") or {}).get(w["dtype"])
         out.append(
-            f"{w['kernels']} compute kernel(s) ran above the peak FLOP/s they are measured against, "
+            f"{w['kernels']} kernel(s) ran above the peak FLOP/s they are measured against, "
             f"up to {w['max_pct']:.0f}% ({w['op'] or w['kernel'][:60]}, {w['dtype']}"
             + (f" at {peak:g} TFLOP/s" if peak else "")
-            + "): that peak is wrong for them (see --peak-tflops, --devices) or the FLOP model "
-            "overcounts them; % of peak and MFU over 100 are not utilisation"
+            + "): that peak is wrong for them (see --peak-tflops, --devices) or the FLOPs they "
+            "carry are not all theirs (docs/metrics.md); % of peak and MFU over 100 are not utilisation"
         )
     if "bytes" in worst:
         w = worst["bytes"]
