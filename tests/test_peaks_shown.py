@@ -5,6 +5,7 @@ it matched, where the peaks came from and the peaks used."""
 
 from __future__ import annotations
 
+import html
 import io
 import json
 from pathlib import Path
@@ -15,6 +16,7 @@ from shared_traces import shared_trace
 
 import tracekit
 from tracekit.render import formats, terminal
+from tracekit.render.html import render_report
 from tracekit.testing import TraceBuilder
 from tracekit.testing.kernels import GEMM_A
 
@@ -93,13 +95,15 @@ def _header(a) -> tuple[str, str]:
 
 
 def test_terminal_and_markdown_name_the_device_the_row_and_the_peaks(tmp_path) -> None:
-    text, md = _header(tracekit.load(_trace(tmp_path), cache=False, jobs=1))
+    a = tracekit.load(_trace(tmp_path), cache=False, jobs=1)
+    text, md = _header(a)
     line = (
         "device: NVIDIA H100 80GB HBM3 -> NVIDIA H100 SXM5 80GB (built-in table), "
         "bf16 989.4, fp32 67, tf32 494.7 TFLOP/s, 3.35 TB/s"  # equal FLOPs: by name
     )
     assert line in text.splitlines()
     assert "- **device**: " + formats.md_escape(line.removeprefix("device: ")) in md.splitlines()
+    assert f"<li>{html.escape(line)}</li>" in render_report(a.meta, {})  # the HTML report too
     text, _ = _header(tracekit.load(_trace(tmp_path, "NVIDIA H100"), cache=False, jobs=1))
     assert "device: NVIDIA H100 -> no peak known" in text.splitlines()
 
