@@ -38,10 +38,9 @@ def _umask() -> int:
     """The process's umask, read without changing it where the system says it (Linux), else
     by setting and restoring it."""
     try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
     except (OSError, ValueError, IndexError):
         pass
     mask = os.umask(0o022)
