@@ -100,6 +100,8 @@ class TableSpec:
       from the aggregated columns (never averaged);
     * ``finish``: what else is derived after aggregation (a layer against the mean layer, the
       row order), from the aggregated columns;
+    * ``derived``: column -> how ``finish`` derives it from the aggregated columns (a rate or
+      a per-call figure: never summed over steps), as docs/cli.md shows it;
     * ``filters``: the filters (``phase``, ``module``) the table honours by computing on the
       filtered intervals; a filter on a key column (``phase``) also selects rows; a table that
       can honour neither way is left out of a filtered run;
@@ -140,6 +142,7 @@ class TableSpec:
     chart: str = "bar"
     ratios: dict[str, Ratio] = field(default_factory=dict)
     finish: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+    derived: dict[str, str] = field(default_factory=dict)
     filters: frozenset[str] = frozenset()
     top: int | None = None
     sort_by: str | None = None

@@ -99,6 +99,12 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
         "modelled_pct": PCT,
     },
     finish=_finish,
+    derived={
+        "tflops": "`gflop` / `time_ms`",
+        "tbps": "`gbyte` / `time_ms`",
+        "intensity": "`gflop` / `gbyte`",
+        "bound": "`compute` when `ideal_ms` >= `ideal_mem_ms`, else `memory`",
+    },
     filters=frozenset({"phase", "module"}),
     compare="time_ms",
 )

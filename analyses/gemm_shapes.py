@@ -70,6 +70,11 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
         "peak_pct": PCT,
     },
     finish=_finish,
+    derived={
+        "gflop": "`total_gflop` / `calls`",
+        "us_per_call": "`time_ms` / `calls` x 1000",
+        "tflops": "`total_gflop` / `time_ms`",
+    },
     filters=frozenset({"phase", "module"}),
     top=20,
     sort_by="time_ms",

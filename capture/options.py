@@ -86,7 +86,8 @@ COMMON_OPTIONS = (
         "--warmup",
         type=click.IntRange(min=0),
         default=None,
-        help="Unrecorded warm-up steps before the recorded ones.",
+        help="Unrecorded warm-up steps before the recorded ones"
+        " [default: 2 for train and sweep, 1 for infer].",
     ),
     click.option("--no-stack", is_flag=True, help="Record no Python stacks (smaller traces)."),
     click.option("--seed", type=int, default=0, show_default=True, help="Seed of weights and tokens."),

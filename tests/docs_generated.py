@@ -62,7 +62,7 @@ def _ratio(r) -> str:
 
 def tables() -> str:
     from tracekit.analyses import REGISTRY
-    from tracekit.analyses._registry import INTEGER_UNITS
+    from tracekit.analyses._registry import INTEGER_UNITS, PER_STEP, PRESENT_MEAN
 
     out = ["| table | keys | column | unit | value |", "|---|---|---|---|---|"]
     for name, spec in REGISTRY.items():
@@ -70,6 +70,8 @@ def tables() -> str:
         for i, (col, unit) in enumerate(spec.values.items()):
             if col in spec.ratios:
                 how = "ratio: " + _ratio(spec.ratios[col])
+            elif col in spec.derived:
+                how = "derived after the mean: " + spec.derived[col]
             elif getattr(spec, "from_manifest", None) is not None:
                 how = {
                     "/s": "ratio of totals: the count over the steps' time",
@@ -77,6 +79,10 @@ def tables() -> str:
                 }.get(unit, "from the capture manifest, mean per step")
             elif "_p50" in col or "_p95" in col:  # percentiles (launches) do not add
                 how = "per step (a percentile); mean over the steps that hold the row"
+            elif spec.aggregate == PRESENT_MEAN:
+                how = "per step, mean over the steps that hold the row"
+            elif spec.aggregate == PER_STEP:
+                how = "per step"
             elif unit in INTEGER_UNITS - {"index"} and not spec.cross_rank and spec.source is None:
                 how = "sum per step; a mean keeps its fraction"
             elif unit == "index":

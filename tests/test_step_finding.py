@@ -74,7 +74,8 @@ def test_profiler_step_of_any_category_is_a_step(tmp_path, category):
     a = _load(tmp_path, doc)
     want = {s: (b.window(s)[1] - b.window(s)[0]) / MS for s in b.steps}
     assert _windows(a) == pytest.approx(want)
-    assert [n for n in a.meta["notices"] if "profile_memory" not in n] == []  # memory: not recorded
+    # memory and shapes: not recorded by this trace (their notices only)
+    assert [n for n in a.meta["notices"] if "profile_memory" not in n and "record_shapes" not in n] == []
 
 
 def test_steps_are_inferred_from_optimizer_step_ranges(tmp_path):

@@ -26,9 +26,11 @@ from tracekit.pipeline.windows import Windows
 
 
 def mean_over_steps(df: pd.DataFrame, n_steps: int, keys: list[str] | None = None) -> pd.DataFrame:
-    """Mean per step: rows absent from a step count as zero there. ``keys``: the label columns
-    (default: the non-numeric ones); rows of an inference ``stage`` are averaged over the steps
-    that hold the stage."""
+    """Mean per step: rows absent from a step count as zero there, and so does a value a row
+    leaves empty (NaN) in some steps; a value empty in every step that holds the row is unknown
+    and stays empty (NaN: the time at peak of a trace with no shapes, never 0). ``keys``: the
+    label columns (default: the non-numeric ones); rows of an inference ``stage`` are averaged
+    over the steps that hold the stage."""
     if df.empty:
         return df.drop(columns=["step"], errors="ignore")
     if keys is None:
@@ -40,11 +42,11 @@ def mean_over_steps(df: pd.DataFrame, n_steps: int, keys: list[str] | None = Non
     # ``bound``) are not summed: the table's ``finish`` derives them again from the means.
     values = [c for c in df.columns if c not in keys and c != "step" and pd.api.types.is_numeric_dtype(df[c])]
     if not keys:
-        return df[values].sum().div(n_steps).to_frame().T
+        return df[values].sum(min_count=1).div(n_steps).to_frame().T
     alone = _one_row_per_key(df, keys, values, n_steps)
     if alone is not None:
         return alone
-    out = df.groupby(keys, observed=True, sort=False)[values].sum() / max(n_steps, 1)
+    out = df.groupby(keys, observed=True, sort=False)[values].sum(min_count=1) / max(n_steps, 1)
     if "stage" in keys:  # inference stages: mean over the steps that hold the stage
         present = df.groupby("stage", observed=True)["step"].nunique()
         div = present.reindex(out.index.get_level_values("stage")).to_numpy(dtype=float)
@@ -64,8 +66,8 @@ def mean_over_present(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 def _one_row_per_key(df: pd.DataFrame, keys: list[str], values: list[str], n_steps: int) -> Any:
     """:func:`mean_over_steps` when no two rows share their keys and no key is missing: each
-    group is one row, whose sum is itself (NaN as 0, -0.0 as 0.0, as the group-by's sum gives
-    them), so the means are computed on the columns with no group-by (a few milliseconds a
+    group is one row, whose sum is itself (-0.0 as 0.0, NaN stays NaN, as the group-by's sum
+    gives them), so the means are computed on the columns with no group-by (a few milliseconds a
     table, most of a small rank's aggregation; a trace of one complete step is this case).
     None (not a frame) otherwise."""
     if not _distinct_keys(df, keys):
@@ -81,7 +83,7 @@ def _one_row_per_key(df: pd.DataFrame, keys: list[str], values: list[str], n_ste
     for c in values:
         v = df[c].to_numpy()
         if v.dtype.kind == "f":
-            v = np.where(np.isnan(v), 0.0, v) + 0.0
+            v = v + 0.0
         elif v.dtype.kind == "b":
             v = v.astype(np.int64)
         elif v.dtype.kind not in "iu":

@@ -6,6 +6,9 @@
 * A directory of members (``--out DIR`` for csv/parquet) that does not exist yet is built as a
   temporary directory beside it and renamed into place whole; an existing directory has its
   members replaced one by one, each atomically, after every member's name was checked.
+* Outputs get the permissions of any new file (0666 / 0777 less the umask: 0644 and 0755 under
+  the usual 022), since a report is meant to be shared; the temporary names ``mkstemp`` and
+  ``mkdtemp`` create 0600 / 0700 are opened up before the rename. A file replaced keeps its mode.
 * Nothing is written through a link: a symbolic link (existing or dangling) at an output's name
   is refused, as are FIFOs, sockets and devices (which would block or never end), so an output
   replaces what is at its own name and nothing else.
@@ -29,6 +32,32 @@ from .errors import TraceError
 
 class OutputError(TraceError):
     """An output that cannot or must not be written (a link, a FIFO, a full disk)."""
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where the system says it (Linux), else
+    by setting and restoring it."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _new_mode(path: Path, base: int) -> int:
+    """The mode an output at ``path`` gets: the mode of the regular file it replaces, else
+    ``base`` (0o666 files, 0o777 directories) less the umask."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        if stat.S_ISREG(st.st_mode):
+            return stat.S_IMODE(st.st_mode)
+    except OSError:
+        pass
+    return base & ~_umask()
 
 
 def check_file_target(path: Path) -> None:
@@ -77,6 +106,7 @@ def atomic_file(path: str | os.PathLike, sync_dir: bool = True) -> Iterator[IO[b
     except OSError as e:
         raise _failed(path, e) from None
     try:
+        os.chmod(tmp, _new_mode(path, 0o666))  # mkstemp's 0600 would keep a shared report private
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
@@ -140,6 +170,7 @@ def _new_directory(out_dir: Path, members: dict[str, Writer]) -> list[Path]:
     except OSError as e:
         raise _failed(out_dir, e) from None
     try:
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 would keep a shared report private
         for name, writer in members.items():
             with open(tmp / name, "xb") as f:
                 writer(f)

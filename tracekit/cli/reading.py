@@ -77,7 +77,11 @@ _READING_OPTIONS = (
         "analysed is an error (exit 2) instead of being skipped (exit 1).",
     ),
     click.option("--devices", type=click.Path(exists=True, dir_okay=False), help="TOML of device peaks."),
-    click.option("--peak-tflops", metavar="T", help="Dense peak TFLOP/s: N, or per dtype bf16=N,fp8=M."),
+    click.option(
+        "--peak-tflops",
+        metavar="T",
+        help="Dense peak TFLOP/s: N (every dtype but tf32), or per dtype bf16=N,fp8=M,tf32=K.",
+    ),
     click.option("--peak-bandwidth", type=click.FloatRange(min=0, min_open=True), help="Peak TB/s."),
 )
 

@@ -21,6 +21,23 @@ from .shapes import SIZES
 
 #: The dtypes a peak may be given for.
 PEAK_DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+#: Where a device row came from: tracekit's own table, or a ``--devices`` file.
+BUILT_IN = "built-in table"
+#: The source of peaks given by ``--peak-tflops`` / ``--peak-bandwidth``.
+GIVEN = "given on the command line"
+#: The dtypes ``--peak-tflops N`` (one number, ``*``) does not set: TF32 tensor-core kernels run
+#: an fp32 GEMM at a peak 8x fp32's, so one number for both would put them far above 100 %.
+#: They keep the matched row's peak, or ``tf32=N``; else they have none (an empty %).
+OWN_PEAK = ("tf32",)
+
+
+def peak_of(tflops: dict, dtype: str) -> float | None:
+    """The dense peak TFLOP/s of ``dtype`` in a ``peak_tflops`` dict (``*``: any dtype but those
+    of :data:`OWN_PEAK`); None: not known."""
+    v = tflops.get(dtype)
+    if v is None and dtype not in OWN_PEAK:
+        v = tflops.get("*")
+    return v or None
 
 
 @dataclass(frozen=True)
@@ -34,6 +51,7 @@ class Device:
     source: str
     url: str = ""
     note: str = ""
+    origin: str = BUILT_IN
 
 
 @dataclass(frozen=True)
@@ -41,7 +59,8 @@ class Peaks:
     """What one rank is measured against. ``tflops``: dense peak per dtype (``*``: any
     dtype, from ``--peak-tflops N``); ``tbps``: memory bandwidth; ``device``: the trace's
     device name; ``row``: the table row it matched ("" none); ``notice``: why a peak is
-    missing or where it came from."""
+    missing or where it came from; ``origin``: where the peaks were taken from (the built-in
+    table, a ``--devices`` file, the command line)."""
 
     device: str = ""
     row: str = ""
@@ -49,10 +68,11 @@ class Peaks:
     tbps: float | None = None
     source: str = ""
     notice: str = ""
+    origin: str = ""
 
     def flops_peak(self, dtype: str) -> float | None:
         """Peak FLOP/s (not TFLOPS) for ``dtype`` (None: not known)."""
-        v = self.tflops.get(dtype, self.tflops.get("*"))
+        v = peak_of(self.tflops, dtype)
         return v * 1e12 if v else None
 
     def bytes_peak(self) -> float | None:
@@ -66,6 +86,7 @@ class Peaks:
             "peak_tflops": dict(self.tflops),
             "peak_tbps": self.tbps,
             "source": self.source,
+            "origin": self.origin,
             "notice": self.notice,
         }
 
@@ -103,6 +124,7 @@ def _row(d: dict, where: str) -> Device:
         source=str(d.get("source", where)),
         url=str(d.get("url", "")),
         note=str(d.get("note", "")),
+        origin=BUILT_IN if where == "devices.toml" else f"--devices {where}",
     )
 
 
@@ -150,7 +172,8 @@ def find(names: list[str], rows: tuple[Device, ...]) -> tuple[Device | None, str
 
 
 def parse_tflops(text: str | float | None) -> dict[str, float]:
-    """``--peak-tflops``: ``989`` (every dtype) or ``bf16=989,fp8=1979``."""
+    """``--peak-tflops``: ``989`` (every dtype but tf32: :data:`OWN_PEAK`) or
+    ``bf16=989,fp8=1979,tf32=495``."""
     if text is None or text == "":
         return {}
     if isinstance(text, (int, float)):
@@ -184,15 +207,18 @@ def resolve(
     row, notice = find(names, table(devices_file))
     tflops = dict(row.tflops) if row else {}
     given = parse_tflops(peak_tflops)
-    if "*" in given:
-        tflops = {}
+    if "*" in given:  # every dtype but tf32, which keeps the row's (OWN_PEAK)
+        tflops = {k: v for k, v in tflops.items() if k in OWN_PEAK}
     tflops.update(given)
     if peak_bandwidth is not None and not _positive(peak_bandwidth):
         raise TraceError(None, "--peak-bandwidth must be a positive number of TB/s")
     tbps = peak_bandwidth if peak_bandwidth is not None else (row.tbps if row else None)
     source = row.source if row else ""
+    origin = row.origin if row else ""
     if given or peak_bandwidth is not None:
-        source = "given on the command line" + (f" (over {row.name})" if row else "")
+        source = GIVEN + (f" (over {row.name})" if row else "")
+        flags = [f for f, v in (("--peak-tflops", given), ("--peak-bandwidth", peak_bandwidth)) if v]
+        origin = " ".join(flags) + (f" over the {origin}" if row else "")
         notice = ""
     return Peaks(
         device=", ".join(sorted({n for n in names if n})),
@@ -201,7 +227,21 @@ def resolve(
         tbps=tbps,
         source=source,
         notice=notice,
+        origin=origin,
     )
 
 
-__all__ = ["PEAK_DTYPES", "SIZES", "Device", "Peaks", "find", "parse_tflops", "resolve", "table"]
+__all__ = [
+    "BUILT_IN",
+    "GIVEN",
+    "OWN_PEAK",
+    "PEAK_DTYPES",
+    "SIZES",
+    "Device",
+    "Peaks",
+    "find",
+    "parse_tflops",
+    "peak_of",
+    "resolve",
+    "table",
+]

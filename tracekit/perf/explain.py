@@ -37,9 +37,7 @@ def section(acts: pd.DataFrame, units, peaks: Peaks, row: pd.Series, members: pd
     flops = float(members["flops"].sum())
     # the peak the time at peak was computed with (an fp32 GEMM on TF32 kernels: tf32's)
     peak = flops / ideal.sum() / 1e3 if np.isfinite(ideal).all() and ideal.sum() > 0 else None
-    dtype = model.dtype
-    if dtype == "fp32" and peak is not None and peak == peaks.tflops.get("tf32"):
-        dtype = "tf32"
+    dtype = "tf32" if "dtype" in members and (members["dtype"].astype(str) == "tf32").any() else model.dtype
     return {
         "op": units.name_of(unit),
         "family": model.family,

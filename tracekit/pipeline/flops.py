@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 
 from ..perf import FLOP_FAMILIES, OpModel, model
-from ..perf.devices import Peaks
+from ..perf.devices import GIVEN, Peaks
 from ..perf.ops import has_reader
 from .nesting import F_OP
+from .peak_checks import above_peak, measured
 from .state import Trace, add_columns, categorical_take, codes_of, distinct_rows, str_test, take
 
 #: The shape columns the reader keeps (raw JSON text per CPU op, absent where none).
@@ -21,6 +22,18 @@ SHAPE_COLUMNS = ("input_dims", "input_types", "concrete_inputs")
 TF32_KERNEL = re.compile(r"tf32|tensorop_s1688", re.IGNORECASE)
 #: A backward node with no modelled op inside: its FLOPs from its forward op's, times this.
 BACKWARD_FACTOR = {"gemm": 2.0, "attention": 2.5, "conv": 2.0, "norm": 2.0}
+#: The backward nodes that may take their forward op's FLOPs, per the forward op's family: a
+#: node must be the backward of an op of that family (AddmmBackward0 of aten::addmm), never
+#: another node that a sequence number or flow happens to link to it (a ``SplitBackward0``
+#: whose kernel is a copy). Matched on the node's name after any ``...: `` prefix.
+BACKWARD_NODE = {
+    "gemm": re.compile(
+        r"(?:Addmm|Mm|Bmm|Baddbmm|Addbmm|Matmul|Linear|ScaledMm|(?:Scaled)?GroupedMm)Backward\d*"
+    ),
+    "attention": re.compile(r"\w*(?:Attention|Attn)\w*Backward\d*"),
+    "conv": re.compile(r"\w*Conv\w*Backward\d*"),
+    "norm": re.compile(r"\w*(?:LayerNorm|BatchNorm|GroupNorm|RmsNorm)\w*Backward\d*"),
+}
 #: The columns this step adds, in order.
 COLUMNS = (
     "flops",
@@ -53,26 +66,33 @@ def assign_flops(t: Trace, peaks: Peaks | None = None) -> Trace:
     ``gemm_b/m/n/k`` (the GEMM's shape, -1 none), ``compute_ns`` / ``memory_ns`` (its FLOPs
     at the device's peak for its dtype / its bytes at the peak bandwidth, in ns; NaN where no
     peak is known); ``perf_unit`` (which unit of ``t.perf_units`` owns it, -1 none; for
-    ``tracekit explain``, not kept in the interval table). Sets ``t.meta["device"]``.
+    ``tracekit explain``, not kept in the interval table). Sets ``t.meta["device"]`` and
+    ``t.meta["shapes_recorded"]`` (False: no op recorded shapes, so every compute kernel's
+    ``compute_ns`` and ``memory_ns`` is NaN: unknown, not 0).
     Guarantees: the owner of an activity is the innermost op on its launch's stack that has a
     model, unless a FLOP-family op inside that op, on some launch's stack, has one (the op is
     then decomposed: its inner ops count); element-wise and reduction ops own only what no
     FLOP-family op does;
     a backward node with no modelled op inside takes its forward op's FLOPs times
-    :data:`BACKWARD_FACTOR`. Every activity an op launched but communication carries its
-    labels (a split-K GEMM's memset is part of the GEMM's time, as TraceLens counts it); each
-    op call's FLOPs and bytes are given once, split by duration among its compute kernels
-    (equally when they all last 0 ns; among its other activities when it launched no
-    compute kernel). The model runs once per distinct (op name, shapes).
+    :data:`BACKWARD_FACTOR`, only when the node is a backward of its forward op's family
+    (:data:`BACKWARD_NODE`; any other node linked to it takes none). Every activity an op
+    launched but communication carries its labels (a split-K GEMM's memset is part of the
+    GEMM's time, as TraceLens counts it); each op call's FLOPs and bytes are given once, split
+    by duration among its compute kernels (equally when they all last 0 ns; among its other
+    activities when it launched no compute kernel). The model runs once per distinct (op
+    name, shapes).
     """
     peaks = peaks or Peaks()
+    if t.mode == "cpu" and peaks.row and not peaks.source.startswith(GIVEN):
+        peaks = Peaks(device=peaks.device, notice="CPU-only trace: a device's peak does not apply")
     a = t.acts
     units = _range_units(t)
     owner = _owners(a, t.ranges, units)
     cols = _spread(a, owner, units)
-    cols.update(_ideal_times(a, cols, peaks))
+    cols.update(_ideal_times(a, cols, peaks, units.shapes))
     t.acts = add_columns(a, cols)
-    t.meta["device"] = peaks.as_meta()
+    t.meta["device"] = {**peaks.as_meta(), "measured": measured(cols["dtype"], cols["flops"], peaks)}
+    t.meta["shapes_recorded"] = units.shapes
     t.perf_units = units
     return t
 
@@ -82,12 +102,14 @@ class Units:
     """What owns FLOPs: one unit per range row (its op's model, or none), then one per backward
     node that takes its forward op's (:func:`_owners` appends them). ``models``: the distinct
     models; ``key``: per unit, its model's index (-1 none); ``name``: per unit, its op's (or
-    node's) name as a code into ``names``."""
+    node's) name as a code into ``names``; ``shapes``: whether any op recorded input shapes
+    (``record_shapes=True``; without them no FLOPs are known)."""
 
     models: list[OpModel]
     key: np.ndarray
     name: np.ndarray
     names: np.ndarray
+    shapes: bool = True
 
     def model(self, unit: int) -> OpModel | None:
         k = int(self.key[unit]) if 0 <= unit < len(self.key) else -1
@@ -122,13 +144,14 @@ def _range_units(t: Trace) -> Units:
     n = len(r)
     name_codes, uniq_names = t.name_codes
     ev = r["ev"].to_numpy() if n else np.empty(0, np.int64)
-    units = Units([], np.full(n, -1, np.int64), name_codes[ev], uniq_names)
+    units = Units([], np.full(n, -1, np.int64), name_codes[ev], uniq_names, shapes=False)
     if not n or any(c not in t.events for c in SHAPE_COLUMNS):
         return units
     texts = [codes_of(t.events[c]) for c in SHAPE_COLUMNS]
     readable = np.array([has_reader(str(x)) for x in uniq_names], bool)
     dims, dims_uniq = texts[0]
     shaped = (dims_uniq != "")[dims[ev]]
+    units.shapes = bool(shaped.any())
     on_chain = _launch_chains(t.acts["op_r"].to_numpy(), r["op_r"].to_numpy())
     maybe = np.flatnonzero(on_chain & ((r["flags"].to_numpy() & F_OP) != 0) & readable[units.name] & shaped)
     key, first = distinct_rows(units.name[maybe], *(codes[ev[maybe]] for codes, _ in texts))
@@ -201,6 +224,7 @@ def _owners(a: pd.DataFrame, r: pd.DataFrame, units: Units) -> np.ndarray:
     if (some & ~flop).any():
         owner[rest] = _own(some & ~flop, parent, op_r[rest])
     node = _backward_nodes(a, r, flop, owner)
+    node = np.where(_is_backward_of(node, a["fwd_op_r"].to_numpy(), units), node, -1)
     rows, first, which = np.unique(node[node >= 0], return_index=True, return_inverse=True)
     if len(rows):
         fwd = a["fwd_op_r"].to_numpy()[node >= 0][first]
@@ -226,6 +250,25 @@ def _backward_nodes(a: pd.DataFrame, r: pd.DataFrame, flop: np.ndarray, owner: n
     fwd_flop = (fwd >= 0) & take(flop, fwd, False)
     use = (owner < 0) & (bwd >= 0) & fwd_flop & ~take(has_flop, bwd, True)
     return np.where(use, bwd, -1)
+
+
+def _is_backward_of(node: np.ndarray, fwd: np.ndarray, units: Units) -> np.ndarray:
+    """Per activity (``node``: its backward node's range row, -1 none; ``fwd``: its forward
+    op's), whether the node's name is a backward of its forward op's family
+    (:data:`BACKWARD_NODE`); decided once per distinct (node name, forward op unit)."""
+    out = np.zeros(len(node), bool)
+    rows = np.flatnonzero(node >= 0)
+    if not len(rows):
+        return out
+    pairs, which = np.unique(np.stack([units.name[node[rows]], fwd[rows]]), axis=1, return_inverse=True)
+    ok = []
+    for code, f in pairs.T:
+        fam = units.model(int(f))
+        pattern = BACKWARD_NODE.get(fam.family) if fam is not None else None
+        name = str(units.names[code]).rsplit(": ", 1)[-1].strip()
+        ok.append(pattern is not None and pattern.fullmatch(name) is not None)
+    out[rows] = np.array(ok, bool)[np.ravel(which)]
+    return out
 
 
 def _backward_model(fwd: OpModel) -> OpModel:
@@ -279,36 +322,48 @@ def _spread(a: pd.DataFrame, owner: np.ndarray, units: Units) -> dict:
     return cols
 
 
-def _ideal_times(a: pd.DataFrame, cols: dict, peaks: Peaks) -> dict:
+def _ideal_times(a: pd.DataFrame, cols: dict, peaks: Peaks, shapes: bool = True) -> dict:
     """``compute_ns``: FLOPs at the peak of the activity's dtype (an fp32 GEMM or convolution
-    on a TF32 kernel: the tf32 peak); ``memory_ns``: bytes at the peak bandwidth."""
+    call that launched a TF32 kernel: the tf32 peak for all its kernels, and ``dtype`` says
+    tf32); ``memory_ns``: bytes at the peak bandwidth. A trace
+    that recorded no shapes knows no FLOPs at all: its compute kernels' times are NaN
+    (unknown, so MFU is empty), never 0."""
     dtype_codes, dtypes = codes_of(
         cols["dtype"] if isinstance(cols["dtype"], pd.Series) else pd.Series(cols["dtype"])
     )
     tf32 = str_test(a["name"], lambda s: s.str.contains(TF32_KERNEL))
     fam = np.asarray(cols["perf_family"], dtype=object)
     on_tf32 = tf32 & np.isin(fam, ["gemm", "conv"]) & (dtypes[dtype_codes] == "fp32")
+    unit = cols["perf_unit"]  # an op call on TF32 kernels: all of it (its split-K reduce too)
+    on_tf32 = np.isin(unit, unit[on_tf32]) & (unit >= 0) if on_tf32.any() else on_tf32
     peak = np.array([peaks.flops_peak(d) or np.nan for d in dtypes], np.float64)[dtype_codes]
     peak = np.where(on_tf32, peaks.flops_peak("tf32") or np.nan, peak)
     flops = cols["flops"]
     bw = peaks.bytes_peak() or np.nan
-    return {
-        "compute_ns": np.where(flops > 0, flops / peak * 1e9, 0.0),
-        "memory_ns": np.where(cols["op_bytes"] > 0, cols["op_bytes"] / bw * 1e9, 0.0),
+    none = 0.0 if shapes else np.where(str_test(a["group"], lambda s: s == "compute"), np.nan, 0.0)
+    out = {
+        "compute_ns": np.where(flops > 0, flops / peak * 1e9, none),
+        "memory_ns": np.where(cols["op_bytes"] > 0, cols["op_bytes"] / bw * 1e9, none),
     }
+    if on_tf32.any():  # the dtype says what it was measured against: tf32, not fp32
+        labels = np.append(np.asarray(dtypes, dtype=object), "tf32")
+        codes = np.where(on_tf32, len(dtypes), dtype_codes)
+        out["dtype"] = categorical_take(labels, np.arange(len(labels)), codes, "")
+    return out
 
 
 def mfu_meta(acts: pd.DataFrame, steps: pd.DataFrame) -> dict:
     """Per complete step its MFU: the time its compute kernels' FLOPs take at the device's
     peak over the step's window, in percent (None where a peak is unknown); ``mean_pct`` over
     the complete steps (a ratio of sums); ``gflop_per_step``; ``modelled_pct``: the share of
-    compute-kernel time whose op has a model."""
+    compute-kernel time whose op has a model; ``above_peak`` (only when some did): the activities
+    of complete steps that ran above their peak (:func:`~tracekit.pipeline.peak_checks.above_peak`)."""
     done = steps[steps["complete"].to_numpy()]
     ids = done["step"].to_numpy()
     row = np.searchsorted(ids, acts["step"].to_numpy()) if len(ids) else np.zeros(len(acts), np.int64)
     row = np.minimum(row, max(len(ids) - 1, 0))
-    keep = str_test(acts["group"], lambda s: s == "compute") & (len(ids) > 0)
-    keep &= ids[row] == acts["step"].to_numpy() if len(ids) else keep
+    done_rows = (ids[row] == acts["step"].to_numpy()) if len(ids) else np.zeros(len(acts), bool)
+    keep = str_test(acts["group"], lambda s: s == "compute") & done_rows
     ns = acts["compute_ns"].to_numpy()
     ideal = np.bincount(row[keep], weights=np.where(np.isnan(ns), np.inf, ns)[keep], minlength=len(ids))
     flops = float(acts["flops"].to_numpy()[keep].sum())
@@ -324,4 +379,5 @@ def mfu_meta(acts: pd.DataFrame, steps: pd.DataFrame) -> dict:
         "mean_pct": pct(float(ideal.sum()), float(window.sum())),
         "gflop_per_step": round(flops / 1e9 / max(len(ids), 1), 6),
         "modelled_pct": round(float(modelled / dur.sum() * 100), 3) if dur.sum() > 0 else None,
+        **({"above_peak": over} if (over := above_peak(acts, done_rows)) else {}),
     }

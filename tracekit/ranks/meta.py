@@ -23,6 +23,11 @@ NO_LAUNCH_NOTICE = (
     "idle_causes, idle_host and launches have no rows "
     "(without the host side, a host wait cannot be told from the others)"
 )
+#: The notice of a run whose traces recorded no input shapes (so no FLOPs are known).
+SHAPES_NOTICE = (
+    "no input shapes: record the profile with torch.profiler.profile(record_shapes=True) "
+    "for FLOPs; the MFU and % of peak columns are empty"
+)
 #: The notice of a run whose traces record no memory events.
 MEMORY_NOTICE = (
     "no memory events: record the profile with torch.profiler.profile(profile_memory=True) "
@@ -88,7 +93,10 @@ def meta_of(run: Run) -> dict:
     overlap = _phase_overlap(run)
     if overlap:
         notices.append(overlap)
+    if any(a.meta.get("shapes_recorded") is False for a in run.ranks.values()):
+        notices.append(SHAPES_NOTICE)
     notices += _peak_notices(run)
+    notices += _above_peak_notices(run)
     if not run.has_memory:
         notices.append(MEMORY_NOTICE)
     collective_meta, collective_notices = collective_ranks.meta(run)
@@ -156,6 +164,50 @@ def _peak_notices(run: Run) -> list[str]:
     return [
         why if why.startswith("CPU") else f"{why}: the % of peak and MFU columns are empty" for why in seen
     ]
+
+
+def _above_peak_notices(run: Run) -> list[str]:
+    """A % of peak over 100 is never shown silently: one notice per kind (FLOP/s, bandwidth)
+    when some rank's compute kernels ran above the peak they are measured against (the largest,
+    over the ranks), and one per dtype that holds FLOPs with no peak on a device that has a row."""
+    out = []
+    worst: dict[str, dict] = {}
+    for a in run.ranks.values():
+        for kind, got in a.meta.get("mfu", {}).get("above_peak", {}).items():
+            if got["max_pct"] > worst.get(kind, {"max_pct": 0})["max_pct"]:
+                worst[kind] = {**got, "device": a.meta.get("device", {})}
+    if "flops" in worst:
+        w = worst["flops"]
+        peak = (w["device"].get("measured") or {}).get(w["dtype"])
+        out.append(
+            f"{w['kernels']} kernel(s) ran above the peak FLOP/s they are measured against, "
+            f"up to {w['max_pct']:.0f}% ({w['op'] or w['kernel'][:60]}, {w['dtype']}"
+            + (f" at {peak:g} TFLOP/s" if peak else "")
+            + "): that peak is wrong for them (see --peak-tflops, --devices) or the FLOPs they "
+            "carry are not all theirs (docs/metrics.md); % of peak and MFU over 100 are not utilisation"
+        )
+    if "bytes" in worst:
+        w = worst["bytes"]
+        out.append(
+            f"{w['kernels']} kernel(s) moved their modelled bytes faster than the peak bandwidth, "
+            f"up to {w['max_pct']:.0f}% ({w['op'] or w['kernel'][:60]}): caches served part of "
+            "the traffic, so a memory-bound % of peak over 100 there is not utilisation"
+        )
+    missing = sorted(
+        {
+            d
+            for a in run.ranks.values()
+            if a.meta.get("device", {}).get("matched") or a.meta.get("device", {}).get("peak_tflops")
+            for d, p in (a.meta.get("device", {}).get("measured") or {}).items()
+            if p is None
+        }
+    )
+    if missing and run.mode != "cpu":
+        out.append(
+            f"no peak for {', '.join(missing)} (give --peak-tflops {missing[0]}=N): "
+            "the % of peak and MFU of those FLOPs are empty"
+        )
+    return out
 
 
 def _filter_meta(run: Run) -> dict:

@@ -252,3 +252,28 @@ def filters_text(filters: dict) -> str:
             v = " + ".join(map(str, v))
         parts.append(f"{k} {v}")
     return ", ".join(parts)
+
+
+def device_lines(meta: dict) -> list[str]:
+    """One line per distinct device the ranks were measured against: the trace's device name,
+    the row it matched, where the peaks came from and the peak of each dtype that holds FLOPs
+    ("device: NVIDIA A100-PG509-200 -> NVIDIA A100 SXM4 40GB (built-in table), bf16 312
+    TFLOP/s"); none without the perf model's ``meta.device``."""
+    out: list[str] = []
+    for d in (meta.get("device") or {}).values():
+        name = d.get("device") or "not named in the trace"
+        if d.get("matched"):
+            line = f"device: {name} -> {d['matched']} ({d.get('origin') or 'built-in table'})"
+        elif d.get("peak_tflops") or d.get("peak_tbps"):
+            line = f"device: {name}, peaks from {d.get('origin') or 'the command line'}"
+        else:
+            line = f"device: {name} -> no peak known"
+        measured = (d.get("measured") or {}).items()
+        peaks = [f"{k} {v:g}" if v else f"{k} no peak" for k, v in measured]
+        if any(v for _, v in measured):
+            line += ", " + ", ".join(peaks) + " TFLOP/s"
+        if d.get("peak_tbps"):
+            line += f", {d['peak_tbps']:g} TB/s"
+        if line not in out:
+            out.append(line)
+    return out

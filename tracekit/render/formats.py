@@ -106,12 +106,18 @@ def _meta_lines(meta: dict) -> list[str]:
         if len(counts) == 1 and len(steps) > 1
         else "; ".join(f"rank {r}: {len(v)}" for r, v in steps.items())
     )
+    from .common import device_lines
+
+    devices = device_lines(meta)
     lines = [
         f"- **trace**: {md_escape(meta.get('path', ''))}",
         f"- **mode**: {md_escape(meta.get('mode', ''))}"
         + (
-            f"; **devices**: {md_escape(', '.join(map(str, meta['devices'])))}" if meta.get("devices") else ""
+            f"; **devices**: {md_escape(', '.join(map(str, meta['devices'])))}"
+            if meta.get("devices") and not devices
+            else ""
         ),
+        *(f"- **device**: {md_escape(d.removeprefix('device: '))}" for d in devices),
         f"- **times**: ms, {md_escape(meta.get('aggregation', ''))}",
         f"- **ranks**: {len(steps)}; **steps analysed**: {md_escape(per_rank)}",
     ]

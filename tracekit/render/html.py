@@ -24,7 +24,7 @@ import pandas as pd
 from ..pipeline.checks import text
 from ..pipeline.coverage import lines as coverage_lines
 from .charts import figures, label
-from .common import cell, filters_text, for_people, header, numeric, shown_rows, title
+from .common import cell, device_lines, filters_text, for_people, header, numeric, shown_rows, title
 
 __all__ = ["figures", "label", "render_report", "script_json", "write_report"]
 
@@ -87,6 +87,7 @@ def _meta_html(meta: dict) -> str:
             + (f" &middot; devices: {html.escape(devices)}" if devices else "")
             + f" &middot; steps analysed: {html.escape(steps)}</li>"
         )
+        items += [f"<li>{html.escape(d)}</li>" for d in device_lines(m)]
         if m.get("filters"):
             items.append(f'<li class="note">filters: {html.escape(filters_text(m["filters"]))}</li>')
         for n in m.get("notices", []):

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from tracekit.analyses import spec_of
+from tracekit.perf.devices import peak_of
 
 #: Colours by op family / dtype (plotly's default cycle).
 COLOURS = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#9d755d"]
@@ -88,7 +89,7 @@ def _roofs(dev: dict, dtypes: list[str], lo: float, hi: float, label) -> list[di
     peaks, bw = dev.get("peak_tflops") or {}, dev.get("peak_tbps")
     out = []
     for d in dtypes:
-        p = peaks.get(d, peaks.get("*"))
+        p = peak_of(peaks, d)
         if not p:
             continue
         ridge = p / bw if bw else lo
@@ -139,7 +140,7 @@ def gemm_sizes(df: pd.DataFrame, meta: dict, label) -> list[tuple[str, dict]]:
     peaks = _device(meta).get("peak_tflops") or {}
     lo, hi = float(df["gflop"].min()) / 2, float(df["gflop"].max()) * 2
     for d in sorted(df["dtype"].astype(str).unique()):
-        p = peaks.get(d, peaks.get("*"))
+        p = peak_of(peaks, d)
         if p:
             name = label(f"{d} peak {p:g} TFLOP/s")
             traces.append({"type": "scatter", "mode": "lines", "name": name, "x": [lo, hi], "y": [p, p],

@@ -23,6 +23,7 @@ from . import findings_text
 from .common import (
     SHORT_CHARS,
     cell,
+    device_lines,
     filters_text,
     for_people,
     header,
@@ -251,9 +252,12 @@ def _columns(
 
 def _head(meta: dict, console: Console) -> None:
     line = f"[bold]{safe(str(meta.get('path')))}[/bold]  mode: {safe(meta.get('mode'))}"
-    if meta.get("devices"):
+    devices = device_lines(meta)
+    if meta.get("devices") and not devices:
         line += "  devices: " + safe(", ".join(map(str, meta["devices"])))
     console.print(line)
+    for d in devices:
+        console.print(safe(d))
     console.print(
         "times: ms, "
         + safe(meta.get("aggregation", ""))

@@ -1,0 +1,50 @@
+"""What the MFU meta says beside the numbers: which dtypes were measured against which peak
+(:func:`measured`), and the kernels that ran faster than their peak (:func:`above_peak`), so a
+% of peak over 100 is never shown without a notice (:mod:`tracekit.ranks.meta`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..perf.devices import Peaks
+from .state import as_str, codes_of
+
+#: How far over 100 % a kernel's share of peak may be before it counts (float noise).
+SLACK_PCT = 1e-6
+
+
+def measured(dtype: pd.Categorical | pd.Series, flops: np.ndarray, peaks: Peaks) -> dict[str, float | None]:
+    """The dtypes that hold FLOPs, most FLOPs first, each with the dense peak TFLOP/s its FLOPs
+    were measured against (None: none known)."""
+    codes, dtypes = codes_of(pd.Series(dtype))
+    per = np.bincount(codes, weights=flops, minlength=len(dtypes))
+    order = [int(i) for i in np.argsort(-per, kind="stable") if per[i] > 0]
+    return {str(dtypes[i]): (peaks.flops_peak(str(dtypes[i])) or 0) / 1e12 or None for i in order}
+
+
+def above_peak(acts: pd.DataFrame, keep: np.ndarray) -> dict:
+    """Over the activities of ``keep`` (those of complete steps; any that carries FLOPs or
+    bytes: a compute kernel, or the memset of an op that launched no compute kernel, which then
+    carries the op's FLOPs): those whose time at peak is longer than their duration, i.e. that
+    ran above the peak FLOP/s (``flops``) or moved their modelled bytes above the peak
+    bandwidth (``bytes``). Per kind: how many, the largest % of peak, that activity's name, op
+    and dtype; {} when none did."""
+    dur = (acts["end"].to_numpy() - acts["start"].to_numpy()).astype(np.float64)[keep]
+    out: dict = {}
+    for kind, col in (("flops", "compute_ns"), ("bytes", "memory_ns")):
+        ns = acts[col].to_numpy(np.float64)[keep]
+        pct = np.divide(ns * 100, dur, out=np.full(len(dur), np.nan), where=dur > 0)
+        over = np.flatnonzero(np.isfinite(pct) & (pct > 100 + SLACK_PCT))
+        if not len(over):
+            continue
+        i = int(over[np.argmax(pct[over])])
+        row = np.flatnonzero(keep)[i]
+        out[kind] = {
+            "kernels": len(over),
+            "max_pct": round(float(pct[i]), 3),
+            "kernel": as_str(acts["name"].iloc[row : row + 1])[0],
+            "op": as_str(acts["perf_op"].iloc[row : row + 1])[0],
+            "dtype": as_str(acts["dtype"].iloc[row : row + 1])[0],
+        }
+    return out
