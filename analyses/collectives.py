@@ -98,11 +98,12 @@ def _all_instances(intervals: pd.DataFrame) -> pd.DataFrame:
             "group_size": values("comm_group_size"),
         }
     )
-    keys = ["process_group", "collective", "instance"]
+    # The step is part of an instance's key: instance numbers restart in each file of a rank's
+    # successive windows (no Seq recorded), and a collective never spans two steps.
+    keys = ["step", "process_group", "collective", "instance"]
     if f.duplicated(keys).any():  # an instance in pieces (a CPU range split by the ops in it)
         g = f.groupby(keys, sort=False)
         f = g.agg(
-            step=("step", "first"),
             phase=("phase", "first"),
             start=("start", "min"),
             end=("end", "max"),
