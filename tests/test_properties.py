@@ -50,10 +50,21 @@ def _sorted(df: pd.DataFrame) -> pd.DataFrame:
     return df.sort_values(keys).reset_index(drop=True) if keys else df.reset_index(drop=True)
 
 
-def assert_same_tables(got: tracekit.Analysis, expected: tracekit.Analysis) -> None:
+#: Tables of idle gaps (HTA's rule: a gap runs from the activity that ended last so far on the
+#: stream, or the device, to the next): a window file alone starts with no activity before its
+#: first, so a gap that crosses the cut between two windows is not one there (docs/metrics.md,
+#: idle_causes). The findings read them.
+ACROSS_WINDOWS = {"idle_causes", "idle_host", "findings"}
+
+
+def assert_same_tables(got: tracekit.Analysis, expected: tracekit.Analysis, windows: bool = False) -> None:
+    """``got``'s tables (per step) are ``expected``'s; ``windows``: ``got`` read the trace as
+    successive windows, so the tables of :data:`ACROSS_WINDOWS` are not compared."""
     assert got.meta["complete_steps"] == expected.meta["complete_steps"]
     want = expected.tables(per_step=True)
     for name, table in got.tables(per_step=True).items():
+        if windows and name in ACROSS_WINDOWS:
+            continue
         pd.testing.assert_frame_equal(
             _sorted(table), _sorted(want[name]), check_exact=False, atol=TOL, rtol=0, obj=name
         )
@@ -273,7 +284,7 @@ def test_successive_windows_of_one_rank_change_nothing(plan: Plan, first: int):
         (run / f"host_48213.{i}.pt.trace.json").write_text(json.dumps(doc), encoding="utf-8")
     split = tracekit.load(run, cache=False, jobs=1)
     assert split.meta["ranks"] == [0]
-    assert_same_tables(split, whole)
+    assert_same_tables(split, whole, windows=True)
 
 
 @pytest.mark.parametrize("options", [{}, {"old_categories": True, "autograd_thread": False}])
@@ -296,6 +307,8 @@ def test_the_window_split_keeps_every_event_once(options):
     whole = _load(b).tables(per_step=True)
     parts = [_load(doc, f"w{i}.json").tables(per_step=True) for i, doc in enumerate((one, two))]
     for name, table in whole.items():
+        if name in ACROSS_WINDOWS:
+            continue
         joined = pd.concat([p[name] for p in parts], ignore_index=True)
         pd.testing.assert_frame_equal(
             _sorted(joined), _sorted(table), check_exact=False, atol=TOL, rtol=0, obj=name
