@@ -120,7 +120,8 @@ class TableSpec:
     * ``combine``: a table computed from the run's other tables, not from one rank's
       intervals: ``combine(get, per_step, rules)`` where ``get(name)`` gives a table as the run
       reports it (None when the run has none) and ``rules`` is the user's rules file (or
-      None), e.g. the findings;
+      None), e.g. the findings; ``sources``: the tables it reads (a run asked for it computes
+      them too, :func:`with_sources`);
     * ``needs``: the pipeline features (:data:`PERF`, :data:`MEMORY`) the table reads; a run
       whose tables need none of them skips those steps (:func:`features_of`);
     * ``series``: a long per-event series that ``func`` thins to a chart's points unless it is
@@ -159,6 +160,7 @@ class TableSpec:
     needs: frozenset[str] = frozenset()
     series: bool = False
     combine: Callable[[Callable[[str], pd.DataFrame | None], bool, str | None], pd.DataFrame] | None = None
+    sources: tuple[str, ...] = ()
 
     @property
     def of_intervals(self) -> bool:
@@ -210,6 +212,12 @@ def features_of(names) -> frozenset[str]:
         if spec.source:
             out |= features_of([spec.source])
     return frozenset(out)
+
+
+def with_sources(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """``names`` and, after them, the tables a combined table among them reads (``sources``)."""
+    extra = [s for n in names for s in REGISTRY[n].sources if s not in names]
+    return (*names, *dict.fromkeys(extra))
 
 
 def spec_of(name: str) -> TableSpec | None:

@@ -89,9 +89,13 @@ def test_cli_prints_the_selection_and_fails_in_one_line(tmp_path: Path):
     b = TraceBuilder(modules="both")
     _attention_step(b)
     path = str(b.write(tmp_path / "t.pt.trace.json"))
-    r = CliRunner().invoke(main, ["analyze", path, "--module", "attention", "--table", "modules", "-j", "1"])
+    r = CliRunner().invoke(main, ["analyze", path, "--module", "attention", "-j", "1"])
     assert r.exit_code == 0, r.output
     assert "filters: module Attention (not applicable to" in r.output
+    # Asked for a table the filter applies to: no other table is named as left out.
+    r = CliRunner().invoke(main, ["analyze", path, "--module", "attention", "--table", "modules", "-j", "1"])
+    assert r.exit_code == 0, r.output
+    assert "filters: module Attention\n" in r.output and "not applicable" not in r.output
     r = CliRunner().invoke(main, ["analyze", path, "--module", "bmm0,softmax", "--format", "md"])
     assert "- **filters**: module Bmm0 + Softmax" in r.output
     r = CliRunner().invoke(main, ["analyze", path, "--module", "att", "-j", "1"])

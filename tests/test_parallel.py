@@ -166,5 +166,8 @@ def test_the_parent_keeps_no_frames_per_rank(tmp_path, monkeypatch):
         kept[n] = _kept_by_parent(d, n, monkeypatch)
     per_rank = (kept[16][0] - kept[4][0]) / 12
     assert kept[16][1] <= kept[4][1], kept  # no frame per rank
-    # a few KB: meta (since issue 29 with the device's peaks and per-step MFU), a handle, rows
-    assert per_rank < 24 * 1024, (per_rank, kept)
+    # a few KB: meta (since issue 29 with the device's peaks and per-step MFU), a handle, rows.
+    # Issues 35-36 added ~4 KB of rows per rank here (launches 2.3 KB: a row per phase and
+    # module; the collective instances the parent matches 0.7 KB; collectives 0.6 KB;
+    # idle_causes 0.3 KB): 25.6 KB measured. A pandas frame kept per rank costs 7-40 KB each.
+    assert per_rank < 32 * 1024, (per_rank, kept)

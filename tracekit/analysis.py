@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analyses import REGISTRY
-from tracekit.analyses._registry import FEATURES, MEMORY_EVENTS, features_of
+from tracekit.analyses._registry import FEATURES, MEMORY_EVENTS, features_of, with_sources
 from tracekit.analyses.findings import rules as read_findings_rules
 
 from .aggregate import whole_numbers as _whole_numbers
@@ -264,7 +264,7 @@ def _options(
         devices=devices,
         peak_tflops=tflops,
         peak_bandwidth=peak_bandwidth,
-        tables=None if tables is None else tuple(tables),
+        tables=None if tables is None else with_sources(tuple(tables)),
         full_series=full_series,
     )
 

@@ -22,6 +22,7 @@ FORMATS = ["table", "json", "csv", "md", "parquet", "html"]
 #: importing the CLI (``tracekit --help``, ``--version``, ``cache``) does not import the
 #: analyses, and with them pandas, numpy and pyarrow.
 TABLE_NAMES = [
+    "findings",
     "throughput",
     "phases",
     "modules",
