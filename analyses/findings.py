@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ._registry import MS, PCT, TableSpec, declare
+from ._registry import MS, PCT, PER_STEP, TableSpec, declare
 
 #: A table by name (its rows as the run reports them: mean or per step, ``rank`` on several
 #: ranks), or None when the run has no such table.
@@ -294,6 +294,7 @@ declare(
         ),
         keys=("category",),
         values={"ms": MS, "share_pct": PCT},
+        aggregate=PER_STEP,  # each number is per step already (the mean view: mean per step)
         chart="none",
     )
 )
