@@ -7,7 +7,8 @@ same list). Each category is one small function over those tables, with its thre
 * ``straggler_wait``: time inside collectives waiting for the last rank (``collectives.wait_ms``),
   at most the rank's exposed communication (``phases.exposed_comm_ms``);
 * ``exposed_transfer``: the rest of the exposed communication (moving bytes, nothing else running);
-* ``host_bound_idle``: device idle because the host launched late (``idle_causes``, ``host_wait``);
+* ``host_bound_idle``: device idle (no stream busy) while the next launch had not begun: the
+  host was late (``idle_host``, every family but ``launch_in_flight``);
 * ``launch_overhead``: device time of kernels shorter than their launch call
   (``launches.host_bound_ms``);
 * ``gemm_below_peak``: time GEMM shapes under the peak threshold take beyond their time at peak
@@ -146,15 +147,19 @@ def exposed_transfer(get: Get) -> pd.DataFrame:
 
 
 def host_bound_idle(get: Get) -> pd.DataFrame:
-    ic = _ranked(get("idle_causes"))
-    if ic is None:
+    """Device-level idle (no stream busy: ``idle_host``, which adds up to the ``idle`` table)
+    whose next launch had not begun: the host was late. Not the per-stream ``idle_causes``,
+    whose streams' gaps overlap in time and would be counted once per stream."""
+    ih = _ranked(get("idle_host"))
+    if ih is None:
         return _none()
-    host = ic[ic["cause"].astype(str) == "host_wait"]
-    if host.empty:
+    late = ih[ih["family"].astype(str) != "launch_in_flight"]
+    if late.empty:
         return _none()
-    ms, top = _sum(host, "idle_ms"), _top(host, "idle_ms")
+    ms, top = _sum(late, "idle_ms"), _top(late, "idle_ms")
     ev = [
-        f"idle_causes: {v:.3f} ms host_wait, most in {top.loc[k, 'phase']} on stream {top.loc[k, 'stream']}"
+        f"idle_host: {v:.3f} ms with no stream busy and the next launch not begun; most in "
+        f"{top.loc[k, 'phase']}, the launching thread in {top.loc[k, 'op']} ({top.loc[k, 'family']})"
         for k, v in ms.items()
     ]
     return _rows(ms, ev, "")
@@ -223,13 +228,13 @@ def _none() -> pd.DataFrame:
     return pd.DataFrame(columns=["rank", "ms", "evidence", "explain"])
 
 
-def _share(df: pd.DataFrame, window: pd.Series | None) -> np.ndarray:
-    """Each row's ``ms`` as a % of its rank's (and step's) device window; NaN where unknown."""
+def _window(df: pd.DataFrame, window: pd.Series | None) -> np.ndarray:
+    """Each row's rank's (and step's) device window (ms); NaN where unknown."""
     if window is None:
         return np.full(len(df), np.nan)
     keys = _keys(df)
     w = window.reindex(pd.MultiIndex.from_frame(df[keys]) if len(keys) > 1 else df[keys[0]])
-    return 100.0 * df["ms"].to_numpy(np.float64) / w.to_numpy(np.float64)
+    return w.to_numpy(np.float64)
 
 
 def findings(tables: Get, rule_set: dict[str, dict], per_step: bool = False) -> pd.DataFrame:
@@ -257,8 +262,10 @@ def findings(tables: Get, rule_set: dict[str, dict], per_step: bool = False) -> 
     for cat, df in found.items():
         if df.empty:
             continue
-        share = _share(df, window)
-        df = df.assign(category=cat, share_pct=share, fix=rule_set[cat]["fix"])
+        w = _window(df, window)
+        # A cost summed over streams that ran at once (GEMMs on two streams) is at most the step.
+        ms = np.fmin(df["ms"].to_numpy(np.float64), w)
+        df = df.assign(ms=ms, category=cat, share_pct=100.0 * ms / w, fix=rule_set[cat]["fix"])
         if not df.attrs.get("always"):
             r = rule_set[cat]
             df = df[(df["ms"] >= r["min_ms"]) & (df["share_pct"].fillna(0.0) >= r["min_share_pct"])]
@@ -287,7 +294,7 @@ declare(
             "phases",
             "collectives",
             "stragglers",
-            "idle_causes",
+            "idle_host",
             "launches",
             "gemm_shapes",
             "memory",

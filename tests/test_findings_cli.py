@@ -4,13 +4,19 @@ the terminal report; the rules file is checked as a usage error."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tracekit.analyses.findings import CATEGORIES
 
+import tracekit
 from tracekit.cli import main
 from tracekit.testing import TraceBuilder
+
+sys.path.insert(0, str(Path(__file__).parent))
+from shared_traces import params
 
 LATE_US = 2000  # rank 1's forward runs 2 ms longer: rank 0 waits 2 ms in each all-reduce
 
@@ -61,3 +67,13 @@ def test_a_rules_file_replaces_thresholds_and_bad_keys_are_usage_errors(tmp_path
     rules.write_text("[straggler_wait]\nmin_seconds = 5.0\n")
     res = _run(str(d), "--findings", str(rules))
     assert res.exit_code == 2 and "unknown finding rule [straggler_wait]" in res.output
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("src", params())
+def test_findings_on_real_traces_are_within_the_step(src):
+    """Every finding of a shared trace costs 0 to 100% of its step, in a known category."""
+    a = tracekit.load(src, cache=False, jobs=1)
+    f = a.table("findings")
+    assert set(f["category"]) <= set(CATEGORIES)
+    assert ((f["ms"] >= 0) & (f["share_pct"].fillna(0) <= 100 + 1e-9)).all(), f

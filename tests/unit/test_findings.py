@@ -35,13 +35,14 @@ def _tables(**over) -> dict[str, pd.DataFrame]:
                 "op": ["", "", "Optimizer.step#AdamW.step"],
             }
         ),
-        "idle_causes": pd.DataFrame(
+        "idle_host": pd.DataFrame(
             {
                 "rank": [2, 2],
                 "phase": ["optimizer", "forward"],
-                "stream": [7, 7],
-                "cause": ["host_wait", "kernel_wait"],
-                "idle_ms": [3.0, 0.05],
+                "family": ["optimizer", "launch_in_flight"],
+                "module": ["Other", "Other"],
+                "op": ["Optimizer.step#AdamW.step", "aten::mm"],
+                "idle_ms": [3.0, 0.5],
             }
         ),
     }
@@ -127,17 +128,18 @@ def test_gemm_shapes_below_peak_and_memory_spikes():
 
 def test_per_step_rows_keep_their_step():
     idle = pd.DataFrame({"rank": [0, 0], "step": [1, 2], "window_ms": [10.0, 10.0]})
-    causes = pd.DataFrame(
+    host = pd.DataFrame(
         {
             "rank": [0, 0],
             "step": [1, 2],
             "phase": ["optimizer"] * 2,
-            "stream": [7, 7],
-            "cause": ["host_wait"] * 2,
+            "family": ["sync"] * 2,
+            "module": ["Other"] * 2,
+            "op": ["aten::item"] * 2,
             "idle_ms": [1.0, 2.0],
         }
     )
-    out = findings({"idle": idle, "idle_causes": causes}.get, rules(), per_step=True)
+    out = findings({"idle": idle, "idle_host": host}.get, rules(), per_step=True)
     assert list(zip(out["step"], out["ms"], out["share_pct"])) == [(2, 2.0, 20.0), (1, 1.0, 10.0)]
 
 
