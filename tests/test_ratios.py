@@ -125,6 +125,18 @@ def over_all(num: str, how: str) -> Expect:
     return lambda df, t: _excess(df[num], np.full(len(df), getattr(df[num], how)()))
 
 
+def of_rank_window(num: str) -> Expect:
+    """``num`` over its rank's (and step's) device window; a table with a ``rank`` column even
+    on one rank (the findings)."""
+
+    def expect(df, t):
+        idle = t["idle"] if "rank" in t["idle"] else t["idle"].assign(rank=0)
+        keys = [k for k in ("rank", "step") if k in df.columns and k in idle.columns]
+        return _ratio(df[num], df[keys].merge(idle[keys + ["window_ms"]], on=keys, how="left")["window_ms"])
+
+    return expect
+
+
 #: Every ratio column of every table, by its definition in docs/metrics.md.
 DEFINITIONS: dict[str, dict[str, Expect]] = {
     "phases": {"percent": of_window("wall_ms"), "mfu_pct": at_peak("ideal_ms", of="wall_ms")},
@@ -142,6 +154,7 @@ DEFINITIONS: dict[str, dict[str, Expect]] = {
     "comm": {"percent": of_window("busy_ms")},
     "idle": {"percent": own("idle_ms", "window_ms")},
     "idle_causes": {},
+    "findings": {"share_pct": of_rank_window("ms")},
     "idle_host": {},
     "launches": {
         "delay_mean_us": own("delay_ms", "launches", 1000.0),
@@ -169,7 +182,7 @@ def check_ratios(tables: dict[str, pd.DataFrame], where: str) -> None:
         assert not missing, f"{name}: ratio columns with no definition in this test: {missing}"
         if df.empty:
             continue
-        for col, expect in DEFINITIONS[name].items():
+        for col, expect in DEFINITIONS.get(name, {}).items():
             want = expect(df, tables)
             np.testing.assert_allclose(df[col], want, rtol=RTOL, atol=ATOL, err_msg=f"{where} {name}.{col}")
         if "percent" in df.columns:

@@ -165,7 +165,12 @@ def _same(fast: pd.DataFrame, ref: pd.DataFrame) -> None:
 
 @pytest.mark.parametrize("path", params())
 def test_fast_reader_equals_reference(path):
-    _same(R.read_trace(path).events, reference_frame(path))
+    """Both parts of the read: the events, and the [memory] events split off as they are read
+    (RawTrace.memory), each equal to the reference's rows of that kind, in file order."""
+    raw, ref = R.read_trace(path), reference_frame(path)
+    ref_events, ref_memory = R.split_memory(ref)
+    _same(raw.events, ref_events)
+    _same(raw.memory, ref_memory)
 
 
 def _whole(path, monkeypatch) -> R.RawTrace:
