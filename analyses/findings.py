@@ -299,7 +299,7 @@ declare(
             "gemm_shapes",
             "memory",
         ),
-        keys=("category",),
+        keys=("category", "evidence", "explain", "fix"),  # labels of the row
         values={"ms": MS, "share_pct": PCT},
         aggregate=PER_STEP,  # each number is per step already (the mean view: mean per step)
         chart="none",
