@@ -103,3 +103,14 @@ def test_trace_filter_split_backward_is_a_copy_not_a_gemm() -> None:
     assert len(split) and split["flops"].sum() == 0
     for m in a.meta["mfu"].values():
         assert m["mean_pct"] is None or (0 <= m["mean_pct"] <= 100 and not math.isnan(m["mean_pct"]))
+
+
+def test_mfu_over_part_of_the_compute_says_so(tmp_path) -> None:
+    """Issue 38.4: 100 us of the addmm's GEMM is modelled and the 50 us copy under
+    SplitBackward0 is not: MFU counts 66.7% of compute-kernel time, and one notice says it is a
+    lower bound. All compute modelled: no such notice."""
+    a = _backward_trace(tmp_path, "SplitBackward0")
+    said = [n for n in a.meta["notices"] if n.startswith("MFU counts")]
+    assert len(said) == 1 and "66.7% of compute-kernel time" in said[0] and "lower bound" in said[0]
+    b = _backward_trace(tmp_path, "AddmmBackward0")
+    assert not [n for n in b.meta["notices"] if n.startswith("MFU counts")]

@@ -96,6 +96,7 @@ def meta_of(run: Run) -> dict:
     if any(a.meta.get("shapes_recorded") is False for a in run.ranks.values()):
         notices.append(SHAPES_NOTICE)
     notices += _peak_notices(run)
+    notices += _modelled_notice(run)
     notices += _above_peak_notices(run)
     if not run.has_memory:
         notices.append(MEMORY_NOTICE)
@@ -149,6 +150,28 @@ def _phase_overlap(run: Run) -> str:
         "average (forward and backward running at once, as DualPipe schedules them): there each "
         "phase's wall is the union of its own activity, so the walls add up to more than the step"
     )
+
+
+#: Below this share of compute-kernel time with a FLOP model, MFU gets a caveat (issue 38.4).
+MODELLED_CAVEAT_PCT = 90.0
+
+
+def _modelled_notice(run: Run) -> list[str]:
+    """The caveat for an MFU that counts the FLOPs of part of the compute only: where the ranks'
+    MFU is known and less than :data:`MODELLED_CAVEAT_PCT` % of their compute-kernel time has a
+    FLOP model (``meta.mfu.modelled_pct``), the lowest share, once."""
+    shares = [
+        m["modelled_pct"]
+        for a in run.ranks.values()
+        if (m := a.meta.get("mfu", {})).get("mean_pct") is not None and m.get("modelled_pct") is not None
+    ]
+    if not shares or min(shares) >= MODELLED_CAVEAT_PCT:
+        return []
+    return [
+        f"MFU counts the FLOPs of modelled ops only: {min(shares):.1f}% of compute-kernel time has a "
+        "FLOP model (efficiency.modelled_pct by phase and module), the rest adds time and no FLOPs, "
+        "so MFU is a lower bound"
+    ]
 
 
 def _peak_notices(run: Run) -> list[str]:
