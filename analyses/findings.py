@@ -156,26 +156,28 @@ def host_bound_idle(get: Get) -> pd.DataFrame:
     late = ih[ih["family"].astype(str) != "launch_in_flight"]
     if late.empty:
         return _none()
-    ms, top = _sum(late, "idle_ms"), _top(late, "idle_ms")
-    ev = [
-        f"idle_host: {v:.3f} ms with no stream busy and the next launch not begun; most in "
-        f"{top.loc[k, 'phase']}, the launching thread in {top.loc[k, 'op']} ({top.loc[k, 'family']})"
-        for k, v in ms.items()
-    ]
-    return _rows(ms, ev, "")
+    return _summed(
+        late,
+        "idle_ms",
+        lambda v, t: (
+            f"idle_host: {v:.3f} ms with no stream busy and the next launch not begun; most in "
+            f"{t['phase']}, the launching thread in {t['op']} ({t['family']})"
+        ),
+    )
 
 
 def launch_overhead(get: Get) -> pd.DataFrame:
     la = _ranked(get("launches"))
     if la is None or "host_bound_ms" not in la:
         return _none()
-    ms, top = _sum(la, "host_bound_ms"), _top(la, "host_bound_ms")
-    ev = [
-        f"launches: {v:.3f} ms in kernels shorter than their launch, most in {top.loc[k, 'phase']} / "
-        f"{top.loc[k, 'module']} ({top.loc[k, 'host_bound']:.0f} kernels)"
-        for k, v in ms.items()
-    ]
-    return _rows(ms, ev, "")
+    return _summed(
+        la,
+        "host_bound_ms",
+        lambda v, t: (
+            f"launches: {v:.3f} ms in kernels shorter than their launch, most in {t['phase']} / "
+            f"{t['module']} ({t['host_bound']:.0f} kernels)"
+        ),
+    )
 
 
 def gemm_below_peak(get: Get, rule: dict) -> pd.DataFrame:
@@ -215,6 +217,13 @@ def memory_spike(get: Get, rule: dict) -> pd.DataFrame:
         for _, t in top.iterrows()
     ]
     return _rows(pd.Series(0.0, index=top.index), ev, "", always=True)
+
+
+def _summed(df: pd.DataFrame, value: str, say: Callable[[float, pd.Series], str]) -> pd.DataFrame:
+    """A category whose cost is ``value`` summed per rank (and step), its evidence ``say(cost,
+    the row with the largest value)``."""
+    ms, top = _sum(df, value), _top(df, value)
+    return _rows(ms, [say(v, top.loc[k]) for k, v in ms.items()], "")
 
 
 def _rows(ms: pd.Series, evidence: list[str], explain, always: bool = False) -> pd.DataFrame:
