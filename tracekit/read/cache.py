@@ -37,6 +37,7 @@ import re
 import stat
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -118,6 +119,27 @@ def _valid_schema(schema: pa.Schema) -> bool:
     return True
 
 
+def _whole(table: pa.Table, other: pa.Schema | None) -> pa.Table:
+    """``table`` with every reader column, in order: the events' frame has no allocator
+    columns and the memory events' frame no launch or shape columns (:func:`split_memory`),
+    so each gets the other's as absent values (-1, NaN or "", typed as in ``other``, the
+    other frame's schema), which a load drops again."""
+    n = table.num_rows
+    for i, name in enumerate(_COLUMNS):
+        if name in table.column_names:
+            continue
+        typ = other.field(name).type if other is not None and name in other.names else None
+        if typ is not None and pa.types.is_dictionary(typ):
+            codes = pa.array(np.zeros(n, np.int64)).cast(typ.index_type)
+            col = pa.DictionaryArray.from_arrays(codes, pa.array([""], typ.value_type))
+        elif _TYPES.get(name, pa.int64()) == pa.float64():
+            col = pa.array(np.full(n, np.nan))
+        else:
+            col = pa.array(np.full(n, -1, dtype=np.int64)).cast(_TYPES.get(name, pa.int64()))
+        table = table.add_column(i, name, col)
+    return table
+
+
 def _load_entry(loc: Path, key: str, trace_size: int) -> RawTrace | None:
     limit = _EXPANSION * trace_size + _SLACK
     pf = read_sealed(loc, limit)
@@ -162,7 +184,9 @@ def store(raw: RawTrace, path: str | os.PathLike, max_bytes: int, key: str) -> P
             return None  # replaced or modified while read: never cache old events under it
         info = json.dumps({"key": key, "meta": raw.meta, "warnings": raw.warnings}, default=str).encode()
         frames = [raw.events] if raw.memory is None or raw.memory.empty else [raw.events, raw.memory]
-        table = pa.concat_tables([pa.Table.from_pandas(f, preserve_index=False) for f in frames])
+        tables = [pa.Table.from_pandas(f, preserve_index=False) for f in frames]
+        other = [t.schema for t in tables[1:]] + [tables[0].schema]  # each frame's other, if any
+        table = pa.concat_tables([_whole(t, o if o is not t.schema else None) for t, o in zip(tables, other)])
         table = table.replace_schema_metadata({_META_KEY: info, **SEAL_HOLE})
         loc = _entry(key)
         loc.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
