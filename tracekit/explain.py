@@ -24,6 +24,7 @@ import pandas as pd
 
 from .perf import explain as perf_explain
 from .perf.devices import Peaks
+from .pipeline.composite_attention import PROJECTION_WHY
 from .pipeline.evidence import EVIDENCE_TEXT
 from .read.reader import ANNOTATION, CPU_OP, RUNTIME, RawTrace
 
@@ -64,6 +65,7 @@ class Evidence:
     peaks: list = field(default_factory=list)
     #: Every rank of the directory (one rank is searched: this one).
     ranks: list[int] = field(default_factory=list)
+    taxonomy: object = None  # the module rules (their ``why``)
 
     def of(self, row: pd.Series) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(events, modules) of the file ``row`` came from."""
@@ -146,6 +148,7 @@ def collect(raws: list[RawTrace], taxonomy, rules, peaks: list | None = None) ->
         files=[Path(r.path).name for r in raws],
         units=units,
         peaks=[p or Peaks() for p in peaks],
+        taxonomy=taxonomy,
     )
 
 
@@ -259,9 +262,21 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
             "category": str(row["kernel_category"]),
             "rule": str(row["rule"]),
         },
-        "module_category": {"category": str(row["module"]) or None, "rule": str(row["module_rule"]) or None},
+        "module_category": {
+            "category": str(row["module"]) or None,
+            "rule": str(row["module_rule"]) or None,
+            "why": _module_why(ev, str(row["module_rule"])),
+        },
         "perf": perf_explain.of_chain(ev, row, members),
     }
+
+
+def _module_why(ev: Evidence, rule: str) -> str | None:
+    """What a module rule says: how an attention part was found, else the rule's ``why``."""
+    rule_id, _, part = rule.partition(" ")
+    if part.endswith(":projection"):
+        return PROJECTION_WHY
+    return next((r.why for r in getattr(ev.taxonomy, "rules", []) if r.rule_id == rule_id and r.why), None)
 
 
 def _kind(mode: str, row: pd.Series) -> str:
