@@ -10,7 +10,9 @@ JSON by tests/module_oracle.py, which shares no code with tracekit.
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +20,11 @@ import tracekit
 from tracekit.testing import TraceBuilder
 from tracekit.testing.kernels import GEMM_A, GEMM_NN, K_ADD, K_MUL
 
+sys.path.insert(0, str(Path(__file__).parent))
+from module_oracle import rows as oracle_rows
+
 NS = 1e-6  # one nanosecond, in ms
+CAPTURES = Path(__file__).parent / "data" / "captures"
 SDPA = "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4>, true>(Flash_fwd_params)"
 
 
@@ -160,3 +166,29 @@ def test_not_heads_an_input_projection_or_a_rerun_block(tmp_path):
     a = tracekit.load(b.write(tmp_path / "not_head.json"), cache=False, jobs=1)
     assert _rows(a, "forward") == pytest.approx({"Other": 0.017, "RMSNorm": 0.003, "Linear": 0.017}, abs=NS)
     assert _rows(a, "backward") == pytest.approx({"Other": 0.014, "RMSNorm": 0.003}, abs=NS)
+
+
+#: The stored captures (tests/module_captures.py) and each one's head module instance.
+HEADS = {
+    "plain": "Linear_4",
+    "bert": "BertOnlyMLMHead_0",
+    "vit": "Linear_12",
+    "t5": "Linear_32",
+    "opt": "Linear_12",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HEADS))
+def test_captured_rows_match_the_raw_json(name):
+    """QKV, Output (nn.MultiheadAttention's own projections) and the head's Linear row of each
+    capture, forward and backward (recompute included), against tests/module_oracle.py."""
+    path = CAPTURES / f"{name}.json.gz"
+    assert path.stat().st_size < 1_000_000
+    want = oracle_rows(path, HEADS[name])
+    assert want[("forward", "Linear")] > 0 and want[("backward", "Linear")] > 0
+    if name == "plain":
+        assert min(want[(p, r)] for p in ("forward", "backward") for r in ("QKV", "Output")) > 0
+    t = tracekit.load(path, cache=False, jobs=1).table("modules")
+    got = {(r.phase, r.module): r.time_ms for r in t.itertuples()}
+    rows = want if name == "plain" else {k: v for k, v in want.items() if k[1] == "Linear"}
+    assert {k: got.get(k, 0.0) for k in rows} == pytest.approx(rows, rel=1e-6, abs=1e-6)
