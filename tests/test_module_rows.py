@@ -73,6 +73,25 @@ def test_multihead_attention_projections_are_qkv_and_output(tmp_path, core):
     assert _rows(a, "backward") == pytest.approx({r: 2 * v for r, v in want.items()}, abs=NS)
 
 
+def test_explain_says_why_a_projection_and_a_head_got_their_rows(tmp_path):
+    """``tracekit explain`` gives each of the two rules' evidence in a ``why`` line."""
+    from tracekit import explain
+
+    b = TraceBuilder()
+    with b.step(), b.forward(), b.module("Net", "model"):
+        with b.module("Block", "blocks.0"):
+            _mha(b, "fused")
+        _linear_head(b, lambda row, us: b.kernel(GEMM_NN, us, op="aten::addmm"))
+    path = b.write(tmp_path / "why.json")
+    why = {
+        c["module_category"]["category"]: c["module_category"]["why"]
+        for pattern in ("gemm", "nn_")
+        for c in explain.run(path, pattern, limit=20)["chains"]
+    }
+    assert "before its core" in why["QKV"] and "before its core" in why["Output"]
+    assert "output head" in why["Linear"]
+
+
 def _model(b: TraceBuilder, root: str, body, head) -> None:
     with b.module(root, "model"):
         body()
