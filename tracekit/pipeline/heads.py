@@ -31,9 +31,8 @@ def _models(mods: pd.DataFrame) -> np.ndarray:
     parent = mods["parent"].to_numpy()
     n = len(mods)
     children = np.bincount(parent[parent >= 0], minlength=n)
-    inst = mods["instance"].to_numpy(dtype=object)
-    nested = set(inst[parent >= 0].tolist())  # instances ever called inside another module
-    top = np.array([i not in nested for i in inst.tolist()], dtype=bool)
+    inst = codes_of(mods["instance"])[0]
+    top = ~np.isin(inst, inst[parent >= 0])  # instances never called inside another module
     chain = parent < 0  # the outermost modules and the wrappers' one child, level by level
     for _ in range(64):
         p = np.maximum(parent, 0)
