@@ -45,17 +45,21 @@ def _mha(b: TraceBuilder, core: str) -> dict[str, list]:
     with b.module("MultiheadAttention", "blocks.0.attn"):
         made["QKV"].append(b.kernel(GEMM_A, 30, op="aten::linear"))
         made["Attention other"].append(b.kernel(K_ADD, 3, op="aten::view"))
-        if core == "fused":
+        if core != "bmm":
             made["Attention"].append(b.kernel(SDPA, 20, op="aten::scaled_dot_product_attention"))
         else:
             made["Bmm0"].append(b.kernel(GEMM_NN, 11, op="aten::baddbmm"))
             made["Softmax"].append(b.kernel(K_MUL, 5, op="aten::softmax"))
             made["Bmm1"].append(b.kernel(GEMM_NN, 12, op="aten::bmm"))
-        made["Output"].append(b.kernel(GEMM_A, 13, op="aten::linear"))
+        if core == "out_proj module":  # out_proj called as a module: a lone Linear child
+            with b.module("NonDynamicallyQuantizableLinear", "blocks.0.attn.out_proj"):
+                made["Output"].append(b.kernel(GEMM_A, 13, op="aten::linear"))
+        else:
+            made["Output"].append(b.kernel(GEMM_A, 13, op="aten::linear"))
     return made
 
 
-@pytest.mark.parametrize("core", ["fused", "bmm"])
+@pytest.mark.parametrize("core", ["fused", "bmm", "out_proj module"])
 def test_multihead_attention_projections_are_qkv_and_output(tmp_path, core):
     """Issue 37.6: the GEMMs an attention module runs itself are QKV before its core and
     Output after it, forward and backward (the backward of each follows its forward op)."""
