@@ -191,6 +191,34 @@ def test_not_heads_an_input_projection_or_a_rerun_block(tmp_path):
     assert _rows(a, "backward") == pytest.approx({"Other": 0.014, "RMSNorm": 0.003}, abs=NS)
 
 
+def test_a_head_tied_to_the_embedding_is_the_linear_row(tmp_path):
+    """A head with no module around it (``F.linear(x, self.embed.weight)`` in the model's own
+    forward): the last GEMM op the model runs itself after its last module is Linear, forward
+    and backward; a GEMM it runs before its last module (a functional input projection) and
+    its loss stay Other."""
+    b = TraceBuilder()
+    with b.step():
+        with b.forward(), b.module("Net", "model"):
+            with b.module("Embedding", "embed"):
+                b.kernel(K_ADD, 2, op="aten::embedding")
+            b.kernel(GEMM_A, 7, op="aten::matmul")  # input projection, functional
+            with b.module("LayerNorm", "norm"):
+                b.kernel(K_ADD, 3, op="aten::layer_norm")
+            tied = b.kernel(GEMM_A, 19, op="aten::linear")
+            b.kernel(K_MUL, 4, op="aten::cross_entropy_loss")
+        with b.backward():
+            b.kernel(GEMM_NN, 23, op="aten::mm", creator=tied)
+    a = tracekit.load(b.write(tmp_path / "tied.json"), cache=False, jobs=1)
+    assert _rows(a, "forward") == pytest.approx(
+        {"Embedding": 0.002, "Other": 0.011, "RMSNorm": 0.003, "Linear": 0.019}, abs=NS
+    )
+    assert _rows(a, "backward") == pytest.approx({"Linear": 0.023}, abs=NS)
+    from tracekit import explain
+
+    chains = explain.run(tmp_path / "tied.json", "gemm")["chains"]
+    assert any("last GEMM op" in (c["module_category"]["why"] or "") for c in chains)
+
+
 #: The stored captures (tests/module_captures.py) and each one's head module instance.
 HEADS = {
     "plain": "Linear_4",

@@ -24,8 +24,8 @@ import pandas as pd
 
 from .perf import explain as perf_explain
 from .perf.devices import Peaks
-from .pipeline.composite_attention import PROJECTION_WHY
 from .pipeline.evidence import EVIDENCE_TEXT
+from .pipeline.heads import STRUCTURAL_WHY
 from .read.reader import ANNOTATION, CPU_OP, RUNTIME, RawTrace
 
 #: The labels that make two activities' chains the same (with the activity's name).
@@ -272,11 +272,10 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
 
 
 def _module_why(ev: Evidence, rule: str) -> str | None:
-    """What a module rule says: how an attention part was found, else the rule's ``why``."""
+    """What a module rule says: its ``why`` in the rules file, or how structure gave it."""
     rule_id, _, part = rule.partition(" ")
-    if part.endswith(":projection"):
-        return PROJECTION_WHY
-    return next((r.why for r in getattr(ev.taxonomy, "rules", []) if r.rule_id == rule_id and r.why), None)
+    whys = {r.rule_id: r.why for r in getattr(ev.taxonomy, "rules", []) if r.why} | STRUCTURAL_WHY
+    return whys.get("projection" if part.endswith(":projection") else rule_id)
 
 
 def _kind(mode: str, row: pd.Series) -> str:

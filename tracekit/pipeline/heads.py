@@ -20,10 +20,19 @@ torchvision's ``fc`` all sit there; the projections inside layers never do.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
+from .composite_attention import PROJECTION_WHY
 from .state import codes_of
+
+#: What ``tracekit explain`` says of the module labels that come from structure, not a rule.
+STRUCTURAL_WHY = {
+    "projection": PROJECTION_WHY,
+    "head-op": "the model's output head: the last GEMM op it runs itself, after its last module",
+}
 
 
 def _models(mods: pd.DataFrame) -> np.ndarray:
@@ -69,4 +78,34 @@ def head_places(mods: pd.DataFrame) -> np.ndarray:
     before = np.where(other, s0.reindex(par).to_numpy(), s1.reindex(par).to_numpy()) < start
     last = mods["position"].to_numpy()[under] == mods["siblings"].to_numpy()[under] - 1
     out[under] = before & last
+    return out
+
+
+def head_ops(a: pd.DataFrame, mods: pd.DataFrame, gemm: re.Pattern) -> np.ndarray:
+    """Per activity: it is the work of a model's own output projection, a head with no module
+    around it (tied to the embedding: ``F.linear(x, self.embed.weight)``, ``x @ wte.weight.T``).
+    That is the last op matching ``gemm`` (its outermost op in the model) a model runs itself,
+    after its last child module ended; in backward, the node of that op (the activities'
+    ``module_id``, ``top_op``, ``top_op_id``, ``top_op_ts`` are the forward op's there)."""
+    out = np.zeros(len(a), dtype=bool)
+    mid = a["module_id"].to_numpy()
+    if mods.empty or not (mid >= 0).any():
+        return out
+    model = _models(mods)
+    parent = mods["parent"].to_numpy()
+    last_end = np.full(len(mods), np.iinfo(np.int64).max, np.int64)
+    kids = parent >= 0
+    last_end[np.unique(parent[kids])] = np.iinfo(np.int64).min
+    np.maximum.at(last_end, parent[kids], mods["end"].to_numpy(np.int64)[kids])
+    codes, uniq = codes_of(a["top_op"])
+    is_gemm = np.array([bool(gemm.fullmatch(str(u))) for u in uniq], dtype=bool)[codes]
+    ts = a["top_op_ts"].to_numpy(np.int64)
+    m = np.maximum(mid, 0)
+    cand = (mid >= 0) & model[m] & is_gemm & (ts >= last_end[m])
+    if not cand.any():
+        return out
+    top_id = a["top_op_id"].to_numpy()
+    last = pd.Series(ts[cand]).groupby(mid[cand]).max()  # the model's last such op
+    chosen = pd.Series(top_id[cand][ts[cand] == last.reindex(mid[cand]).to_numpy()]).unique()
+    out[cand] = np.isin(top_id[cand], chosen)
     return out

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..read.reader import MEMCPY, MEMSET
 from .composite_attention import composite_parts, projection_parts
-from .heads import head_places
+from .heads import head_ops, head_places
 from .modules import inherit
 from .state import Coded, categorical_take, codes_of, distinct_rows, str_column, str_test, take
 from .state import Trace as LinkedTrace
@@ -208,6 +208,8 @@ def module_categories(
         cat, rule = _with_parts(cat, rule, att, _attention_parts(a, mods, att, taxonomy, rotary[att]))
     rope = rotary & cat.is_("Other")
     cat, rule = cat.where(rope, "RoPE"), rule.where(rope, "rope-frame")
+    head = cat.is_("Other") & head_ops(a, mods, taxonomy.head_gemm)
+    cat, rule = cat.where(head, "Linear"), rule.where(head, "head-op")
     compiled = cat.is_("Other") & _in_compiled_region(a, taxonomy)
     return cat.where(compiled, "Compiled region"), rule.where(compiled, "compiled-region")
 

@@ -200,8 +200,8 @@ class ModuleTaxonomy:
     composite_gemm: re.Pattern = re.compile(r"(?!)")
     composite_qkv: re.Pattern = re.compile(r"(?!)")
     composite_softmax: re.Pattern = re.compile(r"(?!)")
-    #: A GEMM op an attention module runs itself (``nn.MultiheadAttention``'s ``F.linear``).
-    projection: re.Pattern = re.compile(r"(?!)")
+    projection: re.Pattern = re.compile(r"(?!)")  # an attention module's own GEMM op (MHA's F.linear)
+    head_gemm: re.Pattern = re.compile(r"(?!)")  # a model's own output projection (pipeline/heads.py)
 
     def category(self, cls: str, name: str, parent: str, position: int, siblings: int) -> str | None:
         """Category of one module by the first matching rule, or None."""
@@ -365,6 +365,7 @@ def module_taxonomy(path: str | None = None) -> ModuleTaxonomy:
             rope=_rx_required(attention["rope"], re.IGNORECASE),
             compiled=_rx_required(structure["compiled"]) if "compiled" in structure else re.compile(r"(?!)"),
             **{key: _rx_required(attention[key]) for key in _ATTENTION_KEYS if key in attention},
+            head_gemm=_rx_required(structure.get("head_gemm", "(?!)")),
         )
     except (re.error, TypeError) as e:
         raise TraceError(path or "modules.toml", f"bad module rules: {e}") from None
