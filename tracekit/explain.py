@@ -25,6 +25,7 @@ import pandas as pd
 from .perf import explain as perf_explain
 from .perf.devices import Peaks
 from .pipeline.evidence import EVIDENCE_TEXT
+from .pipeline.heads import STRUCTURAL_WHY
 from .read.reader import ANNOTATION, CPU_OP, RUNTIME, RawTrace
 
 #: The labels that make two activities' chains the same (with the activity's name).
@@ -64,6 +65,7 @@ class Evidence:
     peaks: list = field(default_factory=list)
     #: Every rank of the directory (one rank is searched: this one).
     ranks: list[int] = field(default_factory=list)
+    taxonomy: object = None  # the module rules (their ``why``)
 
     def of(self, row: pd.Series) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(events, modules) of the file ``row`` came from."""
@@ -146,6 +148,7 @@ def collect(raws: list[RawTrace], taxonomy, rules, peaks: list | None = None) ->
         files=[Path(r.path).name for r in raws],
         units=units,
         peaks=[p or Peaks() for p in peaks],
+        taxonomy=taxonomy,
     )
 
 
@@ -259,9 +262,20 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
             "category": str(row["kernel_category"]),
             "rule": str(row["rule"]),
         },
-        "module_category": {"category": str(row["module"]) or None, "rule": str(row["module_rule"]) or None},
+        "module_category": {
+            "category": str(row["module"]) or None,
+            "rule": str(row["module_rule"]) or None,
+            "why": _module_why(ev, str(row["module_rule"])),
+        },
         "perf": perf_explain.of_chain(ev, row, members),
     }
+
+
+def _module_why(ev: Evidence, rule: str) -> str | None:
+    """What a module rule says: its ``why`` in the rules file, or how structure gave it."""
+    rule_id, _, part = rule.partition(" ")
+    whys = {r.rule_id: r.why for r in getattr(ev.taxonomy, "rules", []) if r.why} | STRUCTURAL_WHY
+    return whys.get("projection" if part.endswith(":projection") else rule_id)
 
 
 def _kind(mode: str, row: pd.Series) -> str:

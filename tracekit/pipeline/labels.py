@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from ..read.reader import MEMCPY, MEMSET
-from .composite_attention import composite_parts
+from .composite_attention import composite_parts, projection_parts
+from .heads import head_ops, head_places
 from .modules import inherit
 from .state import Coded, categorical_take, codes_of, distinct_rows, str_column, str_test, take
 from .state import Trace as LinkedTrace
@@ -143,15 +144,16 @@ def label_modules(mods: pd.DataFrame, taxonomy: ModuleTaxonomy) -> tuple[Coded, 
     qual_codes, qual_uniq = codes_of(mods["qualname"])
     pcls_codes = take(cls_codes, parent, len(cls_uniq))  # the parent's class ("" at the top)
     pcls_uniq = np.append(cls_uniq, "")
-    pos, sib = mods["position"].to_numpy(), mods["siblings"].to_numpy()
-    # The rules run once per distinct (class, name, parent class, position, siblings).
-    key, first = distinct_rows(cls_codes, qual_codes, pcls_codes, pos, sib)
+    pos, sib, head = mods["position"].to_numpy(), mods["siblings"].to_numpy(), head_places(mods)
+    # The rules run once per distinct (class, name, parent class, position, siblings, head).
+    key, first = distinct_rows(cls_codes, qual_codes, pcls_codes, pos, sib, head)
     cases = zip(
         cls_uniq[cls_codes[first]].tolist(),
         qual_uniq[qual_codes[first]].tolist(),
         pcls_uniq[pcls_codes[first]].tolist(),
         pos[first].tolist(),
         sib[first].tolist(),
+        head[first].tolist(),
     )
     matched = [taxonomy.match(*case) for case in cases]
     # Distinct matches, and per module the one it inherits (nearest labelled ancestor-or-self)
@@ -206,20 +208,26 @@ def module_categories(
         cat, rule = _with_parts(cat, rule, att, _attention_parts(a, mods, att, taxonomy, rotary[att]))
     rope = rotary & cat.is_("Other")
     cat, rule = cat.where(rope, "RoPE"), rule.where(rope, "rope-frame")
+    head = cat.is_("Other") & head_ops(a, mods, taxonomy.head_gemm)
+    cat, rule = cat.where(head, "Linear"), rule.where(head, "head-op")
     compiled = cat.is_("Other") & _in_compiled_region(a, taxonomy)
     return cat.where(compiled, "Compiled region"), rule.where(compiled, "compiled-region")
 
 
 def _with_parts(cat: Coded, rule: Coded, att: np.ndarray, part: np.ndarray) -> tuple[Coded, Coded]:
-    """The rows ``att`` take their attention part (``part``, one str per such row) as category
-    and ``<rule> attention:<part>`` as rule (each distinct rule and part joined once)."""
-    p_codes, p_uniq = pd.factorize(part)
-    p_uniq = np.asarray(p_uniq, dtype=object)
+    """The rows ``att`` take their attention part (``part``, one str per such row: a category,
+    or ``<category>|<how>``) as category and ``<rule> attention:<category>[:<how>]`` as rule
+    (each distinct rule and part joined once)."""
+    p_codes, p_tags = pd.factorize(part)
+    p_uniq = np.array([str(x).partition("|")[0] for x in p_tags], dtype=object)
     c = cat.codes.copy()
     c[att] = len(cat.values) + p_codes
     r_att = rule.codes[att]
     key, first = distinct_rows(r_att, p_codes)
-    joined = [f"{rule.values[r]} attention:{p_uniq[p]}" for r, p in zip(r_att[first], p_codes[first])]
+    joined = [
+        f"{rule.values[r]} attention:{p_tags[p].replace('|', ':')}"
+        for r, p in zip(r_att[first], p_codes[first])
+    ]
     r = rule.codes.copy()
     r[att] = len(rule.values) + key
     return (
@@ -266,6 +274,8 @@ def _attention_parts(
     )[att]
     out[(rotary | rotary_op) & ~fused] = "RoPE"
     out[fused] = "Attention"
+    proj = _matches(a["top_op"], taxonomy.projection, full=True)[att] & ~fused & ~is_bmm & (top_id >= 0)
+    out[proj] = projection_parts(block, ts, proj, (ts == b0) | fused)
     inside, part = composite_parts(a, np.flatnonzero(att), taxonomy)  # one op, a whole block
     out[inside] = part[inside]
     return out

@@ -181,6 +181,8 @@ def _label_lines(c: dict) -> list[str]:
     ]
     if mc["category"]:
         out.append(_row("module cat", f"{mc['category']} (rule {mc['rule']})"))
+        if mc.get("why"):
+            out.append(_row("", mc["why"]))
     out.append(_row("tables", cells(c)))
     return out
 
