@@ -25,6 +25,7 @@ import pandas as pd
 from .perf import explain as perf_explain
 from .perf.devices import Peaks
 from .pipeline.evidence import EVIDENCE_TEXT
+from .pipeline.worker_comm import collective_evidence
 from .read.reader import ANNOTATION, CPU_OP, RUNTIME, RawTrace
 
 #: The labels that make two activities' chains the same (with the activity's name).
@@ -188,7 +189,7 @@ def explain(
         "pattern": pattern,
         "by_op": by_op,
         "step": step,
-        "matched": int(sub["count"].sum()),
+        "matched": _activities(sub),
         "pieces": len(sub),
         "groups": int(sub[GROUP_KEY].drop_duplicates().shape[0]) if len(sub) else 0,
         "shown": len(chains),
@@ -223,7 +224,7 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
         "name": str(row["name"]),
         "file": ev.files[int(row["file"])],
         "files": {ev.files[int(f)]: int(n) for f, n in per_file.items()},
-        "count": int(members["count"].sum()),
+        "count": _activities(members),
         "pieces": len(members),
         "total_ms": float((members["end"] - members["start"]).sum()) / 1e6,
         "steps": steps,
@@ -260,8 +261,14 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
             "rule": str(row["rule"]),
         },
         "module_category": {"category": str(row["module"]) or None, "rule": str(row["module_rule"]) or None},
+        "collective": collective_evidence(ev.mode, row),
         "perf": perf_explain.of_chain(ev, row, members),
     }
+
+
+def _activities(rows: pd.DataFrame) -> int:
+    """Activities (CPU traces: ops, whatever their pieces or counts) among ``rows``."""
+    return len(rows[["file", "ev"]].drop_duplicates())
 
 
 def _kind(mode: str, row: pd.Series) -> str:
