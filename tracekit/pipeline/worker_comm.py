@@ -111,5 +111,5 @@ def collective_evidence(mode: str, row: pd.Series) -> dict | None:
         "collective": str(row["collective"]),
         "named_by": src,
         "text": str(text),
-        "counted": row["count"] > 0,
+        "counted": bool(row["count"] > 0),
     }
