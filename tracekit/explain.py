@@ -189,7 +189,7 @@ def explain(
         "pattern": pattern,
         "by_op": by_op,
         "step": step,
-        "matched": _activities(sub),
+        "matched": int(sub["count"].sum()),
         "pieces": len(sub),
         "groups": int(sub[GROUP_KEY].drop_duplicates().shape[0]) if len(sub) else 0,
         "shown": len(chains),
@@ -224,7 +224,7 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
         "name": str(row["name"]),
         "file": ev.files[int(row["file"])],
         "files": {ev.files[int(f)]: int(n) for f, n in per_file.items()},
-        "count": _activities(members),
+        "count": int(members["count"].sum()),
         "pieces": len(members),
         "total_ms": float((members["end"] - members["start"]).sum()) / 1e6,
         "steps": steps,
@@ -264,11 +264,6 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
         "collective": collective_evidence(ev.mode, row),
         "perf": perf_explain.of_chain(ev, row, members),
     }
-
-
-def _activities(rows: pd.DataFrame) -> int:
-    """Activities (CPU traces: ops, whatever their pieces or counts) among ``rows``."""
-    return len(rows[["file", "ev"]].drop_duplicates())
 
 
 def _kind(mode: str, row: pd.Series) -> str:

@@ -21,7 +21,8 @@ def join_launches(t: Trace) -> Trace:
 
     Needs: ``t.events`` (read's columns).
     Adds: ``t.mode`` ("gpu" when the trace has device activity, else "cpu") and ``t.acts`` with
-    ``ev`` (event row), ``start``, ``end``, ``count``, ``name``, ``kind``, ``stream``, ``bytes``,
+    ``ev`` (event row), ``start``, ``end``, ``count``, ``comm_calls``, ``name``, ``kind``,
+    ``stream``, ``bytes``,
     ``corr`` (correlation id, -1 none), ``launch_ev`` (the runtime call's event row, -1 none),
     ``runtime`` (its name; CPU mode: the op that queued a worker's collective range, else ""),
     ``launched``, ``launch_pid``, ``launch_tid``, ``launch_ts`` (the
@@ -34,13 +35,15 @@ def join_launches(t: Trace) -> Trace:
     CPU op and CPU collective range: the op's interval minus the ops nested in it, so each
     instant of a thread inside a top-level op lands in exactly one op. An op with children has
     several pieces (rows with the same ``ev``); ``count`` is 1 on one piece per op and 0 on the
-    others, so counts sum it. Each piece is launched by its own op (``launch_ts``: the op's start),
+    others, so counts sum it; ``comm_calls`` (1 where the row counts one collective call, else
+    0; GPU traces: 1) is ``count`` except as below. Each piece is launched by its own op
+    (``launch_ts``: the op's start),
     except a collective range that runs outside every op of its thread (gloo's worker threads
     run the collective a c10d op queued) and the ops nested in it: they are launched by the
     collective op (``c10d::*``, ``record_param_comms``) of its process that started last at or
     before the range, so their step, phase and context are the issuing op's, as a GPU
-    collective's are its launching call's, and they count 0: one collective counts once, on
-    its call (:mod:`tracekit.pipeline.worker_comm`).
+    collective's are its launching call's; in ``comm_calls`` they and the ops inside a call
+    count 0: one collective counts once, on its call (:mod:`tracekit.pipeline.worker_comm`).
     """
     ev = t.events
     kind = ev["kind"].to_numpy()
@@ -50,9 +53,11 @@ def join_launches(t: Trace) -> Trace:
     if t.mode == "gpu":
         act, launch = _gpu_launches(t, kind, np.flatnonzero(is_device))
         start, stop, count = ts[act], end[act], np.ones(len(act), np.int64)
+        calls = count
     else:
         act, start, stop, first = _cpu_self_pieces(t, kind)
-        launch, count = worker_launches(t, kind, act, first)
+        count = first.astype(np.int64)
+        launch, calls = worker_launches(t, kind, act, first)
     pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
     no_launch = launch < 0
     safe = np.maximum(launch, 0)
@@ -62,6 +67,7 @@ def join_launches(t: Trace) -> Trace:
             "start": start.astype(np.int64),
             "end": stop.astype(np.int64),
             "count": count,
+            "comm_calls": calls,
             "name": t.name_categorical(act),
             "kind": kind[act],
             "stream": ev["stream"].to_numpy()[act] if t.mode == "gpu" else tid[act],

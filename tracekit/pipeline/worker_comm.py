@@ -38,8 +38,8 @@ def worker_launches(
     t: Trace, kind: np.ndarray, act: np.ndarray, first: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per CPU self-time piece (event rows ``act``; ``first``: the op's counted piece), the event
-    row that launched it and its count (module docstring): a piece's own op and its ``first``
-    flag, except that
+    row that launched it and the collective calls it counts (module docstring): its own op
+    and its ``first`` flag, except that
 
     * the pieces of a worker's collective range (a collective range outside every op of its own
       thread) and of the ops nested in it are launched by the call that queued the range (the
@@ -47,8 +47,9 @@ def worker_launches(
       when there is none);
     * one collective counts once: an op nested in a collective op or range (the c10d op's own
       ``aten::chunk``/``empty``, gloo's ``aten::copy_``) counts 0, and so does a worker's range
-      that has a call (the call counts it)."""
-    launch, count = act.copy(), first.astype(np.int64)
+      that has a call (the call counts it). A collective record nested in another
+      (``record_param_comms`` in a ``c10d::`` op, an ``nccl:*`` range in it) keeps its count."""
+    launch, count = act.copy(), first.astype(np.int64)  # count: collective calls
     ev = t.events
     pid, tid, ts = (ev[c].to_numpy() for c in ("pid", "tid", "ts"))
     end = ts + ev["dur"].to_numpy()
@@ -61,7 +62,8 @@ def worker_launches(
     op_thr, rng_thr, call_thr, act_thr = np.split(thr, np.cumsum([len(ops), len(rng), len(calls)]))
     worker = containing(rng_thr, ts[rng], op_thr, ts[ops], end[ops]) < 0
     outer = _outermost(np.append(call_thr, rng_thr[worker]), np.append(calls, rng[worker]), ts, end)
-    count[containing(act_thr, ts[act], *outer) >= 0] = 0  # inside a collective call: its part
+    part = containing(act_thr, ts[act], *outer) >= 0  # inside a collective call: its part
+    count[part & (kind[act] == CPU_OP) & ~np.isin(act, calls)] = 0
     if worker.any():
         queued = _queued_by(pid, ts, rng[worker], calls)
         w = rng[worker]
@@ -111,5 +113,5 @@ def collective_evidence(mode: str, row: pd.Series) -> dict | None:
         "collective": str(row["collective"]),
         "named_by": src,
         "text": str(text),
-        "counted": bool(row["count"] > 0),
+        "counted": bool(row["comm_calls"] > 0),
     }
