@@ -26,6 +26,7 @@ from .perf import explain as perf_explain
 from .perf.devices import Peaks
 from .pipeline.evidence import EVIDENCE_TEXT
 from .pipeline.heads import STRUCTURAL_WHY
+from .pipeline.worker_comm import collective_evidence
 from .read.reader import ANNOTATION, CPU_OP, RUNTIME, RawTrace
 
 #: The labels that make two activities' chains the same (with the activity's name).
@@ -267,6 +268,7 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
             "rule": str(row["module_rule"]) or None,
             "why": _module_why(ev, str(row["module_rule"])),
         },
+        "collective": collective_evidence(ev.mode, row),
         "perf": perf_explain.of_chain(ev, row, members),
     }
 

@@ -42,7 +42,7 @@ def assign_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: Kern
     mod_labels = label_modules(linked.modules, taxonomy)
     a = linked.activities
     group = groups(linked, rules)
-    kcat, krule, coll = kernel_categories(a, group, rules)
+    kcat, krule, coll = kernel_categories(a, group, rules, linked.mode)
     module, mrule = module_categories(linked, taxonomy, kcat, mod_labels)
     other = ~group.is_("compute")
     return pd.DataFrame(
@@ -99,11 +99,16 @@ def groups(linked: LinkedTrace, rules: KernelRules) -> Coded:
 
 
 def _kernel_label(
-    rules: KernelRules, name: str, op: str, leaf: str, comm: str, group: str
+    rules: KernelRules, name: str, op: str, leaf: str, comm: str, group: str, mode: str
 ) -> tuple[str, str, str]:
-    """(kernel_category, rule, collective) of one distinct activity."""
+    """(kernel_category, rule, collective) of one distinct activity. A CPU trace's collective
+    is the call's (``comm``: its "Collective name" or name), before the activity's own name:
+    gloo runs a ``c10d::_reduce_scatter_base_`` as a ``gloo:all_reduce`` range."""
     if group == "comm":
-        c, src = rules.collective_of(name, comm, leaf)
+        if mode == "cpu":
+            c, src = rules.collective_source(("call", comm), ("kernel", name), ("op", leaf))
+        else:
+            c, src = rules.collective_of(name, comm, leaf)
         return (c if c in COMM_CATEGORIES else "Other"), f"comm:{src}", c
     if group in ("memcpy", "memset"):
         return ("Memcpy" if group == "memcpy" else "Memset"), group, ""
@@ -112,7 +117,7 @@ def _kernel_label(
 
 
 def kernel_categories(
-    a: pd.DataFrame, group: Coded, rules: KernelRules
+    a: pd.DataFrame, group: Coded, rules: KernelRules, mode: str = "gpu"
 ) -> tuple[pd.Categorical, pd.Categorical, pd.Categorical]:
     """(kernel_category, rule, collective) per activity; rules applied once per distinct case
     of (name, top op, op, collective text, group), found on the columns' integer codes, and
@@ -120,7 +125,7 @@ def kernel_categories(
     parts = [codes_of(a[c]) for c in ("name", "top_op", "op", "comm_text")]
     parts.append((group.codes, group.values))
     key, first = distinct_rows(*(codes for codes, _ in parts))
-    cases = zip(*(uniq[codes[first]].tolist() for codes, uniq in parts))
+    cases = [(*c, mode) for c in zip(*(uniq[codes[first]].tolist() for codes, uniq in parts))]
     memo = rules.remembered()
     labels = [memo[c] if c in memo else memo.setdefault(c, _kernel_label(rules, *c)) for c in cases]
     arange = np.arange(len(key))
