@@ -25,7 +25,7 @@ import pandas as pd
 from .perf import explain as perf_explain
 from .perf.devices import Peaks
 from .pipeline.evidence import EVIDENCE_TEXT
-from .pipeline.heads import STRUCTURAL_WHY
+from .pipeline.heads import module_why
 from .pipeline.worker_comm import collective_evidence
 from .read.reader import ANNOTATION, CPU_OP, RUNTIME, RawTrace
 
@@ -266,18 +266,11 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
         "module_category": {
             "category": str(row["module"]) or None,
             "rule": str(row["module_rule"]) or None,
-            "why": _module_why(ev, str(row["module_rule"])),
+            "why": module_why(ev.taxonomy, str(row["module_rule"])),
         },
         "collective": collective_evidence(ev.mode, row),
         "perf": perf_explain.of_chain(ev, row, members),
     }
-
-
-def _module_why(ev: Evidence, rule: str) -> str | None:
-    """What a module rule says: its ``why`` in the rules file, or how structure gave it."""
-    rule_id, _, part = rule.partition(" ")
-    whys = {r.rule_id: r.why for r in getattr(ev.taxonomy, "rules", []) if r.why} | STRUCTURAL_WHY
-    return whys.get("projection" if part.endswith(":projection") else rule_id)
 
 
 def _kind(mode: str, row: pd.Series) -> str:

@@ -109,3 +109,11 @@ def head_ops(a: pd.DataFrame, mods: pd.DataFrame, gemm: re.Pattern) -> np.ndarra
     chosen = pd.Series(top_id[cand][ts[cand] == last.reindex(mid[cand]).to_numpy()]).unique()
     out[cand] = np.isin(top_id[cand], chosen)
     return out
+
+
+def module_why(taxonomy: object, rule: str) -> str | None:
+    """What a module rule says (``tracekit explain``): its ``why`` in the rules file, or how
+    structure gave it (:data:`STRUCTURAL_WHY`)."""
+    rule_id, _, part = rule.partition(" ")
+    whys = {r.rule_id: r.why for r in getattr(taxonomy, "rules", []) if r.why} | STRUCTURAL_WHY
+    return whys.get("projection" if part.endswith(":projection") else rule_id)
