@@ -37,6 +37,7 @@ TABLE_NAMES = [
     "idle_causes",
     "idle_host",
     "launches",
+    "critical_path",
     "kernels",
     "memcpy",
     "timeline",

@@ -188,7 +188,7 @@ def merge_windows(parts: list[Any]) -> Any:
         return parts[0]
     parts = sorted(parts, key=_first_time)
     taken: set[int] = set()
-    steps, windows, memory, warnings, shifted, shifts = [], [], [], [], [], []
+    steps, windows, memory, critical, warnings, shifted, shifts = [], [], [], [], [], [], []
     for p in parts:
         nums = p.steps["step"].to_numpy(np.int64) if len(p.steps) else np.empty(0, np.int64)
         shift = 0
@@ -203,6 +203,7 @@ def merge_windows(parts: list[Any]) -> Any:
         steps.append(p.steps.assign(step=p.steps["step"] + shift))
         windows.append(p.windows.assign(step=p.windows["step"] + shift))
         memory.append(p.memory.assign(step=p.memory["step"] + shift))
+        critical.append(p.critical.assign(step=p.critical["step"] + shift))
         warnings += p.warnings
     if shifted:
         warnings.append(
@@ -230,6 +231,7 @@ def merge_windows(parts: list[Any]) -> Any:
         steps=pd.concat(steps, ignore_index=True),
         windows=pd.concat(windows, ignore_index=True),
         memory=pd.concat(memory, ignore_index=True),
+        critical=pd.concat(critical, ignore_index=True),
         meta=meta,
         warnings=warnings,
     )
@@ -265,6 +267,7 @@ def _cut_rank_edges(att: Any, unjudged: set) -> Any:
         steps=att.steps.assign(complete=att.steps["complete"].to_numpy() & ~gone(att.steps)),
         windows=att.windows.assign(complete=att.windows["complete"].to_numpy() & ~gone(att.windows)),
         memory=att.memory[~gone(att.memory)].reset_index(drop=True),
+        critical=att.critical[~gone(att.critical)].reset_index(drop=True),
         meta=meta,
         warnings=warnings,
     )
