@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import shutil
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -110,7 +111,7 @@ def _cpu_pieces(trace: dict, tid, lo: int, hi: int, launched: set) -> dict:
             evs.append((s, s + round(float(e["dur"]) * 1000), e))
     bounds = sorted({lo, hi, *(x for s, t, _ in evs for x in (s, t) if lo < x < hi)})
     out: dict = defaultdict(int)
-    for a, z in zip(bounds, bounds[1:]):
+    for a, z in pairwise(bounds):
         open_ = [(t - s, e) for s, t, e in evs if s <= a and t >= z]
         if not open_:
             out["idle"] += z - a

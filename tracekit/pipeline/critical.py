@@ -247,9 +247,15 @@ class Walker:
         segs.append((STRETCH, at, t, th, 0))
         return at, -1, other
 
-    def walk(self, root: int, lo: int, hi: int) -> list[tuple[int, int, int, int, int]]:
+    def walk(
+        self, root: int, lo: int, hi: int, thread: int | None = None
+    ) -> list[tuple[int, int, int, int, int]]:
+        """The segments of the path that ends at ``hi`` at activity ``root`` (or on ``thread``),
+        back to ``lo``."""
         segs: list[tuple[int, int, int, int, int]] = []
         t, k, th = hi, root, -1  # at an activity (k >= 0) or on a thread (th >= 0)
+        if thread is not None:
+            k, th = -1, thread
         for _ in range(self.limit):
             if t <= lo:
                 break

@@ -237,9 +237,47 @@ def find_critical_path(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
     runtime call (CPU-only, or device activity without launches) has no pieces (never a guess).
     """
     t.critical = merged(None)
-    a = t.acts
-    if t.mode != "gpu" or a.empty or not a["launched"].to_numpy(bool).any() or t.steps.empty:
+    if t.steps.empty or not _has_graph(t):
         return t
+    g = graph(t)
+    a = t.acts
+    done = t.steps[t.steps["complete"]] if "complete" in t.steps else t.steps
+    step_of, end = a["step"].to_numpy(), a["end"].to_numpy(np.int64)
+    walked = []
+    for step, lo, hi in zip(done["step"].tolist(), done["start"].tolist(), done["end"].tolist()):
+        mine = np.flatnonzero(step_of == step)
+        if not len(mine) or hi <= lo:
+            continue
+        root = int(mine[np.argmax(end[mine])])
+        walked.append((step, lo, hi, g["walker"].walk(root, lo, hi)))
+    t.critical = pieces(t, taxonomy, walked, a, g["pred"], g["rt"], g["bounds"], g["threads"])
+    return t
+
+
+def _has_graph(t: Trace) -> bool:
+    a = t.acts
+    return t.mode == "gpu" and not a.empty and bool(a["launched"].to_numpy(bool).any())
+
+
+def path_over(t: Trace, taxonomy: ModuleTaxonomy, lo: int, hi: int) -> pd.DataFrame:
+    """The critical path over ``[lo, hi)`` (ns) instead of a step's window, walked back from
+    the last device activity or CPU range to end there (the comparison with HTA over a whole
+    trace, :mod:`tests.test_critical_path_hta`): its pieces, as :func:`pieces` gives them."""
+    if not _has_graph(t):
+        return merged(None)
+    g = graph(t)
+    a = t.acts
+    end = a["end"].to_numpy(np.int64)
+    inside = np.flatnonzero(end <= hi)
+    root = int(inside[np.argmax(end[inside])])
+    last_cpu = max(((v[-1], th) for th, (_, v) in g["rt"]["tops"].items() if v), default=(lo, -1))
+    segs = g["walker"].walk(root, lo, hi, None if last_cpu[0] <= end[root] else last_cpu[1])
+    return pieces(t, taxonomy, [(0, lo, hi, segs)], a, g["pred"], g["rt"], g["bounds"], g["threads"])
+
+
+def graph(t: Trace) -> dict:
+    """The rank's graph: runtime calls, thread codes, predecessors and the walker."""
+    a = t.acts
     launch_ev = a["launch_ev"].to_numpy(np.int64)
     rt = runtime_calls(t, launch_ev[launch_ev >= 0])
     ev, r = t.events, t.ranges
@@ -283,14 +321,4 @@ def find_critical_path(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
     wait_src = event_waits(t, a, a_th, rt)
     pred = predecessors(a, wait_src)
     walker = Walker(a, pred, wait_src, a_th, rt)
-    done = t.steps[t.steps["complete"]] if "complete" in t.steps else t.steps
-    step_of, end = a["step"].to_numpy(), a["end"].to_numpy(np.int64)
-    walked = []
-    for step, lo, hi in zip(done["step"].tolist(), done["start"].tolist(), done["end"].tolist()):
-        mine = np.flatnonzero(step_of == step)
-        if not len(mine) or hi <= lo:
-            continue
-        root = int(mine[np.argmax(end[mine])])
-        walked.append((step, lo, hi, walker.walk(root, lo, hi)))
-    t.critical = pieces(t, taxonomy, walked, a, pred, rt, bounds, threads)
-    return t
+    return {"rt": rt, "pred": pred, "walker": walker, "bounds": bounds, "threads": threads}
