@@ -23,7 +23,7 @@ import pytest
 from shared_traces import shared_trace
 
 from tracekit.pipeline import analyse
-from tracekit.pipeline.critical_pieces import path_over
+from tracekit.pipeline.critical_step import path_over
 from tracekit.pipeline.taxonomy import kernel_rules, module_taxonomy
 from tracekit.read.reader import read_trace
 from tracekit.read.schema import CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME

@@ -31,7 +31,8 @@ from .backward import link_backward
 from .categories import as_categories, assign_categories
 from .comm_args import COLUMNS as COMM_COLUMNS
 from .comm_args import label_comm_args
-from .critical_pieces import find_critical_path, merged
+from .critical_pieces import merged
+from .critical_step import find_critical_path
 from .flops import COLUMNS as PERF_COLUMNS
 from .flops import assign_flops, mfu_meta
 from .host_idle import COLUMNS as HOST_IDLE_COLUMNS
@@ -122,7 +123,7 @@ class Attributed:
     warnings: list[str] = field(default_factory=list)
     memory: pd.DataFrame = field(default_factory=no_rows)
     #: The pieces of each complete step's critical path (:mod:`tracekit.pipeline.critical`).
-    critical: pd.DataFrame = field(default_factory=lambda: merged(None))
+    critical: pd.DataFrame = field(default_factory=merged)
 
     @property
     def lazy(self) -> bool:
@@ -259,5 +260,5 @@ def result(t: Trace) -> Attributed:
         meta=meta,
         warnings=t.warnings,
         memory=memory_rows(t.memory, done) if "step" in t.memory else no_rows(),
-        critical=t.critical if len(t.critical.columns) else merged(None),
+        critical=t.critical if len(t.critical.columns) else merged(),
     )

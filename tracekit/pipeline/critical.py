@@ -26,8 +26,6 @@ linear in the path's length (:mod:`tracekit.pipeline.critical_pieces` labels the
 
 from __future__ import annotations
 
-import bisect
-
 import numpy as np
 import pandas as pd
 
@@ -136,7 +134,8 @@ def runtime_calls(t: Trace, launch_ev: np.ndarray) -> dict:
     """The runtime calls: their rows, threads, times and what they are (sync, wait, record, launch)."""
     ev = t.events
     rows = np.flatnonzero((ev["kind"].to_numpy() == RUNTIME) & (ev["dur"].to_numpy() > 0))
-    names = pd.Series(t.names_of(rows), dtype=object)
+    codes, uniq = t.name_codes
+    names = pd.Series(uniq, dtype=object)  # tested once per distinct name
     start = ev["ts"].to_numpy(np.int64)[rows]
     return {
         "rows": rows,
@@ -144,33 +143,11 @@ def runtime_calls(t: Trace, launch_ev: np.ndarray) -> dict:
         "tid": ev["tid"].to_numpy()[rows],
         "start": start,
         "end": start + ev["dur"].to_numpy(np.int64)[rows],
-        "sync": names.isin(SYNC_APIS).to_numpy(),
-        "wait": names.isin(WAIT_APIS).to_numpy(),
-        "record": names.isin(RECORD_APIS).to_numpy(),
+        "sync": names.isin(SYNC_APIS).to_numpy()[codes[rows]],
+        "wait": names.isin(WAIT_APIS).to_numpy()[codes[rows]],
+        "record": names.isin(RECORD_APIS).to_numpy()[codes[rows]],
         "launch": np.isin(rows, launch_ev),
     }
-
-
-def top_ranges(
-    thread: np.ndarray, start: np.ndarray, end: np.ndarray, t0: int
-) -> tuple[dict, np.ndarray, np.ndarray]:
-    """Per thread, its top-level CPU ranges (the union of its ops and calls) as two sorted
-    lists ``(starts, ends)``; and the sorted keys of every op's start with the latest keyed end
-    so far (a point is inside some op of its thread when that reach passes it)."""
-    k0, k1 = keyed(thread, start, t0), keyed(thread, end, t0)
-    o = np.argsort(k0, kind="stable")
-    k0, k1, th = k0[o], k1[o], thread[o]
-    reach = np.maximum.accumulate(k1) if len(k1) else k1
-    new = np.r_[True, k0[1:] >= reach[:-1]] if len(k0) else np.zeros(0, bool)
-    first = np.flatnonzero(new)
-    last_reach = np.r_[reach[first[1:] - 1], reach[-1:]] if len(first) else first
-    tops: dict = {}
-    for code in np.unique(th[first]).tolist():
-        m = th[first] == code
-        u = (k0[first][m] - (code << 44) + t0).tolist()
-        v = (last_reach[m] - (code << 44) + t0).tolist()
-        tops[code] = (u, v)
-    return tops, k0, reach
 
 
 def binding_syncs(rt: dict, a: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -187,65 +164,63 @@ def binding_syncs(rt: dict, a: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 class Walker:
     """The backward walk over one rank's graph (see the module docstring): :meth:`walk` gives
-    the segments of one step's path, ``(type, lo, hi, ref, ref2)`` each."""
+    the segments of one step's path, ``(type, lo, hi, ref, ref2)`` each. ``host``: the CPU side
+    (:class:`tracekit.pipeline.critical_host.Host`), ``jumps`` its jumps off a thread."""
 
-    def __init__(self, a: pd.DataFrame, pred: dict, wait_src: np.ndarray, thread: np.ndarray, rt: dict):
-        self.start = a["start"].to_numpy(np.int64).tolist()
-        self.end = a["end"].to_numpy(np.int64).tolist()
-        self.launch_ts = a["launch_ts"].to_numpy(np.int64).tolist()
-        self.order, self.pos = pred["order"].tolist(), pred["pos"].tolist()
-        self.head, self.ptype = pred["head"].tolist(), pred["ptype"].tolist()
-        self.reach = pred["reach"].tolist()
-        self.wait_src, self.thread = wait_src.tolist(), thread.tolist()
-        s, w = binding_syncs(rt, a)
-        o = np.lexsort((rt["end"][s], rt["thread"][s]))
-        s, w = s[o], w[o]
-        self.syncs: dict[int, tuple[list, list, list]] = {}
-        for th in np.unique(rt["thread"][s]).tolist():
-            m = rt["thread"][s] == th
-            self.syncs[th] = (rt["end"][s][m].tolist(), s[m].tolist(), w[m].tolist())
-        self.tops = rt["tops"]
-        self.limit = 4 * (len(self.start) + len(s) + sum(len(u) for u, _ in self.tops.values())) + 8
+    def __init__(
+        self, a: pd.DataFrame, pred: dict, wait_src: np.ndarray, thread: np.ndarray, host, jumps: dict
+    ):
+        self.start = a["start"].to_numpy(np.int64)
+        self.end = a["end"].to_numpy(np.int64)
+        self.launch_ts = a["launch_ts"].to_numpy(np.int64)
+        self.order, self.pos, self.head = pred["order"], pred["pos"], pred["head"]
+        self.ptype, self.reach = pred["ptype"], pred["reach"]
+        self.wait_src, self.thread = wait_src, thread
+        self.host, self.jumps = host, jumps
+        self.limit = 4 * (len(self.start) + len(jumps["key"])) + 8
 
-    def _sync_before(self, th: int, t: int, lo: int) -> tuple[int, int, int] | None:
-        """The last sync on thread ``th`` that waited on the device and ended by ``t`` (after
-        ``lo``): (its end, its row, the activity waited on)."""
-        ends, rows, acts = self.syncs.get(th, ((), (), ()))
-        i = bisect.bisect_right(ends, t) - 1
-        if i < 0 or ends[i] <= lo:
-            return None
-        return ends[i], rows[i], acts[i]
+    def _device(self, k: int, t: int, lo: int, segs: list) -> tuple[int, int, int]:
+        """One hop back from activity ``k`` (covered up to ``t``): (time, activity, thread)."""
+        p = int(self.pos[k])
+        h = int(self.head[p])
+        first = int(self.order[h])
+        if self.start[first] < lo:  # the run began before the window: only its part after lo
+            q = int(np.searchsorted(self.reach[h : p + 1], lo, "right")) + h
+            segs.append((RUN, lo, t, min(q, p), p))
+            return lo, -1, -1
+        top, t = t, int(self.start[first])
+        segs.append((RUN, t, top, h, p))
+        kind = self.ptype[first]
+        if kind == LAUNCH and self.launch_ts[first] < t:
+            ls = int(self.launch_ts[first])
+            segs.append((SEG_LAUNCH, ls, t, first, 0))
+            return ls, -1, int(self.thread[first])
+        if kind == WAIT and self.start[self.wait_src[first]] < t:
+            src = int(self.wait_src[first])
+            at = min(int(self.end[src]), t)
+            segs.append((IDLE, at, t, first, 0))
+            return at, src, -1
+        return t, -1, -1
 
-    def _handoff(self, th: int, lo: int, t: int) -> tuple[int, int]:
-        """Thread ``th`` ran nothing over ``(lo, t]``: the other thread whose work ended last
-        in there (it handed over), and that end; else ``th`` itself and ``lo``."""
-        best, at = th, lo
-        for other, (_, ends) in self.tops.items():
-            if other == th:
-                continue
-            i = bisect.bisect_right(ends, t) - 1
-            if i >= 0 and ends[i] > at:
-                best, at = other, ends[i]
-        return best, at
-
-    def _on_thread(self, th: int, t: int, lo: int, segs: list) -> tuple[int, int, int]:
-        """One hop back on thread ``th`` from ``t``: (time, activity or -1, thread or -1)."""
-        starts, ends = self.tops.get(th, ((), ()))
-        i = bisect.bisect_left(starts, t) - 1  # the last top-level range that began before t
-        if i >= 0 and ends[i] >= t:  # inside it: back to its start or a sync that waited
-            found = self._sync_before(th, t, max(starts[i], lo))
-            if found is not None and self.start[found[2]] < found[0]:
-                s_end, s_row, w = found
-                w_end = min(self.end[w], s_end)
-                segs.append((STRETCH, s_end, t, th, 0))
-                segs.append((SYNC, w_end, s_end, s_row, th))
-                return w_end, w, -1
-            segs.append((STRETCH, max(starts[i], lo), t, th, 0))
-            return max(starts[i], lo), -1, th
-        gap_lo = max(ends[i] if i >= 0 else lo, lo)
-        other, at = self._handoff(th, gap_lo, t)
-        segs.append((STRETCH, at, t, th, 0))
-        return at, -1, other
+    def _thread(self, th: int, t: int, lo: int, segs: list) -> tuple[int, int, int]:
+        """One hop back on thread ``th`` from ``t``: to the last jump off it (a sync that waited
+        on the device, a hand-off), or to ``lo``."""
+        j = self.jumps
+        key = int(self.host.key(th, t))
+        i = int(np.searchsorted(j["key"], key, "right")) - 1
+        leave = int(j["key"][i] - (th << 44) + self.host.t0) if i >= 0 else lo
+        if i < 0 or (int(j["key"][i]) >> 44) != th or leave <= lo:
+            segs.append((STRETCH, lo, t, th, 0))
+            return lo, -1, -1
+        segs.append((STRETCH, leave, t, th, 0))
+        if j["type"][i] == 1:  # hand-off: the other thread, at its work's end
+            return leave, -1, int(j["a"][i])
+        w = int(j["b"][i])
+        w_end = min(int(self.end[w]), leave)
+        if self.start[w] >= w_end:
+            return leave, -1, -1
+        segs.append((SYNC, w_end, leave, int(j["a"][i]), th))
+        return w_end, w, -1
 
     def walk(
         self, root: int, lo: int, hi: int, thread: int | None = None
@@ -257,31 +232,13 @@ class Walker:
         if thread is not None:
             k, th = -1, thread
         for _ in range(self.limit):
-            if t <= lo:
+            if t <= lo or (k < 0 and th < 0):
                 break
+            before, was = t, th
             if k >= 0:
-                p = self.pos[k]
-                h = self.head[p]
-                first = self.order[h]
-                if self.start[first] < lo:  # the run began before the window: only its part after lo
-                    q = bisect.bisect_right(self.reach, lo, h, p + 1)
-                    segs.append((RUN, lo, t, min(q, p), p))
-                    t = lo
-                    break
-                segs.append((RUN, self.start[first], t, h, p))
-                t, kind = self.start[first], self.ptype[first]
-                if kind == LAUNCH and self.launch_ts[first] < t:
-                    segs.append((SEG_LAUNCH, self.launch_ts[first], t, first, 0))
-                    t, k, th = self.launch_ts[first], -1, self.thread[first]
-                elif kind == WAIT and self.start[self.wait_src[first]] < t:
-                    src = self.wait_src[first]
-                    segs.append((IDLE, min(self.end[src], t), t, first, 0))
-                    t, k = min(self.end[src], t), src
-                else:
-                    break
+                t, k, th = self._device(k, t, lo, segs)
             else:
-                before, was = t, th
-                t, k, th = self._on_thread(th, t, lo, segs)
+                t, k, th = self._thread(th, t, lo, segs)
                 if t >= before and k < 0 and th == was:
                     break
         if t > lo:

@@ -6,11 +6,12 @@ Each piece is one kind (:data:`KINDS`) over ``[start, end)`` with a phase and a 
   collective), with its own phase and module; the gap before the next activity of its run is
   ``idle``, labelled as that next activity;
 * a launch (the call's start to its activity's start): ``launch``, labelled as its activity;
-* a CPU stretch, cut at every op and runtime call boundary on its thread: inside a sync call
-  ``sync``, inside a call that launched device work ``launch``, inside any other op or call
-  ``cpu``, in no op ``idle``; each piece labelled as a launch at its midpoint would be (the
-  functions :mod:`tracekit.pipeline.host_idle` uses);
-* a sync's wait (the waited activity's end to the call's end): ``sync``, labelled as its thread;
+* a CPU stretch, cut at its thread's top-level ranges: the time inside a sync call ``sync``,
+  inside a call that launched device work ``launch``, inside any other op or call ``cpu``, in
+  no op ``idle`` (within one range drawn in that order; the sums are exact); each range labelled
+  as the first activity it launched, or, launching none, as a launch at its midpoint would be
+  (the functions :mod:`tracekit.pipeline.host_idle` uses); a gap as the range after it;
+* a sync's wait (the waited activity's end to the call's end): ``sync``, labelled as its range;
 * where the walk stopped before the window's start: ``idle``, labelled as the piece after it.
 """
 
@@ -19,28 +20,35 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..read.schema import CPU_OP, MEMCPY, MEMSET, RUNTIME
+from ..read.schema import MEMCPY, MEMSET
 from . import labels
 from .backward import link_backward
-from .critical import (
-    IDLE,
-    RUN,
-    SEG_LAUNCH,
-    STRETCH,
-    SYNC,
-    Walker,
-    event_waits,
-    keyed,
-    predecessors,
-    runtime_calls,
-    thread_codes,
-    top_ranges,
-)
+from .critical import IDLE, RUN, SEG_LAUNCH, STRETCH, SYNC
+from .critical_host import SHIFT, Host
 from .memory import _as_launches
 from .modules import work_module
 from .phases import assign_phases
 from .state import Trace, add_columns, as_str
 from .taxonomy import ModuleTaxonomy
+
+
+class Vocab:
+    """Labels as integer codes (-1: none yet), each distinct text once; ``default`` stands
+    for the empty label."""
+
+    def __init__(self, default: str):
+        self.default, self.index = default, {default: 0}
+
+    def encode(self, values) -> np.ndarray:
+        codes, uniq = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=True)
+        own = np.array(
+            [self.index.setdefault(str(u) or self.default, len(self.index)) for u in uniq], np.int64
+        )
+        return np.where(codes >= 0, own[np.maximum(codes, 0)] if len(own) else -1, -1)
+
+    def categorical(self, codes: np.ndarray) -> pd.Categorical:
+        return pd.Categorical.from_codes(codes, categories=pd.Index(list(self.index), dtype=object))
+
 
 KINDS = np.array(["cpu", "launch", "kernel", "memcpy", "sync", "comm", "idle"], dtype=object)
 CPU, LAUNCH_K, KERNEL, MEMCPY_K, SYNC_K, COMM, IDLE_K = range(7)
@@ -77,29 +85,65 @@ def run_pieces(segs: np.ndarray, a: pd.DataFrame, order: np.ndarray) -> dict:
     }
 
 
-def stretch_pieces(segs: np.ndarray, bounds: np.ndarray, t0: int) -> tuple[np.ndarray, ...]:
-    """The ``STRETCH`` segments cut at every boundary of their thread (``bounds``: sorted
-    :func:`~tracekit.pipeline.critical.keyed` keys): (segment, thread, lo, hi) per piece."""
-    th, lo, hi = segs[:, 3], segs[:, 1], segs[:, 2]
-    i0 = np.searchsorted(bounds, keyed(th, lo, t0), "right")
-    i1 = np.searchsorted(bounds, keyed(th, hi, t0), "left")
-    n = np.maximum(i1 - i0, 0) + 1
-    seg = np.repeat(np.arange(len(segs)), n)
-    j = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
-    inner = (
-        (bounds[np.minimum(i0[seg] + j - 1, max(len(bounds) - 1, 0))] - (th[seg] << 44)) + t0
-        if len(bounds)
-        else lo[seg]
+def stretch_pieces(segs: np.ndarray, host: Host) -> dict:
+    """The ``STRETCH`` segments (thread, lo, hi) cut at the thread's top-level ranges: per piece
+    its segment (``seg``), keyed ``lo``/``hi``, the range whose labels it takes (``rng``: its
+    own, or for a gap the range after it; -1 none) and its ns in each kind."""
+    th, k_lo, k_hi = segs[:, 3], host.key(segs[:, 3], segs[:, 1]), host.key(segs[:, 3], segs[:, 2])
+    i0 = np.searchsorted(host.v, k_lo, "right")
+    i1 = np.searchsorted(host.u, k_hi, "left")
+    n = np.maximum(i1 - i0, 0)
+    m = 2 * n + 1  # per range: the gap before it and the range; then the gap after the last
+    seg = np.repeat(np.arange(len(segs)), m)
+    j = np.arange(m.sum()) - np.repeat(np.cumsum(m) - m, m)
+    r = i0[seg] + j // 2
+    top = max(len(host.u) - 1, 0)
+    u, v = host.u[np.minimum(r, top)], host.v[np.minimum(r, top)]
+    v_prev = host.v[np.clip(r - 1, 0, top)]
+    body = j % 2 == 1
+    gap_lo = np.where(j == 0, k_lo[seg], v_prev)
+    gap_hi = np.where(j == 2 * n[seg], k_hi[seg], u)
+    lo = np.where(body, np.maximum(u, k_lo[seg]), np.maximum(gap_lo, k_lo[seg]))
+    hi = np.where(body, np.minimum(v, k_hi[seg]), np.minimum(gap_hi, k_hi[seg]))
+    same = (r < len(host.u)) & ((host.u[np.minimum(r, top)] >> SHIFT) == th[seg]) if len(host.u) else r < 0
+    keep = hi > lo
+    launch, sync, busy = host.times(lo[keep], hi[keep])
+    return {
+        "seg": seg[keep],
+        "lo": lo[keep],
+        "hi": hi[keep],
+        "rng": np.where(same, r, -1)[keep],
+        "kinds": {LAUNCH_K: launch, SYNC_K: sync, CPU: busy - launch - sync, IDLE_K: (hi - lo)[keep] - busy},
+    }
+
+
+def range_labels(
+    t: Trace, taxonomy: ModuleTaxonomy, host: Host, ranges: np.ndarray, a: pd.DataFrame, g: dict
+):
+    """Phase and module of each top-level range of ``ranges``: its first launched activity's,
+    else a launch's at its midpoint."""
+    out_p = np.full(len(ranges), -1, np.int64)
+    out_m = np.full(len(ranges), -1, np.int64)
+    if not len(ranges):
+        return out_p, out_m
+    launched = np.flatnonzero(a["launched"].to_numpy(bool))
+    rng = host.range_of(g["a_th"][launched], a["launch_ts"].to_numpy(np.int64)[launched])
+    ok = rng >= 0
+    first_rng, first = np.unique(rng[ok], return_index=True)
+    at = np.searchsorted(first_rng, ranges)
+    hit = (at < len(first_rng)) & (first_rng[np.minimum(at, max(len(first_rng) - 1, 0))] == ranges)
+    act = (
+        launched[ok][first[np.minimum(at, max(len(first) - 1, 0))]]
+        if len(first)
+        else np.zeros(len(ranges), int)
     )
-    p_lo = np.where(j == 0, lo[seg], inner)
-    after = (
-        (bounds[np.minimum(i0[seg] + j, max(len(bounds) - 1, 0))] - (th[seg] << 44)) + t0
-        if len(bounds)
-        else hi[seg]
-    )
-    p_hi = np.where(j == n[seg] - 1, hi[seg], after)
-    keep = p_hi > p_lo
-    return seg[keep], th[seg][keep], p_lo[keep], p_hi[keep]
+    out_p[hit], out_m[hit] = g["a_phase"][act[hit]], g["a_module"][act[hit]]
+    rest = ranges[~hit]
+    th = host.u[rest] >> SHIFT
+    mid = ((host.u[rest] + host.v[rest]) // 2) - (th << SHIFT) + host.t0
+    phase, module, _ = label_points(t, taxonomy, g["threads"][0][th], g["threads"][1][th], mid)
+    out_p[~hit], out_m[~hit] = g["phases"].encode(phase), g["modules"].encode(module)
+    return out_p, out_m
 
 
 def label_points(
@@ -118,207 +162,102 @@ def label_points(
     return as_str(view.acts["phase"]), mod.values[mod.codes], view.acts["op_r"].to_numpy() >= 0
 
 
-def cpu_kinds(th: np.ndarray, mid: np.ndarray, rt: dict) -> np.ndarray:
-    """The kind of each CPU piece (thread ``th``, midpoint ``mid``): the runtime call open there
-    (sync, launch, other), else an op (cpu), else none (idle)."""
-    key = keyed(th, mid, rt["t0"])
-    n = len(key)
-    i = np.searchsorted(rt["key_sorted"], key, "right") - 1
-    r = rt["by_key"][np.maximum(i, 0)] if len(rt["by_key"]) else np.zeros(n, np.int64)
-    inside = (
-        (i >= 0) & (rt["thread"][r] == th) & (rt["end"][r] > mid) if len(rt["by_key"]) else np.zeros(n, bool)
-    )
-    call = (
-        np.where(rt["sync"][r], SYNC_K, np.where(rt["launch"][r], LAUNCH_K, CPU)) if len(rt["by_key"]) else r
-    )
-    j = np.searchsorted(rt["cover_key"], key, "right") - 1
-    in_op = (
-        (j >= 0) & (rt["cover_reach"][np.maximum(j, 0)] > key) if len(rt["cover_key"]) else np.zeros(n, bool)
-    )
-    return np.where(inside, call, np.where(in_op, CPU, IDLE_K))
-
-
-def pieces(
-    t: Trace, taxonomy: ModuleTaxonomy, walked: list, a: pd.DataFrame, pred: dict, rt: dict, bounds, threads
-):
+def pieces(t: Trace, taxonomy: ModuleTaxonomy, walked: list, a: pd.DataFrame, g: dict) -> pd.DataFrame:
     """Every piece of every step's path: a frame ``step``, ``kind``, ``phase``, ``module``,
     ``start``, ``end`` (ns), clipped to the step's window, in time order per step."""
     if not walked:
-        return merged(None)
-    n_seg = [len(w[3]) for w in walked]
+        return merged()
     s = np.asarray([seg for w in walked for seg in w[3]], dtype=np.int64).reshape(-1, 5)
-    of = np.repeat(np.arange(len(walked)), n_seg)
+    of = np.repeat(np.arange(len(walked)), [len(w[3]) for w in walked])
     wlo, whi = (np.array([w[i] for w in walked], np.int64) for i in (1, 2))
-    a_phase = np.where(as_str(a["phase"]) == "", "unattributed", as_str(a["phase"])).astype(object)
-    a_module = as_str(a["module"]).astype(object)
     got: list[tuple] = []  # (segment, lo, hi, kind, phase, module)
     m = np.flatnonzero(s[:, 0] == RUN)
-    run = run_pieces(s[m], a, pred["order"])
-    got.append((m[run["seg"]], run["lo"], run["hi"], run["kind"], a_phase[run["act"]], a_module[run["act"]]))
-    for typ, kind in ((SEG_LAUNCH, LAUNCH_K), (IDLE, IDLE_K)):
-        m = np.flatnonzero((s[:, 0] == typ) & (s[:, 3] >= 0))
-        g = s[m]
-        got.append((m, g[:, 1], g[:, 2], np.full(len(g), kind), a_phase[g[:, 3]], a_module[g[:, 3]]))
-    m = np.flatnonzero(s[:, 0] == STRETCH)
-    seg, th, c_lo, c_hi = stretch_pieces(s[m], bounds, rt["t0"])
-    sy = np.flatnonzero(s[:, 0] == SYNC)
-    p_th = np.concatenate([th, s[sy, 4]])
-    mid = np.concatenate([(c_lo + c_hi) // 2, (s[sy, 1] + s[sy, 2]) // 2])
-    phase, module, _ = label_points(t, taxonomy, threads[0][p_th], threads[1][p_th], mid)
-    kinds = np.concatenate([cpu_kinds(th, mid[: len(th)], rt), np.full(len(sy), SYNC_K)])
+    run = run_pieces(s[m], a, g["pred"]["order"])
     got.append(
         (
-            np.concatenate([m[seg], sy]),
-            np.concatenate([c_lo, s[sy, 1]]),
-            np.concatenate([c_hi, s[sy, 2]]),
-            kinds,
-            phase,
-            module,
+            m[run["seg"]],
+            run["lo"],
+            run["hi"],
+            run["kind"],
+            g["a_phase"][run["act"]],
+            g["a_module"][run["act"]],
         )
     )
+    for typ, kind in ((SEG_LAUNCH, LAUNCH_K), (IDLE, IDLE_K)):
+        m = np.flatnonzero((s[:, 0] == typ) & (s[:, 3] >= 0))
+        got.append(
+            (m, s[m, 1], s[m, 2], np.full(len(m), kind), g["a_phase"][s[m, 3]], g["a_module"][s[m, 3]])
+        )
+    got += _host_pieces(t, taxonomy, s, a, g)
     m = np.flatnonzero((s[:, 0] == IDLE) & (s[:, 3] < 0))
-    none = np.full(len(m), None, dtype=object)
+    none = np.full(len(m), -1, np.int64)
     got.append((m, s[m, 1], s[m, 2], np.full(len(m), IDLE_K), none, none))
-    cols = [np.concatenate([np.asarray(g[i]) for g in got]) for i in range(6)]
+    cols = [np.concatenate([np.asarray(x[i]) for x in got]) for i in range(6)]
     step_i = of[cols[0]]
     lo, hi = np.clip(cols[1], wlo[step_i], whi[step_i]), np.clip(cols[2], wlo[step_i], whi[step_i])
     keep = np.flatnonzero(hi > lo)
     keep = keep[np.lexsort((lo[keep], step_i[keep]))]
-    p = pd.DataFrame(
-        {
-            "step": np.array([w[0] for w in walked])[step_i[keep]],
-            "kind": cols[3][keep].astype(np.int64),
-            "phase": pd.Series(cols[4][keep], dtype=object),
-            "module": pd.Series(cols[5][keep], dtype=object),
-            "lo": lo[keep],
-            "hi": hi[keep],
-        }
-    )
-    p[["phase", "module"]] = p.groupby("step")[["phase", "module"]].bfill()
-    return merged(p)
+    step = np.array([w[0] for w in walked], np.int64)[step_i[keep]]
+    labels = [_fill_back(cols[i][keep].astype(np.int64), step) for i in (4, 5)]
+    return merged(step, cols[3][keep].astype(np.int64), labels, lo[keep], hi[keep], g)
 
 
-def merged(p: pd.DataFrame | None) -> pd.DataFrame:
-    """The pieces with neighbours of the same step, kind, phase and module joined."""
+def _fill_back(code: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Each missing code (-1) takes the next present code of its step (0, the default, if none)."""
+    n = len(code)
+    at = np.where(code >= 0, np.arange(n), n)
+    nxt = np.minimum.accumulate(at[::-1])[::-1] if n else at
+    ok = nxt < n
+    ok[ok] &= step[nxt[ok]] == step[ok]
+    return np.where(code >= 0, code, np.where(ok, code[np.minimum(nxt, max(n - 1, 0))], 0))
+
+
+def _host_pieces(t: Trace, taxonomy: ModuleTaxonomy, s: np.ndarray, a: pd.DataFrame, g: dict) -> list:
+    """The CPU stretches' pieces (one per kind present in each range or gap, in the order cpu,
+    launch, sync, idle) and the syncs' waits, labelled by their ranges."""
+    host = g["host"]
+    m = np.flatnonzero(s[:, 0] == STRETCH)
+    st = stretch_pieces(s[m], host)
+    sy = np.flatnonzero(s[:, 0] == SYNC)
+    sy_rng = host.range_of(s[sy, 4], s[sy, 2] - 1)
+    ranges, inv = np.unique(np.r_[st["rng"], sy_rng], return_inverse=True)
+    phase, module = range_labels(t, taxonomy, host, ranges[ranges >= 0], a, g)
+    phase = np.r_[np.full(int((ranges < 0).sum()), -1, np.int64), phase][inv]
+    module = np.r_[np.full(int((ranges < 0).sum()), -1, np.int64), module][inv]
+    n = len(st["lo"])
+    out, at = [], st["lo"] - (s[m][st["seg"], 3] << SHIFT) + host.t0
+    for kind in (CPU, LAUNCH_K, SYNC_K, IDLE_K):
+        ns = st["kinds"][kind]
+        k = ns > 0
+        out.append(
+            (m[st["seg"]][k], at[k], (at + ns)[k], np.full(int(k.sum()), kind), phase[:n][k], module[:n][k])
+        )
+        at = at + ns
+    out.append((sy, s[sy, 1], s[sy, 2], np.full(len(sy), SYNC_K), phase[n:], module[n:]))
+    return out
+
+
+def merged(step=None, kind=None, labels=None, lo=None, hi=None, g=None) -> pd.DataFrame:
+    """The pieces (in time order per step) with neighbours of the same step, kind, phase and
+    module joined: ``step``, ``kind``, ``phase``, ``module`` (categoricals), ``start``, ``end``."""
     cols = ["step", "kind", "phase", "module", "start", "end"]
-    if p is None or p.empty:
-        return pd.DataFrame({c: pd.Series(dtype=object if c in cols[1:4] else np.int64) for c in cols})
-    p["module"] = p["module"].where(p["module"].astype(str) != "", "Other").fillna("Other")
-    p["phase"] = p["phase"].fillna("unattributed")
-    v = {c: p[c].to_numpy() for c in ("step", "kind", "lo", "hi")}
-    for c in ("phase", "module"):  # compared as codes, not strings
-        v[c + "_code"], uniq = pd.factorize(p[c])
-        v[c] = np.asarray(uniq, dtype=object)[v[c + "_code"]]
-    same = np.logical_and.reduce(
-        [np.r_[False, v[c][1:] == v[c][:-1]] for c in ("step", "kind", "phase_code", "module_code")]
-    )
-    same &= np.r_[False, v["lo"][1:] == v["hi"][:-1]]
+    if step is None or not len(step) or g is None or labels is None:
+        empty = pd.Categorical(np.zeros(0, object))
+        z = np.zeros(0, np.int64)
+        return pd.DataFrame({"step": z, "kind": empty, "phase": empty, "module": empty, "start": z, "end": z})
+    same = np.ones(len(step), bool)
+    for v in (step, kind, labels[0], labels[1]):
+        same &= np.r_[False, v[1:] == v[:-1]]
+    same &= np.r_[False, lo[1:] == hi[:-1]]
     first = np.flatnonzero(~same)
     last = np.r_[first[1:] - 1, len(same) - 1]
     return pd.DataFrame(
         {
-            "step": v["step"][first],
-            "kind": KINDS[v["kind"][first]],
-            "phase": v["phase"][first] if len(first) else v["phase"][:0],
-            "module": v["module"][first] if len(first) else v["module"][:0],
-            "start": v["lo"][first],
-            "end": v["hi"][last],
+            "step": step[first],
+            "kind": pd.Categorical.from_codes(kind[first], categories=pd.Index(list(KINDS), dtype=object)),
+            "phase": g["phases"].categorical(labels[0][first]),
+            "module": g["modules"].categorical(labels[1][first]),
+            "start": lo[first],
+            "end": hi[last],
         }
     )[cols]
-
-
-def find_critical_path(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
-    """The critical path of every complete step (:mod:`tracekit.pipeline.critical`).
-
-    Needs: ``acts`` (device activities with their launches, ``step``, ``phase``, ``module``,
-    ``group``), ``t.events`` (runtime calls), ``t.ranges``, ``t.steps`` (device windows).
-    Adds: ``t.critical``: the pieces of each complete step's path (:func:`pieces`).
-    Guarantees: a step's pieces tile its device window exactly; a trace with no launching
-    runtime call (CPU-only, or device activity without launches) has no pieces (never a guess).
-    """
-    t.critical = merged(None)
-    if t.steps.empty or not _has_graph(t):
-        return t
-    g = graph(t)
-    a = t.acts
-    done = t.steps[t.steps["complete"]] if "complete" in t.steps else t.steps
-    step_of, end = a["step"].to_numpy(), a["end"].to_numpy(np.int64)
-    walked = []
-    for step, lo, hi in zip(done["step"].tolist(), done["start"].tolist(), done["end"].tolist()):
-        mine = np.flatnonzero(step_of == step)
-        if not len(mine) or hi <= lo:
-            continue
-        root = int(mine[np.argmax(end[mine])])
-        walked.append((step, lo, hi, g["walker"].walk(root, lo, hi)))
-    t.critical = pieces(t, taxonomy, walked, a, g["pred"], g["rt"], g["bounds"], g["threads"])
-    return t
-
-
-def _has_graph(t: Trace) -> bool:
-    a = t.acts
-    return t.mode == "gpu" and not a.empty and bool(a["launched"].to_numpy(bool).any())
-
-
-def path_over(t: Trace, taxonomy: ModuleTaxonomy, lo: int, hi: int) -> pd.DataFrame:
-    """The critical path over ``[lo, hi)`` (ns) instead of a step's window, walked back from
-    the last device activity or CPU range to end there (the comparison with HTA over a whole
-    trace, :mod:`tests.test_critical_path_hta`): its pieces, as :func:`pieces` gives them."""
-    if not _has_graph(t):
-        return merged(None)
-    g = graph(t)
-    a = t.acts
-    end = a["end"].to_numpy(np.int64)
-    inside = np.flatnonzero(end <= hi)
-    root = int(inside[np.argmax(end[inside])])
-    last_cpu = max(((v[-1], th) for th, (_, v) in g["rt"]["tops"].items() if v), default=(lo, -1))
-    segs = g["walker"].walk(root, lo, hi, None if last_cpu[0] <= end[root] else last_cpu[1])
-    return pieces(t, taxonomy, [(0, lo, hi, segs)], a, g["pred"], g["rt"], g["bounds"], g["threads"])
-
-
-def graph(t: Trace) -> dict:
-    """The rank's graph: runtime calls, thread codes, predecessors and the walker."""
-    a = t.acts
-    launch_ev = a["launch_ev"].to_numpy(np.int64)
-    rt = runtime_calls(t, launch_ev[launch_ev >= 0])
-    ev, r = t.events, t.ranges
-    work = np.isin(ev["kind"].to_numpy(), (RUNTIME, CPU_OP)) & (ev["dur"].to_numpy() > 0)
-    work &= ~t.name_test(lambda n: n.str.startswith("ProfilerStep#"))  # a step marker, not work
-    cpu = np.flatnonzero(work)
-    c_start = ev["ts"].to_numpy(np.int64)[cpu]
-    c_end = c_start + ev["dur"].to_numpy(np.int64)[cpu]
-    pairs = [
-        (a["launch_pid"].to_numpy(), a["launch_tid"].to_numpy()),
-        (rt["pid"], rt["tid"]),
-        (r["pid"].to_numpy(), r["tid"].to_numpy()),
-        (ev["pid"].to_numpy()[cpu], ev["tid"].to_numpy()[cpu]),
-    ]
-    a_th, rt["thread"], r_th, c_th = thread_codes(*pairs)
-    code = np.concatenate([a_th, rt["thread"], r_th, c_th])
-    threads = (np.zeros(code.max() + 1, np.int64), np.zeros(code.max() + 1, np.int64))
-    threads[0][code] = np.concatenate([p for p, _ in pairs])
-    threads[1][code] = np.concatenate([q for _, q in pairs])
-    times = [
-        a["launch_ts"].to_numpy(np.int64)[a["launched"].to_numpy(bool)],
-        c_start,
-        r["start"].to_numpy(np.int64),
-    ]
-    rt["t0"] = t0 = int(min(x.min() for x in times if len(x)))
-    rt["key"] = keyed(rt["thread"], rt["start"], t0)
-    rt["by_key"] = np.argsort(rt["key"], kind="stable")
-    rt["key_sorted"] = rt["key"][rt["by_key"]]
-    rt["tops"], rt["cover_key"], rt["cover_reach"] = top_ranges(c_th, c_start, c_end, t0)
-    r_start, r_end = r["start"].to_numpy(np.int64), r["end"].to_numpy(np.int64)
-    bounds = np.sort(
-        np.concatenate(
-            [
-                keyed(c_th, c_start, t0),
-                keyed(c_th, c_end, t0),
-                keyed(r_th, r_start, t0),
-                keyed(r_th, r_end, t0),
-            ]
-        )
-    )
-    wait_src = event_waits(t, a, a_th, rt)
-    pred = predecessors(a, wait_src)
-    walker = Walker(a, pred, wait_src, a_th, rt)
-    return {"rt": rt, "pred": pred, "walker": walker, "bounds": bounds, "threads": threads}

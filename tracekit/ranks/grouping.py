@@ -188,7 +188,8 @@ def merge_windows(parts: list[Any]) -> Any:
         return parts[0]
     parts = sorted(parts, key=_first_time)
     taken: set[int] = set()
-    steps, windows, memory, critical, warnings, shifted, shifts = [], [], [], [], [], [], []
+    framed: dict[str, list] = {k: [] for k in ("steps", "windows", "memory", "critical")}
+    steps, warnings, shifted, shifts = framed["steps"], [], [], []
     for p in parts:
         nums = p.steps["step"].to_numpy(np.int64) if len(p.steps) else np.empty(0, np.int64)
         shift = 0
@@ -200,10 +201,8 @@ def merge_windows(parts: list[Any]) -> Any:
             )
         taken.update((nums + shift).tolist())
         shifts.append(shift)
-        steps.append(p.steps.assign(step=p.steps["step"] + shift))
-        windows.append(p.windows.assign(step=p.windows["step"] + shift))
-        memory.append(p.memory.assign(step=p.memory["step"] + shift))
-        critical.append(p.critical.assign(step=p.critical["step"] + shift))
+        for name, out in framed.items():  # each frame's steps renumbered alike
+            out.append(getattr(p, name).assign(step=getattr(p, name)["step"] + shift))
         warnings += p.warnings
     if shifted:
         warnings.append(
@@ -228,10 +227,7 @@ def merge_windows(parts: list[Any]) -> Any:
         first,
         mode="gpu" if any(p.mode == "gpu" for p in parts) else first.mode,
         intervals=_merged(MergedIntervals(tuple(zip(parts, shifts)))),
-        steps=pd.concat(steps, ignore_index=True),
-        windows=pd.concat(windows, ignore_index=True),
-        memory=pd.concat(memory, ignore_index=True),
-        critical=pd.concat(critical, ignore_index=True),
+        **{name: pd.concat(out, ignore_index=True) for name, out in framed.items()},
         meta=meta,
         warnings=warnings,
     )
