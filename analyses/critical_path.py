@@ -33,7 +33,7 @@ COLUMNS = [*KEYS, "time_ms"]
     filters=frozenset({"phase", "module"}),
     sort_by="time_ms",
     top=20,
-    chart="none",
+    chart="stacked",
 )
 def table(pieces: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     done = windows.steps["step"].to_numpy()

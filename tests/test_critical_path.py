@@ -209,3 +209,57 @@ def test_not_computed_unless_asked(tmp_path):
     a = tracekit.load(tmp_path / "loader.pt.trace.json", cache=False, jobs=1, tables=["idle"])
     att = next(iter(a.ranks.values()))
     assert att.critical.empty
+
+
+def test_every_output_and_the_html_chart(tmp_path):
+    """Terminal, JSON, CSV and Parquet come with the registered table; the HTML report draws
+    it (the chart is its rows: tests/test_charts.py's check) and the page parses cleanly."""
+    import json
+    from html.parser import HTMLParser
+
+    from click.testing import CliRunner
+    from test_charts import check_charts, read_figures
+
+    from tracekit.cli import main
+    from tracekit.render.html import render_report
+
+    _, _, a, _ = _build(tmp_path, "item")
+    tables = a.tables()
+    page = render_report(a.meta, tables)
+    assert "critical_path" in {f["name"] for f in read_figures(page)}
+    assert check_charts(tables, page) > 0
+
+    class Strict(HTMLParser):
+        def error(self, message):  # pragma: no cover - raised on malformed markup
+            raise AssertionError(message)
+
+    Strict().feed(page)
+    trace = tmp_path / "item.pt.trace.json"
+    run = CliRunner()
+    out = run.invoke(
+        main, ["analyze", str(trace), "--no-cache", "--format", "json", "--table", "critical_path"]
+    )
+    got = json.loads(out.output)["tables"]["critical_path"]
+    assert {r["kind"] for r in got} >= {"kernel", "memcpy", "sync", "launch"}
+    csv = run.invoke(
+        main, ["analyze", str(trace), "--no-cache", "--format", "csv", "--table", "critical_path"]
+    )
+    assert "# critical_path" in csv.output
+    term = run.invoke(main, ["analyze", str(trace), "--no-cache", "--table", "critical_path"])
+    assert "Critical path per step" in term.output
+    pq = run.invoke(
+        main,
+        [
+            "analyze",
+            str(trace),
+            "--no-cache",
+            "--format",
+            "parquet",
+            "--out",
+            str(tmp_path / "pq"),
+            "--table",
+            "critical_path",
+        ],
+    )
+    assert pq.exit_code == 0, pq.output
+    assert list((tmp_path / "pq").glob("critical_path*.parquet"))
