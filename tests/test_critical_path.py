@@ -263,3 +263,24 @@ def test_every_output_and_the_html_chart(tmp_path):
     )
     assert pq.exit_code == 0, pq.output
     assert list((tmp_path / "pq").glob("critical_path*.parquet"))
+
+
+@pytest.mark.shared
+def test_real_traces_tile_their_windows(tmp_path):
+    """On every shared real trace: no error, and each step's rows sum to its window."""
+    from shared_traces import shared_traces
+
+    traces = shared_traces()
+    if not traces:
+        pytest.skip("../shared/traces absent")
+    for p in traces:
+        shutil.copy(p, tmp_path / p.name)
+        a = tracekit.load(tmp_path / p.name, cache=False, jobs=1, tables=["critical_path", "idle"])
+        got = a.table("critical_path", per_step=True)
+        if a.mode != "gpu":
+            assert got.empty, p.name
+            continue
+        window = a.table("idle", per_step=True).set_index("step")["window_ms"]
+        sums = got.groupby("step")["time_ms"].sum()
+        assert sums.to_numpy() == pytest.approx(window.reindex(sums.index).to_numpy(), abs=1e-9), p.name
+        (tmp_path / p.name).unlink()

@@ -61,8 +61,9 @@ def _device_kind(a: pd.DataFrame) -> np.ndarray:
 
 
 def run_pieces(segs: np.ndarray, a: pd.DataFrame, order: np.ndarray) -> dict:
-    """The activities of the ``RUN`` segments and the idle gaps between them: ``lo``, ``hi``,
-    ``kind``, ``act`` (the row of ``a`` whose labels the piece takes)."""
+    """The activities of the ``RUN`` segments and the idle gaps between them (and before the
+    first, where a run was cut at the window's start): ``lo``, ``hi``, ``kind``, ``act`` (the
+    row of ``a`` whose labels the piece takes), ``seg``."""
     first, last, top = segs[:, 3], segs[:, 4], segs[:, 2]
     n = last - first + 1
     place = np.repeat(first, n) + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
@@ -76,12 +77,14 @@ def run_pieces(segs: np.ndarray, a: pd.DataFrame, order: np.ndarray) -> dict:
     own_hi = np.minimum(end, nxt)
     gap_row = order[np.minimum(place + 1, len(order) - 1)]
     kind = _device_kind(a)[row]
+    head = order[first]  # a run cut at the window's start: idle from there to its first activity
+    lead = np.minimum(segs[:, 1], a["start"].to_numpy(np.int64)[head])
     return {
-        "lo": np.concatenate([start, own_hi]),
-        "hi": np.concatenate([own_hi, np.where(is_last, own_hi, nxt)]),
-        "kind": np.concatenate([kind, np.full(len(row), IDLE_K)]),
-        "act": np.concatenate([row, gap_row]),
-        "seg": np.concatenate([seg, seg]),
+        "lo": np.concatenate([start, own_hi, lead]),
+        "hi": np.concatenate([own_hi, np.where(is_last, own_hi, nxt), a["start"].to_numpy(np.int64)[head]]),
+        "kind": np.concatenate([kind, np.full(len(row) + len(segs), IDLE_K)]),
+        "act": np.concatenate([row, gap_row, head]),
+        "seg": np.concatenate([seg, seg, np.arange(len(segs))]),
     }
 
 
