@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..read.schema import CPU_OP, RUNTIME
+from .checks import TraceWarning
 from .critical import Walker, binding_syncs, event_waits, keyed, predecessors, runtime_calls, thread_codes
 from .critical_host import Host
 from .critical_pieces import Vocab, merged, pieces
@@ -24,12 +25,18 @@ def find_critical_path(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
     Adds: ``t.critical``: the pieces of each complete step's path
     (:func:`~tracekit.pipeline.critical_pieces.pieces`: step, kind, phase, module, start, end).
     Guarantees: a step's pieces tile its device window exactly; a trace with no launching
-    runtime call (CPU-only, or device activity without launches) has no pieces (never a guess).
+    runtime call (CPU-only, or device activity without launches) has no pieces (never a guess),
+    nor one over 2.4 hours (a warning says so).
     """
     t.critical = merged()
     if t.steps.empty or not _has_graph(t):
         return t
     g = graph(t)
+    if g is None:
+        t.warnings.append(
+            TraceWarning("critical_path_skipped", "trace too long (over 2.4 h) for the critical path")
+        )
+        return t
     a = t.acts
     done = t.steps[t.steps["complete"].to_numpy(bool)] if "complete" in t.steps else t.steps
     step_of, end = a["step"].to_numpy(), a["end"].to_numpy(np.int64)
@@ -56,6 +63,8 @@ def path_over(t: Trace, taxonomy: ModuleTaxonomy, lo: int, hi: int) -> pd.DataFr
     if not _has_graph(t):
         return merged()
     g = graph(t)
+    if g is None:
+        return merged()
     a = t.acts
     end = a["end"].to_numpy(np.int64)
     inside = np.flatnonzero(end <= hi)
@@ -69,8 +78,9 @@ def path_over(t: Trace, taxonomy: ModuleTaxonomy, lo: int, hi: int) -> pd.DataFr
     return pieces(t, taxonomy, [(0, lo, hi, segs)], a, g)
 
 
-def graph(t: Trace) -> dict:
-    """The rank's graph: threads, runtime calls, the host side, predecessors, the walker."""
+def graph(t: Trace) -> dict | None:
+    """The rank's graph: threads, runtime calls, the host side, predecessors, the walker; None
+    for a trace longer than the thread-keyed times hold (2.4 hours) or of 2^19 threads."""
     a, ev = t.acts, t.events
     launch_ev = a["launch_ev"].to_numpy(np.int64)
     rt = runtime_calls(t, launch_ev[launch_ev >= 0])
@@ -92,6 +102,9 @@ def graph(t: Trace) -> dict:
     launched = a["launched"].to_numpy(bool)
     times = [a["launch_ts"].to_numpy(np.int64)[launched], c_start]
     rt["t0"] = t0 = int(min(x.min() for x in times if len(x)))
+    latest = max(int(a["end"].max()), int(c_end.max()) if len(c_end) else t0)
+    if latest - t0 >= 1 << 43 or len(threads[0]) >= 1 << 19:  # beyond the keys' bits (2.4 h)
+        return None
     rt["key"] = keyed(rt["thread"], rt["start"], t0)
     host = Host(c_th, c_start, c_end, rt, t0)
     jumps = host.jumps(rt, binding_syncs(rt, a), a["end"].to_numpy(np.int64), np.unique(a_th[launched]))
