@@ -1,4 +1,5 @@
-"""Step ``find_critical_path``: the chain of dependent work that sets each step's length.
+"""The critical path's graph and its backward walk: the chain of dependent work that sets each
+step's length (the step: :mod:`tracekit.pipeline.critical_step`).
 
 The graph (HolisticTraceAnalysis 0.5's ``critical_path_analysis``, read, not copied):
 
@@ -15,13 +16,15 @@ The graph (HolisticTraceAnalysis 0.5's ``critical_path_analysis``, read, not cop
 * a collective is its kernel (kind ``comm``).
 
 The path is walked backward from the step's end (the end of its device window, the ``idle``
-table's window), taking at each activity the predecessor that finished last (the dependency
-that gated it): its stream predecessor, the activity it waited on through an event, or its
-launch call. From a launch the walk follows the launching thread back in time until a
-synchronisation that waited on the device (it then continues at the activity waited on). Time
-where the path waits with nothing of its own running is ``idle``. The walk hops once per run of
-stream-ordered activities and once per CPU stretch: precomputed predecessor arrays make it
-linear in the path's length (:mod:`tracekit.pipeline.critical_pieces` labels the pieces).
+table's window). At an activity it takes the dependency that gated it: its launch when the call
+began after the device work before it had ended (the host was late), else its stream
+predecessor or the activity it waited on through an event, whichever ended last. From a launch
+it follows the launching thread back to its last jump (:mod:`tracekit.pipeline.critical_host`):
+a synchronisation that waited on the device (then the activity waited on), or a gap where the
+thread ran nothing while another launching thread's work ended (then that thread). Time where
+the path waits with nothing of its own running is ``idle``. The walk hops once per run of
+stream-ordered activities and once per jump, over precomputed arrays: linear in the path's
+length (:mod:`tracekit.pipeline.critical_pieces` cuts and labels the pieces).
 """
 
 from __future__ import annotations
