@@ -89,17 +89,26 @@ def graph(t: Trace) -> dict | None:
     cpu = np.flatnonzero(work)
     c_start = ev["ts"].to_numpy(np.int64)[cpu]
     c_end = c_start + ev["dur"].to_numpy(np.int64)[cpu]
+    launched = a["launched"].to_numpy(bool)
+    at = np.searchsorted(cpu, np.maximum(launch_ev, 0))
+    found = (
+        launched & (cpu[np.minimum(at, max(len(cpu) - 1, 0))] == launch_ev) if len(cpu) else launched & False
+    )
+    # a launch's thread is its runtime call's (a call of no duration is not a CPU event: by pid/tid)
+    extra = np.flatnonzero(launched & ~found)
     pairs = [
-        (a["launch_pid"].to_numpy(), a["launch_tid"].to_numpy()),
-        (rt["pid"], rt["tid"]),
         (ev["pid"].to_numpy()[cpu], ev["tid"].to_numpy()[cpu]),
+        (a["launch_pid"].to_numpy()[extra], a["launch_tid"].to_numpy()[extra]),
     ]
-    a_th, rt["thread"], c_th = thread_codes(*pairs)
-    code = np.concatenate([a_th, rt["thread"], c_th])
+    c_th, x_th = thread_codes(*pairs)
+    a_th = np.full(len(a), -1, np.int64)
+    a_th[found] = c_th[at[found]]
+    a_th[extra] = x_th
+    rt["thread"] = c_th[np.searchsorted(cpu, rt["rows"])]  # every runtime call is a CPU event
+    code = np.concatenate([c_th, x_th])
     threads = (np.zeros(code.max() + 1, np.int64), np.zeros(code.max() + 1, np.int64))
     threads[0][code] = np.concatenate([p for p, _ in pairs])
     threads[1][code] = np.concatenate([q for _, q in pairs])
-    launched = a["launched"].to_numpy(bool)
     times = [a["launch_ts"].to_numpy(np.int64)[launched], c_start]
     rt["t0"] = t0 = int(min(x.min() for x in times if len(x)))
     latest = max(int(a["end"].max()), int(c_end.max()) if len(c_end) else t0)
