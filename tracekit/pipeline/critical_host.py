@@ -20,6 +20,15 @@ JUMP_SYNC, JUMP_HANDOFF = 0, 1
 SHIFT = 44
 
 
+def by_thread_then_time(thread: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """The order of events by (thread, time): a stable sort by time (linear on events that
+    come nearly in time order, as traces write them), then by thread (a radix sort on the
+    small thread codes)."""
+    o = np.argsort(ts, kind="stable")
+    small = thread.astype(np.int16) if len(thread) and thread.max() < 1 << 15 else thread
+    return o[np.argsort(small[o], kind="stable")]
+
+
 def _prefix(starts: np.ndarray, ends: np.ndarray, cum: np.ndarray, key: np.ndarray, mask=None) -> np.ndarray:
     """Per key, the total length of the (disjoint, sorted) spans ``[starts, ends)`` before it
     (``mask``: only those spans); ``cum``: their exclusive prefix sums."""
@@ -39,14 +48,14 @@ class Host:
     def __init__(self, c_th: np.ndarray, c_start: np.ndarray, c_end: np.ndarray, rt: dict, t0: int):
         self.t0 = t0
         k0, k1 = keyed(c_th, c_start, t0), keyed(c_th, c_end, t0)
-        o = np.argsort(k0, kind="stable")
+        o = by_thread_then_time(c_th, c_start)
         k0, k1 = k0[o], k1[o]
         reach = np.maximum.accumulate(k1) if len(k1) else k1
         first = np.flatnonzero(np.r_[True, k0[1:] >= reach[:-1]]) if len(k0) else np.zeros(0, np.int64)
         self.u = k0[first]
         self.v = np.r_[reach[first[1:] - 1], reach[-1:]] if len(first) else first
         self.cover = np.r_[0, np.cumsum(self.v - self.u)]
-        o = np.argsort(rt["key"], kind="stable")
+        o = by_thread_then_time(rt["thread"], rt["start"])
         self.r0 = rt["key"][o]
         dur = (rt["end"] - rt["start"])[o]
         self.r1 = self.r0 + dur
