@@ -41,8 +41,13 @@ def table(pieces: pd.DataFrame, windows: Windows) -> pd.DataFrame:
         return pd.DataFrame(columns=COLUMNS)
     p = pieces[np.isin(pieces["step"].to_numpy(), done)]
     length = (p["end"].to_numpy(np.int64) - p["start"].to_numpy(np.int64)).astype(np.float64)
-    sums = pd.Series(length).groupby([p[k].to_numpy() for k in KEYS]).sum()
-    out = sums.rename("time_ms").reset_index()
-    out.columns = COLUMNS
-    out["time_ms"] = out["time_ms"] / 1e6
+    # integer keys: the group-by of the pieces is cheap, the labels go on its few rows
+    codes, labels = zip(*(pd.factorize(p[k]) for k in KEYS))
+    key = np.zeros(len(p), np.int64)
+    for c, lab in zip(codes, labels):
+        key = key * (len(lab) + 1) + c
+    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    out = pd.DataFrame({k: np.asarray(lab, dtype=object)[c[first]] for k, c, lab in zip(KEYS, codes, labels)})
+    out["step"] = out["step"].astype(np.int64)
+    out["time_ms"] = np.bincount(inv.ravel(), weights=length, minlength=len(uniq)) / 1e6
     return out.sort_values(KEYS, kind="stable", ignore_index=True)[COLUMNS]
