@@ -18,6 +18,7 @@ table, a row per step and key, with the units its spec declares. Open first:
 from . import (  # imported to register; the report order is _ORDER below
     collectives,
     comm,
+    critical_path,
     cross_rank,
     efficiency,
     findings,
@@ -62,6 +63,7 @@ _ORDER = [
         idle_causes,
         idle_host,
         launches,
+        critical_path,
         kernels,
         memcpy,
         timeline,

@@ -44,13 +44,16 @@ PRESENT_MEAN = "present-mean"  # each row's mean over the complete steps that ho
 #: What a table function reads: the labelled intervals, or the labelled memory events
 #: (:attr:`tracekit.pipeline.Attributed.memory`).
 INTERVALS, MEMORY_EVENTS = "intervals", "memory"
+#: ... or the pieces of each step's critical path (:attr:`tracekit.pipeline.Attributed.critical`).
+CRITICAL_PIECES = "critical"
 
 Table = Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame]
 #: The pipeline's optional features (its costly steps, run only when a table of the run needs
 #: them; docs/performance.md "Pay only for what you use"): the perf model (``assign_flops``:
-#: FLOPs, bytes and shapes per activity) and the memory events (read, and ``label_memory``).
-PERF, MEMORY = "perf", "memory"
-FEATURES = frozenset({PERF, MEMORY})
+#: FLOPs, bytes and shapes per activity), the memory events (read, and ``label_memory``) and
+#: the critical path (``find_critical_path``).
+PERF, MEMORY, CRITICAL = "perf", "memory", "critical_path"
+FEATURES = frozenset({PERF, MEMORY, CRITICAL})
 
 #: Denominators every step has (:class:`Ratio`): the step's device window, the row's phase wall.
 STEP_WINDOW, PHASE_WALL = "step window", "phase wall"
@@ -92,7 +95,8 @@ class TableSpec:
       a step says nothing about it: peaks) or :data:`PER_STEP` (the per-step rows, also as the
       mean view);
     * ``reads``: :data:`INTERVALS` (``func(intervals, windows)``) or :data:`MEMORY_EVENTS`
-      (``func(memory, windows)``: the rank's memory events; a run with none has no such table);
+      (``func(memory, windows)``: the rank's memory events; a run with none has no such table)
+      or :data:`CRITICAL_PIECES` (``func(pieces, windows)``: the rank's critical-path pieces);
     * ``shown``: False for a table kept for its chart and the files (JSON, CSV, Parquet), whose
       rows the terminal, Markdown and HTML tables leave out;
     * ``chart``: ``bar``, ``stacked`` or ``none`` (the HTML report's default chart);
@@ -209,6 +213,7 @@ def features_of(names) -> frozenset[str]:
     for n in names:
         spec = REGISTRY[n]
         out |= spec.needs | ({MEMORY} if spec.reads == MEMORY_EVENTS else set())
+        out |= {CRITICAL} if spec.reads == CRITICAL_PIECES else set()
         if spec.source:
             out |= features_of([spec.source])
     return frozenset(out)

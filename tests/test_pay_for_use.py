@@ -9,7 +9,7 @@ import json
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from tracekit.analyses._registry import MEMORY, PERF, features_of
+from tracekit.analyses._registry import CRITICAL, MEMORY, PERF, features_of
 
 import tracekit
 from tracekit.cli import main
@@ -40,7 +40,8 @@ def test_features_follow_the_tables():
     assert features_of(["phases"]) == frozenset()
     assert features_of(["efficiency"]) == {PERF}
     assert features_of(["memory_timeline"]) == {MEMORY}
-    assert features_of(None) == {PERF, MEMORY}
+    assert features_of(["critical_path"]) == {CRITICAL}
+    assert features_of(None) == {PERF, MEMORY, CRITICAL}
 
 
 def test_named_tables_skip_the_steps_they_do_not_need(tmp_path):

@@ -37,6 +37,7 @@ TABLE_NAMES = [
     "idle_causes",
     "idle_host",
     "launches",
+    "critical_path",
     "kernels",
     "memcpy",
     "timeline",
@@ -88,7 +89,7 @@ def main() -> None:
     + ", ".join(TABLE_NAMES)
     + ". Only these are computed: the perf model runs only for gemm_shapes, efficiency or op_shapes"
     " (without them, phases has no gflop/ideal/mfu columns), memory events are read only for the"
-    " memory tables.",
+    " memory tables, the critical path is walked only for critical_path.",
 )
 @click.option(
     "--steps", "steps_filter", metavar="LIST", help="Only these steps: ranges and lists, e.g. 3-7 or 2,4,9."

@@ -31,6 +31,8 @@ from .backward import link_backward
 from .categories import as_categories, assign_categories
 from .comm_args import COLUMNS as COMM_COLUMNS
 from .comm_args import label_comm_args
+from .critical_pieces import merged
+from .critical_step import find_critical_path
 from .flops import COLUMNS as PERF_COLUMNS
 from .flops import assign_flops, mfu_meta
 from .host_idle import COLUMNS as HOST_IDLE_COLUMNS
@@ -121,6 +123,8 @@ class Attributed:
     meta: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     memory: pd.DataFrame = field(default_factory=no_rows)
+    #: The pieces of each complete step's critical path (:mod:`tracekit.pipeline.critical`).
+    critical: pd.DataFrame = field(default_factory=merged)
 
     @property
     def lazy(self) -> bool:
@@ -167,13 +171,14 @@ def _frame_field(name: str) -> property:
 Attributed.steps = _frame_field("steps")
 Attributed.windows = _frame_field("windows")
 Attributed.memory = _frame_field("memory")
+Attributed.critical = _frame_field("critical")
 
 
 #: The optional steps (docs/performance.md "Pay only for what you use"): the perf model
 #: (:func:`assign_flops`) and the memory events (:func:`label_memory`); every run without
 #: ``features`` runs both, a run that names its features skips the others.
-PERF, MEMORY = "perf", "memory"
-ALL_FEATURES = frozenset({PERF, MEMORY})
+PERF, MEMORY, CRITICAL = "perf", "memory", "critical_path"
+ALL_FEATURES = frozenset({PERF, MEMORY, CRITICAL})
 
 
 def link(raw: RawTrace, taxonomy: ModuleTaxonomy, memory_events: bool = True) -> Trace:
@@ -204,7 +209,8 @@ def analyse(
     """Every step, in order, on one trace file; the whole state (``explain`` reads it).
     ``peaks``: the device peaks the FLOPs are measured against (:func:`tracekit.perf.devices.resolve`).
     ``features``: the optional steps to run (:data:`ALL_FEATURES`); without :data:`PERF` the
-    intervals have no perf columns, without :data:`MEMORY` the run has no memory events."""
+    intervals have no perf columns, without :data:`MEMORY` the run has no memory events, without
+    :data:`CRITICAL` no critical path."""
     t = link(raw, taxonomy, memory_events=MEMORY in features)
     t = assign_categories(t, taxonomy, rules)
     t = label_host_idle(t, taxonomy)
@@ -215,6 +221,8 @@ def analyse(
         t = label_memory(t, taxonomy)
     t = find_windows(t)
     t = add_shares(t)
+    if CRITICAL in features:
+        t = find_critical_path(t, taxonomy)
     return t
 
 
@@ -253,4 +261,5 @@ def result(t: Trace) -> Attributed:
         meta=meta,
         warnings=t.warnings,
         memory=memory_rows(t.memory, done) if "step" in t.memory else no_rows(),
+        critical=t.critical if len(t.critical.columns) else merged(),
     )

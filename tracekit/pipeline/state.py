@@ -47,6 +47,8 @@ class Trace:
     warnings: list = field(default_factory=list)  # TraceWarning (tracekit.pipeline.checks) or str
     #: What owns FLOPs (:class:`tracekit.pipeline.flops.Units`), for ``tracekit explain``.
     perf_units: Any = None
+    #: The pieces of each complete step's critical path (:mod:`tracekit.pipeline.critical`).
+    critical: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @cached_property
     def names(self) -> np.ndarray:

@@ -214,6 +214,7 @@ def pack_tables(att: Any, tables: dict) -> tuple[Any, dict]:
     """A worker's result (:func:`tracekit.ranks.perfile.tabulate_file`) with its tables, steps,
     windows and memory events packed: what :meth:`RankTables.gather` folds in cheapest."""
     att.steps, att.windows, att.memory = pack(att.steps), pack(att.windows), pack(att.memory)
+    att.critical = pack(att.critical)
     return att, {k: pack(v) for k, v in tables.items()}
 
 
@@ -254,7 +255,7 @@ class RankTables:
         if options is not None and hasattr(held, "sharing"):
             att.__dict__["_intervals"] = held.sharing(options, att.path)
         att.meta = _interned(att.meta)
-        kept = ("steps", "windows", "memory")
+        kept = ("steps", "windows", "memory", "critical")
         self.add(slot, {("att", name): att.__dict__["_" + name] for name in kept})
         for name in kept:
             setattr(att, name, _Held(self, ("att", name), slot))

@@ -188,7 +188,8 @@ def merge_windows(parts: list[Any]) -> Any:
         return parts[0]
     parts = sorted(parts, key=_first_time)
     taken: set[int] = set()
-    steps, windows, memory, warnings, shifted, shifts = [], [], [], [], [], []
+    framed: dict[str, list] = {k: [] for k in ("steps", "windows", "memory", "critical")}
+    steps, warnings, shifted, shifts = framed["steps"], [], [], []
     for p in parts:
         nums = p.steps["step"].to_numpy(np.int64) if len(p.steps) else np.empty(0, np.int64)
         shift = 0
@@ -200,9 +201,8 @@ def merge_windows(parts: list[Any]) -> Any:
             )
         taken.update((nums + shift).tolist())
         shifts.append(shift)
-        steps.append(p.steps.assign(step=p.steps["step"] + shift))
-        windows.append(p.windows.assign(step=p.windows["step"] + shift))
-        memory.append(p.memory.assign(step=p.memory["step"] + shift))
+        for name, out in framed.items():  # each frame's steps renumbered alike
+            out.append(getattr(p, name).assign(step=getattr(p, name)["step"] + shift))
         warnings += p.warnings
     if shifted:
         warnings.append(
@@ -227,9 +227,7 @@ def merge_windows(parts: list[Any]) -> Any:
         first,
         mode="gpu" if any(p.mode == "gpu" for p in parts) else first.mode,
         intervals=_merged(MergedIntervals(tuple(zip(parts, shifts)))),
-        steps=pd.concat(steps, ignore_index=True),
-        windows=pd.concat(windows, ignore_index=True),
-        memory=pd.concat(memory, ignore_index=True),
+        **{name: pd.concat(out, ignore_index=True) for name, out in framed.items()},
         meta=meta,
         warnings=warnings,
     )
@@ -265,6 +263,7 @@ def _cut_rank_edges(att: Any, unjudged: set) -> Any:
         steps=att.steps.assign(complete=att.steps["complete"].to_numpy() & ~gone(att.steps)),
         windows=att.windows.assign(complete=att.windows["complete"].to_numpy() & ~gone(att.windows)),
         memory=att.memory[~gone(att.memory)].reset_index(drop=True),
+        critical=att.critical[~gone(att.critical)].reset_index(drop=True),
         meta=meta,
         warnings=warnings,
     )

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 #: device activity none of which has its launch in the file): the launch tables give no rows.
 NO_LAUNCH_NOTICE = (
     "no runtime call launches device work here (a CPU-only trace, or no launch in the file): "
-    "idle_causes, idle_host and launches have no rows "
+    "idle_causes, idle_host, launches and critical_path have no rows "
     "(without the host side, a host wait cannot be told from the others)"
 )
 #: The notice of a run whose traces recorded no input shapes (so no FLOPs are known).

@@ -62,7 +62,7 @@ _INFO = b"tracekit-result"
 _FRAMES_KEY = b"tracekit-frames"
 #: The frames of the Attributed stored (its module instances are not: no table or view reads
 #: them after the pipeline, see :func:`tracekit.ranks.analyse.fresh`).
-_FRAMES = ("steps", "windows", "memory")
+_FRAMES = ("steps", "windows", "memory", "critical")
 _RULES_MAX_BYTES = 16 << 20
 #: An entry of at most this many intervals is written with lz4 and without column statistics
 #: (:func:`_write`); a bigger one with zstd, as before.
@@ -314,6 +314,7 @@ def load(path: str | os.PathLike, options: Any) -> tuple[Attributed, dict] | Non
             steps=frames["steps"],
             windows=frames["windows"],
             memory=frames["memory"],
+            critical=frames["critical"],
             meta=info["meta"],
             warnings=[_warning(w) for w in info.get("warnings", [])],
         )

@@ -21,7 +21,14 @@ from typing import Any
 import pandas as pd
 
 from tracekit.analyses import REGISTRY, TABLES
-from tracekit.analyses._registry import FEATURES, MEMORY_EVENTS, PER_STEP, PRESENT_MEAN, features_of
+from tracekit.analyses._registry import (
+    CRITICAL_PIECES,
+    FEATURES,
+    MEMORY_EVENTS,
+    PER_STEP,
+    PRESENT_MEAN,
+    features_of,
+)
 
 from .. import forked
 from ..aggregate import derive_ratios
@@ -172,7 +179,9 @@ class PerRankTables:
         key = ("step", name, rank)
         if key not in self._computed:
             spec = REGISTRY[name]
-            rows = self.ranks[rank].memory if spec.reads == MEMORY_EVENTS else self._rank_intervals(rank)
+            att = self.ranks[rank]
+            other = {MEMORY_EVENTS: "memory", CRITICAL_PIECES: "critical"}.get(spec.reads)
+            rows = getattr(att, other) if other else self._rank_intervals(rank)
             func = TABLES[name]
             if spec.series and self.full_series:
                 func = functools.partial(func, points=None)

@@ -98,6 +98,15 @@ CHARTS = [
     Chart(
         "idle_causes", ("phase",), ("idle_ms",), ("cause",), "Idle causes per phase (all streams)", stack=True
     ),
+    Chart(
+        "critical_path",
+        ("phase",),
+        ("time_ms",),
+        ("kind",),
+        "Critical path per phase: what the step waited on (kinds stacked)",
+        stack=True,
+        horizontal=True,
+    ),
     Chart("modules", ("module",), ("time_ms",), ("phase",), drop={"module": ("Idle",)}),
     Chart("kernels", ("group", "category"), ("time_ms",), ("stage",), drop={"group": ("idle",)}),
     Chart("timeline", ("stage",), ("time_ms",), ("block",), stack=True, horizontal=True, alone="forward"),
