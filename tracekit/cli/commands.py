@@ -22,36 +22,12 @@ FORMATS = ["table", "json", "csv", "md", "parquet", "html"]
 #: importing the CLI (``tracekit --help``, ``--version``, ``cache``) does not import the
 #: analyses, and with them pandas, numpy and pyarrow.
 TABLE_NAMES = [
-    "findings",
-    "throughput",
-    "phases",
-    "modules",
-    "gemm",
-    "gemm_shapes",
-    "efficiency",
-    "op_shapes",
-    "comm",
-    "collectives",
-    "collective_sizes",
-    "idle",
-    "idle_causes",
-    "idle_host",
-    "launches",
-    "critical_path",
-    "kernels",
-    "memcpy",
-    "timeline",
-    "top_kernels",
-    "layers",
-    "layer_spread",
-    "stragglers",
-    "collective_matches",
-    "rank_summary",
-    "ranks",
-    "memory",
-    "memory_modules",
+    "findings", "throughput", "phases", "modules", "gemm", "gemm_shapes", "efficiency", "op_shapes",
+    "comm", "collectives", "collective_sizes", "idle", "idle_causes", "idle_host", "launches",
+    "critical_path", "kernels", "memcpy", "timeline", "top_kernels", "layers", "layer_spread",
+    "stragglers", "collective_matches", "rank_summary", "ranks", "memory", "memory_modules",
     "memory_timeline",
-]
+]  # fmt: skip
 
 
 @click.group(cls=TracekitGroup)
