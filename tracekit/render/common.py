@@ -70,7 +70,7 @@ def title(name: str) -> str:
     if spec is not None:
         return spec.heading
     if name.endswith("_delta") and spec_of(name[:-6]) is not None:
-        return f"{spec_of(name[:-6]).title}: B - A"
+        return f"{spec_of(name[:-6]).title.split(':')[0]}: B - A"
     return COMPARE_TITLES.get(name, name)
 
 
