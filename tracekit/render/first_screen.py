@@ -164,7 +164,8 @@ def render_first(
         return rich_tables(name, df, width=console.width, wide=wide, split=False, heading=heading)
 
     body = sections(meta, tables, rank, tables_of)
-    tail = [Text(f"{later} more notes on other tables: --all prints them")] if later else []
+    notes = f"{later} more note{'s' if later > 1 else ''} on other tables: --all prints them"
+    tail = [Text(notes)] if later else []
     tail.append(Text(footer(tables)))
     used = sum(height(console, p) for p in head + body + tail)
     found = findings_lines(meta, tables.get("findings"), console.width, LINES - used)
