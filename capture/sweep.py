@@ -26,7 +26,17 @@ from .options import Common
 
 SWEEP_JSON, SWEEP_MD, PROBES = "sweep.json", "sweep.md", "probes"
 #: Figures a row takes from the capture's ``measures.job``.
-FIGURES = ("step_ms", "tokens_per_s", "samples_per_s", "peak_mem_mb", "peak_rss_mb", "peak_reserved_mb")
+FIGURES = (
+    "step_ms",
+    "tokens_per_s",
+    "samples_per_s",
+    "peak_mem_mb",
+    "peak_rss_mb",
+    "peak_reserved_mb",
+    "step_median_ms",
+    "step_min_ms",
+    "step_max_ms",
+)
 INTERRUPTED = "interrupted"
 
 
