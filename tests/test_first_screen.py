@@ -113,3 +113,13 @@ def test_other_formats_are_unchanged_by_the_first_screen():
     assert {"op_shapes", "top_kernels", "phases", "findings"} <= set(doc["tables"])
     md = _run(src, "--format", "md")
     assert "other tables:" not in md and "Top kernels" in md
+
+
+def test_the_mfu_caveat_is_said_once_beside_mfu():
+    from shared_traces import shared_trace
+
+    text = _run(str(shared_trace("tracelens/b200__eager_trace.json.gz")))
+    flat = " ".join(text.split())
+    assert "MFU: 0.1% (mean per step), a lower bound: only 20.0% of compute-kernel time" in flat
+    assert "MFU counts the FLOPs" not in flat  # the notice is the MFU line's caveat
+    assert "3 more notes on other tables" in flat  # memory and the two collectives notes

@@ -33,11 +33,8 @@ SHOWN = ("findings", "phases", "modules", "idle")
 
 
 def deferred(notice: str) -> bool:
-    """Whether a notice is about tables this screen does not show (``--all`` prints it); the
-    MFU caveat is said on the MFU line."""
-    return notice in (MEMORY_NOTICE, NO_LAUNCH_NOTICE) or notice.startswith(
-        ("collectives:", "MFU counts the FLOPs")
-    )
+    """Whether a notice is about tables this screen does not show (``--all`` prints it)."""
+    return notice in (MEMORY_NOTICE, NO_LAUNCH_NOTICE) or notice.startswith("collectives:")
 
 
 def _rank_of(df: pd.DataFrame, rank) -> pd.DataFrame:
@@ -156,7 +153,7 @@ def render_first(
     mfu = mfu_line(meta, rank)
     notices = meta.get("notices", [])
     later = sum(deferred(n) for n in notices)
-    said = "lower bound" in mfu  # the MFU line carries the caveat notice
+    said = "lower bound" in mfu  # the MFU line carries the caveat notice: not said twice
     keep = [n for n in notices if not deferred(n) and not (said and n.startswith("MFU counts"))]
     head = [Text.from_markup(s) for s in head_lines(meta, keep=lambda n: n in keep, coverage_ranks=1)]
 
