@@ -61,7 +61,8 @@ def train_argv(c: Common, t: runs.Train, method: Method) -> list[str]:
     args += [f"--warmup={c.warmup}"] if c.warmup is not None else []
     args += [f"--dtype={c.dtype}"] if c.dtype else []
     args += [f"--attention={c.attention}"] if c.attention != "sdpa" and "flash" not in method.parts else []
-    args += ["--no-stack"] * c.no_stack + [f"--seed={c.seed}", *method.options(), f"--out={c.out}", "--force"]
+    args += ["--no-stack"] * c.no_stack + ["--profile-memory"] * c.profile_memory
+    args += [f"--seed={c.seed}", *method.options(), f"--out={c.out}", "--force"]
     return args
 
 
