@@ -45,7 +45,13 @@ def run(spec: dict, report) -> None:
     with (
         torch.inference_mode(),
         profiler(
-            Path(spec["out"]), 0, warmup=warmup, steps=steps, gpu=gpu, with_stack=spec["with_stack"]
+            Path(spec["out"]),
+            0,
+            warmup=warmup,
+            steps=steps,
+            gpu=gpu,
+            with_stack=spec["with_stack"],
+            profile_memory=spec.get("profile_memory", False),
         ) as prof,
     ):
         # Each warm-up generation and the recorded prefill get a fresh prompt.

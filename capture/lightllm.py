@@ -253,7 +253,15 @@ def run(spec: dict, report) -> None:
     out = Path(spec["out"])
     with (
         torch.no_grad(),
-        profiler(out, 0, warmup=warmup, steps=steps, gpu=True, with_stack=spec["with_stack"]) as prof,
+        profiler(
+            out,
+            0,
+            warmup=warmup,
+            steps=steps,
+            gpu=True,
+            with_stack=spec["with_stack"],
+            profile_memory=spec.get("profile_memory", False),
+        ) as prof,
     ):
         generation_steps(
             prof,

@@ -21,6 +21,7 @@ any host, the CUDA calls through a stand-in (tests/unit/test_capture_measure.py)
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -226,7 +227,8 @@ def device_peak(rec: dict) -> int | None:
 #: How :func:`job` combines the ranks' steps (the manifest says it beside the figures).
 JOB_HOW = (
     "Steps are synchronous across data-parallel ranks, so a step of the job lasts as long as its "
-    "slowest rank: step_ms is the mean over profiled steps of the slowest rank's wall time; "
+    "slowest rank: step_ms is the mean over profiled steps of the slowest rank's wall time, "
+    "step_median_ms, step_min_ms and step_max_ms their median, fastest and slowest (the noise); "
     "tokens_per_s and samples_per_s are every rank's tokens (samples) over those steps divided by "
     "the sum of those step times; peak_mem_mb is the highest per-step peak of any rank (GPU hosts: "
     "torch.cuda.max_memory_allocated; CPU hosts: peak RSS), peak_rss_mb the highest host peak RSS, "
@@ -268,6 +270,9 @@ def _figures(steps: list[list[dict]]) -> dict:
     return {
         "steps": len(steps),
         "step_ms": sum(walls) / len(walls),
+        "step_median_ms": statistics.median(walls),
+        "step_min_ms": min(walls),
+        "step_max_ms": max(walls),
         "tokens_per_s": tokens / seconds if seconds > 0 else None,
         "samples_per_s": samples / seconds if seconds > 0 else None,
         "peak_mem_mb": max(peaks) / MIB if peaks else None,
@@ -279,6 +284,9 @@ def _figures(steps: list[list[dict]]) -> dict:
 #: Units of :func:`job`'s figures.
 JOB_UNITS = {
     "step_ms": "ms",
+    "step_median_ms": "ms",
+    "step_min_ms": "ms",
+    "step_max_ms": "ms",
     "tokens_per_s": "tokens/s",
     "samples_per_s": "sequences/s",
     "peak_mem_mb": "MiB",

@@ -43,6 +43,7 @@ class Common:
     seed: int
     out: Path
     force: bool
+    profile_memory: bool = False
 
     def spec(self, dtype: str, warmup: int, gpu: bool) -> dict:
         """The common part of the spec the ranks run from."""
@@ -54,6 +55,7 @@ class Common:
             "dtype": dtype,
             "warmup": warmup,
             "with_stack": not self.no_stack,
+            "profile_memory": self.profile_memory,
             "gpu": gpu,
             "seed": self.seed,
         }
@@ -98,6 +100,12 @@ COMMON_OPTIONS = (
         help="Directory for the traces and manifest.json.",
     ),
     click.option("--force", is_flag=True, help="Replace a previous capture in --out."),
+    click.option(
+        "--profile-memory",
+        is_flag=True,
+        help="Record the allocator's [memory] events (torch.profiler profile_memory=True) for "
+        "the memory tables; larger traces.",
+    ),
 )
 
 

@@ -29,7 +29,17 @@ def step_schedule(warmup: int, steps: int):
     return schedule(wait=warmup - profiler_warmup, warmup=profiler_warmup, active=steps, repeat=1)
 
 
-def profiler(out: Path, rank: int, *, warmup: int, steps: int, gpu: bool, with_stack: bool):
+def profiler(
+    out: Path,
+    rank: int,
+    *,
+    warmup: int,
+    steps: int,
+    gpu: bool,
+    with_stack: bool,
+    profile_memory: bool = False,
+):
+    """The profiler of one rank (``profile_memory``: the allocator's ``[memory]`` events too)."""
     import torch.profiler as tp
 
     activities = [tp.ProfilerActivity.CPU]
@@ -41,6 +51,7 @@ def profiler(out: Path, rank: int, *, warmup: int, steps: int, gpu: bool, with_s
         on_trace_ready=tp.tensorboard_trace_handler(str(out), worker_name=worker_name(rank), use_gzip=True),
         record_shapes=True,
         with_stack=with_stack,
+        profile_memory=profile_memory,
     )
 
 

@@ -26,7 +26,17 @@ from .options import Common
 
 SWEEP_JSON, SWEEP_MD, PROBES = "sweep.json", "sweep.md", "probes"
 #: Figures a row takes from the capture's ``measures.job``.
-FIGURES = ("step_ms", "tokens_per_s", "samples_per_s", "peak_mem_mb", "peak_rss_mb", "peak_reserved_mb")
+FIGURES = (
+    "step_ms",
+    "tokens_per_s",
+    "samples_per_s",
+    "peak_mem_mb",
+    "peak_rss_mb",
+    "peak_reserved_mb",
+    "step_median_ms",
+    "step_min_ms",
+    "step_max_ms",
+)
 INTERRUPTED = "interrupted"
 
 
@@ -51,7 +61,8 @@ def train_argv(c: Common, t: runs.Train, method: Method) -> list[str]:
     args += [f"--warmup={c.warmup}"] if c.warmup is not None else []
     args += [f"--dtype={c.dtype}"] if c.dtype else []
     args += [f"--attention={c.attention}"] if c.attention != "sdpa" and "flash" not in method.parts else []
-    args += ["--no-stack"] * c.no_stack + [f"--seed={c.seed}", *method.options(), f"--out={c.out}", "--force"]
+    args += ["--no-stack"] * c.no_stack + ["--profile-memory"] * c.profile_memory
+    args += [f"--seed={c.seed}", *method.options(), f"--out={c.out}", "--force"]
     return args
 
 

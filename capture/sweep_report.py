@@ -19,6 +19,9 @@ from .methods import Method
 #: Units of the row fields (``sweep.json``'s ``units``).
 UNITS = {
     "step_ms": "ms",
+    "step_median_ms": "ms",
+    "step_min_ms": "ms",
+    "step_max_ms": "ms",
     "tokens_per_s": "tokens/s",
     "samples_per_s": "sequences/s",
     "peak_mem_mb": "MiB",
@@ -79,11 +82,18 @@ def _num(v, digits: int = 1) -> str:
     return "-" if v is None else f"{v:,.{digits}f}"
 
 
+def spread(r: dict) -> str:
+    """The fastest and slowest profiled step, ``40.1-162.3`` (ms), ``-`` when unknown."""
+    lo, hi = r.get("step_min_ms"), r.get("step_max_ms")
+    return "-" if lo is None or hi is None else f"{lo:,.1f}-{hi:,.1f}"
+
+
 def markdown(doc: dict) -> str:
     """``sweep.md``: the paper's Table III layout (method, tokens/s, memory) for this sweep."""
     rows, paper, batch = doc["rows"], doc.get("paper"), doc["max_batch"]
     base = doc.get("baseline") or "-"
-    head = ["Method", "Tokens/s", "M (MB)", f"vs {base}"] + (["BS"] if batch else [])
+    head = ["Method", "Step ms (median)", "min-max", "Tokens/s", "M (MiB)", f"vs {base}"]
+    head += ["BS"] if batch else []
     if paper:
         head += ["paper Tokens/s", "paper M (GB)", "paper vs Naive"] + (["paper BS"] if batch else [])
         head += ["paper table"]
@@ -98,6 +108,8 @@ def markdown(doc: dict) -> str:
     for r in rows:
         cells = [
             r["label"],
+            _num(r.get("step_median_ms")),
+            spread(r),
             _num(r["tokens_per_s"]),
             _num(r["peak_mem_mb"]),
             _num(r["relative_throughput"], 2),
@@ -130,7 +142,8 @@ def _setting(doc: dict) -> str:
     limit = f", memory limit {doc['memory_limit_mb']:g} MiB" if doc.get("memory_limit_mb") else ""
     return (
         f"{batch} per rank, sequence length {doc['seq_len']}, {doc['nproc_per_node']} rank(s){limit}; "
-        f"mean over {doc['steps']} profiled step(s) after {doc['warmup']} warm-up step(s). "
+        f"mean over {doc['steps']} profiled step(s) after {doc['warmup']} warm-up step(s); step ms: "
+        "the median profiled step and the fastest-slowest (its noise). "
         f"M: {doc['memory']}. vs {doc.get('baseline') or '-'}: tokens/s relative to that method."
     )
 
@@ -138,10 +151,12 @@ def _setting(doc: dict) -> str:
 def terminal_lines(doc: dict, width: int) -> list[str]:
     """The summary a person reads after a sweep, fitted to ``width`` columns."""
     batch = doc["max_batch"]
-    head = ["method", "status", "tokens/s", "peak MiB", "vs base"] + (["batch"] if batch else [])
+    head = ["method", "status", "step ms", "min-max", "tokens/s", "peak MiB", "vs base"]
+    head += ["batch"] if batch else []
     body = []
     for r in doc["rows"]:
-        row = [r["label"], r["status"], _num(r["tokens_per_s"]), _num(r["peak_mem_mb"])]
+        row = [r["label"], r["status"], _num(r.get("step_median_ms")), spread(r)]
+        row += [_num(r["tokens_per_s"]), _num(r["peak_mem_mb"])]
         row += [_num(r["relative_throughput"], 2)] + ([str(r.get("batch_size") or "-")] if batch else [])
         body.append(row)
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]

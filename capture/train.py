@@ -104,7 +104,13 @@ def _train_steps(spec: dict, engine, rank: int, report) -> None:
     # Fault injection for tests and for checking crash behaviour: fail when this step starts.
     fail_at = int(os.environ.get("TRACEKIT_CAPTURE_FAIL_AT_STEP", "-1"))
     with profiler(
-        Path(spec["out"]), rank, warmup=warmup, steps=steps, gpu=spec["gpu"], with_stack=spec["with_stack"]
+        Path(spec["out"]),
+        rank,
+        warmup=warmup,
+        steps=steps,
+        gpu=spec["gpu"],
+        with_stack=spec["with_stack"],
+        profile_memory=spec.get("profile_memory", False),
     ) as prof:
         for step in range(warmup + steps):
             if step == fail_at:

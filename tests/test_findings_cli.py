@@ -52,7 +52,7 @@ def test_a_planted_straggler_is_the_first_finding(tmp_path):
     assert (first["rank"], first["category"]) == (0, "straggler_wait")
     assert first["ms"] == pytest.approx(LATE_US / 1e3, abs=1e-9)
     assert "rank 1 kept the others waiting most" in first["evidence"]
-    text = _run(str(d), "--top", "5").stdout
+    text = _run(str(d), "--all", "--top", "5").stdout
     assert text.index("Findings") < text.index("Phases")
     assert " 1. straggler wait: 2.000 ms per step" in text
 

@@ -122,7 +122,15 @@ def over_mean(num: str, *within: str) -> Expect:
 
 
 def over_all(num: str, how: str) -> Expect:
-    return lambda df, t: _excess(df[num], np.full(len(df), getattr(df[num], how)()))
+    """``num`` over its mean (median) over all rows, minus 1, in percent; per step (the
+    cross-rank tables under --per-step), over the rows of its step."""
+
+    def expect(df, t):
+        if "step" in df.columns:
+            return _excess(df[num], df.groupby("step")[num].transform(how))
+        return _excess(df[num], np.full(len(df), getattr(df[num], how)()))
+
+    return expect
 
 
 def of_rank_window(num: str) -> Expect:

@@ -109,11 +109,15 @@ def _distinct_keys(df: pd.DataFrame, keys: list[str]) -> bool:
 def derive_ratios(spec: TableSpec, df: pd.DataFrame, windows: Windows, n_steps: int | None) -> pd.DataFrame:
     """``df`` (one rank's table: per step when ``n_steps`` is None, else its mean over that
     many steps) with every ratio column of ``spec.ratios`` computed from its aggregated
-    columns, the value columns in the spec's order."""
-    if not spec.ratios or df.empty:
+    columns, the value columns in the spec's order. An empty table gets its ratio columns too
+    (empty): its columns are the same whether or not a run has rows (CSV, Parquet headers)."""
+    if not spec.ratios:
         return df
     df = df.copy()
     for col, r in spec.ratios.items():
+        if df.empty:
+            df[col] = pd.Series(dtype=float)
+            continue
         num = df[r.num].to_numpy(dtype=float)
         den = _denominator(df, r, windows, n_steps)
         df[col] = np.divide(num * r.scale, den, out=np.zeros(len(df)), where=den > 0)

@@ -151,7 +151,7 @@ class Analysis(PerRankTables):
                 lambda n: self.table(n, per_step) if n in have else None, per_step, self.findings_rules
             )
         if spec.cross_rank or (spec.cross_fill and self.multi_rank):
-            return self.rank_tables()[name]
+            return self.rank_tables(per_step)[name]
         if spec.from_manifest is not None:
             return manifest_tables.table(spec, self._manifest_rows(name), per_step, self.multi_rank)
         if spec.derive is not None and spec.source:
@@ -174,22 +174,38 @@ class Analysis(PerRankTables):
         self._compute(names)
         out = {n: self.table(n, per_step) for n in names if not REGISTRY[n].cross_rank}
         if self.multi_rank:  # the cross-rank tables (analyses/ranks.py)
-            out.update({k: v for k, v in self.rank_tables().items() if k in names})
+            out.update({k: v for k, v in self.rank_tables(per_step).items() if k in names})
         return out
 
-    def rank_tables(self) -> dict[str, pd.DataFrame]:
+    def rank_tables(self, per_step: bool = False) -> dict[str, pd.DataFrame]:
         """``ranks`` (step, phase, compute, exposed communication, idle per rank) and
-        ``rank_summary`` (mean/min/median/max over ranks, slowest rank, stragglers)."""
+        ``rank_summary`` (mean/min/median/max over ranks, slowest rank, stragglers); with
+        ``per_step``, both per step (a ``step`` column: the ranks that have that step)."""
         from tracekit.analyses import ranks as ranks_table
 
-        whole = self._computed.concat("phase_means", "phases", list(self.ranks))
-        if whole is not None:  # every rank's, gathered compact: decoded at once
+        whole = None if per_step else self._computed.concat("phase_means", "phases", list(self.ranks))
+        if per_step:
+            out = self._rank_tables_per_step()
+        elif whole is not None:  # every rank's, gathered compact: decoded at once
             out = ranks_table.tables_of_rows(list(self.ranks), whole[1], whole[0])
         else:
             out = ranks_table.tables({rank: self._phase_means(rank, copy=False) for rank in self.ranks})
         if collective_ranks.wanted(self):  # collectives matched across ranks (analyses/cross_rank.py)
             out.update(collective_ranks.cross(self)[0])
         return {k: _whole_numbers(REGISTRY.get(k), v.copy()) for k, v in out.items()}
+
+    def _rank_tables_per_step(self) -> dict[str, pd.DataFrame]:
+        """``ranks`` and ``rank_summary`` of each step, from the ranks' per-step phase rows."""
+        from tracekit.analyses import ranks as ranks_table
+
+        rows = {r: self.filters.rows(self._per_step("phases", r)) for r in self.ranks}
+        parts: dict[str, list[pd.DataFrame]] = {}
+        for s in sorted({int(x) for df in rows.values() for x in df["step"]}):
+            at = {r: df[df["step"] == s].drop(columns="step") for r, df in rows.items()}
+            got = ranks_table.tables({r: df for r, df in at.items() if len(df)})
+            for k, v in got.items():
+                parts.setdefault(k, []).append(v.assign(step=s)[["step", *v.columns]])
+        return {k: pd.concat(v, ignore_index=True) for k, v in parts.items()}
 
 
 def load(

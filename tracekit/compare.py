@@ -141,8 +141,10 @@ def compare(a, b) -> dict[str, pd.DataFrame]:
             for k in ks:
                 if k not in p.columns and len(p):
                     p[k] = ""
-        d = delta_table(step_values(pa, ks, value), step_values(pb, ks, value))
-        out[name] = _in_source_order(d, ks, pa, pb)
+        d = _in_source_order(delta_table(step_values(pa, ks, value), step_values(pb, ks, value)), ks, pa, pb)
+        if REGISTRY[src].top is not None:  # a long list (GEMM shapes): the largest changes first
+            d = d.iloc[(-d["delta_ms"].abs().to_numpy()).argsort(kind="stable")].reset_index(drop=True)
+        out[name] = d
     out["efficiency_rates"] = efficiency_rates(a.table("efficiency"), b.table("efficiency"))
     return out
 

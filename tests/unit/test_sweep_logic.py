@@ -98,7 +98,9 @@ def _settings(tmp_path: Path, **kw) -> sweep.Settings:
 
 
 def _manifest(tokens_per_s: float, peak_mb: float) -> dict:
-    job = {"steps": 1, "step_ms": 1e3 * 32 / tokens_per_s, "tokens_per_s": tokens_per_s}
+    step = 1e3 * 32 / tokens_per_s
+    job = {"steps": 1, "step_ms": step, "tokens_per_s": tokens_per_s}
+    job |= {"step_median_ms": step, "step_min_ms": 0.9 * step, "step_max_ms": 1.2 * step}
     job |= {"samples_per_s": tokens_per_s / 32, "peak_mem_mb": peak_mb, "peak_rss_mb": peak_mb}
     return {"measures": {"job": job | {"peak_mem_source": "VmHWM", "ranks": 1}}}
 
@@ -255,13 +257,26 @@ def test_markdown_and_terminal_show_every_method(tmp_path):
     ms = methods.parse_methods("naive,zero3+offload,qlora")
     doc = sweep.run_sweep(_settings(tmp_path, paper=True), ms, ["x"], lambda line: None, runner)
     md = (tmp_path / "sweep.md").read_text()
-    assert "| Naive | 3,000.0 | 450.0 | 1.00 | 7,488.3 | 66.7 | 1.00 | III | ok |" in md
-    assert "| Z3+O | 3,000.0 | 450.0 | 1.00 | 271.8 | 10.4 | 0.04 | III | ok |" in md
-    assert "| QL | - | - | - | 7,631.2 | 13.7 | 1.02 | IX | no-gpu: needs a CUDA GPU |" in md
+    assert "| Method | Step ms (median) | min-max | Tokens/s | M (MiB) | vs naive |" in md
+    assert "| Naive | 10.7 | 9.6-12.8 | 3,000.0 | 450.0 | 1.00 | 7,488.3 | 66.7 | 1.00 | III | ok |" in md
+    assert "| Z3+O | 10.7 | 9.6-12.8 | 3,000.0 | 450.0 | 1.00 | 271.8 | 10.4 | 0.04 | III | ok |" in md
+    assert "| QL | - | - | - | - | - | 7,631.2 | 13.7 | 1.02 | IX | no-gpu: needs a CUDA GPU |" in md
     assert doc["paper"]["model"] == "Llama2-7B" and doc["rows"][2]["paper"]["table"] == "IX"
     doc["rows"][2]["reason"] = "needs a CUDA GPU " + "and a long explanation " * 8
     lines = sweep_report.terminal_lines(doc, 80)
     assert all(len(ln) <= 80 for ln in lines), lines
-    assert lines[0].split() == ["method", "status", "tokens/s", "peak", "MiB", "vs", "base"]
-    assert lines[3].split() == ["QL", "no-gpu", "-", "-", "-"]
+    assert lines[0].split() == [
+        "method",
+        "status",
+        "step",
+        "ms",
+        "min-max",
+        "tokens/s",
+        "peak",
+        "MiB",
+        "vs",
+        "base",
+    ]
+    assert lines[1].split()[:4] == ["Naive", "ok", "10.7", "9.6-12.8"]
+    assert lines[3].split() == ["QL", "no-gpu", "-", "-", "-", "-", "-"]
     assert lines[4].startswith("qlora: needs a CUDA GPU") and lines[5].startswith("    ")

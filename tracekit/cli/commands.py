@@ -10,24 +10,13 @@ import click
 from ..errors import install_hint
 from .cache import cache_group
 from .io import TracekitGroup, fail, reported, write_output
+from .names import TABLE_NAMES
 from .reading import reading_options
 
 #: Phases a --phase filter can name.
 PHASES = ["forward", "recompute", "backward", "unattributed", "optimizer"]
 
 FORMATS = ["table", "json", "csv", "md", "parquet", "html"]
-
-#: The tables ``--table`` can name, in report order: ``tracekit.analyses.REGISTRY``'s names
-#: (tests/test_core_has_no_heavy_imports.py checks they are the same), written out so that
-#: importing the CLI (``tracekit --help``, ``--version``, ``cache``) does not import the
-#: analyses, and with them pandas, numpy and pyarrow.
-TABLE_NAMES = [
-    "findings", "throughput", "phases", "modules", "gemm", "gemm_shapes", "efficiency", "op_shapes",
-    "comm", "collectives", "collective_sizes", "idle", "idle_causes", "idle_host", "launches",
-    "critical_path", "kernels", "memcpy", "timeline", "top_kernels", "layers", "layer_spread",
-    "stragglers", "collective_matches", "rank_summary", "ranks", "memory", "memory_modules",
-    "memory_timeline",
-]  # fmt: skip
 
 
 @click.group(cls=TracekitGroup)
@@ -53,6 +42,13 @@ def main() -> None:
     type=click.Path(path_type=Path),
     help="Write here instead of stdout. csv: a directory gets one NAME.csv per table; parquet: a "
     "directory; html: FILE.html, or a directory (DIR/report.html).",
+)
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Terminal: every table (without it, --format table prints a first screen: step time, "
+    "phases, top modules, MFU, findings, and the names of the other tables).",
 )
 @click.option("--per-step", is_flag=True, help="One row per step (a `step` column) instead of the mean.")
 @click.option(
@@ -140,6 +136,7 @@ def analyze(
     path,
     fmt,
     out,
+    show_all,
     per_step,
     only,
     steps_filter,
@@ -174,7 +171,8 @@ def analyze(
             keep_intervals=per_step or filters.active,  # else the report reads none
         )
         tables, meta = _report(_filtered(analysis, filters), only, per_step, paper)
-        write_output(fmt, meta, tables, out, "render", wide=wide, top=top)
+        first = fmt == "table" and not (show_all or only or per_step)
+        write_output(fmt, meta, tables, out, "render_first" if first else "render", wide=wide, top=top)
     if meta.get("partial"):
         sys.exit(1)
 

@@ -312,9 +312,11 @@ def write_output(
         meta = clean_obj(meta)
         tables = clean_tables(tables)  # bounded where shown, after shortening (render.common)
     if fmt == "table":  # rich is imported for terminal tables only
+        from ..render import first_screen
         from ..render import terminal as term
 
-        write_table(getattr(term, terminal), meta, tables, out, wide=wide, top=top)
+        render = first_screen.render_first if terminal == "render_first" else getattr(term, terminal)
+        write_table(render, meta, tables, out, wide=wide, top=top)
     elif fmt == "json":
         emit(formats.to_json(meta, tables), out)
     elif fmt == "md":

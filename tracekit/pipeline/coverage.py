@@ -121,14 +121,14 @@ def _phase_text(c: dict) -> str:
     return "phase " + " + ".join(parts) + only
 
 
-def lines(meta: dict) -> list[str]:
-    """The coverage line(s) of an analysis' meta: one per rank for up to 4 ranks, else the
-    lowest share of each link across ranks."""
+def lines(meta: dict, most: int = 4) -> list[str]:
+    """The coverage line(s) of an analysis' meta: one per rank for up to ``most`` ranks, else
+    the lowest share of each link across ranks."""
     cov = meta.get("coverage") or {}
     if not cov:
         return []
     unit = "CPU op time" if meta.get("mode") == "cpu" else "device time"
-    if len(cov) <= 4:
+    if len(cov) <= most:
         return [
             f"coverage{f' rank {r}' if len(cov) > 1 else ''} (share of {unit}): {line(c)}"
             for r, c in cov.items()

@@ -7,7 +7,8 @@ character a bounded number of times (a stack of bracket positions, never a resca
 * :func:`head`: the kernel's own name, template arguments and parameter lists removed and the
   return type dropped (``void at::native::reduce_kernel<512, 1, Op<..>>(..)`` ->
   ``at::native::reduce_kernel``): what the kernel rules match besides the full name;
-* :func:`short_name`: the display form people read (terminal, HTML, Markdown): no return
+* :func:`short_name`: the display form people read (terminal, HTML, Markdown), of a mangled
+  name its readable part first (:mod:`tracekit.pipeline.demangle`): no return
   type, argument list or namespaces, the template arguments reduced to the one named type that
   says most (``vectorized_elementwise_kernel<CUDAFunctor_add>``,
   ``reduce_kernel<MeanOps>``, ``elementwise_kernel<direct_copy_kernel_cuda>``), skipping the
@@ -21,6 +22,8 @@ Neither bounds the length: a renderer shortens first and then bounds
 from __future__ import annotations
 
 import re
+
+from . import demangle
 
 #: Words of template arguments that never name what a kernel does.
 _PLAIN = {
@@ -187,6 +190,8 @@ def short_name(name: str) -> str:
     signatures (``Memcpy DtoD (Device -> Device)``, ``nvjet_...``) are kept, a C signature
     ``name(args)`` loses its arguments. Not bounded: see :func:`tracekit.render.common.display_name`."""
     s = str(name).strip()
+    if s.startswith("_Z"):  # Itanium-mangled (AMD's aiter, ck_tile): its readable part
+        s = demangle.readable(s) or s
     if "<" in s or "::" in s:
         s = s.replace("(anonymous namespace)::", "")
         s = s[5:].lstrip() if s.startswith("void ") else s

@@ -65,12 +65,15 @@ def meta_of(run: Run) -> dict:
     reader (CPU-only, inferred steps, partial), coverage, filters and every warning."""
     first = next(iter(run.ranks.values()))
     notices = []
+    devices = sorted({d for a in run.ranks.values() for d in a.meta.get("devices", [])})
     if run.mode == "cpu":
         notices.append(
             "CPU-only trace: no device activity, so every table is over CPU op "
             "self time (each op minus the ops inside it) and 'idle' means step "
             "time outside every CPU op"
         )
+    if run.mode == "cpu" and devices:
+        notices.append(device_not_read(devices))
     if first.meta.get("step_source") == "Optimizer.step":
         notices.append(
             "no ProfilerStep ranges: steps are inferred from the Optimizer.step "
@@ -117,7 +120,7 @@ def meta_of(run: Run) -> dict:
         "rank_grouping": run.grouping,
         "steps": {r: a.meta.get("steps", []) for r, a in run.ranks.items()},
         "complete_steps": {r: a.meta.get("complete_steps", []) for r, a in run.ranks.items()},
-        "devices": sorted({d for a in run.ranks.values() for d in a.meta.get("devices", [])}),
+        "devices": devices,
         "module_source": first.meta.get("module_source"),
         "kernel_other_share": {r: a.meta.get("kernel_other_share") for r, a in run.ranks.items()},
         "notices": notices,
@@ -130,6 +133,17 @@ def meta_of(run: Run) -> dict:
         "partial": bool(run.skipped),
         "skipped": list(run.skipped),
     }
+
+
+def device_not_read(devices: list[str]) -> str:
+    """The notice of a trace that names a device but holds none of the device events tracekit
+    reads (issue 38.14: an MTIA trace's ``mtia_ccp_events``, or a GPU trace recorded without
+    its kernels)."""
+    return (
+        f"device events not read: the trace names {', '.join(devices)} but holds no kernel, memcpy "
+        "or memset that tracekit reads (CUDA and ROCm activity; an MTIA's own device events, "
+        "category mtia_ccp_events, are not read), so it is analysed as a CPU-only trace"
+    )
 
 
 def _phase_overlap(run: Run) -> str:

@@ -49,6 +49,20 @@ PALETTE = [
     "#9d755d",
     "#bab0ac",
 ]
+#: One colour per meaning in every chart (the phases, idle, exposed communication): a series
+#: named so is drawn in it whichever chart it is in; other series take the palette in turn.
+MEANING = {
+    "forward": "#4c78a8",
+    "backward": "#f58518",
+    "optimizer": "#54a24b",
+    "recompute": "#72b7b2",
+    "unattributed": "#9d755d",
+    "exposed comm": "#e45756",
+    "idle": "#bab0ac",
+}
+#: Legend rows: about this many pixels per character of an entry, plus its symbol, in a row
+#: of this many pixels (a chart in the report's two columns is ~450 px wide at 1,300).
+LEGEND_CHAR_PX, LEGEND_ITEM_PX, LEGEND_ROW_PX = 7, 40, 450
 #: Bars a chart of many items shows: the largest (differences, kernels); ranks: the slowest.
 MAX_BARS = 15
 MAX_RANK_BARS = 32
@@ -137,11 +151,22 @@ CHARTS = [
 def _layout(heading: str, chart: Chart, keys: list[str], labels: list[str]) -> dict:
     cat_axis, val_axis = ("yaxis", "xaxis") if chart.horizontal else ("xaxis", "yaxis")
     layout: dict[str, Any] = {
-        "title": {"text": label(heading), "x": 0, "xanchor": "left"},
+        # the title at the top, the legend's rows between it and the plot (top_margin)
+        "title": {
+            "text": label(heading),
+            "x": 0,
+            "xanchor": "left",
+            "y": 1,
+            "yref": "container",
+            "yanchor": "top",
+            "pad": {"t": 12},
+        },
         "barmode": "stack" if chart.stack else "group",
         # The legend above the plot, under the title: never over the axis labels.
         "margin": {"l": 60, "r": 20, "t": 90, "b": 60},
         "height": 380 if not chart.horizontal else max(380, 90 + 22 * len(keys)),
+        # Always a legend, even of one series: a colour is never left to guess.
+        "showlegend": True,
         "legend": {"orientation": "h", "x": 0, "y": 1.0, "xanchor": "left", "yanchor": "bottom"},
         cat_axis: {"automargin": True, "type": "category", "tickvals": keys, "ticktext": labels},
         val_axis: {"automargin": True, "title": {"text": chart.unit}},
@@ -230,9 +255,11 @@ def figure(chart: Chart, df: pd.DataFrame) -> dict | None:
     if not traces:
         return None
     tick_keys, tick_labels = _labels(keys, chart)
+    layout = _layout(_heading(chart, shown_of, ranks), chart, tick_keys, tick_labels)
+    layout["margin"]["t"] = top_margin([t["name"] for t in traces])
     return {
         "data": traces,
-        "layout": _layout(_heading(chart, shown_of, ranks), chart, tick_keys, tick_labels),
+        "layout": layout,
         "meta": {
             "table": chart.table,
             "x": x,
@@ -274,7 +301,6 @@ def _traces(
             trace: dict[str, Any] = {
                 "type": "bar",
                 "name": label(" ".join(words + column)),
-                "marker": {"color": PALETTE[len(out) % len(PALETTE)]},
                 # what the trace is: its series values and value column (tests read it back)
                 "meta": {
                     "series": [label(w) for w in (name if isinstance(name, tuple) else (name,))],
@@ -283,7 +309,35 @@ def _traces(
             }
             trace.update({"y": cats, "x": vals, "orientation": "h"} if horizontal else {"x": cats, "y": vals})
             out.append(trace)
+    colours(out)
     return out
+
+
+def colours(traces: list[dict]) -> None:
+    """Each trace's colour: a series named for a meaning (:data:`MEANING`: ``forward``,
+    ``idle``...) takes its colour, the same in every chart; the others take the palette in
+    turn, skipping the colours the chart's meaning series took."""
+    taken = {MEANING[t["name"]] for t in traces if t["name"] in MEANING}
+    free = [c for c in PALETTE if c not in taken] or PALETTE
+    i = 0
+    for t in traces:
+        if t["name"] in MEANING:
+            t["marker"] = {"color": MEANING[t["name"]]}
+        else:
+            t["marker"] = {"color": free[i % len(free)]}
+            i += 1
+
+
+def top_margin(names: list[str]) -> int:
+    """Pixels above the plot for the title and the legend's rows under it (a legend of many
+    series, per step, wraps onto more rows, which would otherwise cover the title)."""
+    rows, used = 1, 0
+    for n in names:
+        w = LEGEND_ITEM_PX + LEGEND_CHAR_PX * len(n)
+        if used and used + w > LEGEND_ROW_PX:
+            rows, used = rows + 1, 0
+        used += w
+    return 70 + 22 * rows
 
 
 def _heading(chart: Chart, shown_of: str, ranks: int) -> str:
@@ -299,7 +353,8 @@ def _heading(chart: Chart, shown_of: str, ranks: int) -> str:
 def delta_chart(name: str, df: pd.DataFrame) -> Chart:
     """B - A of ``tracekit compare``: the largest differences, by the table's label columns."""
     keys = tuple(c for c in df.columns if not pd.api.types.is_numeric_dtype(df[c]))
-    return Chart(name, keys, ("delta_ms",), title=f"{title(name)}", horizontal=True, top=MAX_BARS, key=name)
+    heading = f"{title(name[:-6]).split(':')[0]}: change in time, B - A (ms)"
+    return Chart(name, keys, ("delta_ms",), title=heading, horizontal=True, top=MAX_BARS, key=name)
 
 
 #: Charts that are not bars of sums: table name -> function of its rows and the run's meta

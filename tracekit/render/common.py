@@ -70,7 +70,7 @@ def title(name: str) -> str:
     if spec is not None:
         return spec.heading
     if name.endswith("_delta") and spec_of(name[:-6]) is not None:
-        return f"{spec_of(name[:-6]).title}: B - A"
+        return f"{spec_of(name[:-6]).title.split(':')[0]}: B - A"
     return COMPARE_TITLES.get(name, name)
 
 
@@ -118,7 +118,18 @@ def count_text(f: float) -> str:
 
 
 def cell(name: str, column: str, v) -> str:
-    """One value as text, by its column's unit."""
+    """One value as text, by its column's unit, positional (never an exponent) and never ``-0``:
+    a value that rounds to zero prints unsigned (docs/cli.md "Numbers")."""
+    text = _cell(name, column, v)
+    return text[1:] if text.startswith("-") and not text.strip("-0.,") else text
+
+
+def significant(f: float, digits: int = 3) -> str:
+    """``f`` to ``digits`` significant digits, positional: 0.00771, 0.000000028, 2.25."""
+    return np.format_float_positional(f, precision=digits, unique=False, fractional=False, trim="-")
+
+
+def _cell(name: str, column: str, v) -> str:
     if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
         return ""
     if isinstance(v, (bool, np.bool_)):
@@ -135,7 +146,7 @@ def cell(name: str, column: str, v) -> str:
         if unit == CALLS:  # a mean number of calls per step: whole, or to two decimals
             return f"{f:,.2f}".rstrip("0").rstrip(".")
         if unit in MAGNITUDES:
-            return f"{f:,.1f}" if abs(f) >= 100 else f"{f:,.3f}" if abs(f) >= 1 or f == 0 else f"{f:.3g}"
+            return f"{f:,.1f}" if abs(f) >= 100 else f"{f:,.3f}" if abs(f) >= 1 or f == 0 else significant(f)
         if unit in (US, MB, PER_S):
             return f"{f:,.1f}"
         return f"{f:,.3f}"
@@ -174,11 +185,20 @@ def _displayed(df: pd.DataFrame, shorten: dict, wide: bool, full: bool = False) 
     for c in _text_columns(df):
         fn = None if full else shorten.get(c)
         seen: dict = {}
-        out[c] = [
-            v if not isinstance(v, str) else seen.setdefault(v, display_name(v, fn, wide or full))
-            for v in df[c].astype(object)
-        ]
+        taken: dict[str, int] = {}
+        for v in df[c].astype(object):
+            if isinstance(v, str) and v not in seen:
+                seen[v] = distinct(display_name(v, fn, wide or full), taken)
+        out[c] = [seen.get(v, v) if isinstance(v, str) else v for v in df[c].astype(object)]
     return out
+
+
+def distinct(shown: str, taken: dict[str, int]) -> str:
+    """``shown``, or ``shown #2``, ``#3``... when another full name already took that display
+    form (two kernels whose full names differ only in a template argument share a short name;
+    the charts number their bars the same way)."""
+    taken[shown] = taken.get(shown, 0) + 1
+    return shown if taken[shown] == 1 else f"{shown} #{taken[shown]}"
 
 
 @dataclass

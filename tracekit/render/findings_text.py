@@ -18,8 +18,15 @@ from .safetext import clean
 SHOWN = 8
 
 
-def lines(df: pd.DataFrame, path: str, width: int) -> list[str]:
-    """The findings of ``df`` (the ``findings`` table) as terminal lines of at most ``width``."""
+def lines(
+    df: pd.DataFrame,
+    path: str,
+    width: int,
+    shown: int = SHOWN,
+    more: str = "table findings in --format json/csv",
+) -> list[str]:
+    """The first ``shown`` findings of ``df`` (the ``findings`` table) as terminal lines of at
+    most ``width``, and a line counting the rest (``more``: where they are)."""
     width = max(40, width)
     out = ["Findings: the largest avoidable costs, largest first"]
 
@@ -28,7 +35,7 @@ def lines(df: pd.DataFrame, path: str, width: int) -> list[str]:
             f"{label}{clean(text)}", width, initial_indent="    ", subsequent_indent="      "
         )
 
-    for i, r in enumerate(df.head(SHOWN).to_dict("records"), 1):
+    for i, r in enumerate(df.head(shown).to_dict("records"), 1):
         where = f"rank {r['rank']}" + (f", step {r['step']}" if "step" in r else "")
         size = (
             f"{r['ms']:.3f} ms per step ({r['share_pct']:.1f}% of the step)"
@@ -41,6 +48,6 @@ def lines(df: pd.DataFrame, path: str, width: int) -> list[str]:
         out += wrapped("", r["evidence"]) + wrapped("fix: ", r["fix"])
         if r.get("explain"):
             out += wrapped("see: ", f"tracekit explain {shlex.quote(path)} {r['explain']}")
-    if len(df) > SHOWN:
-        out.append(f"    ... and {len(df) - SHOWN} more (table findings in --format json/csv)")
+    if len(df) > shown:
+        out.append(f"    ... and {len(df) - shown} more ({more})")
     return out

@@ -58,6 +58,15 @@ def safe_csv_cell(v):
     return v
 
 
+def csv_float(f: float) -> str:
+    """A float in CSV: the shortest text that reads back as the same float (as JSON has it),
+    positional (``102441234.5``, ``0.000000028``, never ``1.02441e+08``) below 10^16 (past that,
+    an exponent: no 300-digit cells), ``-0`` as ``0``."""
+    if abs(f) >= 1e16:
+        return repr(f)
+    return np.format_float_positional(f + 0.0, unique=True, trim="-")
+
+
 def to_csv(df: pd.DataFrame) -> str:
     safe = df.copy()
     for c in safe.columns:
@@ -66,7 +75,7 @@ def to_csv(df: pd.DataFrame) -> str:
             safe[c] = safe[c].astype(object).map(safe_csv_cell)
     safe.columns = [safe_csv_cell(str(c)) for c in safe.columns]
     buf = io.StringIO()
-    safe.to_csv(buf, index=False, float_format="%.6g")
+    safe.to_csv(buf, index=False, float_format=csv_float)
     return buf.getvalue()
 
 

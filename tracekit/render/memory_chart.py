@@ -58,6 +58,7 @@ def _step_chart(step: Any, rows: pd.DataFrame, n_steps: int) -> dict:
         data.append(_peak(label(device), x[top], yv[top], color))
         notes.append(_peak_label(label(device), x[top], yv[top]))
     shapes, band_notes = _bands(rows)
+    ys = [v for d in data for v in d["y"]]
     what = "allocated (MB)" if totals else "growth since the step began (MB)"
     more = f" (first {MAX_STEPS} of {n_steps} steps)" if n_steps > MAX_STEPS else ""
     layout = {
@@ -67,7 +68,9 @@ def _step_chart(step: Any, rows: pd.DataFrame, n_steps: int) -> dict:
         "height": 380,
         "legend": {"orientation": "h", "x": 0, "y": 1.0, "xanchor": "left", "yanchor": "bottom"},
         "xaxis": {"title": {"text": "ms since the step began"}, "automargin": True},
-        "yaxis": {"title": {"text": what}, "automargin": True},
+        # headroom above the peak for its label, which stays inside the plot, clear of the
+        # legend and of the phase labels along the bottom
+        "yaxis": {"title": {"text": what}, "automargin": True, "range": _y_range(ys)},
         "shapes": shapes,
         "annotations": band_notes + notes,
     }
@@ -75,6 +78,13 @@ def _step_chart(step: Any, rows: pd.DataFrame, n_steps: int) -> dict:
     y_col = "allocated_mb" if totals else "growth_mb"
     lines = {"step": step.item() if hasattr(step, "item") else step, "x": "t_ms", "y": y_col, "by": "device"}
     return {"data": data, "layout": layout, "meta": {"table": "memory_timeline", "lines": lines}}
+
+
+def _y_range(ys: list[float]) -> list[float]:
+    """The y axis from 0 (or the lowest value) to the highest plus a third of the span."""
+    lo, hi = min([0.0, *ys]), max([0.0, *ys])
+    span = (hi - lo) or 1.0
+    return [round(lo - 0.05 * span, 6), round(hi + 0.35 * span, 6)]
 
 
 def _line(name: str, x: np.ndarray, y: np.ndarray, color: str) -> dict:
@@ -137,8 +147,9 @@ def _bands(rows: pd.DataFrame) -> tuple[list[dict], list[dict]]:
         notes.append(
             {
                 "x": round(float(lo + hi) / 2, 6),
-                "y": 1.0,
+                "y": 0.0,
                 "yref": "paper",
+                "yanchor": "bottom",
                 "text": label(str(p)),
                 "showarrow": False,
                 "font": {"size": 10, "color": color},

@@ -180,9 +180,14 @@ def rich_tables(
     top: int | None = None,
     wide: bool = False,
     skip_zero: bool = True,
+    split: bool = True,
+    heading: str | None = None,
 ) -> list[Table]:
-    """One table as rich Tables that fit ``width`` (value columns split over several tables,
-    each repeating the key columns, when one would not fit); [] when nothing is left to show."""
+    """One table as rich Tables that fit ``width``; [] when nothing is left to show. When the
+    value columns do not fit beside the key columns: with ``split``, several tables, each
+    repeating the key columns; without, the key columns and the value columns that fit (in
+    declared order), and a caption naming the rest (``--wide`` shows them). ``heading``: the
+    title instead of the table's."""
     shown = shown_rows(name, df, top=top, wide=wide, skip_zero=skip_zero)
     rows = shown.frame
     if rows.empty:
@@ -193,14 +198,19 @@ def rich_tables(
     keys = _keys(name, df)
     values = [c for c in df.columns if c not in keys]
     groups = [values] if wide else _chunks(keys, values, widths, width)
-    notes = "; ".join(shown.notes() if skip_zero else []) or None
+    notes = shown.notes() if skip_zero else []
+    if not split and len(groups) > 1:
+        rest = [header(name, c) for g in groups[1:] for c in g]
+        notes.append(f"{len(rest)} more columns with --wide: " + ", ".join(rest))
+        groups = groups[:1]
+    caption = "; ".join(notes) or None
     out: list[Table] = []
     for i, group in enumerate(groups):
         part = f" ({i + 1}/{len(groups)})" if len(groups) > 1 else ""
         t = FastTable(
-            title=safe(title(name)) + part,
+            title=safe(heading or title(name)) + part,
             title_justify="left",
-            caption=notes if i == len(groups) - 1 else None,
+            caption=caption if i == len(groups) - 1 else None,
             caption_justify="left",
         )
         cols = [c for c in df.columns if c in keys or c in group]
@@ -250,15 +260,16 @@ def _columns(
     return room
 
 
-def _head(meta: dict, console: Console) -> None:
+def head_lines(meta: dict, keep=None, coverage_ranks: int = 4) -> list[str]:
+    """The header as rich markup lines: path and mode, device, steps, filters, the notices
+    (those ``keep`` keeps, default all), coverage (one line per rank up to ``coverage_ranks``
+    ranks, else the worst of them), the paper's citation."""
     line = f"[bold]{safe(str(meta.get('path')))}[/bold]  mode: {safe(meta.get('mode'))}"
     devices = device_lines(meta)
     if meta.get("devices") and not devices:
         line += "  devices: " + safe(", ".join(map(str, meta["devices"])))
-    console.print(line)
-    for d in devices:
-        console.print(safe(d))
-    console.print(
+    out = [line, *(safe(d) for d in devices)]
+    out.append(
         "times: ms, "
         + safe(meta.get("aggregation", ""))
         + "; steps analysed: "
@@ -273,17 +284,33 @@ def _head(meta: dict, console: Console) -> None:
                 line += " (none: the steps here are " + _steps_line_ids(meta) + ")"
         if meta["filters"].get("tables_left_out"):
             line += " (not applicable to: " + ", ".join(meta["filters"]["tables_left_out"]) + ")"
-        console.print(safe(line))
-    for n in meta.get("notices", []):
-        console.print(f"[yellow]note:[/yellow] {safe(n)}")
-    for c in coverage_lines(meta):
-        console.print(safe(c))
-    _paper_note(meta, console)
+        out.append(safe(line))
+    out += [f"[yellow]note:[/yellow] {safe(n)}" for n in meta.get("notices", []) if keep is None or keep(n)]
+    out += [safe(c) for c in coverage_lines(meta, coverage_ranks)]
+    return out + _paper_lines(meta)
+
+
+def _head(meta: dict, console: Console) -> None:
+    for line in head_lines(meta):
+        console.print(line)
 
 
 def _steps_line_ids(meta: dict) -> str:
     ids = sorted({s for v in meta.get("complete_steps", {}).values() for s in v})
     return steps_text(ids) if ids else "none"
+
+
+def wide_console(console: Console, wide: bool) -> Console:
+    """``console``, at least 400 columns wide with ``wide`` (no wrapping: full names)."""
+    if not wide:
+        return console
+    return Console(
+        file=console.file,
+        width=max(console.width, 400),
+        highlight=False,
+        force_terminal=console.is_terminal,
+        no_color=console.no_color,
+    )
 
 
 def render(
@@ -294,15 +321,7 @@ def render(
     wide: bool = False,
     top: int | None = None,
 ) -> None:
-    console = console or Console(highlight=False)
-    if wide:
-        console = Console(
-            file=console.file,
-            width=max(console.width, 400),
-            highlight=False,
-            force_terminal=console.is_terminal,
-            no_color=console.no_color,
-        )
+    console = wide_console(console or Console(highlight=False), wide)
     _head(meta, console)
     for name, df in tables.items():
         if name == "findings" and len(df):  # a list to read first, not a table
@@ -311,7 +330,7 @@ def render(
             )
             continue
         shown = len(df) and for_people(name)
-        for t in rich_tables(name, df, width=console.width, top=top, wide=wide) if shown else []:
+        for t in rich_tables(name, df, width=console.width, top=top, wide=wide, split=False) if shown else []:
             console.print(t)
 
 
@@ -343,9 +362,13 @@ def render_compare(
             console.print(t)
 
 
+def _paper_lines(meta: dict) -> list[str]:
+    if not meta.get("paper"):
+        return []
+    paper = meta["paper"]
+    return [f"[cyan]paper_* columns:[/cyan] {safe(paper['setting'])} From: {safe(paper['citation'])}"]
+
+
 def _paper_note(meta: dict, console: Console) -> None:
-    if meta.get("paper"):
-        console.print(
-            f"[cyan]paper_* columns:[/cyan] {safe(meta['paper']['setting'])} "
-            f"From: {safe(meta['paper']['citation'])}"
-        )
+    for line in _paper_lines(meta):
+        console.print(line)
