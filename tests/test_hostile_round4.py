@@ -431,3 +431,38 @@ def test_a_signal_to_the_capture_stops_its_rank(tmp_path, how):
     m = json.loads((out / "manifest.json").read_text())
     assert m["status"] == "interrupted" and "SIGTERM" in m["error"], (m["status"], m["error"])
     assert m["ranks"][0]["state"] != "running" and m["traces"], m["ranks"]
+
+
+@pytest.mark.capture
+def test_sigterm_to_a_sweep_stops_its_capture_and_every_later_method(tmp_path):
+    """SIGTERM to ``capture sweep`` during its first method: that method's rank stops, its row
+    is ``interrupted`` (exit_code 143), every later method ``not-run``, exit 143, one line."""
+    for name in ("torch", "deepspeed", "transformers"):
+        pytest.importorskip(name)
+    out = tmp_path / "sweep"
+    args = ["--model", "tiny", "--layers", "2", "--seq-len", "32", "--batch-size", "1", "--no-stack"]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "tracekit.capture.cli", "sweep", *args, "--methods", "naive,zero2,zero3"]
+        + ["--steps", "100000", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        rank = _rank_pid(out / "naive", p)
+        os.kill(p.pid, signal.SIGTERM)
+        _, err = p.communicate(timeout=180)
+        assert not _alive(rank), "the rank outlived the sweep"
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert p.returncode == 143, (p.returncode, err)
+    [line] = err.strip().splitlines()
+    assert line.startswith("tracekit: error: sweep terminated (SIGTERM)"), line
+    rows = json.loads((out / "sweep.json").read_text())["rows"]
+    assert [r["status"] for r in rows] == ["interrupted", "not-run", "not-run"], rows
+    assert rows[0]["exit_code"] == 143
+    assert json.loads((out / "naive" / "manifest.json").read_text())["status"] == "interrupted"
