@@ -270,7 +270,7 @@ def _sweep(out: Path, calls: list, methods: str = "naive,zero2,zero3,recompute",
     from tracekit.capture import runs, sweep
     from tracekit.capture.methods import parse_methods
 
-    s = sweep.Settings(_common(out), runs.Train())
+    s = sweep.Settings(_common(sweep.prepare(out, False)), runs.Train())
     return sweep.run_sweep(
         s, parse_methods(methods), ["tracekit"], lambda line: None, _fake_capture(calls, fail)
     )
@@ -289,7 +289,7 @@ def test_sweep_force_never_deletes_a_foreign_directory(tmp_path):
     from tracekit.capture.errors import CaptureError
 
     out = tmp_path / "sweep"
-    _sweep(sweep.prepare(out, False), [])
+    _sweep(out, [])
     mine = _tree(out)
     assert "naive/manifest.json" in mine and "sweep.json" in mine
     foreign = {
