@@ -86,8 +86,10 @@ def _walk(root: Path) -> list[tuple[str, os.stat_result]]:
 
 def owned_capture(out: Path, by: str | None = None) -> tuple[list[Path], list[str]]:
     """(the files a previous capture in ``out`` wrote, the entries it did not write)."""
-    got = _allowed(out, by)
     entries = _walk(out)
+    if all(name == LOGS and stat.S_ISDIR(st.st_mode) for name, st in entries):
+        return [], []  # empty, or the empty logs/ a capture's prepare makes
+    got = _allowed(out, by)
     if got is None:
         return [], [name for name, _ in entries if "/" not in name] or [MANIFEST]
     allowed, world = got

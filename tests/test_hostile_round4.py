@@ -466,3 +466,25 @@ def test_sigterm_to_a_sweep_stops_its_capture_and_every_later_method(tmp_path):
     assert [r["status"] for r in rows] == ["interrupted", "not-run", "not-run"], rows
     assert rows[0]["exit_code"] == 143
     assert json.loads((out / "naive" / "manifest.json").read_text())["status"] == "interrupted"
+
+
+def test_capture_force_removes_only_the_files_its_manifest_lists(tmp_path):
+    """A capture's ``--force`` removed ``logs/`` whole. Now only what the previous capture's
+    manifest lists (and its ranks' traces) goes; a file of the user's in ``logs/`` is refused
+    first; an existing empty directory is taken as it is."""
+    from tracekit.capture import output
+    from tracekit.capture.errors import CaptureError
+
+    out = tmp_path / "run"
+    out.mkdir()
+    assert output.prepare(out, force=False) == out  # empty: nothing to refuse
+    calls: list = []
+    _fake_capture(calls)(_common(out), None, argv=["x"], echo=print)
+    (out / "logs" / "notes.txt").write_text("mine")
+    before = _tree(out)
+    with pytest.raises(CaptureError, match=r"did not write \(logs/notes.txt\)"):
+        output.prepare(out, force=True)
+    assert _tree(out) == before
+    (out / "logs" / "notes.txt").unlink()
+    output.prepare(out, force=True)
+    assert _tree(out) == {} and (out / "logs").is_dir()
