@@ -3,7 +3,8 @@
 Per step, phase (of the launching op) and collective (from the kernel name, else the launching
 ``record_param_comms`` "Collective name" or ``nccl:*``/``gloo:*`` range):
 
-* ``count``: number of communication kernels;
+* ``count``: number of communication kernels (CPU traces: collective calls, ``comm_calls``: a
+  gloo worker's range and the ops inside a call or range are parts of the call, counted once);
 * ``time_ms``: sum of their durations;
 * ``busy_ms``: measure of the union of these kernels: the time at least one of them runs
   (``time_ms`` when they never overlap each other);
@@ -37,7 +38,7 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     cols = ["step", "phase", "collective", "count", "time_ms", "busy_ms", "exposed_ms"]
     comm = narrow(
         intervals,
-        ["step", "phase", "collective", "start", "end", "count"],
+        ["step", "phase", "collective", "start", "end", "comm_calls"],
         (intervals["group"] == "comm").to_numpy(),
     )
     if comm.empty:
@@ -50,7 +51,7 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
             "collective": text(comm["collective"]),
             "start": comm["start"].to_numpy(),
             "end": comm["end"].to_numpy(),
-            "count": comm["count"].to_numpy(),
+            "count": comm["comm_calls"].to_numpy(),
         }
     )
     c["dur"] = c["end"] - c["start"]

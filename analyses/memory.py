@@ -58,14 +58,14 @@ def level(m: pd.DataFrame) -> np.ndarray:
     return np.where(recorded, total, running)
 
 
-def window_stats(m: pd.DataFrame, lvl: np.ndarray, window: np.ndarray) -> pd.DataFrame:
+def window_stats(m: pd.DataFrame, lvl: np.ndarray, window: pd.Categorical) -> pd.DataFrame:
     """One row per (step, device, ``window``) of the events ``m`` (with their levels ``lvl``),
     in order of first appearance; sums and maxima by integer group key (numpy, no group-by of
     object columns), a maximum over recorded values only (NaN where none is)."""
-    device = m["device"].to_numpy(dtype=object)
-    ok = np.flatnonzero(pd.notna(device) & pd.notna(window))
-    m, lvl, device, window = m.iloc[ok], lvl[ok], device[ok], window[ok]
-    key, first = distinct_rows(m["step"].to_numpy(), device, window)
+    device = pd.Categorical(m["device"])
+    ok = np.flatnonzero((device.codes >= 0) & (window.codes >= 0))
+    m, lvl = m.iloc[ok], lvl[ok]
+    key, first = distinct_rows(m["step"].to_numpy(), device.codes[ok], window.codes[ok])
     n = len(first)
     nbytes = m["bytes"].to_numpy(np.float64)
     order = np.argsort(key, kind="stable")
@@ -80,8 +80,8 @@ def window_stats(m: pd.DataFrame, lvl: np.ndarray, window: np.ndarray) -> pd.Dat
     return pd.DataFrame(
         {
             "step": m["step"].to_numpy()[first],
-            "device": device[first],
-            "phase": window[first],
+            "device": np.asarray(device[ok][first], dtype=object),
+            "phase": np.asarray(window[ok][first], dtype=object),
             "events": np.bincount(key, minlength=n),
             "allocated_mb": alloc,
             "freed_mb": free,
@@ -107,8 +107,8 @@ def table(memory: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     if m.empty:
         return pd.DataFrame(columns=COLUMNS)
     lvl = level(m)
-    whole = window_stats(m, lvl, np.full(len(m), "step", dtype=object))
-    parts = window_stats(m, lvl, m["phase"].to_numpy(dtype=object))
+    whole = window_stats(m, lvl, pd.Categorical.from_codes(np.zeros(len(m), np.int8), ["step"]))
+    parts = window_stats(m, lvl, pd.Categorical(m["phase"]))
     out = pd.concat([whole, parts], ignore_index=True)
     order = out["phase"].map({w: i for i, w in enumerate(WINDOWS)}).fillna(len(WINDOWS))
     out = out.assign(_o=order).sort_values(["step", "device", "_o"], kind="stable")

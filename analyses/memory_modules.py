@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.pipeline.state import distinct_rows
 from tracekit.pipeline.taxonomy import MODULE_CATEGORIES
 from tracekit.pipeline.windows import Windows
 
@@ -52,30 +53,40 @@ ORDER = {c: i for i, c in enumerate([*MODULE_CATEGORIES, "Other"])}
 )
 def table(memory: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     m = complete(memory, windows)
-    if m.empty:
+    device, module = pd.Categorical(m["device"]), pd.Categorical(m["module"])
+    ok = np.flatnonzero((device.codes >= 0) & (module.codes >= 0))  # as a group-by drops NaN keys
+    if not len(ok):
         return pd.DataFrame(columns=COLUMNS)
-    nbytes = m["bytes"].to_numpy(np.float64)
+    step = m["step"].to_numpy()[ok]
+    key, first = distinct_rows(step, device.codes[ok], module.codes[ok])  # by first appearance
+    nbytes = m["bytes"].to_numpy(np.float64)[ok]
     alloc = nbytes > 0
-    phase = m["phase"].to_numpy(dtype=object)
-    rec = m["recompute"].to_numpy(bool)
-    fwd, bwd = phase == "forward", (phase == "backward") & ~rec
-    frame = pd.DataFrame(
+    phase = pd.Categorical(m["phase"])
+    fwd, bwd_all = (np.asarray(phase == p)[ok] for p in ("forward", "backward"))
+    rec = m["recompute"].to_numpy(bool)[ok]
+    bwd = bwd_all & ~rec
+
+    def total(values: np.ndarray) -> np.ndarray:
+        return np.bincount(key, values, len(first))
+
+    sums = {
+        "forward_allocated_mb": total(np.where(fwd & alloc, nbytes, 0.0)),
+        "held_mb": total(np.where(m["held"].to_numpy(bool)[ok], nbytes, 0.0)),
+        "backward_allocated_mb": total(np.where(bwd & alloc, nbytes, 0.0)),
+        "backward_freed_mb": total(np.where(bwd & ~alloc, -nbytes, 0.0)),
+        "recompute_allocated_mb": total(np.where(rec & alloc, nbytes, 0.0)),
+    }
+    out = pd.DataFrame(
         {
-            "step": m["step"].to_numpy(),
-            "device": m["device"].to_numpy(dtype=object),
-            "module": m["module"].to_numpy(dtype=object),
-            "forward_allocated_mb": np.where(fwd & alloc, nbytes, 0.0),
-            "held_mb": np.where(m["held"].to_numpy(bool), nbytes, 0.0),
-            "backward_allocated_mb": np.where(bwd & alloc, nbytes, 0.0),
-            "backward_freed_mb": np.where(bwd & ~alloc, -nbytes, 0.0),
-            "recompute_allocated_mb": np.where(rec & alloc, nbytes, 0.0),
-            "_addressed": fwd & alloc & m["has_addr"].to_numpy(bool),
-            "_forward": fwd & alloc,
+            "step": step[first],
+            "device": np.asarray(device[ok][first], dtype=object),
+            "module": np.asarray(module[ok][first], dtype=object),
+            **{c: v / MB_BYTES for c, v in sums.items()},
         }
     )
-    out = frame.groupby(["step", "device", "module"], sort=False).sum().reset_index()
-    out[list(VALUES)] = out[list(VALUES)] / MB_BYTES
     # Held needs addresses: a row with forward allocations and none addressed cannot tell.
-    out.loc[(out["_forward"] > 0) & (out["_addressed"] == 0), "held_mb"] = np.nan
+    forward = total((fwd & alloc).astype(np.float64))
+    addressed = total((fwd & alloc & m["has_addr"].to_numpy(bool)[ok]).astype(np.float64))
+    out.loc[(forward > 0) & (addressed == 0), "held_mb"] = np.nan
     out["_o"] = out["module"].map(ORDER).fillna(len(ORDER))
     return out.sort_values(["step", "device", "_o", "module"], kind="stable")[COLUMNS].reset_index(drop=True)

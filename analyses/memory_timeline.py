@@ -73,20 +73,22 @@ def table(memory: pd.DataFrame, windows: Windows, points: int | None = POINTS) -
     device = m["device"].array.codes.astype(np.int64) + 1  # 0: none
     key, first = distinct_rows(m["step"].to_numpy(), device)
     before = lvl - m["bytes"].to_numpy(np.float64)
-    base = pd.Series(before).groupby(key).transform("first").to_numpy()
-    out = pd.DataFrame(
+    base = before[first][key]  # each step and device's level before its first event
+    if points is None:
+        rows = np.arange(len(m))
+    else:  # only the points shown are built
+        rows = np.flatnonzero(thinned(key, lvl, _runs(device[first], points)))
+    m = m.iloc[rows]
+    return pd.DataFrame(
         {
             "step": m["step"].to_numpy(),
             "device": m["device"].to_numpy(dtype=object),
             "phase": m["phase"].to_numpy(dtype=object),
             "t_ms": m["t_ns"].to_numpy() / 1e6,
             "allocated_mb": m["total_allocated"].to_numpy(np.float64) / MB_BYTES,
-            "growth_mb": (lvl - base) / MB_BYTES,
+            "growth_mb": (lvl - base)[rows] / MB_BYTES,
         }
     )
-    if points is None:
-        return out
-    return out[thinned(key, lvl, _runs(device[first], points))].reset_index(drop=True)
 
 
 def _runs(dev: np.ndarray, points: int) -> np.ndarray:

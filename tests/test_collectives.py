@@ -223,3 +223,19 @@ def test_pool_and_cached_reanalysis(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     again = tracekit.load(d, cache=True, jobs=2)
     _check(again, ranks)
     assert again.table("collectives").equals(first.table("collectives"))
+
+
+def test_over_a_dask_cluster(tmp_path: Path) -> None:
+    """The same planted waits, clock offsets and stragglers when the ranks run on a Dask
+    cluster's workers (``--scheduler``), and with a pool that sends back no interval
+    (``keep_intervals=False``, what ``tracekit analyze`` asks without --per-step)."""
+    import distributed  # the test extra installs it
+
+    ranks = list(range(WORLD))
+    for r in ranks:
+        _builder(r, ranks).write(tmp_path / f"rank{r}.json")
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        _check(tracekit.load(tmp_path, cache=False, scheduler=cluster.scheduler_address), ranks)
+    _check(tracekit.load(tmp_path, cache=False, jobs=2, keep_intervals=False), ranks)

@@ -16,7 +16,8 @@ import pytest
 import tracekit
 from tracekit.errors import TraceError
 from tracekit.explain import run as explain
-from tracekit.read.reader import MEMORY, RawTrace, read_trace
+from tracekit.read.columns import MEMORY_COLUMNS, MEMORY_ONLY
+from tracekit.read.reader import DEFAULT_MAX_BYTES, MEMORY, read_trace
 from tracekit.testing import TraceBuilder, write_trace
 from tracekit.testing.kernels import GEMM_A, GEMM_NN, K_ADAM, K_MUL
 
@@ -119,8 +120,9 @@ def test_planted_memory_events_read_back(tmp_path, legacy):
         assert got["total_reserved"].tolist() == [4096, 4096 + (1 << 20), 64, 4096 + (1 << 20)] * 1 + [
             4096 + (1 << 20)
         ]
-    other = raw.events
-    assert (other["device_type"] == -1).all() and other["total_allocated"].isna().all()
+    # The allocator's columns are the memory events' alone; the other events carry none of them.
+    assert not set(MEMORY_ONLY) & set(raw.events.columns)
+    assert list(raw.memory.columns) == list(MEMORY_COLUMNS)
 
 
 def test_memory_events_alone_are_nothing_to_analyse(tmp_path):
@@ -133,19 +135,25 @@ def test_memory_events_alone_are_nothing_to_analyse(tmp_path):
         read_trace(write_trace(tmp_path / "t.json", doc))
 
 
-def test_the_pipeline_keeps_memory_events_apart(tmp_path):
+def test_the_pipeline_keeps_memory_events_apart(tmp_path, monkeypatch):
     """The pipeline's ``events`` hold no MEMORY row; ``memory`` holds them all, read's columns."""
     from tracekit.pipeline import link
     from tracekit.pipeline.taxonomy import module_taxonomy
 
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
     _, path, _ = _with_and_without(tmp_path, _training, False)
     raw = read_trace(path)
     t = link(raw, module_taxonomy())
     assert not (t.events["kind"].to_numpy() == MEMORY).any()
-    assert len(t.memory) == 5 and list(t.memory.columns) == list(raw.events.columns)
+    assert len(t.memory) == 5 and list(t.memory.columns) == list(MEMORY_COLUMNS)
     assert np.array_equal(t.memory["ts"].to_numpy(), raw.memory["ts"].to_numpy())
     # A RawTrace whose memory events are still among its events (a cache entry) splits alike.
-    whole = RawTrace(path=raw.path, events=pd.concat([raw.events, raw.memory], ignore_index=True))
+    from tracekit.read import cache
+
+    key = cache.file_key(path, DEFAULT_MAX_BYTES)
+    assert cache.store(raw, path, DEFAULT_MAX_BYTES, key) is not None
+    whole = cache.load(path, DEFAULT_MAX_BYTES)
+    assert whole is not None and whole.memory is None and (whole.events["kind"] == MEMORY).sum() == 5
     again = link(whole, module_taxonomy())
     assert np.array_equal(again.memory["ts"].to_numpy(), raw.memory["ts"].to_numpy())
     assert len(again.events) == len(t.events)

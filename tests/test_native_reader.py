@@ -426,8 +426,9 @@ def test_shape_args_are_kept_as_their_exact_text(native, tmp_path):
 def test_memory_events_are_kept_with_their_columns(native, tmp_path):
     """``[memory]`` instants of any category (modern, torch 1.9's with no category, ``I``) are
     kind MEMORY: ``bytes`` is their signed ``Bytes``; device type and id are ints or -1,
-    totals numbers or NaN, ``Addr`` an id (wrapped, -1 unless an int). The device and total
-    columns hold those args on other kept events too; ``bytes`` stays ``args.bytes`` there."""
+    totals numbers or NaN, ``Addr`` an id (wrapped, -1 unless an int). Those columns are the
+    memory events' alone: another event that carries such args has none of them (NaN in the
+    union of both frames), and its ``bytes`` stays ``args.bytes``."""
     from tracekit.read.schema import KERNEL, MEMORY
 
     p = tmp_path / "t.json"
@@ -441,7 +442,7 @@ def test_memory_events_are_kept_with_their_columns(native, tmp_path):
         [MEMORY, 6000, -512.0, 0, -1, nan, nan, -1],
         [MEMORY, 7000, nan, -1, -1, nan, nan, -1],
         [MEMORY, 8000, nan, -1, -1, nan, nan, -1],
-        [KERNEL, 9000, 4.0, -1, 3, 7.0, nan, -1],
+        [KERNEL, 9000, 4.0, nan, nan, nan, nan, nan],
     ]
     pd.testing.assert_frame_equal(
         got[cols].reset_index(drop=True),

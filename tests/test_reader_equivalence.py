@@ -272,6 +272,6 @@ def test_streamed_decode_is_used_and_survives_brackets_in_strings(tmp_path, monk
     stats: list = []
     got = _streamed(p, monkeypatch, stats)
     assert isinstance(stats[0][0], TraceDoc) and stats[0][1]["slices"] > 10
-    _same(got.events, reference_frame(p))
+    _same(got.events, R.split_memory(reference_frame(p))[0])
     assert got.meta["events_in_file"] == 3000
     assert (got.meta["rank"], got.meta["world_size"], got.meta["devices"]) == (3, 8, ["GPU X"])

@@ -209,6 +209,7 @@ def load(
     tables: list[str] | tuple[str, ...] | None = None,
     full_series: bool = False,
     findings: str | None = None,
+    keep_intervals: bool = True,
 ) -> Analysis:
     """Analyse a trace file, or a directory of per-rank trace files (``rank`` picks one).
 
@@ -228,6 +229,9 @@ def load(
     result has no other table. ``full_series``: the memory timeline's every event, not
     thinned to a chart's points. ``findings``: a TOML file of findings rules that replace the
     built-in ones key by key (``tracekit/data/findings.toml``; an unknown key raises ValueError).
+    ``keep_intervals``: False when nothing will read the ranks' intervals after their tables
+    (no ``per_step`` view, no filter): ranks analysed by a pool without the result cache then
+    send back none, and a view that reads them after all analyses the file again.
 
     The steps: :func:`_options` (check and gather what each file's work is told),
     :func:`_analyse_files` (each file read, linked and tabulated, in a pool or here), then
@@ -237,6 +241,7 @@ def load(
     options = _options(
         taxonomy, kernel_rules, max_bytes, cache, devices, peak_tflops, peak_bandwidth, tables, full_series
     )
+    options.keep_intervals = keep_intervals
     if findings is not None:
         read_findings_rules(findings)  # checked before anything is read
     files, skipped, head_grouping = files_to_read(p, rank, strict, max_bytes)

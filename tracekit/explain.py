@@ -25,6 +25,8 @@ import pandas as pd
 from .perf import explain as perf_explain
 from .perf.devices import Peaks
 from .pipeline.evidence import EVIDENCE_TEXT
+from .pipeline.heads import module_why
+from .pipeline.worker_comm import collective_evidence
 from .read.reader import ANNOTATION, CPU_OP, RUNTIME, RawTrace
 
 #: The labels that make two activities' chains the same (with the activity's name).
@@ -64,6 +66,7 @@ class Evidence:
     peaks: list = field(default_factory=list)
     #: Every rank of the directory (one rank is searched: this one).
     ranks: list[int] = field(default_factory=list)
+    taxonomy: object = None  # the module rules (their ``why``)
 
     def of(self, row: pd.Series) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(events, modules) of the file ``row`` came from."""
@@ -146,6 +149,7 @@ def collect(raws: list[RawTrace], taxonomy, rules, peaks: list | None = None) ->
         files=[Path(r.path).name for r in raws],
         units=units,
         peaks=[p or Peaks() for p in peaks],
+        taxonomy=taxonomy,
     )
 
 
@@ -259,7 +263,12 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
             "category": str(row["kernel_category"]),
             "rule": str(row["rule"]),
         },
-        "module_category": {"category": str(row["module"]) or None, "rule": str(row["module_rule"]) or None},
+        "module_category": {
+            "category": str(row["module"]) or None,
+            "rule": str(row["module_rule"]) or None,
+            "why": module_why(ev.taxonomy, str(row["module_rule"])),
+        },
+        "collective": collective_evidence(ev.mode, row),
         "perf": perf_explain.of_chain(ev, row, members),
     }
 

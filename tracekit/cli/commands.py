@@ -194,6 +194,7 @@ def analyze(
             tables=only or None,  # a run computes only what its output needs
             full_series=full_series,
             findings=findings_file,
+            keep_intervals=per_step or filters.active,  # else the report reads none
         )
         tables, meta = _report(_filtered(analysis, filters), only, per_step, paper)
         write_output(fmt, meta, tables, out, "render", wide=wide, top=top)

@@ -55,6 +55,7 @@ INTERVAL_COLUMNS = [
     "start",
     "end",
     "count",
+    "comm_calls",
     "name",
     "kind",
     "stream",

@@ -19,6 +19,11 @@ import pandas as pd
 
 from .taxonomy import ModuleTaxonomy
 
+#: The parts :func:`projection_parts` gives (category, then how: the rule reads
+#: ``attention:QKV:projection``).
+QKV_PROJECTION, OUTPUT_PROJECTION = "QKV|projection", "Output|projection"
+#: What ``tracekit explain`` says of a part :func:`projection_parts` gave.
+PROJECTION_WHY = "the attention block's own F.linear: QKV before its core, Output after"
 #: The matmuls of the attention core inside a composite op (Q·Kᵀ, then P·V).
 CORE_BMM = re.compile(r"aten::(bmm|baddbmm)")
 
@@ -64,3 +69,17 @@ def composite_parts(
     out[fused] = "Attention"
     part[inside] = out
     return inside, part
+
+
+def projection_parts(block: np.ndarray, ts: np.ndarray, proj: np.ndarray, core: np.ndarray) -> np.ndarray:
+    """The part of each projection row (``proj``): an attention module that runs its GEMMs
+    itself (``nn.MultiheadAttention`` in training calls ``F.linear`` on ``in_proj_weight`` and
+    ``out_proj.weight``; no Linear module runs) projects q, k, v before its attention core and
+    the output after it. Per row of ``proj`` (in order): **QKV** (:data:`QKV_PROJECTION`) when
+    its op starts before the block's core (its first ``core`` row: the first matmul or a fused
+    attention op), **Output** after, **Attention other** in a block with no core. ``block``:
+    the attention block of each row; ``ts``: its op's start (float64)."""
+    first = pd.Series(np.where(core, ts, np.inf)).groupby(block).min()
+    at = first.reindex(block[proj]).to_numpy()
+    t = ts[proj]
+    return np.where(np.isinf(at), "Attention other", np.where(t < at, QKV_PROJECTION, OUTPUT_PROJECTION))

@@ -17,7 +17,9 @@ import numpy as np
 import pandas as pd
 
 from ..read.reader import MEMCPY, MEMSET
-from .composite_attention import composite_parts
+from .blocks import blocks
+from .composite_attention import composite_parts, projection_parts
+from .heads import head_ops, head_places
 from .modules import inherit
 from .state import Coded, categorical_take, codes_of, distinct_rows, str_column, str_test, take
 from .state import Trace as LinkedTrace
@@ -41,7 +43,7 @@ def assign_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: Kern
     mod_labels = label_modules(linked.modules, taxonomy)
     a = linked.activities
     group = groups(linked, rules)
-    kcat, krule, coll = kernel_categories(a, group, rules)
+    kcat, krule, coll = kernel_categories(a, group, rules, linked.mode)
     module, mrule = module_categories(linked, taxonomy, kcat, mod_labels)
     other = ~group.is_("compute")
     return pd.DataFrame(
@@ -98,11 +100,16 @@ def groups(linked: LinkedTrace, rules: KernelRules) -> Coded:
 
 
 def _kernel_label(
-    rules: KernelRules, name: str, op: str, leaf: str, comm: str, group: str
+    rules: KernelRules, name: str, op: str, leaf: str, comm: str, group: str, mode: str
 ) -> tuple[str, str, str]:
-    """(kernel_category, rule, collective) of one distinct activity."""
+    """(kernel_category, rule, collective) of one distinct activity. A CPU trace's collective
+    is the call's (``comm``: its "Collective name" or name), before the activity's own name:
+    gloo runs a ``c10d::_reduce_scatter_base_`` as a ``gloo:all_reduce`` range."""
     if group == "comm":
-        c, src = rules.collective_of(name, comm, leaf)
+        if mode == "cpu":
+            c, src = rules.collective_source(("call", comm), ("kernel", name), ("op", leaf))
+        else:
+            c, src = rules.collective_of(name, comm, leaf)
         return (c if c in COMM_CATEGORIES else "Other"), f"comm:{src}", c
     if group in ("memcpy", "memset"):
         return ("Memcpy" if group == "memcpy" else "Memset"), group, ""
@@ -111,7 +118,7 @@ def _kernel_label(
 
 
 def kernel_categories(
-    a: pd.DataFrame, group: Coded, rules: KernelRules
+    a: pd.DataFrame, group: Coded, rules: KernelRules, mode: str = "gpu"
 ) -> tuple[pd.Categorical, pd.Categorical, pd.Categorical]:
     """(kernel_category, rule, collective) per activity; rules applied once per distinct case
     of (name, top op, op, collective text, group), found on the columns' integer codes, and
@@ -119,7 +126,7 @@ def kernel_categories(
     parts = [codes_of(a[c]) for c in ("name", "top_op", "op", "comm_text")]
     parts.append((group.codes, group.values))
     key, first = distinct_rows(*(codes for codes, _ in parts))
-    cases = zip(*(uniq[codes[first]].tolist() for codes, uniq in parts))
+    cases = [(*c, mode) for c in zip(*(uniq[codes[first]].tolist() for codes, uniq in parts))]
     memo = rules.remembered()
     labels = [memo[c] if c in memo else memo.setdefault(c, _kernel_label(rules, *c)) for c in cases]
     arange = np.arange(len(key))
@@ -143,15 +150,16 @@ def label_modules(mods: pd.DataFrame, taxonomy: ModuleTaxonomy) -> tuple[Coded, 
     qual_codes, qual_uniq = codes_of(mods["qualname"])
     pcls_codes = take(cls_codes, parent, len(cls_uniq))  # the parent's class ("" at the top)
     pcls_uniq = np.append(cls_uniq, "")
-    pos, sib = mods["position"].to_numpy(), mods["siblings"].to_numpy()
-    # The rules run once per distinct (class, name, parent class, position, siblings).
-    key, first = distinct_rows(cls_codes, qual_codes, pcls_codes, pos, sib)
+    pos, sib, head = mods["position"].to_numpy(), mods["siblings"].to_numpy(), head_places(mods)
+    # The rules run once per distinct (class, name, parent class, position, siblings, head).
+    key, first = distinct_rows(cls_codes, qual_codes, pcls_codes, pos, sib, head)
     cases = zip(
         cls_uniq[cls_codes[first]].tolist(),
         qual_uniq[qual_codes[first]].tolist(),
         pcls_uniq[pcls_codes[first]].tolist(),
         pos[first].tolist(),
         sib[first].tolist(),
+        head[first].tolist(),
     )
     matched = [taxonomy.match(*case) for case in cases]
     # Distinct matches, and per module the one it inherits (nearest labelled ancestor-or-self)
@@ -206,20 +214,26 @@ def module_categories(
         cat, rule = _with_parts(cat, rule, att, _attention_parts(a, mods, att, taxonomy, rotary[att]))
     rope = rotary & cat.is_("Other")
     cat, rule = cat.where(rope, "RoPE"), rule.where(rope, "rope-frame")
+    head = cat.is_("Other") & head_ops(a, mods, taxonomy.head_gemm)
+    cat, rule = cat.where(head, "Linear"), rule.where(head, "head-op")
     compiled = cat.is_("Other") & _in_compiled_region(a, taxonomy)
     return cat.where(compiled, "Compiled region"), rule.where(compiled, "compiled-region")
 
 
 def _with_parts(cat: Coded, rule: Coded, att: np.ndarray, part: np.ndarray) -> tuple[Coded, Coded]:
-    """The rows ``att`` take their attention part (``part``, one str per such row) as category
-    and ``<rule> attention:<part>`` as rule (each distinct rule and part joined once)."""
-    p_codes, p_uniq = pd.factorize(part)
-    p_uniq = np.asarray(p_uniq, dtype=object)
+    """The rows ``att`` take their attention part (``part``, one str per such row: a category,
+    or ``<category>|<how>``) as category and ``<rule> attention:<category>[:<how>]`` as rule
+    (each distinct rule and part joined once)."""
+    p_codes, p_tags = pd.factorize(part)
+    p_uniq = np.array([str(x).partition("|")[0] for x in p_tags], dtype=object)
     c = cat.codes.copy()
     c[att] = len(cat.values) + p_codes
     r_att = rule.codes[att]
     key, first = distinct_rows(r_att, p_codes)
-    joined = [f"{rule.values[r]} attention:{p_uniq[p]}" for r, p in zip(r_att[first], p_codes[first])]
+    joined = [
+        f"{rule.values[r]} attention:{p_tags[p].replace('|', ':')}"
+        for r, p in zip(r_att[first], p_codes[first])
+    ]
     r = rule.codes.copy()
     r[att] = len(rule.values) + key
     return (
@@ -266,6 +280,8 @@ def _attention_parts(
     )[att]
     out[(rotary | rotary_op) & ~fused] = "RoPE"
     out[fused] = "Attention"
+    proj = _matches(a["top_op"], taxonomy.projection, full=True)[att] & ~fused & ~is_bmm & (top_id >= 0)
+    out[proj] = projection_parts(block, ts, proj, (ts == b0) | fused)
     inside, part = composite_parts(a, np.flatnonzero(att), taxonomy)  # one op, a whole block
     out[inside] = part[inside]
     return out
@@ -294,96 +310,3 @@ def _first_two_matmuls(
 
 
 #: The timeline blocks, in the order of their codes (:func:`blocks`).
-BLOCKS = np.array(["", "before", "attention", "ffn", "after"], dtype=object)
-
-
-def blocks(linked: LinkedTrace) -> Coded:
-    """Timeline block of each activity's launch (before / attention / ffn / after / ''), as
-    codes into :data:`BLOCKS`."""
-    from .stages import pass_index
-
-    a, mods = linked.activities, linked.modules
-    n = len(a)
-    block = np.zeros(n, dtype=np.intp)
-    if mods.empty or not mods["is_layer"].any():
-        return Coded(block, BLOCKS)
-    mid = a["module_id"].to_numpy()
-    # In backward, module_id is the forward op's module; blocks describe forward launches only.
-    fwd = ~a["backward_node"].to_numpy()
-    layer = take(mods["layer"].to_numpy(), mid, -1)
-    origin = int(mods["start"].min())  # relative times: comparisons below go through float64
-    lts = a["launch_ts"].to_numpy() - origin
-    in_layer = (layer >= 0) & fwd
-    sp = _layer_split_times(mods, origin)[layer[in_layer]]
-    block[in_layer] = np.where(lts[in_layer] < sp, 2, 3)  # attention, ffn
-    # Outside layers: before the step's first layer or after its last.
-    out = fwd & (layer < 0)
-    if out.any():
-        first = mods["start"].to_numpy()[mods["is_layer"].to_numpy(bool)].min() - origin
-        steps = a["step"].to_numpy()
-        # Several forward passes in a step (generate, micro-batches): before/after each pass.
-        ps = pass_index(mods, a["launch_ts"].to_numpy())
-        f = _first_at(lts[in_layer], [steps[in_layer], ps[in_layer]], [steps[out], ps[out]])
-        f = np.where(np.isnan(f), _first_at(lts[in_layer], [steps[in_layer]], [steps[out]]), f)
-        f = np.where(np.isnan(f), first, f)
-        block[out] = np.where(lts[out] < f, 1, 4)  # before, after
-    return Coded(block, BLOCKS)
-
-
-def _first_at(ts: np.ndarray, keys: list[np.ndarray], at: list[np.ndarray]) -> np.ndarray:
-    """Per row of ``at`` (columns of keys), the smallest ``ts`` of the rows of ``keys`` with the
-    same keys, as float64 (NaN: none)."""
-    m = len(ts)
-    key = distinct_rows(*(np.concatenate([k, q]) for k, q in zip(keys, at)))[0]
-    low = np.full(int(key.max()) + 1 if len(key) else 0, np.iinfo(np.int64).max, np.int64)
-    np.minimum.at(low, key[:m], ts)
-    seen = np.zeros(len(low), bool)
-    seen[key[:m]] = True
-    return np.where(seen[key[m:]], low[key[m:]].astype(np.float64), np.nan)
-
-
-def _children_min(n: int, parent: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per module row: the smallest ``value`` of its children (given by ``parent``), and
-    whether it has any."""
-    low = np.full(n, np.iinfo(np.int64).max, np.int64)
-    np.minimum.at(low, parent, value)
-    has = np.zeros(n, bool)
-    has[parent] = True
-    return low, has
-
-
-def _layer_split_times(mods: pd.DataFrame, origin: int) -> np.ndarray:
-    """Per module row (float64, NaN unless a decoder layer): when the layer's FFN block starts,
-    relative to ``origin``.
-
-    The FFN block starts at the first direct child after the layer's attention child that is a
-    norm (post-attention norm) or the MLP; in a layer with no attention child, at its second
-    norm child, else its first MLP child; with none of these the layer is all attention.
-    """
-    n = len(mods)
-    is_layer = mods["is_layer"].to_numpy(bool)
-    out = np.full(n, np.nan)
-    out[is_layer] = (mods["end"].to_numpy(np.int64)[is_layer] - origin).astype(np.float64)
-    parent = mods["parent"].to_numpy()
-    ch = np.flatnonzero((parent >= 0) & is_layer[np.maximum(parent, 0)])  # direct children
-    codes, uniq = codes_of(mods["category"])
-    par, start, cat = parent[ch], mods["start"].to_numpy(np.int64)[ch] - origin, codes[ch]
-    is_att, is_norm, is_mlp = ((uniq == c)[cat] for c in ("@attention", "RMSNorm", "MLP"))
-    att, has_att = _children_min(n, par[is_att], start[is_att])
-    after = has_att[par] & (start > att[par].astype(np.float64))  # compared as float64, as ever
-    split, has_split = _children_min(n, par[after & (is_norm | is_mlp)], start[after & (is_norm | is_mlp)])
-    # No attention child: the second norm child (by start), else the first MLP child.
-    norms = np.flatnonzero(~has_att[par] & is_norm)
-    norms = norms[np.lexsort((start[norms], par[norms]))]
-    head = np.ones(len(norms), bool)
-    head[1:] = par[norms][1:] != par[norms][:-1]
-    pos = np.arange(len(norms))
-    second = norms[pos - np.maximum.accumulate(np.where(head, pos, 0)) == 1]
-    mlp = ~has_att[par] & is_mlp
-    fall, has_fall = _children_min(n, par[mlp], start[mlp])
-    fall[par[second]] = start[second]
-    has_fall[par[second]] = True
-    take_split, take_fall = is_layer & has_split, is_layer & ~has_split & has_fall
-    out[take_split] = split[take_split].astype(np.float64)
-    out[take_fall] = fall[take_fall].astype(np.float64)
-    return out

@@ -7,15 +7,13 @@ import pandas as pd
 
 from ..read.reader import ANNOTATION, CPU_OP, KERNEL, MEMCPY, MEMSET, RUNTIME
 from .checks import TraceWarning
-from .intervals import containing
 from .self_time import self_pieces
 from .state import Trace, lookup
+from .worker_comm import worker_launches
 
 DEVICE_KINDS = (KERNEL, MEMCPY, MEMSET)
 #: Annotation ranges that are CPU-side collectives (gloo/nccl), activities of CPU-only traces.
 CPU_COLLECTIVE_PREFIXES = ("gloo:", "nccl:")
-#: CPU ops that issue a collective (the c10d dispatcher op, DeepSpeed/torch's comms record).
-ENQUEUE_PREFIXES = ("c10d::", "record_param_comms")
 
 
 def join_launches(t: Trace) -> Trace:
@@ -23,7 +21,8 @@ def join_launches(t: Trace) -> Trace:
 
     Needs: ``t.events`` (read's columns).
     Adds: ``t.mode`` ("gpu" when the trace has device activity, else "cpu") and ``t.acts`` with
-    ``ev`` (event row), ``start``, ``end``, ``count``, ``name``, ``kind``, ``stream``, ``bytes``,
+    ``ev`` (event row), ``start``, ``end``, ``count``, ``comm_calls``, ``name``, ``kind``,
+    ``stream``, ``bytes``,
     ``corr`` (correlation id, -1 none), ``launch_ev`` (the runtime call's event row, -1 none),
     ``runtime`` (its name; CPU mode: the op that queued a worker's collective range, else ""),
     ``launched``, ``launch_pid``, ``launch_tid``, ``launch_ts`` (the
@@ -36,11 +35,15 @@ def join_launches(t: Trace) -> Trace:
     CPU op and CPU collective range: the op's interval minus the ops nested in it, so each
     instant of a thread inside a top-level op lands in exactly one op. An op with children has
     several pieces (rows with the same ``ev``); ``count`` is 1 on one piece per op and 0 on the
-    others, so counts sum it. Each piece is launched by its own op (``launch_ts``: the op's start),
+    others, so counts sum it; ``comm_calls`` (1 where the row counts one collective call, else
+    0; GPU traces: 1) is ``count`` except as below. Each piece is launched by its own op
+    (``launch_ts``: the op's start),
     except a collective range that runs outside every op of its thread (gloo's worker threads
-    run the collective a c10d op queued): it is launched by the collective op (``c10d::*``,
-    ``record_param_comms``) of its process that started last at or before it, so its step,
-    phase and context are the issuing op's, as a GPU collective's are its launching call's.
+    run the collective a c10d op queued) and the ops nested in it: they are launched by the
+    collective op (``c10d::*``, ``record_param_comms``) of its process that started last at or
+    before the range, so their step, phase and context are the issuing op's, as a GPU
+    collective's are its launching call's; in ``comm_calls`` they and the ops inside a call
+    count 0: one collective counts once, on its call (:mod:`tracekit.pipeline.worker_comm`).
     """
     ev = t.events
     kind = ev["kind"].to_numpy()
@@ -50,9 +53,11 @@ def join_launches(t: Trace) -> Trace:
     if t.mode == "gpu":
         act, launch = _gpu_launches(t, kind, np.flatnonzero(is_device))
         start, stop, count = ts[act], end[act], np.ones(len(act), np.int64)
+        calls = count
     else:
         act, start, stop, first = _cpu_self_pieces(t, kind)
-        launch, count = _issued_by(t, kind, act), first.astype(np.int64)
+        count = first.astype(np.int64)
+        launch, calls = worker_launches(t, kind, act, first)
     pid, tid = ev["pid"].to_numpy(), ev["tid"].to_numpy()
     no_launch = launch < 0
     safe = np.maximum(launch, 0)
@@ -62,6 +67,7 @@ def join_launches(t: Trace) -> Trace:
             "start": start.astype(np.int64),
             "end": stop.astype(np.int64),
             "count": count,
+            "comm_calls": calls,
             "name": t.name_categorical(act),
             "kind": kind[act],
             "stream": ev["stream"].to_numpy()[act] if t.mode == "gpu" else tid[act],
@@ -126,28 +132,3 @@ def _cpu_self_pieces(t: Trace, kind: np.ndarray) -> tuple[np.ndarray, ...]:
         ev["pid"].to_numpy()[cand], ev["tid"].to_numpy()[cand], ts, ts + ev["dur"].to_numpy()[cand]
     )
     return cand[owner], start, stop, first
-
-
-def _issued_by(t: Trace, kind: np.ndarray, act: np.ndarray) -> np.ndarray:
-    """Per CPU piece, the event row that launched it: its own op, or for a collective range
-    outside every op of its own thread (a worker thread's gloo range) the collective op of its
-    process that started last at or before the range; its own row when there is none."""
-    ev = t.events
-    launch = act.copy()
-    pid, tid, ts = (ev[c].to_numpy() for c in ("pid", "tid", "ts"))
-    end = ts + ev["dur"].to_numpy()
-    is_range = kind[act] == ANNOTATION
-    if not is_range.any():
-        return launch
-    ops = np.flatnonzero(kind == CPU_OP)
-    rng = act[is_range]
-    # Threads as one int64 key, so containment is per thread (ops of other threads don't count).
-    key = pd.MultiIndex.from_arrays([np.append(pid[ops], pid[rng]), np.append(tid[ops], tid[rng])])
-    codes = pd.factorize(key)[0].astype(np.int64)
-    inside = containing(codes[len(ops) :], ts[rng], codes[: len(ops)], ts[ops], end[ops]) >= 0
-    issuers = ops[t.name_test(lambda s: s.str.startswith(ENQUEUE_PREFIXES))[ops]]
-    never = np.full(len(issuers), np.iinfo(np.int64).max)
-    last = containing(pid[rng], ts[rng], pid[issuers], ts[issuers], never)
-    relink = ~inside & (last >= 0)
-    launch[np.flatnonzero(is_range)[relink]] = issuers[last[relink]]
-    return launch

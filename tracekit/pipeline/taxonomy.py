@@ -166,8 +166,12 @@ class ModuleRule:
     parent: re.Pattern | None = None
     by_position: dict[int, list[str]] = field(default_factory=dict)
     rule_id: str = ""
+    head: bool = False  # ``head = true``: a module in the head place only (pipeline/heads.py)
+    why: str = ""  # what the rule says, for ``tracekit explain``
 
-    def match(self, cls: str, name: str, parent: str, position: int, siblings: int) -> str | None:
+    def match(self, cls: str, name: str, parent: str, position: int, siblings: int, head=False) -> str | None:
+        if self.head and not head:
+            return None
         if self.cls is not None and not self.cls.fullmatch(cls):
             return None
         if self.name is not None and not (name and self.name.fullmatch(name)):
@@ -196,16 +200,19 @@ class ModuleTaxonomy:
     composite_gemm: re.Pattern = re.compile(r"(?!)")
     composite_qkv: re.Pattern = re.compile(r"(?!)")
     composite_softmax: re.Pattern = re.compile(r"(?!)")
+    projection: re.Pattern = re.compile(r"(?!)")  # an attention module's own GEMM op (MHA's F.linear)
+    head_gemm: re.Pattern = re.compile(r"(?!)")  # a model's own output projection (pipeline/heads.py)
 
     def category(self, cls: str, name: str, parent: str, position: int, siblings: int) -> str | None:
         """Category of one module by the first matching rule, or None."""
         hit = self.match(cls, name, parent, position, siblings)
         return None if hit is None else hit[0]
 
-    def match(self, cls: str, name: str, parent: str, position: int, siblings: int) -> tuple[str, str] | None:
-        """(category, rule id) of one module by the first matching rule, or None."""
+    def match(self, cls: str, name: str, parent: str, position: int, siblings: int, head=False):
+        """(category, rule id) of one module by the first matching rule, or None (``head``:
+        the module is in the head place, :func:`tracekit.pipeline.heads.head_places`)."""
         for rule in self.rules:
-            cat = rule.match(cls, name, parent, position, siblings)
+            cat = rule.match(cls, name, parent, position, siblings, head)
             if cat is not None:
                 return cat, rule.rule_id
         return None
@@ -324,18 +331,15 @@ def _module_rule(d: dict, source: str, rule_id: str) -> ModuleRule:
             parent=_rx(d.get("parent")),
             by_position={int(k): list(v) for k, v in d.get("by_position", {}).items()},
             rule_id=rule_id,
+            head=bool(d.get("head", False)),
+            why=str(d.get("why", "")),
         )
     except (re.error, ValueError, TypeError) as e:
         raise TraceError(source, f"bad rule {d!r}: {e}") from None
 
 
-#: Keys of ``[attention]`` that describe a composite attention op -> ModuleTaxonomy field suffix.
-_COMPOSITE_KEYS = {
-    "composite": "",
-    "composite_gemm": "_gemm",
-    "composite_qkv": "_qkv",
-    "composite_softmax": "_softmax",
-}
+#: Optional keys of ``[attention]``, each a ModuleTaxonomy field of the same name.
+_ATTENTION_KEYS = ("composite", "composite_gemm", "composite_qkv", "composite_softmax", "projection")
 
 
 @lru_cache(maxsize=8)
@@ -360,11 +364,8 @@ def module_taxonomy(path: str | None = None) -> ModuleTaxonomy:
             bmm=_rx_required(attention["bmm"]),
             rope=_rx_required(attention["rope"], re.IGNORECASE),
             compiled=_rx_required(structure["compiled"]) if "compiled" in structure else re.compile(r"(?!)"),
-            **{
-                f"composite{suffix}": _rx_required(attention[key])
-                for key, suffix in _COMPOSITE_KEYS.items()
-                if key in attention
-            },
+            **{key: _rx_required(attention[key]) for key in _ATTENTION_KEYS if key in attention},
+            head_gemm=_rx_required(structure.get("head_gemm", "(?!)")),
         )
     except (re.error, TypeError) as e:
         raise TraceError(path or "modules.toml", f"bad module rules: {e}") from None

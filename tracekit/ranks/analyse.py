@@ -47,6 +47,10 @@ class Options:
     tables: tuple[str, ...] | None = None
     #: Long per-event series (the memory timeline) whole instead of thinned to a chart's points.
     full_series: bool = False
+    #: Whether the parent may read a rank's intervals after its tables (a view, ``--per-step``,
+    #: the filters). When not, and no result cache holds them, a worker sends back a handle
+    #: that analyses the file again if they are read after all (:mod:`tracekit.ranks.again`).
+    keep_intervals: bool = True
 
     @property
     def features(self) -> frozenset[str]:

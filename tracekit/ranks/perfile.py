@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from ..pipeline import Attributed
 from . import analyse
+from .again import Again
 from .analyse import Options
 
 
@@ -74,7 +75,9 @@ def tabulate_fresh(path: str | os.PathLike, options: Options, keep: bool) -> Res
     if len(got) > 1:  # a file of several ranks: each its own result, kept in memory (not cached)
         return got
     att, tables = got[0]
-    stored = results.store(att, tables, path, options, key) if key is not None else None
+    stored: object = results.store(att, tables, path, options, key) if key is not None else None
+    if stored is None and not (keep or options.keep_intervals):
+        stored = Again.of(path, options)  # nothing will read them: not sent back
     if stored is not None and not keep:
         att = _holding(att, stored)
     return att, tables

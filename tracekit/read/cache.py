@@ -44,9 +44,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import sealkey
-from .columns import CATEGORICAL_COLUMNS
+from .cache_schema import decoded_bound, valid_schema, whole
 from .filekey import file_key
-from .reader import _COLUMNS, RawTrace
+from .reader import RawTrace
 
 SUFFIX = ".parquet"
 _META_KEY = b"tracekit"
@@ -57,13 +57,6 @@ _TEMP = re.compile(r"\.[0-9a-f]{32}(\.result)?\.parquet\..*\.tmp")
 DEFAULT_MAX_CACHE_BYTES = 2 * 1024**3
 #: In-memory columns may be this many times the trace's size on disk (gzip included), plus slack.
 _EXPANSION, _SLACK = 64, 16 << 20
-_CATEGORICAL = set(CATEGORICAL_COLUMNS)
-_TYPES = {
-    "kind": pa.int8(),
-    "bytes": pa.float64(),
-    "total_allocated": pa.float64(),
-    "total_reserved": pa.float64(),
-}
 
 
 def cache_dir() -> Path:
@@ -85,19 +78,6 @@ def _entry(key: str) -> Path:
     return cache_dir() / (hashlib.sha256(key.encode()).hexdigest()[:32] + SUFFIX)
 
 
-def _valid_schema(schema: pa.Schema) -> bool:
-    if schema.names != list(_COLUMNS):
-        return False
-    for f in schema:
-        if f.name in _CATEGORICAL:
-            ok = pa.types.is_dictionary(f.type) and pa.types.is_string(f.type.value_type)
-        else:
-            ok = f.type == _TYPES.get(f.name, pa.int64())
-        if not ok:
-            return False
-    return True
-
-
 def _load_entry(loc: Path, key: str, trace_size: int) -> RawTrace | None:
     limit = _EXPANSION * trace_size + _SLACK
     pf = read_sealed(loc, limit)
@@ -106,7 +86,7 @@ def _load_entry(loc: Path, key: str, trace_size: int) -> RawTrace | None:
     info = json.loads((pf.schema_arrow.metadata or {}).get(_META_KEY, b"{}"))
     if not isinstance(info, dict) or info.get("key") != key:
         return None
-    if not _valid_schema(pf.schema_arrow) or decoded_bound(pf) > limit:
+    if not valid_schema(pf.schema_arrow) or decoded_bound(pf) > limit:
         return None
     meta, warnings = info.get("meta"), info.get("warnings")
     if not isinstance(meta, dict) or not isinstance(warnings, list):
@@ -142,7 +122,9 @@ def store(raw: RawTrace, path: str | os.PathLike, max_bytes: int, key: str) -> P
             return None  # replaced or modified while read: never cache old events under it
         info = json.dumps({"key": key, "meta": raw.meta, "warnings": raw.warnings}, default=str).encode()
         frames = [raw.events] if raw.memory is None or raw.memory.empty else [raw.events, raw.memory]
-        table = pa.concat_tables([pa.Table.from_pandas(f, preserve_index=False) for f in frames])
+        tables = [pa.Table.from_pandas(f, preserve_index=False) for f in frames]
+        other = [t.schema for t in tables[1:]] + [tables[0].schema]  # each frame's other, if any
+        table = pa.concat_tables([whole(t, o if o is not t.schema else None) for t, o in zip(tables, other)])
         table = table.replace_schema_metadata({_META_KEY: info, **SEAL_HOLE})
         loc = _entry(key)
         loc.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -217,37 +199,6 @@ def read_sealed(loc: Path, limit: int) -> pq.ParquetFile | None:
     if at is None or not hmac.compare_digest(_mac(key, data, at), data[at : at + 64]):
         return None
     return pq.ParquetFile(pa.py_buffer(data))
-
-
-def _width(t: pa.DataType) -> int:
-    """Bytes per value of a column of type ``t`` (of a string: its offset)."""
-    if pa.types.is_dictionary(t):
-        return _width(t.index_type)
-    if pa.types.is_boolean(t) or pa.types.is_null(t):
-        return 1
-    if pa.types.is_string(t) or pa.types.is_binary(t):
-        return 4
-    try:
-        return max(1, t.bit_width // 8)
-    except ValueError:
-        return 8
-
-
-def decoded_bound(pf: pq.ParquetFile) -> int:
-    """The size the entry's columns take decoded: rows times the columns' widths, plus their
-    strings (the byte arrays' own size in the file). Parquet's encoded sizes are no bound: a
-    column of one repeated value encodes to a few bytes whatever its rows."""
-    md = pf.metadata
-    rows = sum(md.row_group(i).num_rows for i in range(md.num_row_groups))
-    fixed = rows * sum(_width(f.type) for f in pf.schema_arrow)
-    strings = 0
-    for i in range(md.num_row_groups):
-        rg = md.row_group(i)
-        for j in range(rg.num_columns):
-            col = rg.column(j)
-            if col.physical_type == "BYTE_ARRAY":
-                strings += max(col.total_uncompressed_size, col.total_compressed_size)
-    return fixed + strings
 
 
 def entries() -> list[Path]:

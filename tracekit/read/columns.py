@@ -232,9 +232,7 @@ class _FrameBuilder:
         so the columns are never held twice over."""
         parts = [p.pop(name) for p in self.parts]
         if not parts:
-            if name in CATEGORICAL_COLUMNS:
-                return pd.Categorical([])
-            return np.zeros(0, dtype=_EMPTY_DTYPES.get(name, np.int64))
+            return empty_column(name)
         if isinstance(parts[0], pd.Categorical):
             if len(parts) == 1:
                 return parts[0]
@@ -285,17 +283,22 @@ class _FrameBuilder:
         del ts_ok, dur_ok, bad_ts, huge, ts, dur, is_mem
         cols, mem_cols = {}, {}
         for c in _COLUMNS:  # one column at a time, each split as it is built: never held twice
+            if c in MEMORY_ONLY and took is None:  # only memory events have it, and none is kept
+                for p in self.parts:
+                    p.pop(c, None)
+                continue
             col = got.pop(c) if c in got else self._column(c)
-            if took is not None:
+            if took is not None and c in MEMORY_COLUMNS:
                 mem_cols[c] = col[took]
-            col = col if keep is None else col[keep]
-            if isinstance(col, np.ndarray) and not col.flags.writeable:  # one part, as scanned
-                col = col.copy()
-            cols[c] = col
+            if c not in MEMORY_ONLY:
+                col = col if keep is None else col[keep]
+                if isinstance(col, np.ndarray) and not col.flags.writeable:  # one part, as scanned
+                    col = col.copy()
+                cols[c] = col
             del col
         self.parts = []
         frame = pd.DataFrame(cols, copy=False)  # its own columns already: not copied again
-        mem = frame.iloc[:0] if took is None else pd.DataFrame(mem_cols, copy=False)
+        mem = no_memory() if took is None else pd.DataFrame(mem_cols, copy=False)
         del cols, mem_cols
         if not np.isin(frame["kind"].to_numpy(), (KERNEL, MEMCPY, MEMSET, CPU_OP)).any():
             dropped = f" ({int(drop.sum()):,} dropped for invalid times)" if drop.any() else ""
@@ -345,6 +348,27 @@ _COLUMNS = (
 )
 #: The event columns that are categoricals of strings ("" when absent).
 CATEGORICAL_COLUMNS = ("name", "flow_ph", "collective", *RAW_FIELDS)
+#: The allocator's fields, which only ``[memory]`` events have: the events' frame leaves them
+#: out (on any other event they would be -1 or NaN, and no step reads them there).
+MEMORY_ONLY = ("device_type", "device_id", "total_allocated", "total_reserved", "addr")
+#: The columns of the memory events' frame: where and when each was (what places it in the op
+#: stack, :mod:`tracekit.pipeline.memory`), and the allocator's fields; no launch, flow or
+#: shape columns, which a memory event never has.
+MEMORY_COLUMNS = ("kind", "name", "pid", "tid", "ts", "dur", "bytes", *MEMORY_ONLY)
+#: The columns of the events' frame (every event but the memory events).
+EVENT_COLUMNS = tuple(c for c in _COLUMNS if c not in MEMORY_ONLY)
+
+
+def empty_column(name: str) -> Any:
+    """An empty column ``name`` of its reader's type."""
+    if name in CATEGORICAL_COLUMNS:
+        return pd.Categorical([])
+    return np.zeros(0, dtype=_EMPTY_DTYPES.get(name, np.int64))
+
+
+def no_memory() -> pd.DataFrame:
+    """The memory events' frame of a trace with none (:data:`MEMORY_COLUMNS`, no rows)."""
+    return pd.DataFrame({c: empty_column(c) for c in MEMORY_COLUMNS})
 
 
 #: Events decoded per chunk by the chunked reader.

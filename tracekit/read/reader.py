@@ -34,7 +34,7 @@ import pandas as pd
 from ..errors import TraceError
 from . import native
 from .blanks import Blanks
-from .columns import _COLUMNS, _FrameBuilder
+from .columns import _COLUMNS, MEMORY_COLUMNS, MEMORY_ONLY, _FrameBuilder, no_memory
 from .files import DEFAULT_MAX_BYTES, TRACE_SUFFIXES, open_text, read_bytes, trace_files, trace_listing
 from .parallel import read_parallel
 from .schema import (
@@ -106,11 +106,17 @@ class RawTrace:
 
 def split_memory(events: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``events`` without its MEMORY rows (the allocator's ``[memory]`` events, which only
-    memory analyses read), and those rows; ``events`` itself when it has none."""
+    memory analyses read) and without the allocator's columns (:data:`MEMORY_ONLY`), and those
+    rows with theirs (:data:`MEMORY_COLUMNS`): the frames :func:`read_trace` gives."""
     mem = events["kind"].to_numpy() == MEMORY
+    event_columns = [c for c in events.columns if c not in MEMORY_ONLY]
     if not mem.any():
-        return events, events.iloc[:0]
-    return events[~mem].reset_index(drop=True), events[mem].reset_index(drop=True)
+        return (events if len(event_columns) == events.shape[1] else events[event_columns]), no_memory()
+    memory_columns = [c for c in MEMORY_COLUMNS if c in events.columns]
+    return (
+        events.loc[~mem, event_columns].reset_index(drop=True),
+        events.loc[mem, memory_columns].reset_index(drop=True),
+    )
 
 
 _NONBLANK = re.compile(rb"[^ \t\r\n]")

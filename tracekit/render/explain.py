@@ -181,6 +181,15 @@ def _label_lines(c: dict) -> list[str]:
     ]
     if mc["category"]:
         out.append(_row("module cat", f"{mc['category']} (rule {mc['rule']})"))
+        if mc.get("why"):
+            out.append(_row("", mc["why"]))
+    if co := c.get("collective"):
+        who = (
+            "the activity counts it" if co["counted"] else "counted once, on the call that holds or queued it"
+        )
+        out.append(
+            _row("collective", f"{co['collective']}, named by the {co['named_by']} {co['text']}; {who}")
+        )
     out.append(_row("tables", cells(c)))
     return out
 

@@ -345,17 +345,6 @@ class TraceBuilder(DeviceCalls, MemoryCalls, HostCalls):
         with self.w.rng_(self._s.tid, name):
             yield
 
-    def worker_collective(self, name: str, us: float, delay: float = 0.0) -> tuple[int, int]:
-        """The work of a collective a ``c10d::*`` op just queued, as gloo runs it: a ``name``
-        range (``gloo:all_reduce``) of ``us`` microseconds on a worker thread
-        (``pt_gloo_runloop``), outside every op there, starting ``delay`` us after the current
-        thread's time. The current thread's clock does not move (``cpu()`` plants its wait).
-        Returns the range's (start, end) in ns."""
-        w, tid = self.w, self.w.pid + 77
-        start = w.t[self._s.tid] + self.ns(delay)
-        w.emit("X", "user_annotation", name, w.pid, tid, start, start + self.ns(us), {"Ev Idx": 0})
-        return start, start + self.ns(us)
-
     def _module(self) -> str | None:
         if self._s.modules:
             return self._s.modules[-1]

@@ -11,7 +11,7 @@ A mixin: the builder supplies the event writer and the state (current thread, la
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ class HostCalls:
 
     w: EventWriter
     _s: _State
+    ns: Callable[[float], int]
 
     @property
     def labels(self) -> dict[str, Any]:
@@ -47,6 +48,22 @@ class HostCalls:
         the ``nccl:all_reduce`` range ProcessGroupNCCL writes around a collective."""
         with self.w.rng_(self._s.tid, name, "user_annotation"):
             yield
+
+    def worker_collective(
+        self, name: str, us: float, delay: float = 0.0, inner: Sequence[tuple[str, float, float]] = ()
+    ) -> tuple[int, int]:
+        """The work of a collective a ``c10d::*`` op just queued, as gloo runs it: a ``name``
+        range (``gloo:all_reduce``) of ``us`` microseconds on a worker thread
+        (``pt_gloo_runloop``), outside every op there, starting ``delay`` us after the current
+        thread's time, holding the CPU ops gloo runs for it: ``inner``, each ``(op name, us
+        after the range's start, us)`` (``("aten::copy_", 80, 5)``). The current thread's clock
+        does not move (``cpu()`` plants its wait). Returns the range's (start, end) in ns."""
+        w, tid, ns = self.w, self.w.pid + 77, self.ns
+        start = w.t[self._s.tid] + ns(delay)
+        w.emit("X", "user_annotation", name, w.pid, tid, start, start + ns(us), {"Ev Idx": 0})
+        for op, at, dur in inner:
+            w.emit("X", "cpu_op", op, w.pid, tid, start + ns(at), start + ns(at + dur), {"Ev Idx": 0})
+        return start, start + ns(us)
 
     def runtime(self, name: str, us: float, cbid: int | None = None) -> None:
         """A runtime call with no device activity (``cudaEventRecord``, ``cudaStreamWaitEvent``)."""
