@@ -170,9 +170,12 @@ def sweep_command(
         click.echo(line)
     click.echo(f"{len(chosen)} method(s) in {time.monotonic() - started:.0f} s, written to")
     click.echo(f"  {out / sweep.SWEEP_JSON}\n  {out / sweep.SWEEP_MD}")
-    if any(r["status"] == sweep.INTERRUPTED for r in doc["rows"]):
-        err = CaptureError("sweep interrupted (Ctrl-C); the rows so far are in sweep.json")
-        err.exit_code = 130
+    stopped = [r for r in doc["rows"] if r["status"] == sweep.INTERRUPTED]
+    if stopped:
+        code = stopped[0].get("exit_code") or 130
+        what = "terminated (SIGTERM)" if code == 143 else "interrupted (Ctrl-C)"
+        err = CaptureError(f"sweep {what}; the rows so far are in sweep.json, the later methods did not run")
+        err.exit_code = code
         raise err
 
 

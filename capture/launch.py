@@ -21,6 +21,7 @@ from .errors import FAILED, OOM, CaptureError
 from .manifest import manifest, now
 from .measure import MIB, rss_bytes
 from .output import MANIFEST, log_path, read_json, status_path, write_json
+from .owned import capture_files
 
 GRACE_SECONDS = 20.0
 #: What a rank's error says when it ran out of memory: CUDA's allocator, the kernel's OOM killer
@@ -49,6 +50,7 @@ def rank_environment(rank: int, world_size: int, port: int, threads: int) -> dic
     env.setdefault("OMP_NUM_THREADS", str(threads))
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     # Make the worker importable even when tracekit runs from a source checkout.
+    env["TRACEKIT_CAPTURE_LAUNCHER"] = str(os.getpid())  # a rank ends with it (worker.py)
     here = str(Path(__file__).resolve().parents[1])
     if (Path(here) / "tracekit").is_dir():
         env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
@@ -79,12 +81,27 @@ def run(
         "backend": ("nccl" if spec["gpu"] else "gloo") if spec["kind"] == "train" else None,
     }
     record = dict(
-        kind=spec["kind"], argv=argv, options=options, config=config, env=environment, started=now()
+        kind=spec["kind"],
+        argv=argv,
+        options=options,
+        config=config,
+        env=environment,
+        started=now(),
+        written_by=spec.get("written_by"),
+        files=capture_files(spec["kind"], nproc),
     )
-    with _InterruptFlag() as ctrl_c:  # from here on Ctrl-C is recorded, never an exception
+    with _InterruptFlag() as stop:  # from here on Ctrl-C and SIGTERM are recorded, never an exception
         write_json(out / MANIFEST, manifest(**record, ranks=[], status="running"))
-        procs = _start_workers(out, spec_path, nproc, threads)
-        codes, interrupted, over = _wait(procs, ctrl_c, memory_limit)
+        procs: list = []
+        try:
+            procs = _start_workers(out, spec_path, nproc, threads)
+            codes, interrupted, over = _wait(procs, stop, memory_limit)
+        except BaseException as e:  # no rank outlives its launcher, and the manifest says so
+            _stop(procs)
+            ranks = [_rank_status(out, r, p.returncode, True) for r, (p, _) in enumerate(procs)]
+            why = f"the launcher stopped ({type(e).__name__}: {e})".strip()
+            write_json(out / MANIFEST, manifest(**record, ranks=ranks, status="failed", error=why))
+            raise
     ranks = [_rank_status(out, rank, codes[rank], interrupted) for rank in range(nproc)]
     if over is not None and memory_limit is not None:
         ranks[over[0]].update(
@@ -99,7 +116,7 @@ def run(
     error = f"rank {first['rank']}: {first['error']}" if first else None
     if interrupted:
         done = min((r.get("completed_steps", 0) for r in ranks), default=0)
-        error = f"interrupted (Ctrl-C) after {done} finished steps"
+        error = f"{stop.what} after {done} finished steps"
     state = "interrupted" if interrupted else ("failed" if failed else "finished")
     result = manifest(**record, ranks=ranks, status=state, error=error)
     write_json(out / MANIFEST, result)
@@ -107,7 +124,7 @@ def run(
     if interrupted:
         tail = f"; traces kept: {', '.join(kept)}" if kept else "; no finished step to keep"
         err = CaptureError(f"capture {error}{tail}")
-        err.exit_code = 130
+        err.exit_code = 128 + stop.seen
         raise err
     if first:
         tail = f"; traces kept: {', '.join(kept)}" if kept else ""
@@ -159,26 +176,33 @@ def _killed(code: int | None) -> str:
 
 
 class _InterruptFlag:
-    """While active, SIGINT (Ctrl-C) sets ``seen`` instead of raising KeyboardInterrupt, so the
-    launcher can always let the ranks write their traces and record what happened."""
+    """While active, SIGINT (Ctrl-C) and SIGTERM (``kill``, a scheduler, a sweep's own stop)
+    set ``seen`` (the signal's number) instead of raising, so the launcher can always stop the
+    ranks, let them write their traces and record what happened: one signal stops the whole
+    capture, none of its ranks outlives it."""
 
     def __init__(self) -> None:
-        self.seen = False
-        self._previous = None
+        self.seen = 0
+        self._previous: dict = {}
 
     def _handler(self, signum, frame) -> None:
-        self.seen = True
+        self.seen = self.seen or signum
+
+    @property
+    def what(self) -> str:
+        return "terminated (SIGTERM)" if self.seen == signal.SIGTERM else "interrupted (Ctrl-C)"
 
     def __enter__(self) -> _InterruptFlag:
-        try:
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-        except ValueError:  # not the main thread: Ctrl-C is not ours to handle
-            self._previous = None
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._previous[sig] = signal.signal(sig, self._handler)
+            except ValueError:  # not the main thread: the signals are not ours to handle
+                pass
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
 
 
 def _over_limit(procs, limit: int | None) -> tuple[int, int] | None:
@@ -198,10 +222,11 @@ def _wait(
     """Wait for every rank; once one fails, give the rest GRACE_SECONDS, then stop them. Stop
     them all at once when a rank passes ``memory_limit`` (returned: that rank and its memory).
 
-    On Ctrl-C (recorded by ``ctrl_c``; the ranks, in the same process group, get it too) the
-    ranks are sent SIGINT once more in case they did not, and get GRACE_SECONDS to write the
-    trace of their finished steps before they are stopped. Returns the exit codes, whether the
-    run was interrupted, and the rank over the memory limit with its memory (else None).
+    On Ctrl-C or SIGTERM (recorded by ``ctrl_c``; the ranks, in the same process group, get a
+    Ctrl-C too, a SIGTERM sent to the launcher alone they do not) the ranks are sent SIGINT, and
+    get GRACE_SECONDS to write the trace of their finished steps before they are stopped.
+    Returns the exit codes, whether the run was interrupted, and the rank over the memory
+    limit with its memory (else None).
     """
     deadline = None
     interrupted = False

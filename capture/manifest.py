@@ -110,12 +110,16 @@ def manifest(
     status: str,
     started: str,
     error: str | None = None,
+    written_by: str | None = None,
+    files: list[str] | None = None,
 ) -> dict:
-    """The manifest of a run. ``ranks`` are the per-rank status reports."""
+    """The manifest of a run. ``ranks`` are the per-rank status reports; ``written_by`` the
+    tool and ``files`` what it wrote (its traces added), which ``--force`` alone removes."""
     devices = next((r.get("devices") for r in ranks if r.get("devices")), None)
     return {
         "tracekit_capture": 1,
         "kind": kind,
+        "written_by": written_by or f"tracekit capture {kind}",
         "status": status,
         "error": error,
         "command": command_line(argv),
@@ -131,6 +135,7 @@ def manifest(
         "ranks": ranks,
         "measures": manifest_block(ranks),
         "traces": [r["trace"] for r in ranks if r.get("trace")],
+        "files": [*(files or []), *(r["trace"] for r in ranks if r.get("trace"))],
     }
 
 

@@ -17,9 +17,9 @@ Only traces and the manifest sit at the top level, so a reader that takes every 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
+from . import owned
 from .errors import CaptureError
 
 TRACE_SUFFIX = ".pt.trace.json.gz"
@@ -33,45 +33,26 @@ def worker_name(rank: int) -> str:
     return f"rank{rank}"
 
 
-def ours(path: Path) -> bool:
-    """Whether ``path`` (an entry of an output directory) is something a capture writes."""
-    return (
-        path.name in (MANIFEST, LOGS)
-        or path.name.endswith(TRACE_SUFFIX)
-        or path.name.endswith(".pt.trace.json")
-    )
-
-
 def check_out(out: Path, force: bool) -> list[Path]:
     """Refuse an ``out`` that is not a directory, holds a previous run (unless ``force``) or holds
-    files a capture did not write; writes nothing, so it can run before anything else does.
-    Returns the entries a forced run replaces."""
+    files a capture did not write (:mod:`.owned`: by the previous run's manifest); writes
+    nothing, so it can run before anything else does. Returns the files a forced run removes."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise CaptureError(f"--out {out} exists and is not a directory")
     if not out.is_dir():
         return []
-    entries = list(out.iterdir())
-    if entries and not force:
+    if any(out.iterdir()) and not force:
         raise CaptureError(f"{out} is not empty (a previous run?); pass --force to replace it")
-    foreign = [e.name for e in entries if not ours(e)]
-    if foreign:
-        # --force replaces a capture, never files a capture did not write.
-        raise CaptureError(
-            f"{out} holds files a capture did not write ({', '.join(sorted(foreign)[:3])}); "
-            "choose another --out"
-        )
-    return entries
+    files, foreign = owned.owned_capture(out)
+    owned.refuse(out, foreign, "a capture")  # --force replaces a capture, never files it did not write
+    return files
 
 
 def prepare(out: Path, force: bool) -> Path:
     """Make ``out`` ready for a new run; refuse to touch a previous one unless ``force``."""
     out = Path(out)
-    for entry in check_out(out, force):
-        if entry.is_dir():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
+    owned.remove(out, check_out(out, force))
     (out / LOGS).mkdir(parents=True, exist_ok=True)
     return out
 

@@ -52,10 +52,17 @@ def check_train(c: Common, t: Train) -> bool:
 
 
 def run_train(
-    c: Common, t: Train, *, argv: list[str], echo=print, memory_limit_mb: float | None = None
+    c: Common,
+    t: Train,
+    *,
+    argv: list[str],
+    echo=print,
+    memory_limit_mb: float | None = None,
+    written_by: str = "tracekit capture train",
 ) -> dict:
     """Capture ``t.steps`` training steps after the warm-up; the manifest (also written to
-    ``c.out``). ``memory_limit_mb``: stop a rank whose resident memory passes it (CPU hosts)."""
+    ``c.out``). ``memory_limit_mb``: stop a rank whose resident memory passes it (CPU hosts).
+    ``written_by``: the tool its manifest names (a sweep's ``--force`` removes only its own)."""
     started = time.monotonic()
     shape = model_shape(c.model, c.layers)
     check_sequence_length(shape, t.seq_len, "--seq-len")
@@ -72,6 +79,7 @@ def run_train(
     spec = {"kind": "train", "out": str(out.resolve()), **c.spec(dtype, warmup, gpu), **own}
     spec["deepspeed_config"] = ds_config
     options = {k: v for k, v in spec.items() if k not in ("kind", "out", "deepspeed_config")}
+    spec["written_by"] = written_by
     options["nproc_per_node"] = t.nproc_per_node
     config = {"model": {"name": c.model, **shape.as_dict()}, "deepspeed": ds_config}
     echo(

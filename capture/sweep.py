@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import output, runs
+from . import output, owned, runs
 from .batch_search import largest_fitting
 from .errors import FAILED, OOM, CaptureError
 from .manifest import command_line, now
@@ -38,6 +38,8 @@ FIGURES = (
     "step_max_ms",
 )
 INTERRUPTED = "interrupted"
+#: Exit statuses of a capture stopped by a signal: Ctrl-C (130), SIGTERM (143).
+STOPPED = (130, 143)
 
 
 @dataclass(frozen=True)
@@ -79,11 +81,22 @@ def capture_method(s: Settings, method: Method, batch: int, out: Path, run: Runn
     row: dict = {"status": "ok", "reason": None, "batch_size": batch}
     try:
         result = run(
-            c, t, argv=train_argv(c, t, method), echo=lambda *a: None, memory_limit_mb=s.memory_limit_mb
+            c,
+            t,
+            argv=train_argv(c, t, method),
+            echo=lambda *a: None,
+            memory_limit_mb=s.memory_limit_mb,
+            written_by=owned.SWEEP_TOOL,
         )
     except CaptureError as err:
-        interrupted = err.exit_code == 130
-        kind = INTERRUPTED if interrupted else FAILED if err.kind == "error" else err.kind
+        if err.exit_code in STOPPED:  # a signal stopped the capture: it stops the sweep too
+            return row | {
+                "status": INTERRUPTED,
+                "reason": err.format_message(),
+                "exit_code": err.exit_code,
+                "seconds": time.monotonic() - started,
+            }
+        kind = FAILED if err.kind == "error" else err.kind
         return row | {"status": kind, "reason": err.format_message(), "seconds": time.monotonic() - started}
     except Exception as err:  # a bug or an unforeseen failure: a row, never a traceback
         reason = f"{type(err).__name__}: {err}".strip().splitlines()[0]
@@ -149,23 +162,19 @@ def _probes(tried: dict[int, dict]) -> list[dict]:
 
 
 def prepare(out: Path, force: bool) -> Path:
-    """Make the sweep directory ready: refuse a non-empty one unless ``force``, and never
-    remove what a sweep did not write (its files, probes and capture directories)."""
+    """Make the sweep directory ready: refuse a non-empty one unless ``force``, and then remove
+    only what a sweep wrote (:func:`.owned.owned_sweep`: its files, and the captures whose
+    manifests say the sweep wrote them, file by file); anything else is refused first."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise CaptureError(f"--out {out} exists and is not a directory")
     entries = list(out.iterdir()) if out.is_dir() else []
     if entries and not force:
         raise CaptureError(f"{out} is not empty (a previous sweep?); pass --force to replace it")
-    ours = {SWEEP_JSON, SWEEP_MD, PROBES}
-    foreign = [e.name for e in entries if e.name not in ours and not (e / output.MANIFEST).is_file()]
-    if foreign:
-        raise CaptureError(
-            f"{out} holds files a sweep did not write ({', '.join(sorted(foreign)[:3])}); "
-            "choose another --out"
-        )
-    for e in entries:
-        shutil.rmtree(e) if e.is_dir() else e.unlink()
+    if entries:
+        files, foreign = owned.owned_sweep(out)
+        owned.refuse(out, foreign, "a sweep")
+        owned.remove(out, files)
     out.mkdir(parents=True, exist_ok=True)
     return out
 
@@ -181,14 +190,14 @@ def run_sweep(
     doc = _document(s, argv)
     rows: list[dict] = []
     by_name = {m.name: m for m in methods}
+    stop: dict | None = None  # the row of the method a signal stopped: every later one is not run
     for i, m in enumerate(methods, 1):
         echo(f"[{i}/{len(methods)}] {m.name} ({m.label})")
-        if rows and rows[-1]["status"] == INTERRUPTED:
-            row = {"status": "not-run", "reason": "the sweep was interrupted (Ctrl-C)"}
-        elif s.max_batch:
-            row = largest(s, m, out, run)
+        if stop is not None:
+            row = {"status": "not-run", "reason": f"the sweep was stopped ({stop['reason']})"}
         else:
-            row = capture_method(s, m, s.common.batch_size, out / m.name, run)
+            row = _one(s, m, out, run)
+            stop = row if row["status"] == INTERRUPTED else None
         done = (out / m.name / output.MANIFEST).is_file()
         rows.append({"method": m.name, "label": m.label, **_empty(), **row, "out": m.name if done else None})
         echo("    " + _progress(rows[-1]))
@@ -200,6 +209,20 @@ def run_sweep(
         output.write_json(out / SWEEP_JSON, doc)
     (out / SWEEP_MD).write_text(markdown(doc))
     return doc
+
+
+def _one(s: Settings, m: Method, out: Path, run: Runner) -> dict:
+    """One method's row; a signal that reaches the sweep itself (in a capture's checks, before
+    its ranks start) is that method's interrupted row, as one inside its capture is."""
+    try:
+        if s.max_batch:
+            return largest(s, m, out, run)
+        return capture_method(s, m, s.common.batch_size, out / m.name, run)
+    except KeyboardInterrupt as e:
+        code = 143 if type(e).__name__ == "Terminated" else 130  # tracekit.cli.io.Terminated: SIGTERM
+        what = "terminated (SIGTERM)" if code == 143 else "interrupted (Ctrl-C)"
+        reason = f"sweep {what} before the capture started"
+        return {"status": INTERRUPTED, "reason": reason, "exit_code": code}
 
 
 def _empty() -> dict:

@@ -28,8 +28,27 @@ def _stop_on_first_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def _end_with_launcher() -> None:
+    """A rank ends with its launcher: were the launcher killed outright (SIGKILL, where nothing
+    of it can run), Linux sends this rank SIGINT (``PR_SET_PDEATHSIG``), so it keeps its
+    finished steps and stops instead of running on, re-parented to init. A launcher that
+    already died before this (then this process's parent is not it) ends the rank at once."""
+    launcher = os.environ.get("TRACEKIT_CAPTURE_LAUNCHER")
+    if not launcher or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGINT))  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(launcher):
+        os._exit(INTERRUPTED)
+
+
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, _stop_on_first_interrupt)
+    _end_with_launcher()
     spec = read_json(Path(argv[0]))
     if spec is None:
         print(f"tracekit: error: cannot read capture spec {argv[0]}", file=sys.stderr)

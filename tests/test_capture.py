@@ -148,7 +148,11 @@ def test_output_refuses_a_previous_run_without_force(tmp_path):
     out = tmp_path / "run"
     output.prepare(out, force=False)
     (out / "rank0.1.pt.trace.json.gz").write_bytes(b"old")
-    (out / "manifest.json").write_text("{}")
+    (out / "manifest.json").write_text("{}")  # not tracekit's manifest: --force refuses it
+    with pytest.raises(CaptureError, match="did not write"):
+        output.prepare(out, force=True)
+    doc = {"tracekit_capture": 1, "kind": "train", "environment": {"world_size": 1}}
+    (out / "manifest.json").write_text(json.dumps(doc))  # tracekit's: it wrote what it names
     with pytest.raises(CaptureError, match="--force"):
         output.prepare(out, force=False)
     output.prepare(out, force=True)

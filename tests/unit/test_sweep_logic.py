@@ -112,7 +112,7 @@ class FakeRunner:
     def __init__(self, figures, errors=None, check=False):
         self.figures, self.errors, self.check, self.calls = figures, errors or {}, check, []
 
-    def __call__(self, c, t, *, argv, echo, memory_limit_mb):
+    def __call__(self, c, t, *, argv, echo, memory_limit_mb, written_by="tracekit capture train"):
         self.calls.append((c, t, argv))
         if self.check:
             runs.check_train(c, t)

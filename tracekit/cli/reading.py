@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from ..read.files import DEFAULT_MAX_BYTES
-from .io import load_with_progress
+from .io import load_with_progress, warn
 
 
 @dataclass(frozen=True)
@@ -32,15 +32,16 @@ class Reading:
         from ..ranks.analyse import Options
 
         keep = ("taxonomy", "kernel_rules", "max_bytes", "devices", "peak_tflops", "peak_bandwidth")
-        return Options(cache=cache, **{k: getattr(self, k) for k in keep})
+        return Options(cache=trusted_cache(cache), **{k: getattr(self, k) for k in keep})
 
-    def load(self, path: Path, **kw):
+    def load(self, path: Path, cache: bool = True, **kw):
         """``tracekit.load`` of ``path`` with these options (and ``kw``), showing progress."""
         from .. import load
 
         return load_with_progress(
             load,
             path,
+            cache=trusted_cache(cache),
             rank=self.rank,
             taxonomy=self.taxonomy,
             kernel_rules=self.kernel_rules,
@@ -50,6 +51,26 @@ class Reading:
             **kw,
         )
 
+
+def trusted_cache(cache: bool) -> bool:
+    """``cache``, unless the cache directory or its seal key is not the user's own and private
+    (:func:`tracekit.read.sealkey.untrusted`): then the run goes on without the cache, and one
+    warning line says why (once per process)."""
+    if not cache:
+        return False
+    from ..read import sealkey
+    from ..read.cache import cache_dir
+
+    why = sealkey.untrusted(cache_dir())
+    if why is None:
+        return True
+    if not _SAID:
+        _SAID.append(why)
+        warn(f"{why}; refused (as ssh refuses such keys), so this run does not use the cache")
+    return False
+
+
+_SAID: list[str] = []
 
 _READING_OPTIONS = (
     click.option("--rank", type=int, help="Only this rank of a directory of per-rank traces."),

@@ -8,9 +8,10 @@ die inside one worker, so the parent never holds more than one rank's raw events
 when ``jobs > 1``), and its own work per rank is gathering, not computing.
 
 * ``jobs=1``: in this process, one rank after another;
-* ``jobs=N``: a :mod:`multiprocessing` pool of N workers. Workers ignore SIGINT: Ctrl-C reaches
-  the parent only, which terminates the pool (no worker tracebacks, no hang) and re-raises
-  :class:`KeyboardInterrupt`;
+* ``jobs=N``: a pool of N forked workers (:mod:`tracekit.ranks.workers`, which knows which file
+  each worker is on: a worker that dies, as the OOM killer's SIGKILL kills it, is an error for
+  that file, never a hang). Workers ignore SIGINT: Ctrl-C reaches the parent only, which
+  terminates the pool (no worker tracebacks, no hang) and re-raises :class:`KeyboardInterrupt`;
 * ``scheduler="tcp://host:8786"`` (or a ``distributed.Client``): ``Client.map`` on an existing
   Dask cluster (the ``dask`` extra: :func:`tracekit.errors.install_hint`). The workers need
   tracekit installed.
@@ -21,12 +22,13 @@ Workers are started once per run (the pool) or are the cluster's own; each impor
 once, on its first task, and keeps it.
 
 With ``keep_errors=True`` a file that raises :class:`~tracekit.errors.TraceError` yields that
-error in its place instead of failing the whole run (the caller decides what a bad file means).
+error in its place instead of failing the whole run (the caller decides what a bad file means);
+so does any other failure on one file (``could not analyse (OverflowError: ...)``, named with
+the file), a failure gathering its result, and a worker that died under it.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import pickle
 import signal
@@ -35,6 +37,7 @@ from typing import Any
 
 from .. import progress
 from ..errors import RunError, TraceError, install_hint
+from . import workers
 
 
 def default_jobs(n_files: int) -> int:
@@ -56,7 +59,18 @@ class _Attempt:
             if not self.keep_errors:
                 raise
             got = e
-        return i, _Sealed(got) if self.sealed else got
+        except Exception as e:  # a bug or an unforeseen input: this file's error, named
+            if not self.keep_errors:
+                raise
+            got = _could_not(f, e)
+        if not self.sealed:
+            return i, got
+        try:
+            return i, _Sealed(got)
+        except Exception as e:  # a result that cannot be pickled
+            if not self.keep_errors:
+                raise
+            return i, _Sealed(_could_not(f, e))
 
 
 class _Sealed:
@@ -138,32 +152,44 @@ def map_ranks(
     if jobs <= 1 or len(files) <= 1:
         for item in enumerate(files):
             i, result = attempt(item)
-            out[i] = gather(i, result)
+            out[i] = _gathered(gather, i, result, files[i], keep_errors)
             progress.file_done()
         return out
-    pool = None
-    try:
-        # SIGINT (and SIGTERM) is held while the workers fork: a Ctrl-C landing in a fork hook would be
-        # swallowed there ("Exception ignored in _releaseLock"); it is delivered right after.
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        try:
-            pool = multiprocessing.Pool(min(jobs, len(files)), initializer=_ignore_sigint)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        chunk = batch_size(files, min(jobs, len(files)))
-        sealed = _Attempt(fn, args, keep_errors, sealed=True)
-        for i, result in pool.imap_unordered(sealed, enumerate(files), chunksize=chunk):
-            out[i] = gather(i, result.open())
-            progress.file_done()
-        pool.close()
-    except BaseException:
-        if pool is not None:
-            pool.terminate()
-        raise
-    finally:
-        if pool is not None:
-            pool.join()
+    chunk = batch_size(files, min(jobs, len(files)))
+    items = list(enumerate(files))
+    batches = [items[j : j + chunk] for j in range(0, len(items), chunk)]
+
+    def arrived(i: int, result: Any) -> None:
+        out[i] = _gathered(gather, i, result.open(), files[i], keep_errors)
+        progress.file_done()
+
+    def lost(i: int, why: str) -> None:  # its worker died under it (the OOM killer's SIGKILL)
+        err = TraceError(files[i], why)
+        if not keep_errors:
+            raise err
+        out[i] = gather(i, err)
+        progress.file_done()
+
+    sealed = _Attempt(fn, args, keep_errors, sealed=True)
+    workers.run_pool(sealed, batches, min(jobs, len(files)), arrived, lost, _ignore_sigint)
     return out
+
+
+def _gathered(gather: Callable[[int, Any], Any], i: int, result: Any, file: Any, keep_errors: bool) -> Any:
+    """``gather(i, result)``; with ``keep_errors``, a failure there is that file's error."""
+    try:
+        return gather(i, result)
+    except Exception as e:
+        if not keep_errors or isinstance(e, TraceError):
+            raise
+        return gather(i, _could_not(file, e))
+
+
+def _could_not(file: Any, e: Exception) -> TraceError:
+    """An unforeseen failure on one file, as that file's error (a directory's other ranks go on)."""
+    if isinstance(e, MemoryError):
+        return TraceError(file, "out of memory while analysing")
+    return TraceError(file, f"could not analyse ({type(e).__name__}: {str(e)[:200]})")
 
 
 def check_scheduler(address: str) -> str:
@@ -218,7 +244,7 @@ def _map_dask(attempt: _Attempt, files: list, scheduler: Any, gather: Callable[[
         out: list = [None] * len(files)
         for fut in as_completed(futures):
             for i, result in fut.result():
-                out[i] = gather(i, result.open())
+                out[i] = _gathered(gather, i, result.open(), files[i], attempt.keep_errors)
                 progress.file_done()
             fut.release()
         return out

@@ -6,12 +6,15 @@ JSON when the file has not changed:
 
 * where: ``$TRACEKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/tracekit``, else ``~/.cache/tracekit``,
   one ``<sha256 of the key>.parquet`` per trace. Nothing is ever written beside a trace;
-* key: the trace's device, inode, size, modification time (ns), a hash of its first and last
-  64 KiB, the read limit, tracekit's version and :data:`FORMAT`. The key is taken before the
-  trace is read and again after; if the file changed while it was read nothing is cached;
+* key: the trace's identity (:func:`tracekit.read.filekey.file_key`: device, inode, size,
+  modification and change times, a hash of its head, tail and 16 blocks between), the read
+  limit, tracekit's version and the cache format (``filekey.FORMAT``). The key is taken
+  before the trace is read and again after; if the file changed while it was read nothing is
+  cached;
 * a cache file is trusted only after (:func:`read_sealed`) its seal checks: a keyed checksum
-  (HMAC-SHA256, under a random key kept in the cache directory, mode 0600) of the whole file,
-  computed when tracekit wrote it. A flipped bit, a half-written file, an entry planted or
+  (HMAC-SHA256, under a random key kept in the cache directory, mode 0600, trusted only when
+  the directory and the key are the user's own and private: :mod:`tracekit.read.sealkey`) of
+  the whole file, computed when tracekit wrote it. A flipped bit, a half-written file, an entry planted or
   copied from elsewhere is a miss before any byte of it is decoded. Then its footer (never its
   columns) must show the right key, the expected columns and types, and a decoded size (rows
   times column widths, plus the strings: :func:`decoded_bound`) bounded by the trace's own
@@ -40,11 +43,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from . import sealkey
 from .cache_schema import decoded_bound, valid_schema, whole
+from .filekey import file_key
 from .reader import RawTrace
 
-#: Version of the cached columns; bump when read.py's output changes.
-FORMAT = "tracekit-raw-8"
 SUFFIX = ".parquet"
 _META_KEY = b"tracekit"
 #: Entry names: the parse cache's ``<hash>.parquet`` and the result cache's ``<hash>.result.parquet``
@@ -52,7 +55,6 @@ _META_KEY = b"tracekit"
 _ENTRY = re.compile(r"[0-9a-f]{32}(\.result)?\.parquet")
 _TEMP = re.compile(r"\.[0-9a-f]{32}(\.result)?\.parquet\..*\.tmp")
 DEFAULT_MAX_CACHE_BYTES = 2 * 1024**3
-_EDGE = 1 << 16
 #: In-memory columns may be this many times the trace's size on disk (gzip included), plus slack.
 _EXPANSION, _SLACK = 64, 16 << 20
 
@@ -70,28 +72,6 @@ def max_cache_bytes() -> int:
         return max(0, int(os.environ.get("TRACEKIT_CACHE_MAX_BYTES", DEFAULT_MAX_CACHE_BYTES)))
     except ValueError:
         return DEFAULT_MAX_CACHE_BYTES
-
-
-def _version() -> str:
-    from .._version import __version__
-
-    return __version__
-
-
-def file_key(path: str | os.PathLike, max_bytes: int) -> str:
-    """The identity of the bytes at ``path`` now (raises OSError when it cannot be read)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
-    with open(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(f"{os.fsdecode(path)}: not a regular file")
-        h = hashlib.sha256(f.read(_EDGE))
-        if st.st_size > _EDGE:
-            f.seek(max(_EDGE, st.st_size - _EDGE))
-            h.update(f.read(_EDGE))
-    return json.dumps(
-        [FORMAT, _version(), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, h.hexdigest(), int(max_bytes)]
-    )
 
 
 def _entry(key: str) -> Path:
@@ -159,32 +139,12 @@ def store(raw: RawTrace, path: str | os.PathLike, max_bytes: int, key: str) -> P
 _SEAL_KEY = b"tracekit-seal"
 SEAL_HOLE = {_SEAL_KEY: b"hmac-sha256:" + b"0" * 64}
 _SEAL = re.compile(rb"tracekit-seal[\x00-\xff]{1,4}?hmac-sha256:([0-9a-f]{64})")
-_KEY_FILE = ".seal-key"
 
 
 def _seal_key(create: bool) -> bytes | None:
-    """This cache directory's secret (32 random bytes, mode 0600), made when first needed."""
-    path = cache_dir() / _KEY_FILE
-    try:
-        with open(path, "rb") as f:
-            key = f.read(64)
-        if len(key) == 32:
-            return key
-    except OSError:
-        pass
-    if not create:
-        return None
-    tmp = path.with_name(f"{_KEY_FILE}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with open(fd, "wb") as f:
-        f.write(os.urandom(32))
-    try:
-        os.link(tmp, path)  # never replaces a key another process made meanwhile
-    except FileExistsError:
-        pass
-    finally:
-        os.unlink(tmp)
-    return _seal_key(False)
+    """This cache directory's secret, when the directory and the key are the user's own and
+    private (:mod:`tracekit.read.sealkey`); made by the first store."""
+    return sealkey.key(cache_dir(), create)
 
 
 def _mac(key: bytes, data: bytes | bytearray, at: int) -> bytes:
@@ -230,7 +190,10 @@ def read_sealed(loc: Path, limit: int) -> pq.ParquetFile | None:
     key = _seal_key(create=False)
     if key is None:
         return None
-    with open(loc, "rb") as f:
+    fd = os.open(loc, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # never a FIFO's blocking open
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
         data = f.read(limit + 1)
     at = _seal_at(data) if len(data) <= limit else None
     if at is None or not hmac.compare_digest(_mac(key, data, at), data[at : at + 64]):
@@ -329,7 +292,7 @@ def clear() -> int:
     except OSError:
         return 0
     try:
-        (cache_dir() / _KEY_FILE).unlink()
+        (cache_dir() / sealkey.KEY_FILE).unlink()
     except OSError:
         pass
     for p in names:
