@@ -318,7 +318,9 @@ def explain(path, pattern, step, limit, by_op, fmt, reading, no_cache, debug):
         if fmt == "json":
             import json
 
-            click.echo(json.dumps(doc, indent=2))
+            from ..render.finite import finite_obj
+
+            click.echo(json.dumps(finite_obj(doc)[0], indent=2, allow_nan=False))
         else:
             import shutil
 
