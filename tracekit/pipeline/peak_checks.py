@@ -14,6 +14,16 @@ from .state import as_str, codes_of
 SLACK_PCT = 1e-6
 
 
+def over_peak(ns: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Per activity, whether its time at peak ``ns`` is longer than its duration ``dur`` (a
+    rate above the device's peak: FLOPs it cannot have done in its time, or its peak is wrong).
+    Such an activity is kept out of MFU and % of peak (its time at peak counts as 0, so a
+    group of only such activities shows an empty %) and named in the above-peak notice."""
+    ns, dur = np.asarray(ns, np.float64), np.asarray(dur, np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.isfinite(ns) & (ns > 0) & (ns * 100 > dur * (100 + SLACK_PCT))
+
+
 def measured(dtype: pd.Categorical | pd.Series, flops: np.ndarray, peaks: Peaks) -> dict[str, float | None]:
     """The dtypes that hold FLOPs, most FLOPs first, each with the dense peak TFLOP/s its FLOPs
     were measured against (None: none known)."""
@@ -34,15 +44,15 @@ def above_peak(acts: pd.DataFrame, keep: np.ndarray) -> dict:
     out: dict = {}
     for kind, col in (("flops", "compute_ns"), ("bytes", "memory_ns")):
         ns = acts[col].to_numpy(np.float64)[keep]
-        pct = np.divide(ns * 100, dur, out=np.full(len(dur), np.nan), where=dur > 0)
-        over = np.flatnonzero(np.isfinite(pct) & (pct > 100 + SLACK_PCT))
+        pct = np.divide(ns * 100, dur, out=np.full(len(dur), np.inf), where=dur > 0)
+        over = np.flatnonzero(over_peak(ns, dur))
         if not len(over):
             continue
         i = int(over[np.argmax(pct[over])])
         row = np.flatnonzero(keep)[i]
         out[kind] = {
             "kernels": len(over),
-            "max_pct": round(float(pct[i]), 3),
+            "max_pct": round(float(pct[i]), 3) if np.isfinite(pct[i]) else None,
             "kernel": as_str(acts["name"].iloc[row : row + 1])[0],
             "op": as_str(acts["perf_op"].iloc[row : row + 1])[0],
             "dtype": as_str(acts["dtype"].iloc[row : row + 1])[0],
