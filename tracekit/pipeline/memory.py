@@ -199,8 +199,10 @@ def _step_start(t: Trace, a: pd.DataFrame) -> np.ndarray:
     if not len(rng):
         return np.full(len(ts), ts.min(), np.int64)
     first = rng.drop_duplicates("step").set_index("step")["cpu_start"]
-    start = first.reindex(a["step"].to_numpy()).to_numpy(dtype="float64")
-    return np.where(np.isnan(start), ts, start).astype(np.int64)
+    # integer ns throughout: epoch-scale times through float64 were off by up to 256 ns
+    pos = first.index.get_indexer(a["step"].to_numpy())
+    starts = first.to_numpy(np.int64)
+    return np.where(pos >= 0, starts[np.maximum(pos, 0)] if len(starts) else ts, ts).astype(np.int64)
 
 
 def _devices(kind: np.ndarray, index: np.ndarray) -> pd.Categorical:
