@@ -207,3 +207,7 @@ def setup(target: str) -> None:
     """What ``target`` needs before its first input (so that no input pays for it)."""
     if target == "cache":
         import fuzz_cache  # noqa: F401 (analyses the planted trace into its cache)
+    if target in ("shapes", "memory", "merged", "render"):  # their imports, paid once
+        from fuzz_surfaces import warm_up
+
+        warm_up(target)

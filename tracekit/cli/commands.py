@@ -316,11 +316,9 @@ def explain(path, pattern, step, limit, by_op, fmt, reading, no_cache, debug):
             by_op=by_op,
         )
         if fmt == "json":
-            import json
+            from ..render.finite import strict_json
 
-            from ..render.finite import finite_obj
-
-            click.echo(json.dumps(finite_obj(doc)[0], indent=2, allow_nan=False))
+            click.echo(strict_json(doc))
         else:
             import shutil
 

@@ -14,6 +14,7 @@ their dtypes; nothing finite changes.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -37,6 +38,11 @@ def finite_obj(obj: Any) -> tuple[Any, int]:
         items = [finite_obj(v) for v in obj]
         return type(obj)(v for v, _ in items), sum(n for _, n in items)
     return obj, 0
+
+
+def strict_json(obj: Any) -> str:
+    """``obj`` as strict JSON (indented), non-finite floats as ``null``."""
+    return json.dumps(finite_obj(obj)[0], indent=2, allow_nan=False)
 
 
 def finite_frame(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
