@@ -135,7 +135,7 @@ def memory(data: bytes) -> None:
     for name, df in tables.items():
         if "device" in df and df["device"].nunique() > MAX_DEVICES:
             raise Broken(f"{name}: {df['device'].nunique()} devices")
-    _write_all(a.meta, tables)
+    _write_all(a.meta, tables, terminal=False)
 
 
 # Merged-file splitting -----------------------------------------------------------------------
@@ -203,8 +203,10 @@ def render(data: bytes) -> None:
     _write_all(meta, {"kernels": df, "top_kernels": df})
 
 
-def _write_all(meta: dict, tables: dict) -> None:
-    """Every format through the CLI's output boundary (:func:`tracekit.cli.io.write_output`)."""
+def _write_all(meta: dict, tables: dict, terminal: bool = True) -> None:
+    """Every format through the CLI's output boundary (:func:`tracekit.cli.io.write_output`);
+    the terminal only with ``terminal`` (the memory target leaves it to the render target: a
+    rich table of thousands of rows costs seconds under the sanitizers)."""
     from tracekit.render import formats
     from tracekit.render.finite import finite_output
     from tracekit.render.html import render_report
@@ -221,7 +223,8 @@ def _write_all(meta: dict, tables: dict) -> None:
         if csv.count("\n") != len(df) + 1:
             raise Broken(f"CSV of {name}: {csv.count(chr(10))} lines for {len(df)} rows")
         _check_text("csv", csv)
-    _check_text("terminal", _terminal(shown_meta, shown))
+    if terminal:
+        _check_text("terminal", _terminal(shown_meta, shown))
     html = render_report(shown_meta, shown)
     cells = re.findall(r">([^<]*)<", html.split("<script", 1)[0])
     if any(_INF.search(c) for c in cells):

@@ -77,7 +77,7 @@ def merged(folder: Path, traces: list[Path]) -> Path:
     """Small merged files (processes launching onto devices of their own, shared ids), and
     windows of the real traces."""
     items: list[bytes] = []
-    for procs, shared in ((2, False), (9, False), (3, True)):
+    for procs, shared in ((2, False), (17, False), (3, True)):
         ev = []
         for p in range(procs):
             c = 1 if shared else 10 * p + 1

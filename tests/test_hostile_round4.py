@@ -92,7 +92,7 @@ def _merged_doc(processes: int) -> dict:
 
 def test_a_merged_file_of_many_tiny_ranks_is_one_line(box):
     """500 processes in 600 KB took 365 s (each a rank paying the whole pipeline). A merged file
-    splits into at most 8 ranks, or one per 10,000 events: more is refused in one line."""
+    splits into at most 16 ranks, or one per 10,000 events: more is refused in one line."""
     p = run(box, "analyze", trace(box, "merged.json", _merged_doc(500)), "--no-cache")
     one_line(p, 2, "merged.json", "500 ranks merged into one file", "refused")
     assert p.seconds < 30
@@ -101,10 +101,12 @@ def test_a_merged_file_of_many_tiny_ranks_is_one_line(box):
 
 
 def test_a_merged_file_within_the_cap_is_still_split(box):
-    p = run(box, "analyze", trace(box, "merged.json", _merged_doc(8)), "--format", "json", "--no-cache")
+    p = run(box, "analyze", trace(box, "merged.json", _merged_doc(16)), "--format", "json", "--no-cache")
     assert p.returncode == 0, p.err
     meta = json.loads(p.stdout)["meta"]
-    assert meta["ranks"] == list(range(8)) and "split into 8 ranks" in meta["rank_grouping"]
+    assert meta["ranks"] == list(range(16)) and "split into 16 ranks" in meta["rank_grouping"]
+    p = run(box, "analyze", trace(box, "merged.json", _merged_doc(17)), "--no-cache")
+    one_line(p, 2, "17 ranks merged into one file of 34 events: more than the 16 ranks")
 
 
 # 8. No join is larger than its inputs -------------------------------------------------------

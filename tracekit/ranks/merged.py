@@ -38,7 +38,7 @@ OWNER_SHARE = 0.9
 #: cost even when tiny), so a merged file may hold at most this many ranks, or one per
 #: :data:`EVENTS_PER_RANK` events when that is more. A file of more ranks than its events can
 #: pay for (500 ranks in 600 KB took 365 s) is refused in one line (docs/security.md).
-FREE_RANKS = 8
+FREE_RANKS = 16
 EVENTS_PER_RANK = 10_000
 
 
