@@ -255,6 +255,9 @@ def test_a_kernel_above_peak_is_kept_out_of_mfu(box):
     assert doc["meta"]["mfu"]["0"]["mean_pct"] == 0
     pct = [r["peak_pct"] for r in doc["tables"]["gemm_shapes"]]
     assert pct and all(v is None or v <= 100 for v in pct)
+    p = run(box, "explain", path, "gemm", "--format", "json", "--no-cache")
+    assert p.returncode == 0, p.err
+    assert all(c["perf"]["chain"]["above_peak"] for c in _strict(p.stdout)["chains"])
 
 
 # 16. Markdown: a name cannot add a link ---------------------------------------------------
