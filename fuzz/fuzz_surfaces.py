@@ -200,7 +200,7 @@ def render(data: bytes) -> None:
         "notices": [df["op"].iloc[-1]],
         "mfu": {"0": {"mean_pct": float(df["time_ms"].iloc[0])}},
     }
-    _write_all(meta, {"kernels": df, "top_kernels": df})
+    _write_all(meta, {"kernels": df})
 
 
 def _write_all(meta: dict, tables: dict, terminal: bool = True) -> None:
