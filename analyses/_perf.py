@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.pipeline.peak_checks import over_peak
 from tracekit.pipeline.state import str_test
 
 from ._common import NS_PER_MS, once_per_table, text
@@ -48,7 +49,7 @@ def frame(iv: pd.DataFrame) -> pd.DataFrame:
         "gflop": iv["flops"].to_numpy()[keep] / 1e9,
         "gbyte": iv["op_bytes"].to_numpy()[keep] / 1e9,
         "dur_ms": (iv["end"].to_numpy()[keep] - iv["start"].to_numpy()[keep]) / NS_PER_MS,
-        "ideal_ms": _unknown_is_inf(iv["compute_ns"].to_numpy()[keep]) / NS_PER_MS,
+        "ideal_ms": _unknown_is_inf(_within_peak(iv)[keep]) / NS_PER_MS,
         "ideal_mem_ms": _unknown_is_inf(iv["memory_ns"].to_numpy()[keep]) / NS_PER_MS,
     }
     return pd.DataFrame(cols)
@@ -62,6 +63,14 @@ def rows(intervals: pd.DataFrame, done, which: str) -> pd.DataFrame:
     if done is not None:
         keep = keep & np.isin(f["step"].to_numpy(), done)
     return f[keep]
+
+
+def _within_peak(iv: pd.DataFrame) -> np.ndarray:
+    """``compute_ns``, 0 where the activity ran above its peak (kept out of MFU and % of peak:
+    :func:`tracekit.pipeline.peak_checks.over_peak`)."""
+    ns = iv["compute_ns"].to_numpy(np.float64)
+    dur = (iv["end"].to_numpy() - iv["start"].to_numpy()).astype(np.float64)
+    return np.where(over_peak(ns, dur), 0.0, ns)
 
 
 def _unknown_is_inf(ns: np.ndarray) -> np.ndarray:

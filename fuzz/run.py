@@ -1,5 +1,7 @@
 """Build and run tracekit's fuzzer: libFuzzer, ASan and UBSan over the C scanner, the reader
-and the caches (fuzz/tracekit_fuzz.py has the targets, docs/security.md the results).
+and the caches, and the surfaces of issue 39: the shapes reader, memory events, merged-file
+splitting and the renderers (fuzz/tracekit_fuzz.py and fuzz/fuzz_surfaces.py have the targets,
+docs/security.md the results).
 
     python fuzz/run.py                          # every target, 60 s in all
     python fuzz/run.py --target reader --seconds 3600 --work /tmp/tf   # an hour, kept in /tmp/tf
@@ -31,18 +33,30 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+from seeds import SURFACE_SEEDS  # beside this file (fuzz/ is the script's folder)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-TARGETS = ("scanner", "reader", "cache")
+TARGETS = ("scanner", "reader", "cache", "shapes", "memory", "merged", "render")
 #: Each target's share of ``--seconds`` when all run.
-SHARES = {"scanner": 0.4, "reader": 0.4, "cache": 0.2}
+SHARES = {
+    "scanner": 0.25,
+    "reader": 0.25,
+    "cache": 0.1,
+    "shapes": 0.1,
+    "memory": 0.1,
+    "merged": 0.1,
+    "render": 0.1,
+}
 _FLAGS = ["-g", "-O1", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]
 
 
 #: An input slower than this is a finding. The cache target analyses a whole trace per input
 #: (0.2-0.7 s uninstrumented, several times that under ASan at nice 19 on a busy 2-core host:
 #: 5 s flagged six-byte inputs); its replay bound in tests/test_fuzz_harness.py is 20 s too.
-SLOW_SECONDS = {"scanner": 5, "reader": 5, "cache": 20}
+#: The surface targets: memory analyses a small trace and writes it (about 1.5 s uninstrumented,
+#: 20-33 s at nice 19 beside a test run), render writes every format (0.3 s, 14 s there).
+SLOW_SECONDS = {"scanner": 5, "reader": 5, "cache": 20, "shapes": 5, "memory": 30, "merged": 10, "render": 20}
 
 
 def build(work: Path) -> tuple[Path, Path]:
@@ -119,6 +133,8 @@ def seed(work: Path, target: str, max_len: int) -> Path:
         for first in range(16):  # every entry, seal mode and damage, with a few edits
             (folder / f"seed-{first}").write_bytes(bytes([first]) + bytes(range(1, 40, 3)))
         return folder
+    if target in SURFACE_SEEDS:
+        return SURFACE_SEEDS[target](folder, _traces())
     n = 0
     for path in _traces():
         raw = path.read_bytes()
@@ -159,6 +175,8 @@ def fuzz(target: str, seconds: int, work: Path, kineto: Path, binary: Path, max_
     cmd = ["nice", "-n", "19", str(binary), f"-max_total_time={seconds}", f"-max_len={max_len}"]
     slow = SLOW_SECONDS.get(target, 5)
     cmd += ["-timeout=30", f"-report_slow_units={slow}", "-rss_limit_mb=4096", "-print_final_stats=1"]
+    if target in SURFACE_SEEDS:  # Python targets: the C edges do not grow, so keep every seed
+        cmd += ["-keep_seed=1", "-reduce_inputs=0"]
     cmd += [f"-dict={HERE / 'dict.txt'}", f"-artifact_prefix={artifacts}/{target}-", str(corpus)]
     log = work / f"{target}.log"
     with open(log, "w") as out:

@@ -11,6 +11,8 @@ is deterministic in its input, so a saved input reproduces its failure.
   (``tracekit.read.read_trace``: streamed in slices, or whole), natively and with
   ``TRACEKIT_NATIVE=0``: the same result, or the same :class:`~tracekit.errors.TraceError`.
   Any other exception is a failure ("could not analyse (SomeException)").
+* :func:`shapes`, :func:`memory`, :func:`merged`, :func:`render`: the surfaces of issue 39
+  (:mod:`fuzz_surfaces` says what each checks).
 * :func:`cache`: the input says how to damage a stored parse or result entry (flip, truncate,
   splice, forge), which is then loaded in-process: a damaged entry is a miss (None), never a
   crash, never shown. With the input's mode bit, the seal check is bypassed, so that what
@@ -173,7 +175,39 @@ def cache(data: bytes) -> None:
     damaged_entry(data)
 
 
+def shapes(data: bytes) -> None:
+    """The perf model's shapes reader (:mod:`fuzz_surfaces`)."""
+    from fuzz_surfaces import shapes as target
+
+    target(data)
+
+
+def memory(data: bytes) -> None:
+    """Memory events analysed and written in every format (:mod:`fuzz_surfaces`)."""
+    from fuzz_surfaces import memory as target
+
+    target(data)
+
+
+def merged(data: bytes) -> None:
+    """A file read and split into the ranks merged into it (:mod:`fuzz_surfaces`)."""
+    from fuzz_surfaces import merged as target
+
+    target(data)
+
+
+def render(data: bytes) -> None:
+    """Hostile names and numbers through every renderer (:mod:`fuzz_surfaces`)."""
+    from fuzz_surfaces import render as target
+
+    target(data)
+
+
 def setup(target: str) -> None:
     """What ``target`` needs before its first input (so that no input pays for it)."""
     if target == "cache":
         import fuzz_cache  # noqa: F401 (analyses the planted trace into its cache)
+    if target in ("shapes", "memory", "merged", "render"):  # their imports, paid once
+        from fuzz_surfaces import warm_up
+
+        warm_up(target)

@@ -23,7 +23,7 @@ import pytest
 
 FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
 REGRESSIONS = FUZZ / "regressions"
-TARGETS = ("scanner", "reader", "cache")
+TARGETS = ("scanner", "reader", "cache", "shapes", "memory", "merged", "render")
 
 _REPLAY = """
 import sys, time
@@ -88,7 +88,7 @@ def _fuzzer_runtime() -> bool:
     not _fuzzer_runtime(), reason="clang with libFuzzer not installed (apt-get install clang)"
 )
 def test_a_minute_of_fuzzing_finds_nothing(tmp_path):
-    """``fuzz/run.py`` for 60 s over the three targets, under ASan and UBSan: each target runs,
+    """``fuzz/run.py`` for 60 s over the seven targets, under ASan and UBSan: each target runs,
     covers the scanner's code, and leaves no crash, divergence, timeout or slow input."""
     p = subprocess.run(
         [sys.executable, str(FUZZ / "run.py"), "--seconds", "60", "--work", str(tmp_path)],

@@ -163,10 +163,13 @@ class Analysis(PerRankTables):
             parts = [self._rank_table(name, rank, per_step, copy=False) for rank in self.ranks]
             if not parts:
                 return pd.DataFrame()
-            out, lengths = pd.concat(parts, ignore_index=True), [len(p) for p in parts]
+            # A rank with no rows has untyped (object) columns: left out of the concatenation,
+            # so the number columns keep their dtypes (object columns broke the HTML writer).
+            rows = [p for p in parts if len(p)] or parts[:1]
+            out, lengths = pd.concat(rows, ignore_index=True), [len(p) for p in parts]
         if self.multi_rank or spec.cross_fill:
             out.insert(0, "rank", np.repeat(np.fromiter(self.ranks, np.int64), lengths))
-        return out
+        return _typed(spec, out)
 
     def tables(self, per_step: bool = False) -> dict[str, pd.DataFrame]:
         """Every table of :meth:`names`, in report order (cross-rank tables last)."""
@@ -192,7 +195,19 @@ class Analysis(PerRankTables):
             out = ranks_table.tables({rank: self._phase_means(rank, copy=False) for rank in self.ranks})
         if collective_ranks.wanted(self):  # collectives matched across ranks (analyses/cross_rank.py)
             out.update(collective_ranks.cross(self)[0])
-        return {k: _whole_numbers(REGISTRY.get(k), v.copy()) for k, v in out.items()}
+        return {k: _typed(REGISTRY.get(k), _whole_numbers(REGISTRY.get(k), v.copy())) for k, v in out.items()}
+
+
+def _typed(spec, out: pd.DataFrame) -> pd.DataFrame:
+    """``out`` with number columns as numbers however the ranks' tables were concatenated: an
+    object column of numbers is inferred, and an empty table's ``step`` and value columns are
+    int64 and float64 (an empty table's columns are untyped; from the Python API the per-step
+    tables of multi-rank runs got object columns, and the HTML writer raised ``KeyError``)."""
+    out = out.infer_objects()
+    if out.empty and spec is not None:
+        kinds = {"step": np.int64, **dict.fromkeys(spec.values, np.float64)}
+        out = out.astype({c: t for c, t in kinds.items() if c in out and out[c].dtype == object})
+    return out
 
     def _rank_tables_per_step(self) -> dict[str, pd.DataFrame]:
         """``ranks`` and ``rank_summary`` of each step, from the ranks' per-step phase rows."""

@@ -292,9 +292,9 @@ def explain(path, pattern, step, limit, by_op, fmt, reading, no_cache, debug):
             by_op=by_op,
         )
         if fmt == "json":
-            import json
+            from ..render.finite import strict_json
 
-            click.echo(json.dumps(doc, indent=2))
+            click.echo(strict_json(doc))
         else:
             import shutil
 

@@ -305,7 +305,9 @@ def write_output(
     """
     from ..pipeline.checks import text
     from ..render import formats
+    from ..render.finite import finite_output
 
+    meta, tables = finite_output(meta, tables)  # never inf in any format (render/finite.py)
     for w in meta["warnings"]:
         warn(text(w))
     if fmt != "json":

@@ -27,6 +27,8 @@ def of_chain(ev, row: pd.Series, members: pd.DataFrame) -> dict | None:
 def section(acts: pd.DataFrame, units, peaks: Peaks, row: pd.Series, members: pd.DataFrame) -> dict | None:
     """The perf section of a chain whose first activity is ``row`` and whose activities are
     ``members`` (rows of ``acts``, one file's); None when its op has no model."""
+    from ..pipeline.peak_checks import over_peak
+
     unit = int(row.get("perf_unit", -1))
     model = units.model(unit) if units is not None and unit >= 0 else None
     if model is None:
@@ -58,6 +60,8 @@ def section(acts: pd.DataFrame, units, peaks: Peaks, row: pd.Series, members: pd
             "peak_pct": float(ideal.sum() / dur.sum() * 100)
             if dur.sum() > 0 and np.isfinite(ideal).all()
             else None,
+            # above the peak: kept out of MFU and % of peak (tracekit.pipeline.peak_checks)
+            "above_peak": bool(over_peak(ideal, dur).any()),
         },
         "peak": {
             "device": peaks.device or None,
@@ -80,6 +84,8 @@ def lines(p: dict | None, row) -> list[str]:
     more = f" (+{len(p['kernels']) - 4} more)" if len(p["kernels"]) > 4 else ""
     rate = "?" if c["tflops"] is None else f"{c['tflops']:,.3f} TFLOP/s"
     pct = "no peak" if c["peak_pct"] is None else f"{c['peak_pct']:,.1f}% of peak"
+    if c.get("above_peak"):
+        pct += " (above peak: not in MFU)"
     if pk["dtype_tflops"]:
         against = f"{pk['dtype_tflops']:g} TFLOP/s {pk['dtype']} ({pk['matched'] or 'given'}; {pk['source']})"
     else:

@@ -22,6 +22,22 @@ READERS: dict[str, Reader] = {**others.READERS, **attention.READERS, **gemm.READ
 #: what it checks; anything else is caught here and means "no model").
 _BAD_ARGS = (TypeError, ValueError, IndexError, KeyError, ZeroDivisionError, OverflowError)
 
+#: The most FLOPs or bytes one op call may be modelled with: what 10 PFLOP/s (or 10 PB/s) does
+#: in a year, the longest duration an event may have (docs/security.md). Beyond it the shapes
+#: are not a real op's (2^40-sized dims, products past int64): no model, never a number past
+#: float64's range (FLOP sums overflowed to inf; dims past int64 were an OverflowError).
+MAX_MODELLED = 1e24
+
+
+def sane(got: OpModel) -> bool:
+    """Whether a model's numbers are finite, non-negative and within :data:`MAX_MODELLED`, and
+    its GEMM dims fit 64-bit integers."""
+    return (
+        0 <= got.flops <= MAX_MODELLED
+        and 0 <= got.bytes <= MAX_MODELLED
+        and all(0 <= d < 1 << 62 for d in got.gemm or ())
+    )
+
 
 def has_reader(name: str) -> bool:
     return name in READERS
@@ -41,9 +57,7 @@ def model(name: str, dims: str | None, types: str | None, concrete: str | None) 
         got = reader(args)
     except _BAD_ARGS:
         return None
-    if got is None or not (got.flops >= 0 and got.bytes >= 0) or got.flops == float("inf"):
-        return None
-    return got
+    return got if got is not None and sane(got) else None
 
 
 __all__ = ["FLOP_FAMILIES", "READERS", "OpModel", "has_reader", "model"]

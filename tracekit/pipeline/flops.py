@@ -13,7 +13,7 @@ from ..perf import FLOP_FAMILIES, OpModel, model
 from ..perf.devices import GIVEN, Peaks
 from ..perf.ops import has_reader
 from .nesting import F_OP
-from .peak_checks import above_peak, measured
+from .peak_checks import above_peak, measured, over_peak
 from .state import Trace, add_columns, categorical_take, codes_of, distinct_rows, str_test, take
 
 #: The shape columns the reader keeps (raw JSON text per CPU op, absent where none).
@@ -364,11 +364,13 @@ def mfu_meta(acts: pd.DataFrame, steps: pd.DataFrame) -> dict:
     row = np.minimum(row, max(len(ids) - 1, 0))
     done_rows = (ids[row] == acts["step"].to_numpy()) if len(ids) else np.zeros(len(acts), bool)
     keep = str_test(acts["group"], lambda s: s == "compute") & done_rows
-    ns = acts["compute_ns"].to_numpy()
+    ns = acts["compute_ns"].to_numpy(np.float64)
+    dur = (acts["end"] - acts["start"]).to_numpy(np.float64)
+    ns = np.where(over_peak(ns, dur), 0.0, ns)  # above the peak: kept out of MFU (noticed)
     ideal = np.bincount(row[keep], weights=np.where(np.isnan(ns), np.inf, ns)[keep], minlength=len(ids))
     flops = float(acts["flops"].to_numpy()[keep].sum())
     window = (done["end"] - done["start"]).to_numpy(np.float64)
-    dur = (acts["end"] - acts["start"]).to_numpy(np.float64)[keep]
+    dur = dur[keep]
     modelled = dur[str_test(acts["perf_family"], lambda s: s != "")[keep]].sum()
 
     def pct(ideal: float, wall: float) -> float | None:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from . import labels
 from .backward import link_backward
+from .checks import TraceWarning
 from .modules import work_module
 from .nest import op_columns, sweep_with_points
 from .phases import assign_phases
@@ -76,7 +77,7 @@ def label_memory(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
     category per event, the innermost module's that has one. ``held`` follows the events in
     time order, equal times in file order (:func:`held_at_pass_end`).
     """
-    mem = t.memory
+    mem = _top_devices(t, t.memory)
     t.meta["memory_events"] = len(mem)
     if not len(mem):
         t.memory = _empty(ROW_COLUMNS + ["ts"])
@@ -106,6 +107,40 @@ def label_memory(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
     }
     t.memory = add_columns(mem, labelled)
     return t
+
+
+#: Devices whose memory events are kept (tables, charts): the highest peaks (a node has a few
+#: dozen devices at most; 50,000 devices made a 52 MB report with a chart of 100,004 traces).
+MAX_DEVICES = 32
+
+
+def _top_devices(t: Trace, mem: pd.DataFrame) -> pd.DataFrame:
+    """``mem`` without the events of devices beyond the :data:`MAX_DEVICES` of the highest
+    peak allocation (the highest ``Total Allocated`` or running sum of ``Bytes``), with a
+    notice that says how many devices were left out and their highest peak."""
+    if not len(mem):
+        return mem
+    key = distinct_rows(mem["device_type"].to_numpy(), mem["device_id"].to_numpy())[0]
+    if key.max() < MAX_DEVICES:
+        return mem
+    order = time_order(mem)
+    running = pd.Series(mem["bytes"].to_numpy(np.float64)[order]).groupby(key[order]).cumsum()
+    level = np.fmax(mem["total_allocated"].to_numpy(np.float64)[order], running.to_numpy())
+    peak = pd.Series(level).groupby(key[order]).max().sort_values(ascending=False, kind="stable")
+    kept = peak.index.to_numpy()[:MAX_DEVICES]
+    left = peak.iloc[MAX_DEVICES:]
+    t.warnings.append(
+        TraceWarning(
+            "memory_devices",
+            f"memory events name {len(peak)} devices: the {MAX_DEVICES} of the highest peaks are "
+            f"shown, {len(left)} left out (their highest peak {_mb(left.max())} MB)",
+        )
+    )
+    return mem[np.isin(key, kept)].reset_index(drop=True)
+
+
+def _mb(nbytes: float) -> str:
+    return f"{nbytes / 1e6:,.1f}" if np.isfinite(nbytes) else "unknown"
 
 
 def time_order(mem: pd.DataFrame) -> np.ndarray:
@@ -164,8 +199,10 @@ def _step_start(t: Trace, a: pd.DataFrame) -> np.ndarray:
     if not len(rng):
         return np.full(len(ts), ts.min(), np.int64)
     first = rng.drop_duplicates("step").set_index("step")["cpu_start"]
-    start = first.reindex(a["step"].to_numpy()).to_numpy(dtype="float64")
-    return np.where(np.isnan(start), ts, start).astype(np.int64)
+    # integer ns throughout: epoch-scale times through float64 were off by up to 256 ns
+    pos = first.index.get_indexer(a["step"].to_numpy())
+    starts = first.to_numpy(np.int64)
+    return np.where(pos >= 0, starts[np.maximum(pos, 0)] if len(starts) else ts, ts).astype(np.int64)
 
 
 def _devices(kind: np.ndarray, index: np.ndarray) -> pd.Categorical:

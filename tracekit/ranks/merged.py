@@ -16,7 +16,8 @@ Neither is split.
 (in process id order, with ``meta["rank_split"]`` saying how the file was split, no
 ``distributedInfo`` rank), or None when the file is one rank. Guarantees: every device
 activity whose device a rank owns is in that rank's trace only; a device owned by no rank, or
-by several, means the file is not split (the processes are not separable by device).
+by several, means the file is not split (the processes are not separable by device); a file
+of more ranks than :func:`rank_cap` allows is a :class:`~tracekit.errors.TraceError`.
 """
 
 from __future__ import annotations
@@ -26,11 +27,24 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from ..errors import TraceError
 from ..read.reader import KERNEL, MEMCPY, MEMSET, RUNTIME, RawTrace
 
 #: A device's activities must be launched by one process for this share of them (the rest:
 #: correlation ids that happen to collide across ranks a merge tool did not offset).
 OWNER_SHARE = 0.9
+
+#: The cost cap of a split: every rank pays the whole pipeline and its tables (~0.5 s of fixed
+#: cost even when tiny), so a merged file may hold at most this many ranks, or one per
+#: :data:`EVENTS_PER_RANK` events when that is more. A file of more ranks than its events can
+#: pay for (500 ranks in 600 KB took 365 s) is refused in one line (docs/security.md).
+FREE_RANKS = 16
+EVENTS_PER_RANK = 10_000
+
+
+def rank_cap(n_events: int) -> int:
+    """The most ranks a merged file of ``n_events`` events may be split into."""
+    return max(FREE_RANKS, n_events // EVENTS_PER_RANK)
 
 
 def device_owners(events: pd.DataFrame) -> pd.Series:
@@ -44,6 +58,10 @@ def device_owners(events: pd.DataFrame) -> pd.Series:
     if not dev.any() or not rt.any() or np.unique(pid[rt]).size < 2:  # one launching process
         return pd.Series(dtype=np.int64)
     calls = pd.DataFrame({"corr": corr[rt], "launcher": pid[rt]}).drop_duplicates()
+    # A correlation id names one call of one process: an id that several processes call is
+    # ambiguous and votes for none of them. Each id is then one call, so the join below has at
+    # most one row per device activity (K processes x M activities of one id asked for K*M).
+    calls = calls[~calls["corr"].duplicated(keep=False)]
     acts = pd.DataFrame({"corr": corr[dev], "device": pid[dev]})
     joined = acts.merge(calls, on="corr", how="inner")
     if joined.empty:
@@ -64,6 +82,14 @@ def split_ranks(raw: RawTrace) -> list[RawTrace] | None:
     if launchers.size < 2:
         return None
     ev = raw.events
+    n_events = len(ev) + (0 if raw.memory is None else len(raw.memory))
+    if launchers.size > rank_cap(n_events):
+        raise TraceError(
+            raw.path,
+            f"{launchers.size} ranks merged into one file of {n_events} events: more than the "
+            f"{rank_cap(n_events)} ranks its events pay for (at most {FREE_RANKS}, or one per "
+            f"{EVENTS_PER_RANK:,} events); refused (give one file per rank)",
+        )
     pid = ev["pid"].to_numpy()
     kind = ev["kind"].to_numpy()
     device = np.isin(kind, (KERNEL, MEMCPY, MEMSET))

@@ -203,6 +203,15 @@ def _peak_notices(run: Run) -> list[str]:
     ]
 
 
+def _pct(got: dict) -> float:
+    """An above-peak record's largest % (None: a 0 ns activity, an infinite rate)."""
+    return float("inf") if got.get("max_pct") is None else got["max_pct"]
+
+
+def _shown(got: dict) -> str:
+    return "an infinite rate (0 ns)" if got.get("max_pct") is None else f"{got['max_pct']:.0f}%"
+
+
 def _above_peak_notices(run: Run) -> list[str]:
     """A % of peak over 100 is never shown silently: one notice per kind (FLOP/s, bandwidth)
     when some rank's compute kernels ran above the peak they are measured against (the largest,
@@ -211,23 +220,23 @@ def _above_peak_notices(run: Run) -> list[str]:
     worst: dict[str, dict] = {}
     for a in run.ranks.values():
         for kind, got in a.meta.get("mfu", {}).get("above_peak", {}).items():
-            if got["max_pct"] > worst.get(kind, {"max_pct": 0})["max_pct"]:
+            if _pct(got) > _pct(worst.get(kind, {"max_pct": 0})):
                 worst[kind] = {**got, "device": a.meta.get("device", {})}
     if "flops" in worst:
         w = worst["flops"]
         peak = (w["device"].get("measured") or {}).get(w["dtype"])
         out.append(
             f"{w['kernels']} kernel(s) ran above the peak FLOP/s they are measured against, "
-            f"up to {w['max_pct']:.0f}% ({w['op'] or w['kernel'][:60]}, {w['dtype']}"
+            f"up to {_shown(w)} ({w['op'] or w['kernel'][:60]}, {w['dtype']}"
             + (f" at {peak:g} TFLOP/s" if peak else "")
             + "): that peak is wrong for them (see --peak-tflops, --devices) or the FLOPs they "
-            "carry are not all theirs (docs/metrics.md); % of peak and MFU over 100 are not utilisation"
+            "carry are not all theirs (docs/metrics.md); they are kept out of MFU and % of peak"
         )
     if "bytes" in worst:
         w = worst["bytes"]
         out.append(
             f"{w['kernels']} kernel(s) moved their modelled bytes faster than the peak bandwidth, "
-            f"up to {w['max_pct']:.0f}% ({w['op'] or w['kernel'][:60]}): caches served part of "
+            f"up to {_shown(w)} ({w['op'] or w['kernel'][:60]}): caches served part of "
             "the traffic, so a memory-bound % of peak over 100 there is not utilisation"
         )
     missing = sorted(

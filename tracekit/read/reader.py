@@ -32,6 +32,7 @@ import msgspec
 import pandas as pd
 
 from ..errors import TraceError
+from ..render.safetext import cut
 from . import native
 from .blanks import Blanks
 from .columns import _COLUMNS, MEMORY_COLUMNS, MEMORY_ONLY, _FrameBuilder, no_memory
@@ -261,12 +262,25 @@ def _int_or_none(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 31 else None
 
 
+#: Distinct ``deviceProperties`` names kept (a node has at most a few dozen devices).
+MAX_DEVICE_NAMES = 64
+
+
 def device_names(doc: TraceDoc) -> list[str]:
-    names = []
+    """The distinct device names of ``deviceProperties`` in order, each bounded as every name
+    shown is (:data:`~tracekit.render.safetext.TERMINAL_NAME_CHARS`, an ellipsis marking a cut),
+    at most :data:`MAX_DEVICE_NAMES` of them (then one entry says how many more): 200,000
+    names, or one of 3.6 MB, were printed whole and wrapped in super-linear time."""
+    names: dict[str, None] = {}
+    more = 0
     for d in doc.deviceProperties or []:
         if isinstance(d, dict) and isinstance(d.get("name"), str):
-            names.append(d["name"])
-    return names
+            name = cut(d["name"])
+            if name in names or len(names) < MAX_DEVICE_NAMES:
+                names[name] = None
+            else:
+                more += 1
+    return list(names) + ([f"\u2026 and {more} more device entries"] if more else [])
 
 
 def read_trace(

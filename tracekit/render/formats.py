@@ -10,10 +10,13 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from ..pipeline.checks import text as warning_text
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -79,10 +82,18 @@ def to_csv(df: pd.DataFrame) -> str:
     return buf.getvalue()
 
 
+#: What an autolink extension (GFM's, markdown-it's linkify) would make a link of: a scheme's
+#: ``:`` before ``//``, a dot between two word characters (``www.x``, ``evil.com``), an ``@``.
+#: Each is backslash-escaped: it renders as itself, and the escape splits the text a linkifier
+#: scans, so a name cannot add a link (tests/test_hostile_round4.py renders with markdown-it).
+_LINKISH = re.compile(r":(?=//)|(?<=\w)\.(?=[^\W\d_])|@")
+
+
 def md_escape(v) -> str:
     s = str(v)
     for ch in ("\\", "|", "`", "*", "_", "<", ">", "[", "]"):
         s = s.replace(ch, "\\" + ch)
+    s = _LINKISH.sub(lambda m: "\\" + m.group(0), s)
     return s.replace("\n", " ").replace("\r", " ")
 
 
@@ -135,7 +146,7 @@ def _meta_lines(meta: dict) -> list[str]:
 
         lines.append("- **filters**: " + md_escape(filters_text(meta["filters"])))
     lines += [f"- **note**: {md_escape(n)}" for n in meta.get("notices", [])]
-    lines += [f"- **warning**: {md_escape(w)}" for w in meta.get("warnings", [])]
+    lines += [f"- **warning**: {md_escape(warning_text(w))}" for w in meta.get("warnings", [])]
     return lines
 
 

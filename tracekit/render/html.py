@@ -25,6 +25,7 @@ from ..pipeline.checks import text
 from ..pipeline.coverage import lines as coverage_lines
 from .charts import figures, label
 from .common import cell, device_lines, filters_text, for_people, header, numeric, shown_rows, title
+from .finite import finite_obj
 
 __all__ = ["figures", "label", "render_report", "script_json", "write_report"]
 
@@ -35,7 +36,7 @@ CSP = (
 
 def script_json(obj) -> str:
     """JSON that is safe inside a ``<script>`` element."""
-    s = json.dumps(obj, allow_nan=False, default=str)
+    s = json.dumps(finite_obj(obj)[0], allow_nan=False, default=str)
     return (
         s.replace("<", "\\u003c")
         .replace(">", "\\u003e")

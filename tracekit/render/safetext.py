@@ -36,12 +36,15 @@ def clean(text: Any) -> str:
     return _UNSAFE.sub("\ufffd", str(text))
 
 
+def cut(text: Any, limit: int = TERMINAL_NAME_CHARS) -> str:
+    """``text`` as a string of at most ``limit`` characters (an ellipsis marks a cut)."""
+    s = str(text)
+    return s[: limit - 1] + "\u2026" if len(s) > limit else s
+
+
 def bounded(text: Any, limit: int = TERMINAL_NAME_CHARS) -> str:
     """:func:`clean`, and at most ``limit`` characters (an ellipsis marks a cut)."""
-    s = str(text)
-    if len(s) > limit:
-        s = s[: limit - 1] + "\u2026"
-    return clean(s)
+    return clean(cut(text, limit))
 
 
 def clean_obj(obj: Any) -> Any:
