@@ -197,18 +197,6 @@ class Analysis(PerRankTables):
             out.update(collective_ranks.cross(self)[0])
         return {k: _typed(REGISTRY.get(k), _whole_numbers(REGISTRY.get(k), v.copy())) for k, v in out.items()}
 
-
-def _typed(spec, out: pd.DataFrame) -> pd.DataFrame:
-    """``out`` with number columns as numbers however the ranks' tables were concatenated: an
-    object column of numbers is inferred, and an empty table's ``step`` and value columns are
-    int64 and float64 (an empty table's columns are untyped; from the Python API the per-step
-    tables of multi-rank runs got object columns, and the HTML writer raised ``KeyError``)."""
-    out = out.infer_objects()
-    if out.empty and spec is not None:
-        kinds = {"step": np.int64, **dict.fromkeys(spec.values, np.float64)}
-        out = out.astype({c: t for c, t in kinds.items() if c in out and out[c].dtype == object})
-    return out
-
     def _rank_tables_per_step(self) -> dict[str, pd.DataFrame]:
         """``ranks`` and ``rank_summary`` of each step, from the ranks' per-step phase rows."""
         from tracekit.analyses import ranks as ranks_table
@@ -221,6 +209,18 @@ def _typed(spec, out: pd.DataFrame) -> pd.DataFrame:
             for k, v in got.items():
                 parts.setdefault(k, []).append(v.assign(step=s)[["step", *v.columns]])
         return {k: pd.concat(v, ignore_index=True) for k, v in parts.items()}
+
+
+def _typed(spec, out: pd.DataFrame) -> pd.DataFrame:
+    """``out`` with number columns as numbers however the ranks' tables were concatenated: an
+    object column of numbers is inferred, and an empty table's ``step`` and value columns are
+    int64 and float64 (an empty table's columns are untyped; from the Python API the per-step
+    tables of multi-rank runs got object columns, and the HTML writer raised ``KeyError``)."""
+    out = out.infer_objects()
+    if out.empty and spec is not None:
+        kinds = {"step": np.int64, **dict.fromkeys(spec.values, np.float64)}
+        out = out.astype({c: t for c, t in kinds.items() if c in out and out[c].dtype == object})
+    return out
 
 
 def load(
