@@ -34,6 +34,7 @@ import pandas as pd
 from tracekit.pipeline.names import short_name
 
 from .common import display_name, label, title
+from .critical_chart import KIND_COLORS, critical_charts
 from .memory_chart import memory_charts
 from .perf_charts import CHARTS as PERF_CHARTS
 
@@ -84,6 +85,8 @@ class Chart:
     key: str = ""
     #: The label of the one bar of a table with no ``x`` column (a mean table's phases).
     alone: str = "mean step"
+    #: A fixed colour per value of the last series column (else the palette in trace order).
+    colors: dict[str, str] = field(default_factory=dict)
 
 
 CHARTS = [
@@ -106,6 +109,7 @@ CHARTS = [
         "Critical path per phase: what the step waited on (kinds stacked)",
         stack=True,
         horizontal=True,
+        colors=KIND_COLORS,
     ),
     Chart("modules", ("module",), ("time_ms",), ("phase",), drop={"module": ("Idle",)}),
     Chart("kernels", ("group", "category"), ("time_ms",), ("stage",), drop={"group": ("idle",)}),
@@ -226,7 +230,7 @@ def figure(chart: Chart, df: pd.DataFrame) -> dict | None:
         shown_of = f"largest {len(keys)} of {n}" if len(keys) < n else ""
     if not keys:
         return None
-    traces = _traces(sums, keys, x, series, values, chart.horizontal)
+    traces = _traces(sums, keys, x, series, values, chart.horizontal, chart.colors)
     if not traces:
         return None
     tick_keys, tick_labels = _labels(keys, chart)
@@ -252,6 +256,7 @@ def _traces(
     series: list[str],
     values: list[str],
     horizontal: bool,
+    colors: dict[str, str] | None = None,
 ) -> list:
     """One bar trace per series value and value column (named by both where both vary), over
     ``keys``; a trace with nothing to draw is left out."""
@@ -274,7 +279,9 @@ def _traces(
             trace: dict[str, Any] = {
                 "type": "bar",
                 "name": label(" ".join(words + column)),
-                "marker": {"color": PALETTE[len(out) % len(PALETTE)]},
+                "marker": {
+                    "color": (colors or {}).get(words[-1] if words else "", PALETTE[len(out) % len(PALETTE)])
+                },
                 # what the trace is: its series values and value column (tests read it back)
                 "meta": {
                     "series": [label(w) for w in (name if isinstance(name, tuple) else (name,))],
@@ -319,6 +326,7 @@ def _special(draw: Callable[..., list[tuple[str, dict]]]) -> Special:
 
 SPECIAL: dict[str, Special] = {name: _special(draw) for name, draw in PERF_CHARTS.items()}
 SPECIAL["memory_timeline"] = lambda df, meta: memory_charts(df)
+SPECIAL["critical_path_timeline"] = lambda df, meta: critical_charts(df)
 
 
 def figures(tables: dict[str, pd.DataFrame], meta: dict | None = None) -> list[tuple[str, dict]]:
