@@ -10,12 +10,13 @@ pieces ``critical_path`` sums) in time order (docs/metrics.md, "Critical path"):
 
 Sized for a chart, not for every piece: neighbours with the same kind, phase and module that
 touch are first joined into one. A step then keeps at most ``max(MIN_PIECES, POINTS // steps)``
-rows: if it has more, it keeps its longest (the earlier of equal ones), and every other piece
-joins the kept piece before it (the pieces before the first kept one join that one), so the
-rows still cover the same time in order; neighbours that now share their labels are joined
-again. A thinned step's time per kind is then approximate (the pieces that joined another row
-are counted in its kind); ``points=None`` (the CLI's ``--full-series``) keeps every piece, and
-then each step's time per kind is ``critical_path``'s to the nanosecond. Only per step; the
+rows: if it has more, it keeps its ``k`` longest (the earlier of equal ones), and every other
+piece joins the kept piece before it (the pieces before the first kept one join that one), so
+the rows still cover the same time in order; neighbours that now share their labels are joined
+again; ``k`` is the largest that leaves at most that many rows. A thinned step's time per
+kind is then approximate (the pieces that joined another row are counted in its kind);
+``points=None`` (the CLI's ``--full-series``) keeps every piece, and then each step's time per
+kind is ``critical_path``'s to the nanosecond. Only per step; the
 terminal and Markdown leave it out (the files keep it).
 """
 
@@ -59,7 +60,7 @@ def table(pieces: pd.DataFrame, windows: Windows, points: int | None = POINTS) -
     rows, lo, hi, count = joined(step, codes, lo, hi, np.ones(len(p), np.int64))
     if points is not None:
         budget = max(MIN_PIECES, points // max(len(done), 1))
-        kept, lo, hi, count = thinned(step[rows], lo, hi, count, budget)
+        kept, lo, hi, count = thinned(step[rows], codes[rows], lo, hi, count, budget)
         rows = rows[kept]
         rows, lo, hi, count = _rejoin(step, codes, rows, lo, hi, count)
     base = dict(zip(done["step"].to_numpy(np.int64), done["start"].to_numpy(np.int64)))
@@ -86,11 +87,11 @@ def joined(step, codes, lo, hi, count):
     return first, lo[first], hi[last], np.add.reduceat(count, first)
 
 
-def thinned(step, lo, hi, count, budget: int):
-    """At most ``budget`` rows per step (``step`` sorted, rows in time order): the longest kept
-    (the earlier of equal ones), each other row joining the kept row before it (the rows before
-    the first kept one, the first kept one). Returns the kept rows' indices, start, end and
-    pieces."""
+def thinned(step, codes, lo, hi, count, budget: int):
+    """At most ``budget`` rows per step once neighbours are joined again (``step`` sorted, rows
+    in time order, ``codes`` their labels): the most of its longest rows (the earlier of equal
+    ones) that allows it, each other row joining the kept row before it (the rows before the
+    first kept one, the first kept one). Returns the kept rows' indices, start, end, pieces."""
     n = len(step)
     if not n:
         return np.zeros(0, np.int64), lo, hi, count
@@ -100,7 +101,7 @@ def thinned(step, lo, hi, count, budget: int):
     of = np.repeat(np.arange(len(first)), size)
     rank = np.empty(n, np.int64)
     rank[np.lexsort((lo, -(hi - lo), step))] = idx - np.repeat(first, size)
-    keep = rank < budget
+    keep = rank < _most(of, rank, size, codes, np.r_[False, lo[1:] == hi[:-1]], budget)[of]
     before = np.maximum.accumulate(np.where(keep, idx, -1))
     after = np.minimum.accumulate(np.where(keep, idx, n)[::-1])[::-1]
     own = (before >= 0) & (of[np.maximum(before, 0)] == of)
@@ -112,6 +113,27 @@ def thinned(step, lo, hi, count, budget: int):
         np.maximum.reduceat(hi, starts),
         np.add.reduceat(count, starts),
     )
+
+
+def _most(of, rank, size, codes, touch, budget: int) -> np.ndarray:
+    """Per step, the most longest rows it can keep with at most ``budget`` rows after joining
+    (binary search: keeping one more row never gives fewer rows); ``touch``: a row starts where
+    the row before it ends (then it joins the kept row before it if that has its labels)."""
+    lo_k = np.where(size <= budget, size, 1)  # few enough rows
+    hi_k = size + 1  # too many (or more than the step has)
+    while (hi_k - lo_k > 1).any():
+        mid = (lo_k + hi_k) // 2
+        ok = _rows(of, rank < mid[of], codes, touch, len(size)) <= budget
+        lo_k, hi_k = np.where(ok, mid, lo_k), np.where(ok, hi_k, mid)
+    return lo_k
+
+
+def _rows(of, keep, codes, touch, steps: int) -> np.ndarray:
+    """Per step, its rows once the rows not in ``keep`` join the kept ones and kept neighbours
+    with the same labels are joined."""
+    k = np.flatnonzero(keep)
+    same = (of[k][1:] == of[k][:-1]) & (codes[k][1:] == codes[k][:-1]).all(axis=1) & touch[k][1:]
+    return np.bincount(of[k], weights=~np.r_[False, same], minlength=steps)
 
 
 def _rejoin(step, codes, rows, lo, hi, count):

@@ -5,6 +5,8 @@ tests/test_critical_path.py, thinned to a chart's size, and drawn in the HTML re
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from html.parser import HTMLParser
 
 import numpy as np
@@ -13,7 +15,8 @@ import pytest
 from click.testing import CliRunner
 from test_charts import check_charts, read_figures
 from test_critical_path import ADAM, GEMM, SCENARIOS, _build, _sync
-from tracekit.analyses.critical_path_timeline import MIN_PIECES, POINTS, thinned
+from test_report import _chromium, needs_chromium
+from tracekit.analyses.critical_path_timeline import MIN_PIECES, POINTS, joined, thinned
 
 import tracekit
 from tracekit.cli import main
@@ -95,13 +98,32 @@ def test_thinning_keeps_the_longest_and_joins_the_rest_to_the_one_before():
     step = np.array([1, 1, 1, 1, 1, 2, 2])
     lo = np.array([0, 5, 6, 10, 11, 0, 3])
     hi = np.array([5, 6, 10, 11, 20, 3, 4])
-    kept, start, end, count = thinned(step, lo, hi, np.ones(7, np.int64), 2)
+    own = np.arange(7)[:, None]  # every row its own labels: nothing joins again
+    kept, start, end, count = thinned(step, own, lo, hi, np.ones(7, np.int64), 2)
     # step 1 keeps 11-20 (9) and 0-5/6-10 tie-broken to the earlier (0-5); step 2 keeps both
     assert kept.tolist() == [0, 4, 5, 6]
     assert start.tolist() == [0, 11, 0, 3] and end.tolist() == [11, 20, 3, 4]
     assert count.tolist() == [4, 1, 1, 1]
-    kept, start, end, count = thinned(step[:5], lo[:5], hi[:5], np.ones(5, np.int64), 1)
+    kept, start, end, count = thinned(step[:5], own[:5], lo[:5], hi[:5], np.ones(5, np.int64), 1)
     assert kept.tolist() == [4] and (start[0], end[0], count[0]) == (0, 20, 5)
+
+
+def test_thinning_keeps_more_rows_where_kept_neighbours_join_again():
+    """A b A b A c (A 10 ns, the rest 1 ns): keeping the three A gives one row once joined
+    again, so a budget of 2 keeps them (a fourth, the first b, would give 3 rows); a budget of
+    3 keeps the first b too (A b A-A: 3 rows)."""
+    step = np.ones(6, np.int64)
+    lo = np.array([0, 10, 11, 21, 22, 32])
+    hi = np.array([10, 11, 21, 22, 32, 33])
+    codes = np.array([0, 1, 0, 1, 0, 2])[:, None]
+    ones = np.ones(6, np.int64)
+    kept, start, end, count = thinned(step, codes, lo, hi, ones, 2)
+    assert kept.tolist() == [0, 2, 4] and start.tolist() == [0, 11, 22] and end.tolist() == [11, 22, 33]
+    first, lo2, hi2, n = joined(step[kept], codes[kept], start, end, count)
+    assert first.tolist() == [0] and (lo2[0], hi2[0], n[0]) == (0, 33, 6)
+    kept, start, end, count = thinned(step, codes, lo, hi, ones, 3)
+    assert kept.tolist() == [0, 1, 2, 4] and count.tolist() == [1, 1, 2, 2]
+    assert len(joined(step[kept], codes[kept], start, end, count)[0]) == 3
 
 
 def test_only_computed_with_the_critical_path(tmp_path):
@@ -144,3 +166,51 @@ def test_json_csv_and_the_html_timeline(tmp_path):
     assert f"# {NAME}" in csv.output and "start_ms" in csv.output
     term = run.invoke(main, ["analyze", trace, "--no-cache", "--table", NAME])
     assert term.exit_code == 0 and "start_ms" not in term.output
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_the_timeline_renders_in_headless_chromium(tmp_path):
+    """The report with the path timeline renders every chart and logs no JavaScript error."""
+    _build(tmp_path, "optimizer")
+    out = tmp_path / "report.html"
+    trace = str(tmp_path / "optimizer.pt.trace.json")
+    r = CliRunner().invoke(main, ["analyze", trace, "--no-cache", "--format", "html", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    run = _chromium("--enable-logging=stderr", "--v=0", "--dump-dom", out.resolve().as_uri(), tmp=tmp_path)
+    n = int(re.search(r'data-charts="(\d+)"', run.stdout).group(1))
+    assert n >= 2 and re.search(r'data-charts-rendered="(\d+)"', run.stdout).group(1) == str(n)
+    assert "Critical path over time, step 1" in run.stdout
+    console = [line for line in run.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert console == [], console
+
+
+@pytest.mark.shared
+def test_real_traces_timelines_tile_their_windows(tmp_path):
+    """On every shared real trace: no error, each step's rows cover its window in order within
+    the bound, and the full series sums to critical_path per kind."""
+    from shared_traces import shared_traces
+
+    traces = shared_traces()
+    if not traces:
+        pytest.skip("../shared/traces absent")
+    for p in traces:
+        shutil.copy(p, tmp_path / p.name)
+        names = [NAME, "critical_path", "idle"]
+        a = tracekit.load(tmp_path / p.name, cache=False, jobs=1, tables=names, full_series=True)
+        t = a.table(NAME, per_step=True)
+        if a.mode != "gpu" or t.empty:
+            assert a.table("critical_path", per_step=True).empty, p.name
+            (tmp_path / p.name).unlink()
+            continue
+        window = a.table("idle", per_step=True).set_index("step")["window_ms"]
+        _check_tiles(t, window)
+        _check_sums(t, a.table("critical_path", per_step=True))
+        thin = tracekit.load(tmp_path / p.name, cache=False, jobs=1, tables=names)
+        th = thin.table(NAME, per_step=True)
+        _check_tiles(th, window)
+        assert th.groupby("step").size().max() <= max(MIN_PIECES, POINTS // th["step"].nunique()), p.name
+        assert th["pieces"].sum() == len(
+            next(iter(thin.ranks.values())).critical.query("step in @window.index")
+        )
+        (tmp_path / p.name).unlink()

@@ -63,14 +63,17 @@ def _chart(rows: pd.DataFrame, step: Any, rank: Any, n_ranks: int) -> dict:
         }
     )
     shapes, notes = _bands(edges)
+    for note in notes:  # above the plot: the top lane's bars would hide them
+        note["yanchor"] = "bottom"
     who = "" if rank is None else f"rank {rank}, "
     more = f" (first {MAX_RANKS} of {n_ranks} ranks)" if n_ranks > MAX_RANKS else ""
     layout = {
         "title": {"text": label(f"Critical path over time, {who}step {_plain(step)}{more}")},
-        "margin": {"l": 60, "r": 20, "t": 90, "b": 50},
-        "height": max(260, 90 + 34 * len(lanes)),
+        "margin": {"l": 60, "r": 20, "t": 110, "b": 50},
+        "height": max(280, 110 + 34 * len(lanes)),
         "barmode": "overlay",
-        "legend": {"orientation": "h", "x": 0, "y": 1.0, "xanchor": "left", "yanchor": "bottom"},
+        # the legend above the phases' labels, which sit on the plot's top edge
+        "legend": {"orientation": "h", "x": 0, "y": 1.12, "xanchor": "left", "yanchor": "bottom"},
         "xaxis": {"title": {"text": "ms since the step's window began"}, "automargin": True},
         "yaxis": {"type": "category", "categoryarray": lanes, "autorange": "reversed", "automargin": True},
         "shapes": shapes,
