@@ -214,3 +214,21 @@ def test_real_traces_timelines_tile_their_windows(tmp_path):
             next(iter(thin.ranks.values())).critical.query("step in @window.index")
         )
         (tmp_path / p.name).unlink()
+
+
+def test_one_chart_per_rank_of_its_first_step():
+    from tracekit.render.critical_chart import critical_charts
+
+    rows = [
+        {"rank": r, "step": s, "kind": k, "phase": "forward", "module": "Linear", "start_ms": a, "end_ms": b}
+        for r in (1, 0)
+        for s in (4, 3)
+        for k, a, b in (("cpu", 0.0, 1.0), ("kernel", 1.0, 3.5))
+    ]
+    df = pd.DataFrame(rows).assign(pieces=1)
+    figs = critical_charts(df)
+    assert [n for n, _ in figs] == ["critical-timeline-0", "critical-timeline-1"]
+    assert all(f["meta"]["bars"]["step"] == 3 for _, f in figs)
+    kernel = figs[0][1]["data"][1]
+    assert kernel["base"] == [1.0] and kernel["x"] == [2.5] and kernel["y"] == ["kernel"]
+    assert figs[0][1]["layout"]["yaxis"]["categoryarray"] == ["cpu", "kernel"]
