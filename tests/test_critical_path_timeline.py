@@ -232,3 +232,14 @@ def test_one_chart_per_rank_of_its_first_step():
     kernel = figs[0][1]["data"][1]
     assert kernel["base"] == [1.0] and kernel["x"] == [2.5] and kernel["y"] == ["kernel"]
     assert figs[0][1]["layout"]["yaxis"]["categoryarray"] == ["cpu", "kernel"]
+
+
+def test_the_result_cache_gives_the_same_rows(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    _build(tmp_path, "item")
+    path = tmp_path / "item.pt.trace.json"
+    first = tracekit.load(path, cache=True, jobs=1).table(NAME)
+    again = tracekit.load(path, cache=True, jobs=1)
+    pd.testing.assert_frame_equal(again.table(NAME), first)
+    whole = tracekit.load(path, cache=True, jobs=1, full_series=True).table(NAME)
+    pd.testing.assert_frame_equal(whole, first)  # few pieces: the full series is the same
