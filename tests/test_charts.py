@@ -77,6 +77,9 @@ def check_charts(tables: dict[str, pd.DataFrame], page: str) -> int:
         if "lines" in meta:
             checked += check_lines(tables[meta["table"]], fig)
             continue
+        if "bars" in meta:
+            checked += check_bars(tables[meta["table"]], fig)
+            continue
         sums = _groups(tables[meta["table"]], meta)
         drawn = set()
         for trace in fig["data"]:
@@ -142,6 +145,25 @@ def check_lines(df: pd.DataFrame, fig: dict) -> int:
         np.testing.assert_allclose(t["x"], g[how["x"]].to_numpy(float), atol=1e-6)
         np.testing.assert_allclose(t["y"], g[how["y"]].to_numpy(float), atol=1e-6)
     return sum(len(t["y"]) for t in lines)
+
+
+def check_bars(df: pd.DataFrame, fig: dict) -> int:
+    """A critical-path timeline: per kind, its bars are the step's rows of that kind (of the
+    chart's rank) in time order, each from ``start_ms`` to ``end_ms``, and nothing else."""
+    how = fig["meta"]["bars"]
+    rows = df[df["step"] == how["step"]]
+    if how["rank"] is not None:
+        rows = rows[rows["rank"] == how["rank"]]
+    rows = rows.sort_values("start_ms", kind="stable")
+    bars = [t for t in fig["data"] if t.get("type") == "bar"]
+    assert sorted(t["name"] for t in bars) == sorted(rows["kind"].astype(str).unique())
+    for t in bars:
+        g = rows[rows["kind"].astype(str) == t["name"]]
+        assert set(t["y"]) == {t["name"]}
+        np.testing.assert_allclose(t["base"], g["start_ms"].to_numpy(float), atol=1e-6)
+        ends = np.asarray(t["base"]) + np.asarray(t["x"])
+        np.testing.assert_allclose(ends, g["end_ms"].to_numpy(float), atol=2e-6)
+    return sum(len(t["x"]) for t in bars)
 
 
 def _run(plans_, per_step: bool) -> tuple[dict, str]:

@@ -257,9 +257,10 @@ def load(
     :class:`TraceError` before anything is read).
     ``tables``: the tables wanted (None: all); the run computes only those, and skips the
     pipeline's optional steps none of them needs (the perf model, the memory events): the
-    result has no other table. ``full_series``: the memory timeline's every event, not
-    thinned to a chart's points. ``findings``: a TOML file of findings rules that replace the
-    built-in ones key by key (``tracekit/data/findings.toml``; an unknown key raises ValueError).
+    result has no other table. ``full_series``: the memory timeline's every event and the
+    critical path timeline's every piece, not thinned to a chart's points. ``findings``: a TOML
+    file of findings rules that replace the built-in ones key by key
+    (``tracekit/data/findings.toml``; an unknown key raises ValueError).
     ``keep_intervals``: False when nothing will read the ranks' intervals after their tables
     (no ``per_step`` view, no filter): ranks analysed by a pool without the result cache then
     send back none, and a view that reads them after all analyses the file again.

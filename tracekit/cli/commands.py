@@ -61,7 +61,7 @@ def main() -> None:
     + ", ".join(TABLE_NAMES)
     + ". Only these are computed: the perf model runs only for gemm_shapes, efficiency or op_shapes"
     " (without them, phases has no gflop/ideal/mfu columns), memory events are read only for the"
-    " memory tables, the critical path is walked only for critical_path.",
+    " memory tables, the critical path is walked only for the critical_path tables.",
 )
 @click.option(
     "--steps", "steps_filter", metavar="LIST", help="Only these steps: ranges and lists, e.g. 3-7 or 2,4,9."
@@ -122,7 +122,7 @@ def main() -> None:
     "--full-series",
     is_flag=True,
     help="Files: the memory timeline's every event, instead of at most 400 points per device "
-    "(each step's peak kept exact).",
+    "(each step's peak kept exact), and the critical path timeline's every piece.",
 )
 @click.option(
     "--findings",

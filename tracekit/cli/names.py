@@ -21,6 +21,7 @@ TABLE_NAMES = [
     "idle_host",
     "launches",
     "critical_path",
+    "critical_path_timeline",
     "kernels",
     "memcpy",
     "timeline",

@@ -34,6 +34,7 @@ import pandas as pd
 from tracekit.pipeline.names import short_name
 
 from .common import display_name, label, title
+from .critical_chart import KIND_COLORS, critical_charts
 from .memory_chart import memory_charts
 from .perf_charts import CHARTS as PERF_CHARTS
 
@@ -98,6 +99,8 @@ class Chart:
     key: str = ""
     #: The label of the one bar of a table with no ``x`` column (a mean table's phases).
     alone: str = "mean step"
+    #: A fixed colour per value of the last series column (else the palette in trace order).
+    colors: dict[str, str] = field(default_factory=dict)
 
 
 CHARTS = [
@@ -120,6 +123,7 @@ CHARTS = [
         "Critical path per phase: what the step waited on (kinds stacked)",
         stack=True,
         horizontal=True,
+        colors=KIND_COLORS,
     ),
     Chart("modules", ("module",), ("time_ms",), ("phase",), drop={"module": ("Idle",)}),
     Chart("kernels", ("group", "category"), ("time_ms",), ("stage",), drop={"group": ("idle",)}),
@@ -251,7 +255,7 @@ def figure(chart: Chart, df: pd.DataFrame) -> dict | None:
         shown_of = f"largest {len(keys)} of {n}" if len(keys) < n else ""
     if not keys:
         return None
-    traces = _traces(sums, keys, x, series, values, chart.horizontal)
+    traces = _traces(sums, keys, x, series, values, chart.horizontal, chart.colors)
     if not traces:
         return None
     tick_keys, tick_labels = _labels(keys, chart)
@@ -279,6 +283,7 @@ def _traces(
     series: list[str],
     values: list[str],
     horizontal: bool,
+    colors: dict[str, str] | None = None,
 ) -> list:
     """One bar trace per series value and value column (named by both where both vary), over
     ``keys``; a trace with nothing to draw is left out."""
@@ -309,19 +314,24 @@ def _traces(
             }
             trace.update({"y": cats, "x": vals, "orientation": "h"} if horizontal else {"x": cats, "y": vals})
             out.append(trace)
-    colours(out)
+    colours(out, colors)
     return out
 
 
-def colours(traces: list[dict]) -> None:
-    """Each trace's colour: a series named for a meaning (:data:`MEANING`: ``forward``,
+def colours(traces: list[dict], colors: dict[str, str] | None = None) -> None:
+    """Each trace's colour: a series value the chart gives a colour (``colors``, such as the
+    critical path's kinds) takes it; a series named for a meaning (:data:`MEANING`: ``forward``,
     ``idle``...) takes its colour, the same in every chart; the others take the palette in
     turn, skipping the colours the chart's meaning series took."""
-    taken = {MEANING[t["name"]] for t in traces if t["name"] in MEANING}
+    own = colors or {}
+    word = [(t["meta"]["series"] or [""])[-1] for t in traces]
+    taken = {MEANING[t["name"]] for t in traces if t["name"] in MEANING} | {own[w] for w in word if w in own}
     free = [c for c in PALETTE if c not in taken] or PALETTE
     i = 0
-    for t in traces:
-        if t["name"] in MEANING:
+    for t, w in zip(traces, word):
+        if w in own:
+            t["marker"] = {"color": own[w]}
+        elif t["name"] in MEANING:
             t["marker"] = {"color": MEANING[t["name"]]}
         else:
             t["marker"] = {"color": free[i % len(free)]}
@@ -374,6 +384,7 @@ def _special(draw: Callable[..., list[tuple[str, dict]]]) -> Special:
 
 SPECIAL: dict[str, Special] = {name: _special(draw) for name, draw in PERF_CHARTS.items()}
 SPECIAL["memory_timeline"] = lambda df, meta: memory_charts(df)
+SPECIAL["critical_path_timeline"] = lambda df, meta: critical_charts(df)
 
 
 def figures(tables: dict[str, pd.DataFrame], meta: dict | None = None) -> list[tuple[str, dict]]:

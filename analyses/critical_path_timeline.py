@@ -1,0 +1,142 @@
+"""The critical path of each step over time: the bars of the HTML report's path timeline.
+
+Per complete step, the pieces of its path (:attr:`tracekit.pipeline.Attributed.critical`, the
+pieces ``critical_path`` sums) in time order (docs/metrics.md, "Critical path"):
+
+* ``kind``, ``phase``, ``module``: the piece's labels, as ``critical_path`` has them;
+* ``start_ms``, ``end_ms``: since the start of the step's window (the ``idle`` table's), from
+  integer nanoseconds; the pieces of a step are in order and do not overlap;
+* ``pieces``: how many pieces of the path the row stands for (1 unless merged).
+
+Sized for a chart, not for every piece: neighbours with the same kind, phase and module that
+touch are first joined into one. A step then keeps at most ``max(MIN_PIECES, POINTS // steps)``
+rows: if it has more, it keeps its ``k`` longest (the earlier of equal ones), and every other
+piece joins the kept piece before it (the pieces before the first kept one join that one), so
+the rows still cover the same time in order; neighbours that now share their labels are joined
+again; ``k`` is the largest that leaves at most that many rows. A thinned step's time per
+kind is then approximate (the pieces that joined another row are counted in its kind);
+``points=None`` (the CLI's ``--full-series``) keeps every piece, and then each step's time per
+kind is ``critical_path``'s to the nanosecond. Only per step; the
+terminal and Markdown leave it out (the files keep it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.pipeline.windows import Windows
+
+from ._registry import COUNT, CRITICAL_PIECES, MS, PER_STEP, register
+
+#: Rows over the run (a chart is a few hundred pixels wide), and the fewest a step keeps.
+POINTS = 400
+MIN_PIECES = 10
+LABELS = ["kind", "phase", "module"]
+COLUMNS = ["step", *LABELS, "start_ms", "end_ms", "pieces"]
+
+
+@register(
+    "critical_path_timeline",
+    title="Critical path over time",
+    keys=("kind", "phase", "module"),
+    values={"start_ms": MS, "end_ms": MS, "pieces": COUNT},
+    reads=CRITICAL_PIECES,
+    aggregate=PER_STEP,
+    chart="critical_timeline",
+    shown=False,
+    series=True,
+)
+def table(pieces: pd.DataFrame, windows: Windows, points: int | None = POINTS) -> pd.DataFrame:
+    done = windows.steps
+    if pieces is None or pieces.empty or done.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    p = pieces[np.isin(pieces["step"].to_numpy(), done["step"].to_numpy())]
+    order = np.lexsort((p["start"].to_numpy(np.int64), p["step"].to_numpy()))
+    p = p.iloc[order]
+    step = p["step"].to_numpy(np.int64)
+    codes = np.stack([pd.Categorical(p[c]).codes.astype(np.int64) for c in LABELS], axis=1)
+    lo, hi = p["start"].to_numpy(np.int64), p["end"].to_numpy(np.int64)
+    rows, lo, hi, count = joined(step, codes, lo, hi, np.ones(len(p), np.int64))
+    if points is not None:
+        budget = max(MIN_PIECES, points // max(len(done), 1))
+        kept, lo, hi, count = thinned(step[rows], codes[rows], lo, hi, count, budget)
+        rows = rows[kept]
+        rows, lo, hi, count = _rejoin(step, codes, rows, lo, hi, count)
+    base = dict(zip(done["step"].to_numpy(np.int64), done["start"].to_numpy(np.int64)))
+    t0 = np.array([base[s] for s in step[rows]], np.int64) if len(rows) else np.zeros(0, np.int64)
+    out = pd.DataFrame({"step": step[rows]})
+    for c in LABELS:
+        out[c] = p[c].to_numpy(dtype=object)[rows]
+    out["start_ms"] = (lo - t0) / 1e6
+    out["end_ms"] = (hi - t0) / 1e6
+    out["pieces"] = count
+    return out[COLUMNS]
+
+
+def joined(step, codes, lo, hi, count):
+    """Neighbours (in time order) of the same step and labels that touch, joined: per row the
+    index of its first piece, its start, end and pieces."""
+    n = len(step)
+    if not n:
+        return np.zeros(0, np.int64), lo, hi, count
+    same = np.r_[False, step[1:] == step[:-1]] & np.r_[False, lo[1:] == hi[:-1]]
+    same &= np.r_[False, (codes[1:] == codes[:-1]).all(axis=1)]
+    first = np.flatnonzero(~same)
+    last = np.r_[first[1:] - 1, n - 1]
+    return first, lo[first], hi[last], np.add.reduceat(count, first)
+
+
+def thinned(step, codes, lo, hi, count, budget: int):
+    """At most ``budget`` rows per step once neighbours are joined again (``step`` sorted, rows
+    in time order, ``codes`` their labels): the most of its longest rows (the earlier of equal
+    ones) that allows it, each other row joining the kept row before it (the rows before the
+    first kept one, the first kept one). Returns the kept rows' indices, start, end, pieces."""
+    n = len(step)
+    if not n:
+        return np.zeros(0, np.int64), lo, hi, count
+    idx = np.arange(n)
+    first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
+    size = np.diff(np.r_[first, n])
+    of = np.repeat(np.arange(len(first)), size)
+    rank = np.empty(n, np.int64)
+    rank[np.lexsort((lo, -(hi - lo), step))] = idx - np.repeat(first, size)
+    keep = rank < _most(of, rank, size, codes, np.r_[False, lo[1:] == hi[:-1]], budget)[of]
+    before = np.maximum.accumulate(np.where(keep, idx, -1))
+    after = np.minimum.accumulate(np.where(keep, idx, n)[::-1])[::-1]
+    own = (before >= 0) & (of[np.maximum(before, 0)] == of)
+    owner = np.where(own, before, after)  # non-decreasing: each kept row's group in one run
+    starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+    return (
+        np.flatnonzero(keep),
+        np.minimum.reduceat(lo, starts),
+        np.maximum.reduceat(hi, starts),
+        np.add.reduceat(count, starts),
+    )
+
+
+def _most(of, rank, size, codes, touch, budget: int) -> np.ndarray:
+    """Per step, the most longest rows it can keep with at most ``budget`` rows after joining
+    (binary search: keeping one more row never gives fewer rows); ``touch``: a row starts where
+    the row before it ends (then it joins the kept row before it if that has its labels)."""
+    lo_k = np.where(size <= budget, size, 1)  # few enough rows
+    hi_k = size + 1  # too many (or more than the step has)
+    while (hi_k - lo_k > 1).any():
+        mid = (lo_k + hi_k) // 2
+        ok = _rows(of, rank < mid[of], codes, touch, len(size)) <= budget
+        lo_k, hi_k = np.where(ok, mid, lo_k), np.where(ok, hi_k, mid)
+    return lo_k
+
+
+def _rows(of, keep, codes, touch, steps: int) -> np.ndarray:
+    """Per step, its rows once the rows not in ``keep`` join the kept ones and kept neighbours
+    with the same labels are joined."""
+    k = np.flatnonzero(keep)
+    same = (of[k][1:] == of[k][:-1]) & (codes[k][1:] == codes[k][:-1]).all(axis=1) & touch[k][1:]
+    return np.bincount(of[k], weights=~np.r_[False, same], minlength=steps)
+
+
+def _rejoin(step, codes, rows, lo, hi, count):
+    """:func:`joined` on the thinned rows (``rows``: their first pieces)."""
+    first, lo2, hi2, c2 = joined(step[rows], codes[rows], lo, hi, count)
+    return rows[first], lo2, hi2, c2
