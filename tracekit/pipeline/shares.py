@@ -59,10 +59,9 @@ def add_shares(t: Trace) -> Trace:
         whole[ok] = clock.shares(bounds[0] + shift, bounds[-1] + shift)
         k = (s[:, None] >= np.stack(bounds[1:-1], axis=1)).sum(axis=1)
         window[ok] = k + 1
-        if "phases_overlap" in st and st["phases_overlap"].any():
-            _own_phase_shares(
-                a, ok, st["phases_overlap"].to_numpy(bool)[r], s + shift, e + shift, level, cols
-            )
+        own = _own_walls(st)
+        if own.any():
+            _own_phase_shares(a, ok, own[r], s + shift, e + shift, level, cols)
     new = {share_column(ph): cols[ph] for ph in PHASES}
     new["share_step"] = whole
     new["window"] = str_column(WINDOW_VALUES, window)
@@ -80,7 +79,8 @@ def _own_phase_shares(
     cols: dict[str, np.ndarray],
 ) -> None:
     """In a step whose phases overlap (its wall per phase is the union of the phase's own
-    activities, :mod:`tracekit.pipeline.overlap`), an activity's share of its phase's wall is
+    activities, :mod:`tracekit.pipeline.overlap`) or interleave (the sum of its runs), an
+    activity's share of its phase's wall is
     its share among that phase's own activities, and it has none in the other phases: so a
     phase's shares add up to its own wall, as in every other step."""
     phase = a["phase"].astype(str).to_numpy()[ok]
@@ -91,6 +91,16 @@ def _own_phase_shares(
         if mine.any():
             col[mine] = ShareClock(s[mine], e[mine], level[mine]).shares()
         cols[ph][ok] = col
+
+
+def _own_walls(steps: pd.DataFrame) -> np.ndarray:
+    """Per step: its phase walls are not its tiling windows (its phases overlap, or interleave:
+    :mod:`tracekit.pipeline.overlap`), so a phase's shares are among its own activities."""
+    out = np.zeros(len(steps), bool)
+    for col in ("phases_overlap", "phases_interleave"):
+        if col in steps:
+            out |= steps[col].to_numpy(bool)
+    return out
 
 
 def _stretches(steps: pd.DataFrame) -> np.ndarray:

@@ -44,7 +44,7 @@ from .columns import CATEGORICAL_COLUMNS
 from .reader import _COLUMNS, RawTrace
 
 #: Version of the cached columns; bump when read.py's output changes.
-FORMAT = "tracekit-raw-8"
+FORMAT = "tracekit-raw-9"
 SUFFIX = ".parquet"
 _META_KEY = b"tracekit"
 #: Entry names: the parse cache's ``<hash>.parquet`` and the result cache's ``<hash>.result.parquet``
