@@ -237,7 +237,7 @@ def _step_numbers(acts: list[dict], window: tuple[float, float]) -> dict:
 
 def _runs(acts: list[dict], lo: float, hi: float) -> dict:
     """Per phase: the summed length of its runs (see the module docstring)."""
-    order = sorted(acts, key=lambda a: a["span"][0])
+    order = sorted(acts, key=lambda a: (a["span"][0], PHASES.index(a["phase"])))
     heads = [a for i, a in enumerate(order) if i == 0 or a["phase"] != order[i - 1]["phase"]]
     out = dict.fromkeys(PHASES, 0.0)
     for i, a in enumerate(heads):

@@ -106,10 +106,12 @@ def planted_walls(b: TraceBuilder, step: int) -> tuple[dict[str, int], bool]:
 
 
 def _runs(acts: list, lo: int, hi: int) -> dict[str, int]:
-    """Per phase, the summed length of its runs: stretches of one phase in start order, each
+    """Per phase, the summed length of its runs: stretches of one phase in start order (ties in
+    phase order), each
     from its first start (the first from the window's start) to the next run's start (the last
     to the window's end)."""
-    order = sorted(acts, key=lambda a: a.start)
+    rank = {"forward": 0, "backward": 1, "optimizer": 3}
+    order = sorted(acts, key=lambda a: (a.start, rank[a.phase]))
     heads = [a for i, a in enumerate(order) if i == 0 or a.phase != order[i - 1].phase]
     out = dict.fromkeys(("forward", "backward", "optimizer"), 0)
     for i, a in enumerate(heads):

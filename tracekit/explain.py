@@ -25,6 +25,7 @@ import pandas as pd
 from .perf import explain as perf_explain
 from .perf.devices import Peaks
 from .pipeline.evidence import EVIDENCE_TEXT
+from .pipeline.overlap import wall_modes
 from .read.reader import ANNOTATION, CPU_OP, RUNTIME, RawTrace
 
 #: The labels that make two activities' chains the same (with the activity's name).
@@ -65,29 +66,13 @@ class Evidence:
     #: Every rank of the directory (one rank is searched: this one).
     ranks: list[int] = field(default_factory=list)
     #: Per step whose phase walls are not its tiling windows: how they are measured
-    #: (:data:`WALLS`; :mod:`tracekit.pipeline.overlap`).
+    #: (:func:`tracekit.pipeline.overlap.wall_modes`).
     walls: dict = field(default_factory=dict)
 
     def of(self, row: pd.Series) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(events, modules) of the file ``row`` came from."""
         i = int(row["file"])
         return self.events[i], self.modules[i]
-
-
-#: How a step's phase walls are measured when they are not its tiling windows.
-WALLS = {
-    "phases_overlap": "phases overlap (DualPipe): wall = union of the phase's own activity",
-    "phases_interleave": "micro-batches, no overlap: wall = sum of the phase's runs",
-}
-
-
-def _walls(steps: pd.DataFrame) -> dict:
-    """``{step: text}`` for the steps whose walls are not their tiling windows (:data:`WALLS`)."""
-    out = {}
-    for col, text in WALLS.items():
-        if col in steps:
-            out.update({int(s): text for s in steps.loc[steps[col].to_numpy(bool), "step"]})
-    return out
 
 
 def compile_pattern(pattern: str) -> re.Pattern:
@@ -165,7 +150,7 @@ def collect(raws: list[RawTrace], taxonomy, rules, peaks: list | None = None) ->
         files=[Path(r.path).name for r in raws],
         units=units,
         peaks=[p or Peaks() for p in peaks],
-        walls=_walls(steps) if len(steps) else {},
+        walls=wall_modes(steps) if len(steps) else {},
     )
 
 
@@ -273,7 +258,7 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
             "by": str(row["step_by"]),
             "complete": int(row["step"]) in ev.complete,
             "in_file": int(row["file_step"]),
-            "walls": ev.walls.get(int(row["step"])),
+            **({"walls": ev.walls[int(row["step"])]} if int(row["step"]) in ev.walls else {}),
         },
         "kernel_category": {
             "group": str(row["group"]),

@@ -10,7 +10,7 @@ import pandas as pd
 from .checks import TraceWarning
 from .evidence import call_start
 from .intervals import unique
-from .overlap import overlap, own_activity, phase_modes, phase_runs
+from .overlap import overlap, own_activity, phase_modes, run_table
 from .state import Trace, codes_of, spread, str_column
 
 #: The phase windows of a step, in time order (unattributed: the tail with no phase evidence).
@@ -47,7 +47,8 @@ def find_windows(t: Trace) -> Trace:
     ``phases_overlap`` and ``overlap_ns`` (:mod:`tracekit.pipeline.overlap`: phases that run
     at the same time; the windows table's ``wall`` is then each phase's own activity),
     ``phases_interleave`` (phases that take turns more than once without overlapping, as in
-    gradient accumulation: each ``wall`` is then the sum of the phase's runs).
+    gradient accumulation: each ``wall`` is then the sum of the phase's runs; ``t.runs``: those
+    steps' runs, ``step``, ``phase``, ``lo``, ``hi``).
     On CPU-only traces a ``backward()`` call's Python frame starts the backward window.
     Guarantees: a step's phase windows tile its step window in order, except in a step whose
     phases overlap; a phase's compute never exceeds its wall; times stay int64
@@ -94,9 +95,19 @@ def find_windows(t: Trace) -> Trace:
     steps["cpu_start"], steps["cpu_end"] = cpu_start, cpu_end
     own = own_activity(a, steps, PHASES)
     of_phase = np.array([PHASES.index(x) if x in PHASES else -1 for x in names], dtype=np.int64)
-    flagged, interleaved, runs = phase_modes(
-        own, steps, BOUNDS, PHASES, lambda: phase_runs(row, edge, of_phase[codes[keep]], steps, PHASES)
+    flagged, interleaved, runs, table = phase_modes(
+        own, steps, BOUNDS, PHASES, lambda: run_table(row, edge, of_phase[codes[keep]], steps)
     )
+    if table is not None:  # the runs of the steps whose walls are their runs (for add_shares)
+        turns = table[interleaved[table["row"].to_numpy()]]
+        t.runs = pd.DataFrame(
+            {
+                "step": ids[turns["row"].to_numpy()],
+                "phase": np.array(PHASES, dtype=object)[turns["phase"].to_numpy()],
+                "lo": turns["lo"].to_numpy(),
+                "hi": turns["hi"].to_numpy(),
+            }
+        )
     steps["phases_overlap"] = flagged
     steps["phases_interleave"] = interleaved
     steps["overlap_ns"] = np.where(flagged, overlap(own, PHASES), 0).astype(np.int64)
