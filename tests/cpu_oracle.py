@@ -11,7 +11,9 @@ walk per thread:
   ``nn.Module`` frame opens inside that backward node (a module run again); otherwise, on
   DeepSpeed, what its engine's own ``backward`` or ``step`` frame holds (loss scaling and the
   gradient reduction after autograd are backward, the grad norm before ``Optimizer.step#``
-  optimizer: issue 12.11); else forward;
+  optimizer: issue 12.11); backward inside the Python frame of a ``backward()`` call
+  (``torch/_tensor.py(N): backward``, ``torch/autograd/__init__.py(N): backward``: the
+  gradient seed and DDP's reducer after the last node, issue 37.1-2); else forward;
 * its module instance: forward and recompute, the innermost ``nn.Module`` frame around it;
   backward, the module of the node's creator, the LAST forward op with the node's sequence
   number that started before the node.
@@ -65,6 +67,9 @@ def _kind(e: dict) -> str | None:
         return "mod"
     if cat == "python_function" and name.startswith("deepspeed/runtime/engine.py("):
         return "engine" if name.rpartition(": ")[2] in ENGINE else None
+    if cat == "python_function" and name.endswith(": backward"):
+        path = name.rpartition("(")[0]
+        return "call" if path.endswith(("torch/_tensor.py", "torch/autograd/__init__.py")) else None
     return None
 
 
@@ -137,6 +142,8 @@ def _phase_and_module(rec: dict, creators: dict) -> tuple[str, str]:
     if any(k == "opt" for k, _ in ctx):
         return "optimizer", rec["module"]
     if not nodes:
+        if any(k == "call" for k, _ in ctx):
+            return "backward", rec["module"]
         return (engine[-1] if engine else "forward"), rec["module"]
     if mods and mods[-1] > nodes[-1]:
         return "recompute", rec["module"]

@@ -16,12 +16,18 @@ docs/metrics.md and nothing else:
 * its **phase**: optimizer when launched inside ``Optimizer.step#`` on its thread; backward when
   launched inside ``autograd::engine::evaluate_function``, inside a backward node (an op with a
   ``Fwd thread id`` > 0, or named ``...Backward`` / ``...Backward0`` as pre-1.9 traces name
-  them), or from a thread that runs backward nodes and no ProfilerStep; forward otherwise;
+  them), or from a thread that runs backward nodes and no ProfilerStep, or inside the Python
+  frame of a ``backward()`` call on its thread (``torch/_tensor.py(N): backward``,
+  ``torch/autograd/__init__.py(N): backward``, the engine's ``run_backward``); forward otherwise;
 * phase **walls** tile the step window: forward to the first backward activity, backward to
-  the first optimizer activity, optimizer to the end. When phases run at the same time
-  (DualPipe: two phases' compute at the same instants for over 1% of the step) or a phase's
-  compute would not fit its window, every phase's wall in that step is the measure of the
-  union of its own activities instead.
+  the first optimizer activity, optimizer to the end. When a phase's compute would not fit
+  its window, the step's phase **runs** (stretches in which activities of one phase follow
+  each other in start order, each from its first start, the first from the window's start,
+  to the next run's start, the last to the window's end) give each wall as the sum of its
+  phase's runs (gradient accumulation). When phases run at the same time (DualPipe: two
+  phases' compute at the same instants for over 1% of the step) or a phase's compute would
+  not fit its runs either, every phase's wall in that step is the measure of the union of its
+  own activities instead.
 
 tracekit's tail rules (gradient reduction, grad norm, unattributed work) are not modelled:
 their effect shows as disagreement on the backward/optimizer edge, which is what a stranger
@@ -50,6 +56,10 @@ GEMM = re.compile(
 )
 NOT_GEMM = re.compile(r"conv|scudnn|winograd|implicit_?gemm|igemm|fprop|dgrad|wgrad|fbgemm", re.IGNORECASE)
 BACKWARD_NAME = re.compile(r"Backward\d*$")
+CALL = re.compile(
+    r"torch/_tensor\.py\(\d+\): backward$|torch/autograd/__init__\.py\(\d+\): backward$"
+    r"|torch/autograd/graph\.py\(\d+\): _engine_run_backward$|^<built-in method run_backward of torch\._C\._EngineBase"
+)
 PHASES = ("forward", "backward", "optimizer")
 CUT = 0.1
 
@@ -89,9 +99,9 @@ def _is_node(e: dict) -> bool:
     return (a.get("Fwd thread id") or 0) > 0 or bool(BACKWARD_NAME.search(e.get("name", "")))
 
 
-def _cpu_context(events: list[dict]) -> tuple[dict, dict, dict]:
-    """Per thread: ProfilerStep ranges, backward ranges, optimizer ranges."""
-    steps, bwd, opt = defaultdict(list), defaultdict(list), defaultdict(list)
+def _cpu_context(events: list[dict]) -> tuple[dict, dict, dict, dict]:
+    """Per thread: ProfilerStep ranges, backward ranges, optimizer ranges, backward() calls."""
+    steps, bwd, opt, calls = defaultdict(list), defaultdict(list), defaultdict(list), defaultdict(list)
     for e in events:
         cat = str(e.get("cat", "")).lower()
         if cat in DEVICE or cat in LAUNCH or str(cat).startswith("gpu_"):
@@ -107,7 +117,9 @@ def _cpu_context(events: list[dict]) -> tuple[dict, dict, dict]:
             cat in ("cpu_op", "operator") and _is_node(e)
         ):
             bwd[key].append((lo, hi, True))
-    return steps, bwd, opt
+        elif cat == "python_function" and CALL.search(name):
+            calls[key].append((lo, hi, True))
+    return steps, bwd, opt, calls
 
 
 def activities(events: list[dict]) -> dict:
@@ -116,7 +128,7 @@ def activities(events: list[dict]) -> dict:
     for e in events:
         if str(e.get("cat", "")).lower() in LAUNCH and "correlation" in (e.get("args") or {}):
             launches[e["args"]["correlation"]] = e
-    steps, bwd, opt = _cpu_context(events)
+    steps, bwd, opt, calls = _cpu_context(events)
     step_threads = set(steps)
     engine = {k for k in bwd if k not in step_threads}
     by_pid_steps = defaultdict(list)
@@ -140,7 +152,7 @@ def activities(events: list[dict]) -> dict:
             step = 0
         if _contains(opt.get(key, []), ts):
             phase = "optimizer"
-        elif _contains(bwd.get(key, []), ts) or key in engine:
+        elif _contains(bwd.get(key, []), ts) or key in engine or _contains(calls.get(key, []), ts):
             phase = "backward"
         else:
             phase = "forward"
@@ -202,11 +214,17 @@ def _step_numbers(acts: list[dict], window: tuple[float, float]) -> dict:
     own = {p: [a for a in acts if a["phase"] == p] for p in PHASES}
     compute = {p: union([a["span"] for a in own[p] if a["group"] == "compute"]) for p in PHASES}
     both = sum(compute.values()) - union([a["span"] for a in acts if a["group"] == "compute"])
-    outside = both > 0.01 * (hi - lo) or any(compute[p] > edges[p][1] - edges[p][0] for p in PHASES)
+    walls = {p: edges[p][1] - edges[p][0] for p in PHASES}
+    if any(compute[p] > walls[p] for p in PHASES):
+        walls = _runs(acts, lo, hi)
+        if any(compute[p] > walls[p] for p in PHASES):
+            both = hi - lo  # not even the runs hold it: the phases overlap
+    if both > 0.01 * (hi - lo):
+        walls = {p: union([a["span"] for a in own[p]]) for p in PHASES}
     busy = union([a["span"] for a in acts])
     res = {"window": (hi - lo) / 1e3, "busy": busy / 1e3, "idle": (hi - lo - busy) / 1e3}
     for p in PHASES:
-        wall = union([a["span"] for a in own[p]]) if outside else edges[p][1] - edges[p][0]
+        wall = walls[p]
         res[f"{p}.wall"] = wall / 1e3
         for what, test in (
             ("compute", lambda a: a["group"] == "compute"),
@@ -215,6 +233,18 @@ def _step_numbers(acts: list[dict], window: tuple[float, float]) -> dict:
         ):
             res[f"{p}.{what}"] = union([a["span"] for a in own[p] if test(a)]) / 1e3
     return res
+
+
+def _runs(acts: list[dict], lo: float, hi: float) -> dict:
+    """Per phase: the summed length of its runs (see the module docstring)."""
+    order = sorted(acts, key=lambda a: (a["span"][0], PHASES.index(a["phase"])))
+    heads = [a for i, a in enumerate(order) if i == 0 or a["phase"] != order[i - 1]["phase"]]
+    out = dict.fromkeys(PHASES, 0.0)
+    for i, a in enumerate(heads):
+        start = lo if i == 0 else a["span"][0]
+        end = hi if i == len(heads) - 1 else heads[i + 1]["span"][0]
+        out[a["phase"]] += end - start
+    return out
 
 
 def tracekit_numbers(path: Path) -> dict:

@@ -78,9 +78,11 @@ def planted_walls(b: TraceBuilder, step: int) -> tuple[dict[str, int], bool]:
     """Phase walls (ns) from the planted phases (docs/metrics.md): forward up to the first
     backward activity, backward up to the first optimizer activity, optimizer to the window's
     end; an absent phase, or a backward whose first activity comes after the optimizer's, is
-    empty. When the phases overlap (issue 28 item 7: two phases' compute at the same instants
-    for more than 1% of the window, or a phase's compute longer than its tiled wall) each wall
-    is the measure of the union of the phase's own activities instead. Also: whether they did."""
+    empty. When a phase's compute is longer than its tiled wall, each wall is the sum of the
+    phase's runs (issue 37 item 5: gradient accumulation). When the phases overlap (issue 28
+    item 7: two phases' compute at the same instants for more than 1% of the window, or a
+    phase's compute longer than its runs) each wall is the measure of the union of the phase's
+    own activities instead. Also: whether they did."""
     lo, hi = b.window(step)
     acts = [a for a in b.activities if a.step == step]
     first = {p: min((a.start for a in acts if a.phase == p), default=hi) for p in ("backward", "optimizer")}
@@ -93,9 +95,29 @@ def planted_walls(b: TraceBuilder, step: int) -> tuple[dict[str, int], bool]:
     }
     all_compute = measure(union(a.iv for a in acts if a.kind == "kernel" and not a.comm))
     both = sum(compute.values()) - all_compute
-    if both > 0.01 * (hi - lo) or any(compute[p] > tiled[p] for p in tiled):
+    walls = tiled
+    if any(compute[p] > tiled[p] for p in tiled):  # phases interleave: the sums of their runs
+        walls = _runs(acts, lo, hi)
+        if any(compute[p] > walls[p] for p in tiled):  # not even the runs hold it: overlap
+            both = hi - lo
+    if both > 0.01 * (hi - lo):
         return {p: measure(union(a.iv for a in acts if a.phase == p)) for p in tiled}, True
-    return tiled, False
+    return walls, False
+
+
+def _runs(acts: list, lo: int, hi: int) -> dict[str, int]:
+    """Per phase, the summed length of its runs: stretches of one phase in start order (ties in
+    phase order), each
+    from its first start (the first from the window's start) to the next run's start (the last
+    to the window's end)."""
+    rank = {"forward": 0, "backward": 1, "optimizer": 3}
+    order = sorted(acts, key=lambda a: (a.start, rank[a.phase]))
+    heads = [a for i, a in enumerate(order) if i == 0 or a.phase != order[i - 1].phase]
+    out = dict.fromkeys(("forward", "backward", "optimizer"), 0)
+    for i, a in enumerate(heads):
+        end = hi if i == len(heads) - 1 else heads[i + 1].start
+        out[a.phase] += end - (lo if i == 0 else a.start)
+    return out
 
 
 #: A forward unit on a second stream still running when backward starts on the first: its

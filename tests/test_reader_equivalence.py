@@ -25,6 +25,12 @@ from tracekit.read.schema import RAW_FIELDS, TraceDoc
 
 pytestmark = pytest.mark.shared
 
+#: The Python frames of a backward() call, kept as phase evidence (docs/metrics.md).
+AUTOGRAD_FRAME = re.compile(
+    r"torch/(?:_tensor|autograd/__init__)\.py\(\d+\): backward$|torch/autograd/graph\.py\(\d+\): "
+    r"_engine_run_backward$|^<built-in method run_backward of torch\._C\._EngineBase"
+)
+
 
 def _text(path) -> bytes:
     raw = open(path, "rb").read()
@@ -108,7 +114,11 @@ def reference_frame(path) -> pd.DataFrame:
                 continue
         elif kind == R.PYTHON:
             n = name or ""
-            if not (n.startswith(R._PYTHON_KEEP_PREFIX) or any(s in n for s in R._PYTHON_KEEP_SUBSTR)):
+            if not (
+                n.startswith(R._PYTHON_KEEP_PREFIX)
+                or any(s in n for s in R._PYTHON_KEEP_SUBSTR)
+                or AUTOGRAD_FRAME.search(n)
+            ):
                 continue
         elif kind == R.FLOW_LAUNCH or ph not in ("s", "f", "t"):
             continue

@@ -27,6 +27,7 @@ from .perf.devices import Peaks
 from .pipeline.evidence import EVIDENCE_TEXT
 from .pipeline.heads import module_why
 from .pipeline.worker_comm import collective_evidence
+from .pipeline.overlap import wall_modes
 from .read.reader import ANNOTATION, CPU_OP, RUNTIME, RawTrace
 
 #: The labels that make two activities' chains the same (with the activity's name).
@@ -67,6 +68,9 @@ class Evidence:
     #: Every rank of the directory (one rank is searched: this one).
     ranks: list[int] = field(default_factory=list)
     taxonomy: object = None  # the module rules (their ``why``)
+    #: Per step whose phase walls are not its tiling windows: how they are measured
+    #: (:func:`tracekit.pipeline.overlap.wall_modes`).
+    walls: dict = field(default_factory=dict)
 
     def of(self, row: pd.Series) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(events, modules) of the file ``row`` came from."""
@@ -150,6 +154,7 @@ def collect(raws: list[RawTrace], taxonomy, rules, peaks: list | None = None) ->
         units=units,
         peaks=[p or Peaks() for p in peaks],
         taxonomy=taxonomy,
+        walls=wall_modes(steps) if len(steps) else {},
     )
 
 
@@ -257,6 +262,7 @@ def _chain(ev: Evidence, first: pd.Series, members: pd.DataFrame, origin: int) -
             "by": str(row["step_by"]),
             "complete": int(row["step"]) in ev.complete,
             "in_file": int(row["file_step"]),
+            **({"walls": ev.walls[int(row["step"])]} if int(row["step"]) in ev.walls else {}),
         },
         "kernel_category": {
             "group": str(row["group"]),

@@ -10,6 +10,12 @@ adds the evidence that is not a range around the launch:
   ``_foreach_addcdiv_``/``_foreach_addcmul_``/``_foreach_lerp_``, apex/DeepSpeed
   ``multi_tensor_adam``), and ``Optimizer.zero_grad#`` when it runs after the step's backward
   (before it, zeroing gradients prepares the step: forward);
+* the autograd call (traces with Python stacks): work with no other evidence inside the
+  ``backward()`` call on its thread (``torch/_tensor.py(N): backward``,
+  ``torch/autograd/__init__.py(N): backward``, ``_engine_run_backward``, the engine's
+  ``run_backward``) is backward: the gradient seed (``ones_like``) and the engine's start
+  before its first node, and what runs after the last node before the call returns (DDP's
+  reducer finishing its buckets, ``copy_bucket_to_grad``; FSDP's post-backward callback);
 * DeepSpeed's engine frames (traces with Python stacks): work with no other evidence inside
   ``engine.backward`` is backward (loss scaling, the gradient-reduction epilogue), inside
   ``engine.step`` optimizer (grad norm, the parameter all-gather);
@@ -77,6 +83,7 @@ EVIDENCE = [
     "grad_norm",
     "none",
     "param_gather",
+    "autograd_call",
 ]
 EV = {e: i for i, e in enumerate(EVIDENCE)}
 #: What each evidence label means (``tracekit explain`` shows it beside the label).
@@ -98,9 +105,18 @@ EVIDENCE_TEXT = {
     "grad_norm": "the step's tail from the first gradient-norm op: gradient clipping",
     "none": "the step's tail with no evidence for any phase: unattributed",
     "param_gather": "after the optimizer, up to its last all-gather: ZeRO's parameter gather",
+    "autograd_call": "inside a backward() call's Python frame on its thread, outside any node "
+    "(autograd's start, or its end: DDP's reducer, FSDP's post-backward callback)",
 }
 #: DeepSpeed's engine.backward / engine.step frames (``with_stack`` traces).
 ENGINE_FRAME = r"^deepspeed/runtime/engine\.py\(\d+\): (backward|step)$"
+#: The Python frames of a ``backward()`` call (``with_stack`` traces): ``loss.backward()``,
+#: ``torch.autograd.backward``, and the engine call inside them.
+AUTOGRAD_CALL = re.compile(
+    r"(?:^|/)torch/_tensor\.py\(\d+\): backward$|(?:^|/)torch/autograd/__init__\.py\(\d+\): backward$"
+    r"|(?:^|/)torch/autograd/graph\.py\(\d+\): _engine_run_backward$"
+    r"|^<built-in method run_backward of torch\._C\._EngineBase object"
+)
 
 
 def _matches(names: tuple[np.ndarray, np.ndarray], rx: re.Pattern) -> np.ndarray:
@@ -225,3 +241,51 @@ def _engine_frames(t: Trace, free: np.ndarray, phase: np.ndarray, evidence: np.n
     for name, ph in (("backward", "backward"), ("step", "optimizer")):
         hit = free & (frame == name)
         phase[hit], evidence[hit] = PH[ph], EV[f"engine_{name}"]
+
+
+def autograd_calls(t: Trace) -> pd.DataFrame:
+    """The outermost ``backward()`` call frames (:data:`AUTOGRAD_CALL`) of each thread:
+    ``pid``, ``tid``, ``start``, ``end`` (ns), by thread and start; a frame inside another of
+    its thread is left out (the nested frames of one call make one range)."""
+    ev = t.events
+    hit = t.name_test(lambda s: s.str.contains(AUTOGRAD_CALL))
+    idx = np.flatnonzero((ev["kind"].to_numpy() == PYTHON) & hit)
+    ts = ev["ts"].to_numpy()[idx]
+    calls = pd.DataFrame(
+        {"pid": ev["pid"].to_numpy()[idx], "tid": ev["tid"].to_numpy()[idx], "start": ts}
+    ).assign(end=ts + ev["dur"].to_numpy()[idx])
+    calls = calls.sort_values(["pid", "tid", "start", "end"], ascending=[True, True, True, False])
+    keep, last = [], (None, None, -1)
+    for p, q, s, e in calls.itertuples(index=False):  # a few frames per backward call
+        inside = (p, q) == last[:2] and s < last[2]
+        keep.append(not inside)
+        if not inside:
+            last = (p, q, e)
+    return calls[np.array(keep, bool)].reset_index(drop=True)
+
+
+def call_start(t: Trace) -> np.ndarray:
+    """Per activity: the start (ns) of the ``backward()`` call (:func:`autograd_calls`) around
+    its launch on its thread; -1 for none."""
+    calls = autograd_calls(t)
+    a = t.acts
+    if calls.empty:
+        return np.full(len(a), -1, np.int64)
+    pid = np.concatenate([calls["pid"].to_numpy(), a["launch_pid"].to_numpy()])
+    tid = np.concatenate([calls["tid"].to_numpy(), a["launch_tid"].to_numpy()])
+    thread = pd.MultiIndex.from_arrays([pid, tid]).factorize()[0]  # one key per thread
+    n = len(calls)
+    start = calls["start"].to_numpy(np.int64)
+    of = containing(thread[n:], a["launch_ts"].to_numpy(), thread[:n], start, calls["end"].to_numpy())
+    return take(start, of, -1)
+
+
+def autograd_call(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
+    """Work with no other evidence launched inside a ``backward()`` call on its thread is
+    backward (see the module doc): autograd's start before its first node, its end after the
+    last (DDP's reducer, FSDP's post-backward callback)."""
+    free = evidence == EV[NO_EVIDENCE]
+    if not free.any():
+        return
+    hit = free & (call_start(t) >= 0)
+    phase[hit], evidence[hit] = PH["backward"], EV["autograd_call"]

@@ -8,7 +8,7 @@ import pandas as pd
 from .. import annotations as ann
 from ..read.reader import ANNOTATION
 from . import stages as _stages
-from .evidence import EV, EVIDENCE, NO_EVIDENCE, PH, PHASES, optimizer_ops, step_tail
+from .evidence import EV, EVIDENCE, NO_EVIDENCE, PH, PHASES, autograd_call, optimizer_ops, step_tail
 from .intervals import containing
 from .nesting import F_BWD, F_EVAL, F_OPT, MOD_IN_BWD
 from .state import Coded, Trace, add_columns, as_str, categorical, categorical_take, take
@@ -30,7 +30,9 @@ def assign_phases(t: Trace) -> Trace:
     backward node known by its name alone, ``AddmmBackward``: traces before torch 1.9),
     ``optimizer_range`` (inside
     ``Optimizer.step#``), ``optimizer_op`` / ``zero_grad`` (optimizer ops outside that range),
-    ``annotation`` (tracekit's phase range), then for the step's tail ``gradient_reduction``
+    ``autograd_call`` (backward: inside a ``backward()`` call's Python frame on its thread,
+    outside any node), ``annotation`` (tracekit's phase range), then for the step's tail
+    ``gradient_reduction``
     (backward), ``grad_norm`` (optimizer) or ``none`` (unattributed); see
     :mod:`tracekit.pipeline.evidence`), ``acts.recompute`` (a backward activity launched inside
     a forward module range that runs inside a backward node: activation checkpointing's
@@ -56,6 +58,7 @@ def assign_phases(t: Trace) -> Trace:
     for mask, ph, why in rules:
         phase[mask], evidence[mask] = PH[ph], EV[why]
     optimizer_ops(t, phase, evidence)
+    autograd_call(t, phase, evidence)
     annotated = _annotated_phase(t)
     for p in ann.TRAIN_PHASES:
         m = annotated == p

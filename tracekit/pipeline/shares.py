@@ -30,7 +30,8 @@ def add_shares(t: Trace) -> Trace:
     (ns, float): its share inside
     each phase window of its step, and ``acts.share_step``: its share of the whole step window
     (in a step whose phases overlap, a phase's shares are among its own activities: see
-    :func:`_own_phase_shares`). At each instant the highest-priority group active there
+    :func:`_own_phase_shares`; in one whose phases interleave, inside the phase's runs:
+    :func:`_run_shares`). At each instant the highest-priority group active there
     (compute, then communication, then copies) owns the instant, split equally among its
     active activities.
     Guarantees: per step and window, the shares of compute activities add up to the measure
@@ -59,10 +60,11 @@ def add_shares(t: Trace) -> Trace:
         whole[ok] = clock.shares(bounds[0] + shift, bounds[-1] + shift)
         k = (s[:, None] >= np.stack(bounds[1:-1], axis=1)).sum(axis=1)
         window[ok] = k + 1
+        if "phases_interleave" in st and st["phases_interleave"].any():
+            _run_shares(t.runs, st, r, shift, clock, ok, cols)
         if "phases_overlap" in st and st["phases_overlap"].any():
-            _own_phase_shares(
-                a, ok, st["phases_overlap"].to_numpy(bool)[r], s + shift, e + shift, level, cols
-            )
+            flagged = st["phases_overlap"].to_numpy(bool)[r]
+            _own_phase_shares(a, ok, flagged, s + shift, e + shift, level, cols)
     new = {share_column(ph): cols[ph] for ph in PHASES}
     new["share_step"] = whole
     new["window"] = str_column(WINDOW_VALUES, window)
@@ -90,6 +92,35 @@ def _own_phase_shares(
         mine = flagged & (phase == ph)
         if mine.any():
             col[mine] = ShareClock(s[mine], e[mine], level[mine]).shares()
+        cols[ph][ok] = col
+
+
+def _run_shares(
+    runs: pd.DataFrame,
+    st: pd.DataFrame,
+    r: np.ndarray,
+    shift: np.ndarray,
+    clock: ShareClock,
+    ok: np.ndarray,
+    cols: dict[str, np.ndarray],
+) -> None:
+    """In a step whose phases interleave (its wall per phase is the sum of the phase's runs,
+    :mod:`tracekit.pipeline.overlap`), an activity's share of a phase is its share inside that
+    phase's runs: the tiling windows' rule, run by run, so a phase's shares add up to its wall."""
+    flagged = st["phases_interleave"].to_numpy(bool)[r]
+    at = st.index.get_indexer(runs["step"].to_numpy())
+    for ph in PHASES:
+        col = cols[ph][ok]
+        col[flagged] = 0.0
+        mine = runs[(runs["phase"] == ph).to_numpy()]
+        nth = mine.groupby("step").cumcount().to_numpy()
+        pos = at[(runs["phase"] == ph).to_numpy()]
+        for j in range(int(nth.max()) + 1 if len(nth) else 0):
+            lo = np.zeros(len(st), np.int64)
+            hi = np.zeros(len(st), np.int64)
+            sel = nth == j
+            lo[pos[sel]], hi[pos[sel]] = mine["lo"].to_numpy()[sel], mine["hi"].to_numpy()[sel]
+            col[flagged] += clock.shares(lo[r] + shift, hi[r] + shift)[flagged]
         cols[ph][ok] = col
 
 

@@ -43,6 +43,8 @@ class Trace:
     step_ranges: pd.DataFrame = field(default_factory=pd.DataFrame)
     steps: pd.DataFrame = field(default_factory=pd.DataFrame)
     windows: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: The phase runs of steps whose phases interleave (:mod:`tracekit.pipeline.overlap`).
+    runs: pd.DataFrame = field(default_factory=pd.DataFrame)
     meta: dict = field(default_factory=dict)
     warnings: list = field(default_factory=list)  # TraceWarning (tracekit.pipeline.checks) or str
     #: What owns FLOPs (:class:`tracekit.pipeline.flops.Units`), for ``tracekit explain``.

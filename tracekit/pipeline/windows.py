@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 
 from .checks import TraceWarning
+from .evidence import call_start
 from .intervals import unique
-from .overlap import overlap, overlapping, own_activity
+from .overlap import overlap, own_activity, phase_modes, run_table
 from .state import Trace, codes_of, spread, str_column
 
 #: The phase windows of a step, in time order (unattributed: the tail with no phase evidence).
@@ -44,7 +45,11 @@ def find_windows(t: Trace) -> Trace:
     none); ``t.windows``: one row per (step, window) with window in ``step``, ``forward``,
     ``backward``, ``unattributed``, ``optimizer``: ``start``, ``end``, ``complete``.
     ``phases_overlap`` and ``overlap_ns`` (:mod:`tracekit.pipeline.overlap`: phases that run
-    at the same time; the windows table's ``wall`` is then each phase's own activity).
+    at the same time; the windows table's ``wall`` is then each phase's own activity),
+    ``phases_interleave`` (phases that take turns more than once without overlapping, as in
+    gradient accumulation: each ``wall`` is then the sum of the phase's runs; ``t.runs``: those
+    steps' runs, ``step``, ``phase``, ``lo``, ``hi``).
+    On CPU-only traces a ``backward()`` call's Python frame starts the backward window.
     Guarantees: a step's phase windows tile its step window in order, except in a step whose
     phases overlap; a phase's compute never exceeds its wall; times stay int64
     (epoch nanoseconds do not survive float64). The first/last step is incomplete when it is
@@ -57,8 +62,9 @@ def find_windows(t: Trace) -> Trace:
     ids, row = unique(a["step"].to_numpy()[keep], return_inverse=True)
     start, end = a["start"].to_numpy(np.int64)[keep], a["end"].to_numpy(np.int64)[keep]
     codes, names = codes_of(a["phase"])
+    edge = _edges(t, start, keep, spread(names == "backward", codes)[keep])
     first = {
-        ph: _first_start(row, start, spread(names == ph, codes)[keep], len(ids))
+        ph: _first_start(row, edge, spread(names == ph, codes)[keep], len(ids))
         for ph in ("backward", "unattributed", "optimizer")
     }
     last = np.full(len(ids), np.iinfo(np.int64).min, np.int64)
@@ -88,12 +94,38 @@ def find_windows(t: Trace) -> Trace:
     steps["complete"] = _complete(steps, t.warnings)
     steps["cpu_start"], steps["cpu_end"] = cpu_start, cpu_end
     own = own_activity(a, steps, PHASES)
-    flagged = overlapping(own, steps, BOUNDS, PHASES)
+    of_phase = np.array([PHASES.index(x) if x in PHASES else -1 for x in names], dtype=np.int64)
+    flagged, interleaved, runs, table = phase_modes(
+        own, steps, BOUNDS, PHASES, lambda: run_table(row, edge, of_phase[codes[keep]], steps)
+    )
+    if table is not None:  # the runs of the steps whose walls are their runs (for add_shares)
+        turns = table[interleaved[table["row"].to_numpy()]]
+        t.runs = pd.DataFrame(
+            {
+                "step": ids[turns["row"].to_numpy()],
+                "phase": np.array(PHASES, dtype=object)[turns["phase"].to_numpy()],
+                "lo": turns["lo"].to_numpy(),
+                "hi": turns["hi"].to_numpy(),
+            }
+        )
     steps["phases_overlap"] = flagged
+    steps["phases_interleave"] = interleaved
     steps["overlap_ns"] = np.where(flagged, overlap(own, PHASES), 0).astype(np.int64)
     t.steps = steps
-    t.windows = windows_of(steps, own)
+    t.windows = windows_of(steps, own, runs)
     return t
+
+
+def _edges(t: Trace, start: np.ndarray, keep: np.ndarray, backward: np.ndarray) -> np.ndarray:
+    """Where each activity (of ``keep``) starts its phase: its start; on CPU-only traces, whose
+    windows are on the CPU clock, a backward activity inside a ``backward()`` call starts
+    backward at the call's start (the Python time of the call before its first op is
+    backward: :func:`tracekit.pipeline.evidence.call_start`)."""
+    if t.mode != "cpu" or not backward.any():
+        return start
+    call = call_start(t)[keep]
+    inside = backward & (call >= 0)
+    return np.where(inside, np.minimum(call, start), start)
 
 
 def _profiler_steps(t: Trace, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -128,12 +160,17 @@ def _complete(steps: pd.DataFrame, warnings: list) -> np.ndarray:
     return complete
 
 
-def windows_of(steps: pd.DataFrame, own: pd.DataFrame | None = None) -> pd.DataFrame:
+def windows_of(
+    steps: pd.DataFrame, own: pd.DataFrame | None = None, runs: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """The long windows table of a steps table (``start``, ``t_backward``, ``t_optimizer``,
     ``end``, ``complete`` per step): rows ``step`` then each phase, per step (sorted by step,
     stable), with ``wall`` (ns): the window's length, or in a step whose phases overlap
     (``phases_overlap``, :mod:`tracekit.pipeline.overlap`) the measure of the union of the
-    phase's own activities (``own``), the window's edges then their first start and last end."""
+    phase's own activities (``own``), the window's edges then their first start and last end;
+    in a step whose phases interleave (``phases_interleave``) the sum of the phase's runs
+    (``runs``, :func:`tracekit.pipeline.overlap.phase_runs`), the edges their first start and
+    last end."""
     n = len(steps)
     step = steps["step"].to_numpy()
     bounds = [steps[c].to_numpy(np.int64) for c in BOUNDS]
@@ -146,6 +183,12 @@ def windows_of(steps: pd.DataFrame, own: pd.DataFrame | None = None) -> pd.DataF
             lo[k] = np.where(has, own[f"lo_{p}"].to_numpy(), np.where(flag, bounds[0], lo[k]))
             hi[k] = np.where(has, own[f"hi_{p}"].to_numpy(), np.where(flag, bounds[0], hi[k]))
             walls[k] = np.where(flag, own[f"own_{p}"].to_numpy(np.int64), walls[k])
+    if runs is not None and "phases_interleave" in steps and steps["phases_interleave"].any():
+        turns = steps["phases_interleave"].to_numpy(bool)
+        for k, p in enumerate(PHASES):
+            lo[k] = np.where(turns, runs[f"rlo_{p}"].to_numpy(np.int64), lo[k])
+            hi[k] = np.where(turns, runs[f"rhi_{p}"].to_numpy(np.int64), hi[k])
+            walls[k] = np.where(turns, runs[f"run_{p}"].to_numpy(np.int64), walls[k])
     # Window k of every step is the k-th block of n rows (the step's whole window first).
     starts = np.concatenate([bounds[0]] + lo)
     ends = np.concatenate([bounds[-1]] + hi)

@@ -183,6 +183,20 @@ _PYTHON_KEEP_PREFIX = "nn.Module: "
 _PYTHON_KEEP_SUBSTR = ("apply_rotary_pos_emb", "rotary")
 #: DeepSpeed engine frames: engine.backward / engine.step are phase evidence (pipeline/evidence).
 _PYTHON_KEEP_ENGINE = "deepspeed/runtime/engine.py("
+#: The frames of a ``backward()`` call (``loss.backward()``, ``torch.autograd.backward``, the
+#: engine call): what runs inside them outside any node is backward (pipeline/evidence).
+_PYTHON_KEEP_AUTOGRAD = ("torch/_tensor.py(", "torch/autograd/__init__.py(", "torch/autograd/graph.py(")
+_PYTHON_KEEP_ENGINE_CALL = "<built-in method run_backward of torch._C._EngineBase"
+
+
+def _autograd_frame(name: str) -> bool:
+    """A Python frame of a ``backward()`` call (see :data:`_PYTHON_KEEP_AUTOGRAD`)."""
+    if name.startswith(_PYTHON_KEEP_ENGINE_CALL):
+        return True
+    return name.endswith((": backward", ": _engine_run_backward")) and any(
+        p in name for p in _PYTHON_KEEP_AUTOGRAD
+    )
+
 
 #: What :func:`event_class` says of events that are not kept as a kind: metadata (process and
 #: thread names), skipped quietly, or of an unknown category (counted in a warning).
@@ -209,6 +223,8 @@ def event_class(ph: str | None, cat: str | None, name: str | None) -> int:
         name = name or ""
         if name.startswith((_PYTHON_KEEP_PREFIX, _PYTHON_KEEP_ENGINE)) or "rotary" in name:
             return kind  # ("apply_rotary_pos_emb" contains "rotary": _PYTHON_KEEP_SUBSTR)
+        if _autograd_frame(name):
+            return kind
         return SKIP
     if kind <= CPU_OP or kind == ANNOTATION:
         return kind if ph == "X" else SKIP

@@ -177,6 +177,7 @@ def _label_lines(c: dict) -> list[str]:
         _row("phase", f"{c['phase']['phase']} (evidence: {c['phase']['evidence']})"),
         *([_row("", c["phase"]["why"])] if c["phase"].get("why") else []),
         _row("step", f"{s['step']} (by {s['by']}{renumbered})" if s["step"] >= 0 else "outside every step"),
+        *([_row("walls", s["walls"])] if s.get("walls") else []),
         _row("category", f"{k['group']} / {k['category']} (rule {k['rule']})"),
     ]
     if mc["category"]:
