@@ -77,3 +77,22 @@ def test_findings_on_real_traces_are_within_the_step(src):
     f = a.table("findings")
     assert set(f["category"]) <= set(CATEGORIES)
     assert ((f["ms"] >= 0) & (f["share_pct"].fillna(0) <= 100 + 1e-9)).all(), f
+
+
+def test_one_rank_file_names_its_own_rank(tmp_path):
+    """One rank's file (rank 3 of 4, read alone) has findings of rank 3, not 0: a single rank's
+    tables have no ``rank`` column, and the findings take the run's one rank number."""
+    b = TraceBuilder(rank=3, world_size=4)
+    for _ in range(3):
+        with b.step():
+            with b.forward():
+                b.kernel("sm80_xmma_gemm_bf16", 1000, op="aten::mm")
+                b.cpu(8000)  # the host is busy: the next launch comes after the device went idle
+                b.kernel("sm80_xmma_gemm_bf16", 1000, op="aten::mm")
+    b.write(tmp_path / "rank3.json")
+    res = _run(str(tmp_path / "rank3.json"), "--format", "json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["meta"]["ranks"] == [3]
+    rows = doc["tables"]["findings"]
+    assert rows and {r["rank"] for r in rows} == {3}

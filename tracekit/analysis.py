@@ -146,10 +146,7 @@ class Analysis(PerRankTables):
                 f"table {name!r} needs the {'/'.join(sorted(skipped))} step(s), skipped by load(tables=...)"
             )
         if spec.combine is not None:  # from the run's other tables (the findings)
-            have = set(self.names()) - {name}
-            return spec.combine(
-                lambda n: self.table(n, per_step) if n in have else None, per_step, self.findings_rules
-            )
+            return spec.combine(self._source(name, per_step), per_step, self.findings_rules)
         if spec.cross_rank or (spec.cross_fill and self.multi_rank):
             return self.rank_tables(per_step)[name]
         if spec.from_manifest is not None:
@@ -170,6 +167,17 @@ class Analysis(PerRankTables):
         if self.multi_rank or spec.cross_fill:
             out.insert(0, "rank", np.repeat(np.fromiter(self.ranks, np.int64), lengths))
         return _typed(spec, out)
+
+    def _source(self, name: str, per_step: bool):
+        """What a combining table (``name``) reads: another table of the run, None when it has
+        none; each with a ``rank`` column (one rank's tables have none: its own number)."""
+        have, rank = set(self.names()) - {name}, next(iter(self.ranks), 0)
+
+        def get(n: str) -> pd.DataFrame | None:
+            df = self.table(n, per_step) if n in have else None
+            return df if df is None or "rank" in df.columns else df.assign(rank=rank)
+
+        return get
 
     def tables(self, per_step: bool = False) -> dict[str, pd.DataFrame]:
         """Every table of :meth:`names`, in report order (cross-rank tables last)."""

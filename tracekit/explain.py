@@ -26,8 +26,8 @@ from .perf import explain as perf_explain
 from .perf.devices import Peaks
 from .pipeline.evidence import EVIDENCE_TEXT
 from .pipeline.heads import module_why
-from .pipeline.worker_comm import collective_evidence
 from .pipeline.overlap import wall_modes
+from .pipeline.worker_comm import collective_evidence
 from .read.reader import ANNOTATION, CPU_OP, RUNTIME, RawTrace
 
 #: The labels that make two activities' chains the same (with the activity's name).
