@@ -96,9 +96,10 @@ def _excess(f: pd.DataFrame) -> pd.Series:
 def tables(inst: pd.DataFrame) -> tuple[dict[str, pd.DataFrame], dict]:
     """``collectives`` (every rank's rows, wait and transfer filled), ``stragglers``,
     ``collective_matches``; and meta (``clock_offsets_ms``, notices)."""
-    if inst.empty:
+    if inst.empty:  # every table the run names, with no rows (not absent: the API asks for them)
         empty = summarise(inst, ["rank", *KEYS])
-        return {"collectives": empty}, {}
+        none = {"stragglers": STRAGGLER_COLUMNS, "collective_matches": MATCH_COLUMNS}
+        return {"collectives": empty, **{k: pd.DataFrame(columns=c) for k, c in none.items()}}, {}
     f, off = match(inst)
     caused = f.groupby("gid")["wait_ns"].sum(min_count=1)
     f["caused_ns"] = np.where(f["last"], caused.reindex(f["gid"]).to_numpy(), 0.0)

@@ -239,3 +239,21 @@ def test_over_a_dask_cluster(tmp_path: Path) -> None:
     ) as cluster:
         _check(tracekit.load(tmp_path, cache=False, scheduler=cluster.scheduler_address), ranks)
     _check(tracekit.load(tmp_path, cache=False, jobs=2, keep_intervals=False), ranks)
+
+
+def test_ranks_without_collectives_have_empty_cross_rank_tables(tmp_path: Path) -> None:
+    """Two ranks and no collective: the run still names stragglers and collective_matches, and
+    asking for them gives their columns with no rows (it raised KeyError from the API)."""
+    from tracekit.analyses.cross_rank import MATCH_COLUMNS, STRAGGLER_COLUMNS
+
+    for r in (0, 1):
+        b = TraceBuilder(rank=r, world_size=2)
+        for _ in range(2):
+            with b.step(), b.forward():
+                b.kernel("sm80_xmma_gemm_bf16", 100, op="aten::mm")
+        b.write(tmp_path / f"rank{r}.json")
+    a = tracekit.load(tmp_path, cache=False, jobs=1)
+    assert {"stragglers", "collective_matches"} <= set(a.names())
+    for name, columns in (("stragglers", STRAGGLER_COLUMNS), ("collective_matches", MATCH_COLUMNS)):
+        got = a.table(name)
+        assert got.empty and list(got.columns) == columns
