@@ -18,6 +18,7 @@ any other ``cpu``, none ``idle``), never by tracekit's code; it must match to th
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections import defaultdict
 from itertools import pairwise
@@ -26,7 +27,7 @@ from pathlib import Path
 import pytest
 
 import tracekit
-from tracekit.ranks.meta import NO_LAUNCH_NOTICE
+from tracekit.ranks.meta import LONG_TRACE_NOTICE, NO_LAUNCH_NOTICE
 from tracekit.testing import COMPUTE_STREAM, SIDE_STREAM, TraceBuilder
 
 GEMM = "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_tn"
@@ -284,3 +285,46 @@ def test_real_traces_tile_their_windows(tmp_path):
         sums = got.groupby("step")["time_ms"].sum()
         assert sums.to_numpy() == pytest.approx(window.reindex(sums.index).to_numpy(), abs=1e-9), p.name
         (tmp_path / p.name).unlink()
+
+
+def test_a_trace_spanning_hours_has_no_path_and_one_notice(tmp_path):
+    """One CPU op three hours after the rest (more than the path's keys hold): no rows, one
+    notice in the run's meta, and no warning line (a zero or stray timestamp is not an error)."""
+    b = TraceBuilder()
+    for _ in range(2):
+        with b.step(), b.forward():
+            b.kernel("sm80_xmma_gemm_bf16", 100, op="aten::mm")
+    doc = b.trace()
+    ops = [e for e in doc["traceEvents"] if e.get("cat") == "cpu_op"]
+    far = {**ops[0], "name": "aten::far_away", "ts": ops[0]["ts"] + 3 * 3600e6, "dur": 1}
+    doc["traceEvents"].append(far)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    a = tracekit.load(path, cache=False, jobs=1)
+    assert a.table("critical_path").empty
+    assert LONG_TRACE_NOTICE in a.meta["notices"]
+    assert not any("critical" in str(w) for w in a.meta.get("warnings", []))
+
+
+def test_ops_and_calls_of_no_duration_leave_gaps_not_an_error(tmp_path):
+    """Every CPU op and runtime call of zero duration (no top-level range on any thread): the
+    path's CPU stretches are gaps, and a step's rows still tile its window (it raised
+    IndexError: tests/test_hostile.py's compare of such a trace)."""
+    b = TraceBuilder()
+    for _ in range(2):
+        with b.step(), b.forward():
+            b.kernel("sm80_xmma_gemm_bf16", 100, op="aten::mm")
+            b.cpu(50)
+            b.kernel("sm80_xmma_gemm_bf16", 100, op="aten::mm")
+    doc = b.trace()
+    for e in doc["traceEvents"]:
+        if e.get("cat") in ("cpu_op", "cuda_runtime"):
+            e["dur"] = 0
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    a = tracekit.load(path, cache=False, jobs=1)
+    cp, idle = a.table("critical_path", per_step=True), a.table("idle", per_step=True)
+    assert not cp.empty
+    got = cp.groupby("step")["time_ms"].sum()
+    want = idle.groupby("step")["window_ms"].sum()
+    assert got.to_dict() == pytest.approx(want.to_dict(), abs=1e-9)

@@ -8,7 +8,6 @@ import numpy as np
 import pandas as pd
 
 from ..read.schema import CPU_OP, RUNTIME
-from .checks import TraceWarning
 from .critical import Walker, binding_syncs, event_waits, keyed, predecessors, runtime_calls, thread_codes
 from .critical_host import Host
 from .critical_pieces import Vocab, merged, pieces
@@ -26,16 +25,14 @@ def find_critical_path(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
     (:func:`~tracekit.pipeline.critical_pieces.pieces`: step, kind, phase, module, start, end).
     Guarantees: a step's pieces tile its device window exactly; a trace with no launching
     runtime call (CPU-only, or device activity without launches) has no pieces (never a guess),
-    nor one over 2.4 hours (a warning says so).
+    nor one over 2.4 hours (``meta.critical_path_skipped``; the run's notices say so).
     """
     t.critical = merged()
     if t.steps.empty or not _has_graph(t):
         return t
     g = graph(t)
-    if g is None:
-        t.warnings.append(
-            TraceWarning("critical_path_skipped", "trace too long (over 2.4 h) for the critical path")
-        )
+    if g is None:  # a notice of the run says so (tracekit.ranks.meta): no rows, never a guess
+        t.meta["critical_path_skipped"] = True
         return t
     a = t.acts
     done = t.steps[t.steps["complete"].to_numpy(bool)] if "complete" in t.steps else t.steps

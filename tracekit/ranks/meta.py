@@ -23,6 +23,11 @@ NO_LAUNCH_NOTICE = (
     "idle_causes, idle_host, launches and critical_path have no rows "
     "(without the host side, a host wait cannot be told from the others)"
 )
+#: The notice of a rank whose events span more than the critical path's keys hold.
+LONG_TRACE_NOTICE = (
+    "critical_path: no rows for a rank whose CPU and device events span more than 2.4 h "
+    "(an event far from the others, such as a zero timestamp)"
+)
 #: The notice of a run whose traces recorded no input shapes (so no FLOPs are known).
 SHAPES_NOTICE = (
     "no input shapes: record the profile with torch.profiler.profile(record_shapes=True) "
@@ -85,6 +90,8 @@ def meta_of(run: Run) -> dict:
         a.meta.get("coverage", {}).get("launch", 1.0) > 0 for a in run.ranks.values()
     ):
         notices.append(NO_LAUNCH_NOTICE)
+    if any(a.meta.get("critical_path_skipped") for a in run.ranks.values()):
+        notices.append(LONG_TRACE_NOTICE)
     unlaunched = sum(a.meta.get("unlaunched_activities", 0) for a in run.ranks.values())
     if unlaunched:
         notices.append(
