@@ -101,8 +101,11 @@ def stretch_pieces(segs: np.ndarray, host: Host) -> dict:
     j = np.arange(m.sum()) - np.repeat(np.cumsum(m) - m, m)
     r = i0[seg] + j // 2
     top = max(len(host.u) - 1, 0)
-    u, v = host.u[np.minimum(r, top)], host.v[np.minimum(r, top)]
-    v_prev = host.v[np.clip(r - 1, 0, top)]
+    # no top-level range on any thread (every op of no duration): each stretch is one gap, and
+    # the ranges read below are never used; one zero stands in for them
+    hu, hv = (host.u, host.v) if len(host.u) else (np.zeros(1, np.int64), np.zeros(1, np.int64))
+    u, v = hu[np.minimum(r, top)], hv[np.minimum(r, top)]
+    v_prev = hv[np.clip(r - 1, 0, top)]
     body = j % 2 == 1
     gap_lo = np.where(j == 0, k_lo[seg], v_prev)
     gap_hi = np.where(j == 2 * n[seg], k_hi[seg], u)
