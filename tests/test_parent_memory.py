@@ -69,8 +69,10 @@ def test_the_parent_keeps_little_per_rank_and_its_peak_does_not_grow(tmp_path, m
         tracekit.load(d, jobs=2).tables()  # fill the cache
         got[n] = _measured(d)  # n == 4: warm (imports, rule tables, first uses)
     per_rank = (got[64]["kept"] - got[16]["kept"]) / 48
-    # a few KB: meta (since issue 29 with the device's peaks and per-step MFU), a handle, rows
-    assert per_rank < 24 * 1024, got
+    # a few KB: meta (since issue 29 with the device's peaks and per-step MFU), a handle, rows;
+    # since issue 35.3 also the rank's critical-path pieces (kept as rows, like its memory
+    # events: what --per-step recomputes from) and the path timeline's rows: 35.6 KB measured
+    assert per_rank < 40 * 1024, got
     assert got[64]["excess"] - got[16]["excess"] < 128 * 1024, got
     # The str columns' temporaries beyond the output (the codes given to pyarrow's take):
     # a few bytes a row, against the hundreds of a row's text the output holds.
