@@ -53,8 +53,9 @@ def _sorted(df: pd.DataFrame) -> pd.DataFrame:
 #: Tables of idle gaps (HTA's rule: a gap runs from the activity that ended last so far on the
 #: stream, or the device, to the next): a window file alone starts with no activity before its
 #: first, so a gap that crosses the cut between two windows is not one there (docs/metrics.md,
-#: idle_causes). The findings read them.
-ACROSS_WINDOWS = {"idle_causes", "idle_host", "findings"}
+#: idle_causes). The findings read them. The critical path likewise walks back across the cut:
+#: a window file alone has no work before its first event for the path to wait on.
+ACROSS_WINDOWS = {"idle_causes", "idle_host", "findings", "critical_path", "critical_path_timeline"}
 
 
 def assert_same_tables(got: tracekit.Analysis, expected: tracekit.Analysis, windows: bool = False) -> None:
