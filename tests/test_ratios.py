@@ -164,6 +164,7 @@ DEFINITIONS: dict[str, dict[str, Expect]] = {
     "idle_causes": {},
     "findings": {"share_pct": of_rank_window("ms")},
     "idle_host": {},
+    "critical_path": {"percent": of_window("time_ms")},
     "launches": {
         "delay_mean_us": own("delay_ms", "launches", 1000.0),
         "small_kernel_pct": own("small_ms", "device_ms"),
