@@ -17,7 +17,8 @@ import tracekit
 from tracekit.cli import main
 from tracekit.pipeline.demangle import readable
 from tracekit.pipeline.names import short_name
-from tracekit.render.charts import MEANING, figures, top_margin
+from tracekit.render.charts import figures
+from tracekit.render.colours import MEANING, top_margin
 from tracekit.render.common import cell, shown_rows
 from tracekit.render.formats import csv_float, to_csv
 from tracekit.render.memory_chart import memory_charts
