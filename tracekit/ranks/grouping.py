@@ -239,7 +239,7 @@ def _cut_rank_edges(att: Any, unjudged: set) -> Any:
     """The cut rule of :func:`tracekit.pipeline.windows.find_windows` for the rank's first and
     last step when the file holding it had too few steps to judge them: against the median
     step of the whole rank, so splitting a run into window files changes nothing."""
-    st = att.steps.sort_values("start", kind="stable")
+    st = att.steps.sort_values("step", kind="stable")  # the order find_windows judges them in
     if len(st) < CUT_MIN_STEPS or not unjudged:
         return att
     dur = (st["end"] - st["start"]).to_numpy()
