@@ -19,6 +19,7 @@ import logging
 import shutil
 from itertools import pairwise
 
+import pandas as pd
 import pytest
 from shared_traces import shared_trace
 
@@ -51,7 +52,6 @@ def ours_us(path) -> float:
 
 def hta_us(path, tmp_path) -> float | None:
     """HTA's path weight (us) over the whole trace, or None where HTA 0.5 cannot run it."""
-    pd = pytest.importorskip("pandas")
     if int(pd.__version__.split(".")[0]) >= 3:
         return None
     pytest.importorskip("hta", reason="HolisticTraceAnalysis not installed (pip install 'tracekit[peers]')")
