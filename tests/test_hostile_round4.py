@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from bad_inputs import mini_trace
-from test_hostile import TIMEOUT, _env, _limit, one_line, run, trace
+from test_hostile import TIMEOUT, _env, _limit, _ranks, one_line, run, trace
 
 
 @pytest.fixture
@@ -52,16 +52,6 @@ main()
 """
 
 
-def _ranks(box: Path, n: int = 4) -> Path:
-    d = box / "in" / "run"
-    d.mkdir()
-    for r in range(n):
-        doc = mini_trace()
-        doc["distributedInfo"] = {"rank": r, "world_size": n}
-        (d / f"rank{r}.json").write_text(json.dumps(doc))
-    return d
-
-
 def _broken(box: Path, how: str, bad: str, *args: str) -> subprocess.CompletedProcess:
     t0 = time.monotonic()
     p = subprocess.run(
@@ -86,7 +76,7 @@ def test_a_rank_that_fails_or_whose_worker_dies_is_a_partial_result_naming_it(bo
     with "could not analyse", naming no file. Now either is that rank's error: the other ranks'
     result, exit 1, the file named. (SIGKILL with ``-j 1`` would kill the run itself: only the
     pool has a worker to lose.)"""
-    d = _ranks(box)
+    d = _ranks(box, 4)
     p = _broken(box, how, "rank2.json", "analyze", str(d), "-j", jobs, "--format", "json")
     assert p.returncode == 1, (p.returncode, p.err)
     [line] = p.err.splitlines()
