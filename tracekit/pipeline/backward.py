@@ -35,8 +35,9 @@ def link_backward(t: Trace) -> Trace:
     f_op = np.full(len(a), -1, np.int64)
     how = np.where(use, "none", "").astype(object)
     if use.any():
-        by_flow = lookup(_fwdbwd_pairs(t), bwd[use])
-        by_seq = creator_by_seq(r, seq[use], r["start"].to_numpy()[bwd[use]])
+        by_flow = lookup(t.once("fwdbwd_pairs", (t.events, r), lambda: _fwdbwd_pairs(t)), bwd[use])
+        ops = t.once("forward_ops", r, lambda: forward_ops(r))
+        by_seq = creator_by_seq(ops, seq[use], r["start"].to_numpy()[bwd[use]])
         f = np.where(by_flow >= 0, by_flow, by_seq)
         how[use] = np.where(by_flow >= 0, "flow", np.where(by_seq >= 0, "seq", "none"))
         f_op[use] = f
@@ -70,11 +71,10 @@ def link_backward(t: Trace) -> Trace:
     return t
 
 
-def creator_by_seq(r: pd.DataFrame, seq: np.ndarray, before: np.ndarray) -> np.ndarray:
-    """Per backward node (its Sequence number and start): the row of ``r`` of its creator, the
-    LAST forward op carrying that number that started before the node, on the thread holding
-    most forward ops (-1 none). Earlier ops with the same number (an input ``aten::to``, the
-    composite op around the creator) are not the creator."""
+def forward_ops(r: pd.DataFrame) -> pd.DataFrame:
+    """The forward ops of ``r`` that may create a backward node: ops with a Sequence number and
+    no forward-thread id, outside backward nodes, on the thread holding most of them; ``seq``,
+    ``t`` (start) and ``row`` (of ``r``), by start."""
     flags = r["flags"].to_numpy()
     fwd = np.flatnonzero(
         ((flags & F_OP) != 0)
@@ -82,14 +82,21 @@ def creator_by_seq(r: pd.DataFrame, seq: np.ndarray, before: np.ndarray) -> np.n
         & (r["fwd_tid"].to_numpy() <= 0)
         & ((flags & F_BWD) == 0)
     )
+    if fwd.size:
+        tid = r["tid"].to_numpy()[fwd]
+        fwd = fwd[tid == pd.Series(tid).value_counts().idxmax()]
+    ops = pd.DataFrame({"seq": r["seq"].to_numpy()[fwd], "t": r["start"].to_numpy()[fwd], "row": fwd})
+    return ops.sort_values(["t", "row"], kind="stable")
+
+
+def creator_by_seq(ops: pd.DataFrame, seq: np.ndarray, before: np.ndarray) -> np.ndarray:
+    """Per backward node (its Sequence number and start): the row of its creator among
+    :func:`forward_ops` ``ops``, the LAST forward op carrying that number that started before
+    the node (-1 none). Earlier ops with the same number (an input ``aten::to``, the composite
+    op around the creator) are not the creator."""
     out = np.full(len(seq), -1, np.int64)
-    if fwd.size == 0 or len(seq) == 0:
+    if ops.empty or len(seq) == 0:
         return out
-    tid = r["tid"].to_numpy()[fwd]
-    fwd = fwd[tid == pd.Series(tid).value_counts().idxmax()]
-    ops = pd.DataFrame(
-        {"seq": r["seq"].to_numpy()[fwd], "t": r["start"].to_numpy()[fwd], "row": fwd}
-    ).sort_values(["t", "row"], kind="stable")
     q = pd.DataFrame(
         {"seq": np.asarray(seq, np.int64), "t": np.asarray(before, np.int64), "i": np.arange(len(seq))}
     ).sort_values("t", kind="stable")

@@ -143,7 +143,7 @@ def optimizer_ops(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
     hit = free & (_matches(op, OPTIMIZER_OPS) | _matches(top, OPTIMIZER_OPS))
     phase[hit], evidence[hit] = PH["optimizer"], EV["optimizer_op"]
     ev = t.events
-    idx = np.flatnonzero(t.name_test(lambda s: s.str.startswith(ZERO_GRAD_PREFIX)))
+    idx = t.once("zero_grad", ev, lambda: np.flatnonzero(t.name_test(lambda s: s.str.startswith(ZERO_GRAD_PREFIX))))
     if idx.size == 0:
         return
     a = t.acts
@@ -221,11 +221,7 @@ def _engine_frames(t: Trace, free: np.ndarray, phase: np.ndarray, evidence: np.n
     scaling, the gradient-reduction epilogue), inside ``engine.step`` optimizer (grad norm, the
     parameter all-gather): traces recorded with Python stacks."""
     ev = t.events
-    kind = ev["kind"].to_numpy()
-    codes, uniq = t.name_codes  # each distinct name once
-    which_name = pd.Series(uniq, dtype=object).str.extract(ENGINE_FRAME, expand=False).fillna("")
-    which = which_name.to_numpy(dtype=object)
-    idx = np.flatnonzero((kind == PYTHON) & (which != "")[codes])
+    idx, frames = t.once("engine_frames", ev, lambda: _engine_frame_rows(t))
     if idx.size == 0 or not free.any():
         return
     a = t.acts
@@ -237,16 +233,29 @@ def _engine_frames(t: Trace, free: np.ndarray, phase: np.ndarray, evidence: np.n
         ts,
         ts + ev["dur"].to_numpy()[idx],
     )
-    frame = take(which[codes[idx]], of, "")
+    frame = take(frames, of, "")
     for name, ph in (("backward", "backward"), ("step", "optimizer")):
         hit = free & (frame == name)
         phase[hit], evidence[hit] = PH[ph], EV[f"engine_{name}"]
 
 
+def _engine_frame_rows(t: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """The event rows of DeepSpeed's engine frames and which each is ("backward", "step")."""
+    codes, uniq = t.name_codes  # each distinct name once
+    which_name = pd.Series(uniq, dtype=object).str.extract(ENGINE_FRAME, expand=False).fillna("")
+    which = which_name.to_numpy(dtype=object)
+    idx = np.flatnonzero((t.events["kind"].to_numpy() == PYTHON) & (which != "")[codes])
+    return idx, which[codes[idx]]
+
+
 def autograd_calls(t: Trace) -> pd.DataFrame:
     """The outermost ``backward()`` call frames (:data:`AUTOGRAD_CALL`) of each thread:
     ``pid``, ``tid``, ``start``, ``end`` (ns), by thread and start; a frame inside another of
-    its thread is left out (the nested frames of one call make one range)."""
+    its thread is left out (the nested frames of one call make one range). Once per trace."""
+    return t.once("autograd_calls", t.events, lambda: _autograd_calls(t))
+
+
+def _autograd_calls(t: Trace) -> pd.DataFrame:
     ev = t.events
     hit = t.name_test(lambda s: s.str.contains(AUTOGRAD_CALL))
     idx = np.flatnonzero((ev["kind"].to_numpy() == PYTHON) & hit)

@@ -97,7 +97,7 @@ def op_columns(t: Trace, op_r: np.ndarray, comm_r: np.ndarray) -> dict:
 def _comm_text(t: Trace, comm_ev: np.ndarray) -> pd.Categorical:
     """Per activity, its collective range's "Collective name", else the range's name ("" none),
     as a categorical built from the codes of both columns."""
-    c_codes, c_uniq = codes_of(t.events["collective"])
+    c_codes, c_uniq = t.once("collective_codes", t.events, lambda: codes_of(t.events["collective"]))
     n_codes, n_uniq = t.name_codes
     c_uniq = np.append(c_uniq, "")  # code len(c_uniq) - 1: no range
     coll = take(c_codes, comm_ev, len(c_uniq) - 1)

@@ -95,9 +95,7 @@ def _backward_nodes(t: Trace) -> tuple[np.ndarray, np.ndarray]:
 def _annotated_phase(t: Trace) -> np.ndarray:
     """Phase named by the ``tracekit.phase:`` range around each launch (by time), "" none."""
     ev, a = t.events, t.acts
-    kind = ev["kind"].to_numpy()
-    idx = np.flatnonzero((kind == ANNOTATION) & t.name_test(lambda s: s.str.startswith(ann.PHASE_PREFIX)))
-    names = np.array([ann.parse_phase_range(x) or "" for x in t.names_of(idx)], dtype=object)
+    idx, names = t.once("phase_ranges", ev, lambda: _phase_ranges(t))
     ts = ev["ts"].to_numpy()[idx]
     of = containing(
         a["launch_pid"].to_numpy(),
@@ -109,23 +107,36 @@ def _annotated_phase(t: Trace) -> np.ndarray:
     return take(names, of, "")
 
 
+def _phase_ranges(t: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """The event rows of tracekit's phase ranges and the phase or stage each names."""
+    kind = t.events["kind"].to_numpy()
+    idx = np.flatnonzero((kind == ANNOTATION) & t.name_test(lambda s: s.str.startswith(ann.PHASE_PREFIX)))
+    return idx, np.array([ann.parse_phase_range(x) or "" for x in t.names_of(idx)], dtype=object)
+
+
 def _on_autograd_thread(t: Trace) -> np.ndarray:
     """Launched from a thread that runs autograd's engine and never a ProfilerStep: a thread
     running backward nodes (``evaluate_function``, or ops with a forward thread id, as traces
     older than ``evaluate_function`` (torch 1.9) record them), so work the engine runs outside
     any node's op there (``AccumulateGrad``, gradient hooks) is backward too."""
-    a, r = t.acts, t.ranges
-    m = (r["flags"].to_numpy() & F_BWD) != 0
-    if not m.any():
-        return np.zeros(len(a), bool)
-    bw = set(zip(r["pid"].to_numpy()[m].tolist(), r["tid"].to_numpy()[m].tolist()))
-    main = set(zip(t.step_ranges["pid"].tolist(), t.step_ranges["tid"].tolist()))
-    threads = bw - main
+    a = t.acts
+    threads = t.once("autograd_threads", (t.ranges, t.step_ranges), lambda: _autograd_threads(t))
     if not threads:
         return np.zeros(len(a), bool)
     return pd.MultiIndex.from_arrays([a["launch_pid"].to_numpy(), a["launch_tid"].to_numpy()]).isin(
         list(threads)
     )
+
+
+def _autograd_threads(t: Trace) -> list[tuple[int, int]]:
+    """The (pid, tid) of threads that run backward nodes and never a ProfilerStep."""
+    r = t.ranges
+    m = (r["flags"].to_numpy() & F_BWD) != 0
+    if not m.any():
+        return []
+    pairs = pd.MultiIndex.from_arrays([r["pid"].to_numpy()[m], r["tid"].to_numpy()[m]]).unique()
+    main = set(zip(t.step_ranges["pid"].tolist(), t.step_ranges["tid"].tolist()))
+    return sorted(set(pairs.tolist()) - main)
 
 
 def assign_stages(t: Trace) -> Trace:

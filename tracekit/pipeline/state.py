@@ -51,6 +51,21 @@ class Trace:
     perf_units: Any = None
     #: The pieces of each complete step's critical path (:mod:`tracekit.pipeline.critical`).
     critical: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: Facts derived from ``events`` or ``ranges`` alone (:meth:`once`). A view made by
+    #: ``copy.copy`` shares this dict: the steps that label other points as launches (memory
+    #: events, idle gaps, critical-path pieces) find what the launches' labelling derived.
+    derived: dict = field(default_factory=dict, repr=False)
+
+    def once(self, key: str, source: object, build: Callable[[], Any]) -> Any:
+        """``build()``, computed once per ``key`` while ``source`` (the frame it is derived
+        from, e.g. ``self.events`` or ``self.ranges``, or a tuple of them) is the same object;
+        a step that replaces that frame gets a fresh value."""
+        hit = self.derived.get(key)
+        if hit is not None and _same(hit[0], source):
+            return hit[1]
+        value = build()
+        self.derived[key] = (source, value)
+        return value
 
     @cached_property
     def names(self) -> np.ndarray:
@@ -85,6 +100,13 @@ class Trace:
     def activities(self) -> pd.DataFrame:
         """The activity table (the name the labelling functions use)."""
         return self.acts
+
+
+def _same(a: object, b: object) -> bool:
+    """``a is b``; for tuples (several sources), element by element."""
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+    return a is b
 
 
 @dataclass
