@@ -22,13 +22,10 @@ import pandas as pd
 
 from ..read.schema import MEMCPY, MEMSET
 from . import labels
-from .backward import link_backward
 from .critical import IDLE, RUN, SEG_LAUNCH, STRETCH, SYNC
 from .critical_host import SHIFT, Host
-from .memory import _as_launches
-from .modules import work_module
-from .phases import assign_phases
-from .state import Trace, add_columns, as_str
+from .points import launch_view
+from .state import Trace, as_str
 from .taxonomy import ModuleTaxonomy
 
 
@@ -161,9 +158,7 @@ def label_points(
         none = np.zeros(0, object)
         return none, none, np.zeros(0, bool)
     pts = pd.DataFrame({"pid": pid, "tid": tid, "ts": ts})
-    view = link_backward(_as_launches(t, pts))
-    view.acts = add_columns(view.acts, work_module(view, view.acts))
-    view.acts = assign_phases(view).acts
+    view = launch_view(t, pts)
     mod = labels.module_categories(view, taxonomy)[0]
     return as_str(view.acts["phase"]), mod.values[mod.codes], view.acts["op_r"].to_numpy() >= 0
 

@@ -143,7 +143,7 @@ def optimizer_ops(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
     hit = free & (_matches(op, OPTIMIZER_OPS) | _matches(top, OPTIMIZER_OPS))
     phase[hit], evidence[hit] = PH["optimizer"], EV["optimizer_op"]
     ev = t.events
-    idx = t.once("zero_grad", ev, lambda: np.flatnonzero(t.name_test(lambda s: s.str.startswith(ZERO_GRAD_PREFIX))))
+    idx = t.once("zero_grad", ev, lambda: np.flatnonzero(t.name_test(_is_zero_grad)))
     if idx.size == 0:
         return
     a = t.acts
@@ -161,6 +161,10 @@ def optimizer_ops(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
     after = a["launch_ts"].to_numpy() > _per_step(a, phase == PH["backward"], "min")
     hit = (evidence == EV[NO_EVIDENCE]) & inside & after
     phase[hit], evidence[hit] = PH["optimizer"], EV["zero_grad"]
+
+
+def _is_zero_grad(names: pd.Series) -> pd.Series:
+    return names.str.startswith(ZERO_GRAD_PREFIX)
 
 
 _NEVER = np.iinfo(np.int64).max

@@ -14,10 +14,7 @@ import numpy as np
 import pandas as pd
 
 from . import labels
-from .backward import link_backward
-from .memory import _as_launches
-from .modules import work_module
-from .phases import assign_phases
+from .points import launch_view
 from .state import Trace, add_columns, take
 from .taxonomy import ModuleTaxonomy
 
@@ -119,9 +116,7 @@ def label_host_idle(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
         pts = pd.DataFrame(
             {"pid": a["launch_pid"].to_numpy()[late], "tid": a["launch_tid"].to_numpy()[late], "ts": lo[late]}
         )
-        view = link_backward(_as_launches(t, pts))
-        view.acts = add_columns(view.acts, work_module(view, view.acts))
-        view.acts = assign_phases(view).acts
+        view = launch_view(t, pts)
         top = t.name_categorical(take(t.ranges["ev"].to_numpy(), view.acts["top_r"].to_numpy(), -1))
         family[late] = _family(view, top)
         op, mod = pd.Categorical(view.acts["op"]), labels.module_categories(view, taxonomy)[0].categorical()

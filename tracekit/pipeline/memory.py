@@ -10,19 +10,13 @@ event's process, thread and time (docs/metrics.md, "Memory").
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pandas as pd
 
 from . import labels
-from .backward import link_backward
 from .checks import TraceWarning
-from .modules import work_module
-from .nest import op_columns, sweep_with_points
-from .phases import assign_phases
-from .state import Trace, add_columns, categorical, distinct_rows, take
-from .steps import place_in_steps
+from .points import launch_view
+from .state import Trace, add_columns, categorical, distinct_rows
 from .taxonomy import ModuleTaxonomy
 
 #: The columns :func:`label_memory` adds to ``t.memory`` (read's columns of the events).
@@ -82,9 +76,8 @@ def label_memory(t: Trace, taxonomy: ModuleTaxonomy) -> Trace:
     if not len(mem):
         t.memory = _empty(ROW_COLUMNS + ["ts"])
         return t
-    view = link_backward(_as_launches(t, mem))
-    view.acts = add_columns(view.acts, work_module(view, view.acts))
-    a = assign_phases(view).acts
+    view = launch_view(t, mem)
+    a = view.acts
     module, _ = labels.module_categories(view, taxonomy)
     forward = (a["phase"] == "forward").to_numpy()
     step = a["step"].to_numpy()
@@ -167,28 +160,6 @@ def memory_rows(memory: pd.DataFrame, steps: pd.Series) -> pd.DataFrame:
     for c in ("device", "phase", "module"):
         out[c] = out[c].astype("category").cat.remove_unused_categories()
     return out
-
-
-def _as_launches(t: Trace, mem: pd.DataFrame) -> Trace:
-    """A view of ``t`` whose activity table is the memory events as launches (their own
-    process, thread and time), placed in steps and in the op stack; its warnings are its own
-    (the linking functions' warnings about launches do not concern memory events)."""
-    pid, tid, ts = (mem[c].to_numpy() for c in ("pid", "tid", "ts"))
-    in_file = np.ones(len(mem), bool)
-    rng = t.step_ranges
-    if len(rng):
-        step = take(rng["step"].to_numpy(), place_in_steps(rng, pid, ts, in_file)[0], -1)
-    else:  # no markers: the whole trace is one step (as find_steps numbers the activities)
-        step = np.zeros(len(mem), np.int64)
-    _, ctx = sweep_with_points(t.ranges, pid, tid, ts)
-    view = copy.copy(t)  # the decoded names are shared, not decoded again
-    view.warnings, view.meta = [], {}
-    acts = pd.DataFrame(
-        {"launch_pid": pid, "launch_tid": tid, "launch_ts": ts, "launched": in_file, "step": step}
-    )
-    acts = add_columns(acts, ctx)
-    view.acts = add_columns(acts, op_columns(view, ctx["op_r"], ctx["comm_r"]))
-    return view
 
 
 def _step_start(t: Trace, a: pd.DataFrame) -> np.ndarray:

@@ -54,10 +54,11 @@ def sweep_order(pid, tid, start, end, is_range) -> np.ndarray:
     return order
 
 
-def sweep_loop(pid, tid, start, end, is_range, flags):
-    """Reference stack sweep. Returns (op, top, mod, bwd, comm, bits) per element (input order)."""
+def sweep_loop(pid, tid, start, end, is_range, flags, order=None):
+    """Reference stack sweep. Returns (op, top, mod, bwd, comm, bits) per element (input order).
+    ``order``: :func:`sweep_order` of the elements when the caller has it (else computed)."""
     n = len(start)
-    order = sweep_order(pid, tid, start, end, is_range)
+    order = sweep_order(pid, tid, start, end, is_range) if order is None else order
     out = [np.full(n, -1, np.int64) for _ in range(5)] + [np.zeros(n, np.int64)]
     out_op, out_top, out_mod, out_bwd, out_comm, out_bits = out
     pid_l, tid_l = pid[order].tolist(), tid[order].tolist()
@@ -191,11 +192,11 @@ def native() -> bool:
     return _nesting is not None and os.environ.get("TRACEKIT_NATIVE", "1") != "0"
 
 
-def sweep_native(pid, tid, start, end, is_range, flags):
+def sweep_native(pid, tid, start, end, is_range, flags, order=None):
     """:func:`sweep_loop`, run in C (``tracekit.pipeline._nesting``): the same stack sweep over the same
     order, with no Python object per element."""
     n = len(start)
-    order = sweep_order(pid, tid, start, end, is_range)
+    order = sweep_order(pid, tid, start, end, is_range) if order is None else order
     ins = [np.ascontiguousarray(x, np.int64) for x in (order, pid, tid, start, end)]
     out = [np.empty(n, np.int64) for _ in range(6)]
     rng = np.ascontiguousarray(is_range, bool)
@@ -203,28 +204,28 @@ def sweep_native(pid, tid, start, end, is_range, flags):
     return tuple(out)
 
 
-def sweep(pid, tid, start, end, is_range, flags):
+def sweep(pid, tid, start, end, is_range, flags, order=None):
     """Same result as :func:`sweep_loop`: in C where built (:func:`sweep_native`), else
-    :func:`sweep_numpy`."""
+    :func:`sweep_numpy`. ``order``: :func:`sweep_order` of the elements, when known."""
     if native():
-        return sweep_native(pid, tid, start, end, is_range, flags)
-    return sweep_numpy(pid, tid, start, end, is_range, flags)
+        return sweep_native(pid, tid, start, end, is_range, flags, order)
+    return sweep_numpy(pid, tid, start, end, is_range, flags, order)
 
 
-def sweep_numpy(pid, tid, start, end, is_range, flags):
+def sweep_numpy(pid, tid, start, end, is_range, flags, order=None):
     """Same result as :func:`sweep_loop`, vectorised where each thread's ranges nest properly.
 
     Memory: the per-level context arrays hold sorted positions, as int32 when they fit, and
     every temporary is dropped as soon as it is used (the sweep of a 1 GB trace runs over
     about a million elements, so each int64 column is 8 MB)."""
     n = len(start)
-    order = sweep_order(pid, tid, start, end, is_range)
+    order = sweep_order(pid, tid, start, end, is_range) if order is None else order
     R = is_range[order]
     F = np.where(R, flags[order], 0)
     depth, parent, proper = _sorted_parents(pid[order], tid[order], start[order], end[order], R)
     del R
     if not proper:
-        return sweep_loop(pid, tid, start, end, is_range, flags)
+        return sweep_loop(pid, tid, start, end, is_range, flags, order)
     inherited = _flow_down(depth, parent, F)
     del depth, parent, F
     out = []

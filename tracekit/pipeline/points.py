@@ -1,0 +1,136 @@
+"""Points labelled as launches: memory events, idle-gap starts and critical-path pieces.
+
+A point is a (process, thread, time) on the CPU timeline. Three steps label points the way a
+launch there would be labelled (step, op stack, backward link, module, phase):
+:func:`~tracekit.pipeline.memory.label_memory` (the allocator's events),
+:func:`~tracekit.pipeline.host_idle.label_host_idle` (where the host was when the device went
+idle) and the critical path's CPU pieces (:mod:`tracekit.pipeline.critical_pieces`). They all
+call :func:`launch_view`, so the rules are the launches' own, applied once per point set.
+
+Cost: what depends on the trace alone is derived once per trace (:meth:`Trace.once`): the
+phase evidence's event scans and the order of the CPU ranges for the nesting sweep, into which
+each point set is merged (:func:`merged_order`) instead of sorting ranges and points again.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .backward import link_backward
+from .modules import work_module
+from .nest import CONTEXT, op_columns
+from .nesting import sweep, sweep_order
+from .phases import assign_phases
+from .state import Trace, add_columns, distinct_rows, take
+from .steps import place_in_steps
+
+#: Above this many distinct threads among a point set, the points are sorted with the ranges
+#: (one sort) instead of merged thread by thread (a Python loop per thread).
+MAX_MERGED_THREADS = 256
+
+
+@dataclass
+class RangeOrder:
+    """The ranges of ``t.ranges`` in :func:`~tracekit.pipeline.nesting.sweep_order`, with each
+    thread's run in that order: ``lo``/``hi`` bounds of the runs, ``pid``/``tid`` their thread."""
+
+    order: np.ndarray
+    starts: np.ndarray  # the ranges' starts in that order
+    lo: np.ndarray
+    hi: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+
+
+def range_order(r: pd.DataFrame) -> RangeOrder | None:
+    """:class:`RangeOrder` of the ranges ``r``; None when some range ends before it starts
+    (then a point may sort before a range that starts with it: the full sort decides)."""
+    pid, tid, start, end = (r[c].to_numpy(np.int64) for c in ("pid", "tid", "start", "end"))
+    if (end < start).any():
+        return None
+    order = sweep_order(pid, tid, start, end, np.ones(len(r), bool))
+    p, q = pid[order], tid[order]
+    lo = np.flatnonzero(np.r_[True, (p[1:] != p[:-1]) | (q[1:] != q[:-1])]) if len(order) else order
+    hi = np.append(lo[1:], len(order)) if len(lo) else lo
+    return RangeOrder(order, start[order], lo, hi, p[lo], q[lo])
+
+
+def merged_order(t: Trace, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray) -> np.ndarray | None:
+    """``sweep_order`` of ``t.ranges`` followed by the points ``(pid, tid, ts)`` (point k is
+    element ``len(t.ranges) + k``), built from the ranges' order (derived once per trace): a
+    point goes after every range of its thread that starts at or before it (at equal starts a
+    range sorts first: longest first, and a point lasts no time), points among themselves by
+    thread, time and index. None when the full sort must decide (see :func:`range_order`)."""
+    plan = t.once("range_order", t.ranges, lambda: range_order(t.ranges))
+    n_r = len(t.ranges)
+    if plan is None:
+        return None
+    thread, first = distinct_rows(pid, tid)
+    if len(first) > MAX_MERGED_THREADS:
+        return None
+    pos = np.empty(len(ts), np.int64)
+    for k, (p, q) in enumerate(zip(pid[first].tolist(), tid[first].tolist())):
+        m = thread == k
+        at = np.flatnonzero((plan.pid == p) & (plan.tid == q))
+        if not at.size:  # no range on this thread: where the thread sorts among the ranges'
+            after = np.count_nonzero((plan.pid < p) | ((plan.pid == p) & (plan.tid < q)))
+            pos[m] = plan.lo[after] if after < len(plan.lo) else n_r
+            continue
+        lo, hi = plan.lo[at[0]], plan.hi[at[0]]
+        pos[m] = lo + np.searchsorted(plan.starts[lo:hi], ts[m], side="right")
+    by_point = np.lexsort((ts, tid, pid))  # stable: equal points keep their index order
+    return np.insert(plan.order, pos[by_point], n_r + by_point)
+
+
+def sweep_points(t: Trace, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray) -> dict[str, np.ndarray]:
+    """The context (:data:`~tracekit.pipeline.nest.CONTEXT` and ``ctx_bits``) of each point,
+    exactly as :func:`~tracekit.pipeline.nest.sweep_with_points` gives it."""
+    r = t.ranges
+    n_r = len(r)
+    order = merged_order(t, pid, tid, ts)
+    ctx = sweep(
+        np.concatenate([r["pid"].to_numpy(), pid]),
+        np.concatenate([r["tid"].to_numpy(), tid]),
+        np.concatenate([r["start"].to_numpy(), ts]),
+        np.concatenate([r["end"].to_numpy(), ts]),
+        np.concatenate([np.ones(n_r, bool), np.zeros(len(ts), bool)]),
+        np.concatenate([r["flags"].to_numpy(), np.zeros(len(ts), np.int64)]),
+        order,
+    )
+    return {col: x[n_r:] for col, x in zip(CONTEXT + ("ctx_bits",), ctx)}
+
+
+def as_launches(t: Trace, pts: pd.DataFrame) -> Trace:
+    """A view of ``t`` whose activity table is the points ``pts`` (``pid``, ``tid``, ``ts``)
+    as launches, placed in steps and in the op stack; its warnings are its own (the linking
+    functions' warnings about launches do not concern these points)."""
+    pid, tid, ts = (pts[c].to_numpy() for c in ("pid", "tid", "ts"))
+    in_file = np.ones(len(pts), bool)
+    rng = t.step_ranges
+    if len(rng):
+        step = take(rng["step"].to_numpy(), place_in_steps(rng, pid, ts, in_file)[0], -1)
+    else:  # no markers: the whole trace is one step (as find_steps numbers the activities)
+        step = np.zeros(len(pts), np.int64)
+    ctx = sweep_points(t, pid, tid, ts)
+    view = copy.copy(t)  # the decoded names and derived facts are shared, not made again
+    view.warnings, view.meta = [], {}
+    acts = pd.DataFrame(
+        {"launch_pid": pid, "launch_tid": tid, "launch_ts": ts, "launched": in_file, "step": step}
+    )
+    acts = add_columns(acts, ctx)
+    view.acts = add_columns(acts, op_columns(view, ctx["op_r"], ctx["comm_r"]))
+    return view
+
+
+def launch_view(t: Trace, pts: pd.DataFrame) -> Trace:
+    """:func:`as_launches`, then the launches' own labelling: the backward link
+    (:func:`link_backward`), the module (:func:`work_module`) and the phase
+    (:func:`assign_phases`). The view's ``acts`` holds those columns per point, in ``pts``'
+    order; module categories come from :func:`tracekit.pipeline.labels.module_categories`."""
+    view = link_backward(as_launches(t, pts))
+    view.acts = add_columns(view.acts, work_module(view, view.acts))
+    return assign_phases(view)
