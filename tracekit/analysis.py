@@ -34,6 +34,7 @@ from .ranks.gathered import Computed, RankTables
 from .ranks.grouping import directory_warnings, files_to_read, group_results
 from .ranks.tables import PerRankTables
 from .read.reader import DEFAULT_MAX_BYTES
+from .strings import with_python_strings
 
 
 @dataclass
@@ -81,6 +82,7 @@ class Analysis(PerRankTables):
         return "gpu" if "gpu" in modes else "cpu"
 
     @property
+    @with_python_strings
     def intervals(self) -> pd.DataFrame:
         """The labelled interval table (all ranks, with a ``rank`` column)."""
         parts = [a.load_intervals().assign(rank=r) for r, a in self.ranks.items()]
@@ -135,6 +137,7 @@ class Analysis(PerRankTables):
             self._computed[key] = manifest_tables.rows(REGISTRY[name], self.path, list(self.ranks), steps)
         return self._computed[key]
 
+    @with_python_strings
     def table(self, name: str, per_step: bool = False) -> pd.DataFrame:
         """One table; ``per_step`` keeps a ``step`` column instead of the mean over steps."""
         spec = REGISTRY.get(name)
@@ -179,6 +182,7 @@ class Analysis(PerRankTables):
 
         return get
 
+    @with_python_strings
     def tables(self, per_step: bool = False) -> dict[str, pd.DataFrame]:
         """Every table of :meth:`names`, in report order (cross-rank tables last)."""
         names = self.names()
@@ -188,6 +192,7 @@ class Analysis(PerRankTables):
             out.update({k: v for k, v in self.rank_tables(per_step).items() if k in names})
         return out
 
+    @with_python_strings
     def rank_tables(self, per_step: bool = False) -> dict[str, pd.DataFrame]:
         """``ranks`` (step, phase, compute, exposed communication, idle per rank) and
         ``rank_summary`` (mean/min/median/max over ranks, slowest rank, stragglers); with
@@ -231,6 +236,7 @@ def _typed(spec, out: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+@with_python_strings
 def load(
     path: str | os.PathLike,
     rank: int | None = None,

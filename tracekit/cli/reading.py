@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from ..read.files import DEFAULT_MAX_BYTES
+from ..strings import use_python_strings
 from .io import load_with_progress, warn
 
 
@@ -113,6 +114,7 @@ def reading_options(command):
 
     @functools.wraps(command)
     def with_reading(**kw):
+        use_python_strings()  # the CLI's process is tracekit's own (tracekit/strings.py)
         return command(reading=Reading(**{k: kw.pop(k) for k in Reading.__dataclass_fields__}), **kw)
 
     for option in reversed(_READING_OPTIONS):

@@ -20,6 +20,7 @@ from ..perf.devices import resolve as resolve_peaks
 from ..pipeline import MEMORY, Attributed, run
 from ..pipeline.taxonomy import kernel_rules, module_taxonomy
 from ..read.reader import DEFAULT_MAX_BYTES, read_trace
+from ..strings import with_python_strings
 from .gathered import pack_tables
 from .grouping import host_of, process_of
 from .merged import split_ranks
@@ -72,6 +73,7 @@ def analyse_file(path: str | os.PathLike, options: Options, store_parsed: bool =
     return analyse_parts(path, options, store_parsed)[0]
 
 
+@with_python_strings  # a worker started by spawn or forkserver has not inherited it
 def analyse_parts(path: str | os.PathLike, options: Options, store_parsed: bool = True) -> list[Attributed]:
     """:func:`analyse_file` of every rank the file holds: one, or the ranks a merging tool
     wrote into it (:func:`tracekit.ranks.merged.split_ranks`), in process order."""
