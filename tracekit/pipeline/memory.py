@@ -154,9 +154,9 @@ def memory_rows(memory: pd.DataFrame, steps: pd.Series) -> pd.DataFrame:
     """The labelled memory events of ``steps`` (the complete ones) in time order, with the
     columns the tables read (:data:`ROW_COLUMNS`), label columns as categoricals of the values
     present."""
-    memory = memory.iloc[time_order(memory)]
-    keep = memory["step"].isin(steps).to_numpy()
-    out = memory.loc[keep, ROW_COLUMNS].reset_index(drop=True)
+    order = time_order(memory)
+    rows = order[memory["step"].isin(steps).to_numpy()[order]]
+    out = memory[ROW_COLUMNS].iloc[rows].reset_index(drop=True)  # only those columns are copied
     for c in ("device", "phase", "module"):
         out[c] = out[c].astype("category").cat.remove_unused_categories()
     return out
