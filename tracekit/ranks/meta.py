@@ -144,12 +144,12 @@ def meta_of(run: Run) -> dict:
 
 def device_not_read(devices: list[str]) -> str:
     """The notice of a trace that names a device but holds none of the device events tracekit
-    reads (issue 38.14: an MTIA trace's ``mtia_ccp_events``, or a GPU trace recorded without
-    its kernels)."""
+    reads (a GPU trace recorded without its kernels; an MTIA trace's ``mtia_ccp_events`` are
+    read, issue 38.14, docs/metrics.md "MTIA device events")."""
     return (
         f"device events not read: the trace names {', '.join(devices)} but holds no kernel, memcpy "
-        "or memset that tracekit reads (CUDA and ROCm activity; an MTIA's own device events, "
-        "category mtia_ccp_events, are not read), so it is analysed as a CPU-only trace"
+        "or memset that tracekit reads (CUDA, ROCm and MTIA device activity), so it is analysed "
+        "as a CPU-only trace"
     )
 
 
