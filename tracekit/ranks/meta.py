@@ -108,7 +108,7 @@ def meta_of(run: Run) -> dict:
     notices += _peak_notices(run)
     notices += _modelled_notice(run)
     notices += _above_peak_notices(run)
-    if not run.has_memory:
+    if not run.has_memory and _memory_wanted(run):
         notices.append(MEMORY_NOTICE)
     collective_meta, collective_notices = collective_ranks.meta(run)
     notices += collective_notices
@@ -140,6 +140,12 @@ def meta_of(run: Run) -> dict:
         "partial": bool(run.skipped),
         "skipped": list(run.skipped),
     }
+
+
+def _memory_wanted(run: Run) -> bool:
+    """Whether the run was asked for a memory table: a run that was not reads no ``[memory]``
+    event, so it cannot tell that the trace has none."""
+    return run.wanted is None or any(n in REGISTRY and REGISTRY[n].reads == "memory" for n in run.wanted)
 
 
 def device_not_read(devices: list[str]) -> str:
