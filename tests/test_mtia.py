@@ -158,8 +158,10 @@ def test_planted_mtia_trace_recovers_its_numbers(tmp_path):
         "remote", "total_ms"
     ] == pytest.approx(2.0)
     assert top.loc["merge", "count"] == 1 and not {"event_wait", "event_record", "pe_exe"} & set(top.index)
-    mem = a.table("memcpy")
-    assert mem["count"].sum() == 1 and mem["time_ms"].sum() == pytest.approx(0.5)
+    mem = a.table("memcpy")  # the direction: its launching call's name
+    assert mem[["kind", "count"]].values.tolist() == [["HtoD", 1]] and mem["time_ms"].sum() == pytest.approx(
+        0.5
+    )
     iv = a.intervals
     runtime = dict(zip(iv["name"].astype(str), iv["runtime"].astype(str)))
     assert runtime["merge"] == RUN and runtime["remote"] == RUN
@@ -197,8 +199,20 @@ def test_the_shared_mtia_trace_reads_its_device_events(mtia):
     for n, ms in work.items():  # one step (no ProfilerStep): every event in it
         assert top.loc[n, "total_ms"] == pytest.approx(ms, rel=1e-6) and top.loc[n, "count"] == count[n]
     assert "event_wait" not in top.index and "event_record" not in top.index
-    mem = a.table("memcpy")
+    mem = a.table("memcpy").set_index("kind")
     assert mem["count"].sum() == count["dma_request"]
+    by_call = {}  # the direction of each request's enqueue call, by correlation (none: Other)
+    calls = {
+        e["args"]["correlation"]: e["name"]
+        for e in _events(path)
+        if e.get("cat") == "mtia_runtime" and "correlation" in e["args"]
+    }
+    for e in ev:
+        if e["name"] == "dma_request":
+            call = calls.get(e["args"].get("correlation"), "")
+            kind = "HtoD" if "HtoD" in call else "DtoH" if "DtoH" in call else "Other"
+            by_call[kind] = by_call.get(kind, 0) + 1
+    assert mem["count"].to_dict() == by_call
     iv = a.intervals
     corr = {e["args"]["correlation"] for e in ev if "correlation" in e["args"] and e["name"] in work}
     assert int(iv["launched"].sum()) == sum(
