@@ -1,7 +1,9 @@
 """Tables XIV: memory copies per step and direction.
 
 Per step and copy kind (the memcpy event name, e.g. ``Memcpy HtoD (Pinned -> Device)``, reduced
-to its direction HtoD / DtoH / DtoD / HtoH / PtoP, and Memset):
+to its direction HtoD / DtoH / DtoD / HtoH / PtoP, and Memset; a name that says none, MTIA's
+``dma_request``, takes its launching call's direction, ``enqueueCommand memcpyDtoHAsync``; else
+Other):
 
 * ``count``, ``time_ms`` (sum of durations), ``bytes`` (sum, where the trace records it),
 * ``busy_ms``: measure of the union of these copies (``time_ms`` when they never overlap),
@@ -33,6 +35,20 @@ def direction(name: str) -> str:
     return m.group(1) if m else ("Memset" if "memset" in name.lower() else "Other")
 
 
+def _kinds(mem: pd.DataFrame) -> pd.Categorical:
+    """Each copy's kind: its name's direction, else (a name saying none, MTIA's
+    ``dma_request``) its launching call's (``enqueueCommand memcpyHtoDAsync``), else Other;
+    computed once per distinct name and call."""
+    codes, names = codes_of(mem["name"])
+    kinds = np.array([direction(n) for n in names], dtype=object)
+    if "runtime" not in mem.columns or not (kinds == "Other").any():
+        return categorical_take(kinds, codes, np.arange(len(codes)), "")
+    by_call, calls = codes_of(mem["runtime"])
+    via = np.array([direction(n) for n in calls], dtype=object)
+    out = np.where(kinds[codes] == "Other", via[by_call], kinds[codes])
+    return pd.Categorical(out)
+
+
 @register(
     "memcpy",
     title="Memory copies",
@@ -45,15 +61,13 @@ def direction(name: str) -> str:
 def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     cols = ["step", "kind", "count", "time_ms", "busy_ms", "bytes"]
     is_mem = intervals["group"].isin(["memcpy", "memset"]).to_numpy()
-    mem = narrow(intervals, ["step", "name", "start", "end", "count", "bytes"], is_mem)
+    mem = narrow(intervals, ["step", "name", "runtime", "start", "end", "count", "bytes"], is_mem)
     if mem.empty:
         return pd.DataFrame(columns=cols)
-    codes, names = codes_of(mem["name"])
-    kinds = np.array([direction(n) for n in names], dtype=object)  # once per distinct name
     frame = pd.DataFrame(
         {
             "step": mem["step"].to_numpy(),
-            "kind": categorical_take(kinds, codes, np.arange(len(codes)), ""),
+            "kind": _kinds(mem),
             "start": mem["start"].to_numpy(),
             "end": mem["end"].to_numpy(),
             "dur": (mem["end"] - mem["start"]).to_numpy(),

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from tracekit.cli import main
-from tracekit.render.first_screen import LINES
+from tracekit.render.first_screen import FOOTER_LINES, LINES
 from tracekit.testing import TraceBuilder
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -47,11 +47,11 @@ def test_the_first_screen_answers_the_question(tmp_path):
     assert "step 4.000 ms: compute 75.0%, exposed comm 0.0%, idle 25.0%" in lines
     assert text.index("step 4.000 ms") < text.index("Phases") < text.index("Top modules")
     assert "MFU: not known here" in text  # no shapes recorded: the notes above say why
-    assert lines[-1].startswith("other tables: --table NAME for ") or "--all shows every table" in text
+    assert _footer(lines)[0].startswith("other tables (--table NAME or --all): ")
     assert "top_kernels" in text and "Top kernels" not in text  # named, not shown
     full = _run(str(_planted(tmp_path)), "--all")
     assert "Top kernels" in full and "Kernel categories" in full
-    assert "other tables:" not in full
+    assert "other tables (" not in full
 
 
 def test_the_first_screen_keeps_notes_of_what_it_shows_and_counts_the_rest(tmp_path):
@@ -80,7 +80,39 @@ def test_first_screen_is_at_most_60_lines_at_80_columns(src):
     lines = _run(str(src)).splitlines()
     assert len(lines) <= LINES, "\n".join(lines)
     assert max(len(ln) for ln in lines) <= 80
-    assert any(ln.startswith("other tables:") for ln in lines)
+    _assert_footer_is_whole_words(_footer(lines))
+
+
+def _footer(lines: list[str]) -> list[str]:
+    """The footer naming the other tables: its first line and its indented continuation."""
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("other tables ("))
+    return [lines[at]] + [ln for ln in lines[at + 1 : at + FOOTER_LINES] if ln.startswith("  ")]
+
+
+def _assert_footer_is_whole_words(footer: list[str]) -> None:
+    """At most two lines, the second indented, broken between names: every word after the
+    prefix is a whole table name (or the count of the names left out), none split."""
+    from analyses._registry import REGISTRY
+
+    assert 1 <= len(footer) <= FOOTER_LINES and footer == _footer(footer + ["x"])
+    assert all(ln == ln.rstrip() and len(ln) <= 80 for ln in footer)
+    words = " ".join(footer).split(": ", 1)[1].split(", ")
+    more = words[-1].startswith("+") and words[-1].endswith(" more")
+    assert all(w.strip() in REGISTRY for w in words[: len(words) - more]), footer
+
+
+def test_the_footer_counts_the_names_it_has_no_room_for():
+    from tracekit.render.first_screen import footer
+
+    tables = {f"t{i:02d}_{'x' * 12}": [1] for i in range(20)}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("tracekit.render.first_screen.for_people", lambda n: True)
+        lines = footer(tables, 80)
+    assert len(lines) == FOOTER_LINES and lines[1].startswith("  ") and "\n" not in "".join(lines)
+    shown = [w.strip() for w in " ".join(lines).split(": ", 1)[1].split(", ")]
+    assert shown[-1] == f"+{20 - len(shown) + 1} more"
+    assert all(w in tables for w in shown[:-1]) and max(len(ln) for ln in lines) <= 80
+    assert footer({"gemm": [1]}, 80) == ["other tables (--table NAME or --all): gemm"]
 
 
 @pytest.mark.shared
@@ -112,7 +144,7 @@ def test_other_formats_are_unchanged_by_the_first_screen():
     doc = json.loads(_run(src, "--format", "json"))
     assert {"op_shapes", "top_kernels", "phases", "findings"} <= set(doc["tables"])
     md = _run(src, "--format", "md")
-    assert "other tables:" not in md and "Top kernels" in md
+    assert "other tables (" not in md and "Top kernels" in md
 
 
 def test_the_mfu_caveat_is_said_once_beside_mfu():

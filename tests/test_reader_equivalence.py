@@ -106,6 +106,11 @@ def reference_frame(path) -> pd.DataFrame:
             continue
         if cat is None:
             continue
+        if cat == "mtia_ccp_events":  # MTIA's device events, by name (docs/metrics.md)
+            if ph == "X" and name not in ("event_record", "event_wait"):
+                kind = R.MEMCPY if name == "dma_request" else R.KERNEL
+                rows.append((kind, ev | {"shape texts": shapes.get(i, {})}))
+            continue
         kind = R._CATEGORY_KIND.get(cat, R._CATEGORY_KIND.get(cat.lower()))
         if kind is None:
             continue

@@ -12,6 +12,9 @@ from .state import Trace, lookup
 from .worker_comm import worker_launches
 
 DEVICE_KINDS = (KERNEL, MEMCPY, MEMSET)
+#: The reader's id of an event with no ``correlation`` arg (MTIA's executor ranges, its event
+#: records): never a join key.
+NO_ID = -1
 #: Annotation ranges that are CPU-side collectives (gloo/nccl), activities of CPU-only traces.
 CPU_COLLECTIVE_PREFIXES = ("gloo:", "nccl:")
 
@@ -30,7 +33,8 @@ def join_launches(t: Trace) -> Trace:
     call's end: launch delay and host-bound launches are measured from it, analyses/launches.py;
     for an activity with no launch: its own start, as ``launch_ts``).
     Guarantees: a GPU activity is joined by the ``correlation`` arg only, never by flows or
-    time; the first runtime call of a duplicated id is used (and a warning says so). In CPU mode
+    time; a call or activity with no ``correlation`` joins nothing; the first runtime call of a
+    duplicated id is used (and a warning says so when an activity has that id). In CPU mode
     (DESIGN.md: tables over CPU op self time) the activities are the self-time pieces of every
     CPU op and CPU collective range: the op's interval minus the ops nested in it, so each
     instant of a thread inside a top-level op lands in exactly one op. An op with children has
@@ -88,18 +92,19 @@ def join_launches(t: Trace) -> Trace:
 
 def _gpu_launches(t: Trace, kind: np.ndarray, act: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     corr = t.events["corr"].to_numpy()
-    rt = np.flatnonzero(kind == RUNTIME)
+    rt = np.flatnonzero((kind == RUNTIME) & (corr != NO_ID))  # a call with no id launches nothing
     rt_corr = pd.Series(rt, index=corr[rt])
     dup = rt_corr.index.duplicated(keep="first")
     if dup.any():
-        t.warnings.append(
-            TraceWarning(
-                "duplicate_correlation",
-                f"{int(dup.sum())} duplicate "
-                "correlation ids among runtime calls; the first call of "
-                "each id is used",
+        used = dup & np.isin(rt_corr.index.to_numpy(), corr[act])  # an id no activity has is moot
+        if used.any():
+            t.warnings.append(
+                TraceWarning(
+                    "duplicate_correlation",
+                    f"{int(used.sum())} duplicate correlation ids among runtime calls; the first "
+                    "call of each id is used",
+                )
             )
-        )
         rt_corr = rt_corr[~dup]
     launch = lookup(rt_corr, corr[act])
     missing = int((launch < 0).sum())

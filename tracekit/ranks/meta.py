@@ -108,7 +108,7 @@ def meta_of(run: Run) -> dict:
     notices += _peak_notices(run)
     notices += _modelled_notice(run)
     notices += _above_peak_notices(run)
-    if not run.has_memory:
+    if not run.has_memory and _memory_wanted(run):
         notices.append(MEMORY_NOTICE)
     collective_meta, collective_notices = collective_ranks.meta(run)
     notices += collective_notices
@@ -142,14 +142,20 @@ def meta_of(run: Run) -> dict:
     }
 
 
+def _memory_wanted(run: Run) -> bool:
+    """Whether the run was asked for a memory table: a run that was not reads no ``[memory]``
+    event, so it cannot tell that the trace has none."""
+    return run.wanted is None or any(n in REGISTRY and REGISTRY[n].reads == "memory" for n in run.wanted)
+
+
 def device_not_read(devices: list[str]) -> str:
     """The notice of a trace that names a device but holds none of the device events tracekit
-    reads (issue 38.14: an MTIA trace's ``mtia_ccp_events``, or a GPU trace recorded without
-    its kernels)."""
+    reads (a GPU trace recorded without its kernels; an MTIA trace's ``mtia_ccp_events`` are
+    read, issue 38.14, docs/metrics.md "MTIA device events")."""
     return (
         f"device events not read: the trace names {', '.join(devices)} but holds no kernel, memcpy "
-        "or memset that tracekit reads (CUDA and ROCm activity; an MTIA's own device events, "
-        "category mtia_ccp_events, are not read), so it is analysed as a CPU-only trace"
+        "or memset that tracekit reads (CUDA, ROCm and MTIA device activity), so it is analysed "
+        "as a CPU-only trace"
     )
 
 

@@ -172,11 +172,20 @@ _KNOWN_UNUSED = {
     "cpu_instant_event",
     "overhead",
     "python_function_other",
-    "mtia_ccp_events",
     "cuda_profiler_range",
     "kineto",
     "",
 }
+
+#: MTIA's device events (category ``mtia_ccp_events``, Kineto's MTIA_CCP_EVENTS, an alias of
+#: CONCURRENT_KERNEL) are told apart by name: a DMA request is a copy (``args.direction``
+#: HOST_TO_DEVICE / DEVICE_TO_HOST, ``args.size``), an event record or wait is synchronisation
+#: (a stream waiting on another, no work: not read, as a CUDA stream wait is not), and every
+#: other name is an execution on the device's processing elements (``pe_exe``, or the executable
+#: a ``runFunction`` call named: ``merge``, ``remote``...): a kernel. docs/metrics.md, "MTIA".
+MTIA_DEVICE = "mtia_ccp_events"
+MTIA_COPY = ("dma_request",)
+MTIA_SYNC = ("event_record", "event_wait")
 
 #: python_function events kept: module frames and the rotary helper; the rest are dropped.
 _PYTHON_KEEP_PREFIX = "nn.Module: "
@@ -214,6 +223,8 @@ def event_class(ph: str | None, cat: str | None, name: str | None) -> int:
         return MEMORY
     if cat is None:
         return SKIP
+    if cat == MTIA_DEVICE:
+        return _mtia_class(ph, name)
     kind = _CATEGORY_KIND.get(cat)
     if kind is None:
         kind = _CATEGORY_KIND.get(cat.lower())
@@ -231,6 +242,13 @@ def event_class(ph: str | None, cat: str | None, name: str | None) -> int:
     if kind == FLOW_LAUNCH or ph not in ("s", "f", "t"):
         return SKIP  # launches are linked by correlation id, not by flow events
     return kind
+
+
+def _mtia_class(ph: str | None, name: str | None) -> int:
+    """The kind of an MTIA device event (:data:`MTIA_DEVICE`): complete events only."""
+    if ph != "X" or name in MTIA_SYNC:
+        return SKIP
+    return MEMCPY if name in MTIA_COPY else KERNEL
 
 
 def flow_phase(ph: str | None) -> str:

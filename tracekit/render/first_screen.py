@@ -6,11 +6,13 @@ about other tables are counted, ``--all`` prints them), coverage; one line per r
 step time, its compute, exposed communication and idle (slowest ranks first, at most
 :data:`RANKS`); MFU with its caveat; the phases (key columns) and the top module rows of the
 rank with the longest step; the findings, as many whole ones as the screen has room for; one
-line naming the other tables (``--table NAME``, ``--all``). Every number is a table's number
+at most two lines naming the other tables (``--table NAME``, ``--all``). Every number is a table's number
 (``idle``, ``phases``, ``modules``) or ``meta``'s (MFU): nothing is computed here.
 """
 
 from __future__ import annotations
+
+import textwrap
 
 import pandas as pd
 from rich.console import Console, RenderableType
@@ -30,6 +32,8 @@ PHASE_COLUMNS = ("rank", "stage", "phase", "wall_ms", "percent", "compute_ms", "
 NOT_MODULES = ("Idle", "Exposed communication")
 #: The tables this screen shows (the footer names the others).
 SHOWN = ("findings", "phases", "modules", "idle")
+#: Most lines of the footer naming the other tables.
+FOOTER_LINES = 2
 
 
 def deferred(notice: str) -> bool:
@@ -96,9 +100,24 @@ def top_modules(modules: pd.DataFrame, rank) -> pd.DataFrame:
     return m.sort_values("time_ms", ascending=False, kind="stable").head(MODULE_ROWS)
 
 
-def footer(tables: dict) -> str:
+def footer(tables: dict, width: int = 80) -> list[str]:
+    """The lines naming the other tables: at most :data:`FOOTER_LINES` lines of at most
+    ``width`` columns, broken between words (never inside one), the continuation indented; the
+    names that do not fit are counted (``+N more``; ``--all`` prints them, and ``--table``'s
+    error names them all)."""
     rest = [n for n in tables if n not in SHOWN and for_people(n) and len(tables[n])]
-    return "other tables: --table NAME for " + ", ".join(rest) + "; --all shows every table"
+    for n in range(len(rest), -1, -1):
+        names = rest[:n] + ([f"+{len(rest) - n} more"] if n < len(rest) else [])
+        lines = textwrap.wrap(
+            "other tables (--table NAME or --all): " + ", ".join(names),
+            width,
+            subsequent_indent="  ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        if len(lines) <= FOOTER_LINES:
+            return lines
+    return lines
 
 
 def sections(meta: dict, tables: dict, rank, tables_of) -> list[RenderableType]:
@@ -163,7 +182,7 @@ def render_first(
     body = sections(meta, tables, rank, tables_of)
     notes = f"{later} more note{'s' if later > 1 else ''} on other tables: --all prints them"
     tail = [Text(notes)] if later else []
-    tail.append(Text(footer(tables)))
+    tail += [Text(line) for line in footer(tables, console.width)]
     used = sum(height(console, p) for p in head + body + tail)
     found = findings_lines(meta, tables.get("findings"), console.width, LINES - used)
     for part in head + body:
