@@ -29,6 +29,17 @@ F = TypeVar("F", bound=Callable[..., Any])
 OPTION, STORAGE = "mode.string_storage", "python"
 
 
+def storage() -> str:
+    """The storage pandas gives ``str`` columns now ("" where it has no such option): the key
+    of every cache of a dtype built from strings, which differs between the storages."""
+    import pandas as pd
+
+    try:
+        return str(pd.get_option(OPTION))
+    except (KeyError, ValueError):
+        return ""
+
+
 def use_python_strings() -> None:
     """Set the option for this whole process (the CLI's, a worker's)."""
     import pandas as pd

@@ -54,3 +54,22 @@ def _plain(df: pd.DataFrame) -> pd.DataFrame:
         if out[col].dtype == "str" or isinstance(out[col].dtype, pd.CategoricalDtype):
             out[col] = out[col].astype(object)
     return out
+
+
+def test_cached_dtypes_follow_the_storage():
+    """The reader's categorical dtypes (cached per set of categories) and state's str dtype are
+    made in the storage in force: a dtype cached under the other storage made the API's and
+    the reader's frames differ in one process (test_charts then test_native_reader)."""
+    import numpy as np
+
+    from tracekit.pipeline.state import str_column
+    from tracekit.read.categoricals import _categorical_codes
+
+    codes = np.array([1, 2, 1])
+    for storage in ("pyarrow", "python", "pyarrow"):
+        with pd.option_context(OPTION, storage):
+            made = _categorical_codes(codes, lambda c: "ab"[c - 1])
+            assert made.categories.dtype == pd.Series(["x"]).dtype
+            assert made.categories.dtype.storage == storage
+            col = pd.Series(str_column(np.array(["a", "b"], dtype=object), np.array([0, 1])))
+            assert col.dtype == pd.Series(["x"]).dtype

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..strings import storage
+
 
 @dataclass
 class Trace:
@@ -241,9 +243,14 @@ def codes_of(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return codes.astype(np.intp), np.asarray(uniq, dtype=object)
 
 
-@cache
 def _str_dtype():
-    """The dtype pandas gives a column of str (pandas 3: arrow-backed ``str``)."""
+    """The dtype pandas gives a column of str now (pandas 3: ``str``, in the storage
+    :mod:`tracekit.strings` says), once per storage."""
+    return _str_dtype_of(storage())
+
+
+@cache
+def _str_dtype_of(storage: str):
     return pd.Series(["x"]).dtype
 
 

@@ -11,6 +11,8 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from ..strings import storage
+
 
 def _categorical(values: list[str]) -> pd.Categorical:
     """``pd.Categorical(values)`` (categories sorted), built from codes: the distinct values are
@@ -34,7 +36,7 @@ def _categorical_codes(codes: np.ndarray, value: Any) -> pd.Categorical:
     where = {v: i for i, v in enumerate(distinct)}
     remap = np.zeros(len(used) and int(used[-1]) + 1, dtype=np.int64)
     remap[used] = [where[v] for v in values]
-    dtype = _dtype(tuple(distinct)) if len(distinct) <= _FEW else pd.CategoricalDtype(distinct)
+    dtype = _dtype(tuple(distinct), storage()) if len(distinct) <= _FEW else pd.CategoricalDtype(distinct)
     return pd.Categorical.from_codes(remap[codes], dtype=dtype, validate=False)
 
 
@@ -43,9 +45,11 @@ _FEW = 1024
 
 
 @functools.lru_cache(maxsize=64)
-def _dtype(categories: tuple[str, ...]) -> pd.CategoricalDtype:
+def _dtype(categories: tuple[str, ...], storage: str) -> pd.CategoricalDtype:
     """The categorical dtype of these (sorted, distinct) categories: one object per set, so
-    the slices of a file, whose columns mostly have the same few values, share it."""
+    the slices of a file, whose columns mostly have the same few values, share it. Its
+    categories are stored as pandas stores ``str`` now (``storage``, the cache's key too: a
+    dtype made under the other storage is not equal to one made now)."""
     return pd.CategoricalDtype(list(categories))
 
 
