@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
@@ -194,6 +194,21 @@ def emit(text: str, out: Path | None) -> None:
         click.echo(text)
 
 
+def emit_pieces(pieces: Iterable[str], out: Path | None) -> None:
+    """:func:`emit` of ``"".join(pieces)``, written piece by piece (the whole text is never
+    held at once; a file still appears whole or not at all)."""
+    if out:
+        from ..safewrite import atomic_file
+
+        with atomic_file(out) as f:
+            for piece in pieces:
+                f.write(piece.encode("utf-8", errors="replace"))
+    else:
+        for piece in pieces:
+            click.echo(piece, nl=False)
+        click.echo("")
+
+
 def write_csv_members(out: Path, texts: dict[str, str]) -> None:
     from ..safewrite import write_members
 
@@ -320,7 +335,7 @@ def write_output(
         render = first_screen.render_first if terminal == "render_first" else getattr(term, terminal)
         write_table(render, meta, tables, out, wide=wide, top=top)
     elif fmt == "json":
-        emit(formats.to_json(meta, tables), out)
+        emit_pieces(formats.json_pieces(meta, tables), out)
     elif fmt == "md":
         emit(formats.markdown_report(meta, tables, top=top), out)
     elif fmt == "csv" and out and is_dir_out(out):

@@ -11,6 +11,7 @@ import io
 import json
 import math
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -43,8 +44,45 @@ def records(df: pd.DataFrame) -> list[dict]:
 
 
 def to_json(meta: dict, tables: dict[str, pd.DataFrame]) -> str:
-    doc = {"meta": meta, "tables": {k: records(v) for k, v in tables.items()}}
-    return json.dumps(doc, indent=2, default=str, allow_nan=False)
+    """``{"meta": meta, "tables": {name: records}}``, indented (:func:`json_pieces`, whole)."""
+    return "".join(json_pieces(meta, tables))
+
+
+#: Rows encoded at once by :func:`json_pieces`.
+CHUNK_ROWS = 4096
+
+
+def _dumps(obj) -> str:
+    return json.dumps(obj, indent=2, default=str, allow_nan=False)
+
+
+def _nested(text: str, level: int) -> str:
+    """JSON ``text`` (indented from level 0) as a value at ``level`` (JSON text has no raw
+    line break inside a string, so every line break is the indentation's)."""
+    return text.replace("\n", "\n" + "  " * level)
+
+
+def json_pieces(meta: dict, tables: dict[str, pd.DataFrame]) -> Iterator[str]:
+    """The text of ``json.dumps({"meta": meta, "tables": {name: records(df)}}, indent=2)``,
+    character for character, in pieces of at most :data:`CHUNK_ROWS` rows: a run of a
+    thousand ranks has hundreds of thousands of rows, and the whole document as Python dicts
+    and one string held several times its size (docs/performance.md)."""
+    yield '{\n  "meta": ' + _nested(_dumps(meta), 1) + ',\n  "tables": '
+    if not tables:
+        yield "{}\n}"
+        return
+    yield "{"
+    for i, (name, df) in enumerate(tables.items()):
+        yield ("," if i else "") + "\n    " + _dumps(name) + ": "
+        if not len(df):
+            yield "[]"
+            continue
+        yield "["
+        for start in range(0, len(df), CHUNK_ROWS):
+            rows = _dumps(records(df.iloc[start : start + CHUNK_ROWS]))[2:-2]  # "  {...},\n  {...}"
+            yield ("," if start else "") + "\n    " + _nested(rows, 2)
+        yield "\n    ]"
+    yield "\n  }\n}"
 
 
 #: Line breaks become spaces: the CSV writer does not even quote a cell for a bare "\r", so a
