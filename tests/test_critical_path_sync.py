@@ -6,6 +6,8 @@ stays for calls without them.
 * ``event``: test_critical_path's event scenario, the calls with their ``cuda_sync`` events
   (args and inference agree): the same whole path, to the nanosecond;
 * ``item``: its ``aten::item`` scenario with a ``Stream Sync`` event naming the stream;
+* ``optimizer``: its host-bound optimizer, the sync a ``cudaEventSynchronize`` on an event
+  recorded on the compute stream, with its ``Event Sync`` event;
 * ``disagree``: the event is recorded on the producer's stream, but a short kernel on a third
   stream is launched after the producer and before the ``cudaEventRecord``: the inference (the
   last activity launched on another stream before the record) takes the short kernel, the args
@@ -18,7 +20,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_critical_path import ABS, GEMM, _expected, _item
+import test_critical_path
+from test_critical_path import ABS, GEMM, _expected, _item, _optimizer
 
 import tracekit
 from tracekit.testing import COMPUTE_STREAM, COPY_STREAM, SIDE_STREAM, TraceBuilder
@@ -63,12 +66,35 @@ def _stream_sync(b: TraceBuilder) -> None:
     b.w.runtime_only(b._s.tid, "cudaStreamSynchronize", us, sync=sync)
 
 
-SCENARIOS = {"event": _event, "item": _item, "disagree": _disagree}
+def _event_sync(b: TraceBuilder) -> None:
+    """test_critical_path's sync as ``cudaEventSynchronize`` on an event recorded on the compute
+    stream after the work it waits for, with its ``Event Sync`` event."""
+    rec = b.w.runtime_only(b._s.tid, "cudaEventRecord", 1)
+    end = max(a.end for a in b.activities)
+    us = (end - b.w.t[b._s.tid]) / 1000 + 0.6
+    ask = {"wait_on_stream": COMPUTE_STREAM, "wait_on_cuda_event_record_corr_id": rec}
+    b.w.runtime_only(b._s.tid, "cudaEventSynchronize", us, sync={"kind": "Event Sync", **ask})
+
+
+def _sync_end(trace: dict, after: int) -> int:
+    """test_critical_path's sync end, of the ``cudaEventSynchronize`` calls."""
+    ends = [
+        round((float(e["ts"]) + float(e["dur"])) * 1000)
+        for e in trace["traceEvents"]
+        if e.get("name") == "cudaEventSynchronize"
+    ]
+    return min(x for x in ends if x > after)
+
+
+SCENARIOS = {"event": _event, "item": _item, "disagree": _disagree, "optimizer": _optimizer}
 
 
 def _build(tmp, name: str, monkeypatch) -> tuple[list, dict, object]:
     if name == "item":
-        monkeypatch.setattr("test_critical_path._sync", _stream_sync)
+        monkeypatch.setattr(test_critical_path, "_sync", _stream_sync)
+    if name == "optimizer":
+        monkeypatch.setattr(test_critical_path, "_sync", _event_sync)
+        monkeypatch.setattr(test_critical_path, "_sync_end", _sync_end)
     b = TraceBuilder(modules="none")
     planted = []
     for _ in range(3):
@@ -89,10 +115,11 @@ def test_whole_path_recovered_exactly_with_the_sync_args(name, tmp_path, monkeyp
     planted, trace, path = _build(tmp_path, name, monkeypatch)
     got, idle = _path(path)
     kind = "event" if name == "disagree" else name
+    phase = "optimizer" if name == "optimizer" else "forward"
     for n, p in planted:
         mine = got[got["step"] == n]
         have = {(r.kind, r.phase): r.time_ms for r in mine.itertuples()}
-        want = {k: v / 1e6 for k, v in _expected(kind, trace, trace_tid(trace), p, "forward").items() if v}
+        want = {k: v / 1e6 for k, v in _expected(kind, trace, trace_tid(trace), p, phase).items() if v}
         assert have == pytest.approx(want, abs=ABS), (name, n)
         assert mine["time_ms"].sum() == pytest.approx(idle.loc[n, "window_ms"], abs=ABS)
 
