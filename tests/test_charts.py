@@ -148,22 +148,42 @@ def check_lines(df: pd.DataFrame, fig: dict) -> int:
 
 
 def check_bars(df: pd.DataFrame, fig: dict) -> int:
-    """A critical-path timeline: per kind, its bars are the step's rows of that kind (of the
-    chart's rank) in time order, each from ``start_ms`` to ``end_ms``, and nothing else."""
+    """A critical-path timeline: per step of its menu (or its one step) and kind, its bars are
+    the step's rows of that kind (of the chart's rank) in time order, each from ``start_ms`` to
+    ``end_ms``, and nothing else; the first step's bars alone are visible."""
     how = fig["meta"]["bars"]
-    rows = df[df["step"] == how["step"]]
-    if how["rank"] is not None:
-        rows = rows[rows["rank"] == how["rank"]]
-    rows = rows.sort_values("start_ms", kind="stable")
+    mine = df if how["rank"] is None else df[df["rank"] == how["rank"]]
     bars = [t for t in fig["data"] if t.get("type") == "bar"]
-    assert sorted(t["name"] for t in bars) == sorted(rows["kind"].astype(str).unique())
-    for t in bars:
-        g = rows[rows["kind"].astype(str) == t["name"]]
-        assert set(t["y"]) == {t["name"]}
-        np.testing.assert_allclose(t["base"], g["start_ms"].to_numpy(float), atol=1e-6)
-        ends = np.asarray(t["base"]) + np.asarray(t["x"])
-        np.testing.assert_allclose(ends, g["end_ms"].to_numpy(float), atol=2e-6)
+    steps = how.get("steps", [how["step"]])
+    assert {t.get("meta", {}).get("step", how["step"]) for t in bars} == set(steps)
+    for step in steps:
+        rows = mine[mine["step"] == step].sort_values("start_ms", kind="stable")
+        drawn = [t for t in bars if t.get("meta", {}).get("step", how["step"]) == step]
+        assert sorted(t["name"] for t in drawn) == sorted(rows["kind"].astype(str).unique())
+        assert all(t.get("visible", True) == (step == how["step"]) for t in drawn)
+        if step in how.get("thinned", []):  # a --full-series step thinned for the chart
+            check_thinned(rows, drawn)
+            continue
+        for t in drawn:
+            g = rows[rows["kind"].astype(str) == t["name"]]
+            assert set(t["y"]) == {t["name"]}
+            np.testing.assert_allclose(t["base"], g["start_ms"].to_numpy(float), atol=1e-6)
+            ends = np.asarray(t["base"]) + np.asarray(t["x"])
+            np.testing.assert_allclose(ends, g["end_ms"].to_numpy(float), atol=2e-6)
     return sum(len(t["x"]) for t in bars)
+
+
+def check_thinned(rows: pd.DataFrame, drawn: list) -> None:
+    """A step's bars thinned for the chart: at most the table's budget, in order, touching, over
+    the step's rows' whole span."""
+    lo = np.concatenate([np.asarray(t["base"], float) for t in drawn])
+    hi = lo + np.concatenate([np.asarray(t["x"], float) for t in drawn])
+    o = np.argsort(lo)
+    lo, hi = lo[o], hi[o]
+    assert len(lo) <= 400 < len(rows)
+    np.testing.assert_allclose(lo[1:], hi[:-1], atol=2e-6)
+    assert lo[0] == pytest.approx(rows["start_ms"].min(), abs=1e-6)
+    assert hi[-1] == pytest.approx(rows["end_ms"].max(), abs=2e-6)
 
 
 def _run(plans_, per_step: bool) -> tuple[dict, str]:

@@ -81,6 +81,11 @@ def _int(v, none=-1):
     return ((v + (1 << 63)) % (1 << 64)) - (1 << 63)
 
 
+def _first(args: dict, key: str, instead: str):
+    """``args[key]``, or where it is absent or null ``args[instead]``."""
+    return args.get(instead) if args.get(key) is None else args[key]
+
+
 def _number(v) -> float:
     return float(v) if isinstance(v, (int, float, Decimal)) and not isinstance(v, bool) else math.nan
 
@@ -114,7 +119,7 @@ def reference_frame(path) -> pd.DataFrame:
         kind = R._CATEGORY_KIND.get(cat, R._CATEGORY_KIND.get(cat.lower()))
         if kind is None:
             continue
-        if kind <= R.CPU_OP or kind == R.ANNOTATION:
+        if kind <= R.CPU_OP or kind in (R.ANNOTATION, R.CUDA_SYNC):
             if ph != "X":
                 continue
         elif kind == R.PYTHON:
@@ -151,8 +156,9 @@ def reference_frame(path) -> pd.DataFrame:
                 "flow_id": _int(e.get("id")),
                 "flow_ph": ph if (ph := e.get("ph")) in ("s", "f", "t") else "",
                 "corr": _int(a.get("correlation")),
-                "seq": _int(a.get("Sequence number")),
-                "fwd_tid": _int(a.get("Fwd thread id")),
+                # a cuda_sync event's wait_on_* args, where the cpu_op fields are absent
+                "seq": _int(_first(a, "Sequence number", "wait_on_cuda_event_record_corr_id")),
+                "fwd_tid": _int(_first(a, "Fwd thread id", "wait_on_stream")),
                 "stream": _int(a.get("stream")),
                 "collective": a.get("Collective name") or "",
                 "bytes": _number(a.get("Bytes" if kind == R.MEMORY else "bytes")),

@@ -7,12 +7,12 @@ The graph (HolisticTraceAnalysis 0.5's ``critical_path_analysis``, read, not cop
 * a launch (runtime call) before its device activity, joined by correlation id;
 * device activities in stream order;
 * a blocking synchronisation (:data:`SYNC_APIS`) ends after the last device activity it waits
-  on: the device activity of the rank that ended last inside the call (the call's stream is not
-  read, so any stream's);
-* ``cudaStreamWaitEvent``: the next activity launched on the thread after the call depends on
-  the activity launched on the thread, on another stream, last before the ``cudaEventRecord``
-  that precedes the call (HTA's matching, without the ``cuda_sync`` events' stream arguments,
-  which the reader does not decode);
+  on; ``cudaStreamWaitEvent``: an activity launched after it waits on the event's work. What
+  was waited on comes from the ``cuda_sync`` events' args where a call has them
+  (:mod:`tracekit.pipeline.critical_sync`), else it is inferred here: a sync, on the rank's
+  activity that ended last inside the call (any stream's); a wait, the next activity launched
+  on the thread after the call depends on the activity launched on the thread, on another
+  stream, last before the ``cudaEventRecord`` that precedes the call;
 * a collective is its kernel (kind ``comm``).
 
 The path is walked backward from the step's end (the end of its device window, the ``idle``

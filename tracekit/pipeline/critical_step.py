@@ -8,9 +8,10 @@ import numpy as np
 import pandas as pd
 
 from ..read.schema import CPU_OP, RUNTIME
-from .critical import Walker, binding_syncs, event_waits, keyed, predecessors, runtime_calls, thread_codes
+from .critical import Walker, keyed, predecessors, runtime_calls, thread_codes
 from .critical_host import Host
 from .critical_pieces import Vocab, merged, pieces
+from .critical_sync import sync_edges
 from .state import Trace, codes_of
 from .taxonomy import ModuleTaxonomy
 
@@ -112,9 +113,9 @@ def graph(t: Trace) -> dict | None:
     if latest - t0 >= 1 << 43 or len(threads[0]) >= 1 << 19:  # beyond the keys' bits (2.4 h)
         return None
     rt["key"] = keyed(rt["thread"], rt["start"], t0)
+    syncs, wait_src = sync_edges(t, a, a_th, rt)  # the cuda_sync events' args, else inferred
     host = Host(c_th, c_start, c_end, rt, t0)
-    jumps = host.jumps(rt, binding_syncs(rt, a), a["end"].to_numpy(np.int64), np.unique(a_th[launched]))
-    wait_src = event_waits(t, a, a_th, rt)
+    jumps = host.jumps(rt, syncs, a["end"].to_numpy(np.int64), np.unique(a_th[launched]))
     pred = predecessors(a, wait_src)
     phases, modules = Vocab("unattributed"), Vocab("Other")
     p_codes, p_uniq = codes_of(a["phase"])

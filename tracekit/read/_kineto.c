@@ -18,8 +18,11 @@
  *                       "counts" (int64: its events, kept or not, for unknown categories).
  *   pid tid flow_id corr seq fwd_tid stream addr
  *               int64   ints modulo 2**64 (as tracekit.columns wraps them), -1 when absent or
- *                       null; a string value stores its string code and sets bit k of "idstr"
- *                       (k = the column's position in that list): Python converts it.
+ *                       null; seq holds args["wait_on_cuda_event_record_corr_id"] and fwd_tid
+ *                       args["wait_on_stream"] where those come instead (cuda_sync events),
+ *                       an event with both of a pair being refused; a string value stores
+ *                       its string code and sets bit k of "idstr" (k = the column's
+ *                       position in that list): Python converts it.
  *   ts dur      int64   nanoseconds, with bits in "tflags" (valid, was a float, is beyond
  *                       2**43 us): exactly tracekit/timetext.py's number_times per value, or
  *                       with text_times its text_times (the Python side decides per slice,
@@ -1297,6 +1300,7 @@ enum { K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_ID, K_ARGS, K_OTHER };
 enum {
     A_CORR, A_SEQ, A_FWD, A_STREAM, A_COLL, A_BYTES, A_NAME,
     A_MBYTES, A_DEVTYPE, A_DEVID, A_TALLOC, A_TRES, A_ADDR, /* "[memory]" events' */
+    A_WCORR, A_WSTREAM, /* "cuda_sync" events': stored in seq and fwd_tid (tracekit.schema) */
     A_SHAPE, A_OTHER = A_SHAPE + N_SHAPES
 };
 
@@ -1356,7 +1360,10 @@ args_key(const Str *k)
     case 14:
         return KEY_IS(s, n, "Total Reserved")   ? A_TRES
                : KEY_IS(s, n, "Out msg nelems") ? A_SHAPE + S_OUT_NELEMS
+               : KEY_IS(s, n, "wait_on_stream") ? A_WSTREAM
                                                 : A_OTHER;
+    case 33:
+        return KEY_IS(s, n, "wait_on_cuda_event_record_corr_id") ? A_WCORR : A_OTHER;
     case 13:
         return KEY_IS(s, n, "Fwd thread id")   ? A_FWD
                : KEY_IS(s, n, "Input Strides") ? A_SHAPE + S_STRIDES
@@ -1597,6 +1604,10 @@ parse_args_field(Ctx *c, Ev *ev, int key)
         return parse_id(c, ev, I_SEQ, NULL);
     case A_FWD:
         return parse_id(c, ev, I_FWD, NULL);
+    case A_WCORR: /* an event with both it and "Sequence number" is refused (first_time) */
+        return parse_id(c, ev, I_SEQ, NULL);
+    case A_WSTREAM:
+        return parse_id(c, ev, I_FWD, NULL);
     case A_STREAM:
         return parse_id(c, ev, I_STREAM, NULL);
     case A_COLL:
@@ -1624,6 +1635,11 @@ parse_args_field(Ctx *c, Ev *ev, int key)
     }
 }
 
+/* Args fields stored in one column: an event with both is left to msgspec (its rule: the
+ * first of each pair when not null, tracekit.columns). */
+#define TWINS_SEQ ((1u << A_SEQ) | (1u << A_WCORR))
+#define TWINS_FWD ((1u << A_FWD) | (1u << A_WSTREAM))
+
 /* A duplicate of a field the reader uses: msgspec keeps the last, which is left to it. */
 HOT int
 first_time(unsigned *seen, int key, int other)
@@ -1633,6 +1649,8 @@ first_time(unsigned *seen, int key, int other)
     if (*seen & (1u << key))
         return FAIL;
     *seen |= 1u << key;
+    if (other == A_OTHER && ((*seen & TWINS_SEQ) == TWINS_SEQ || (*seen & TWINS_FWD) == TWINS_FWD))
+        return FAIL;
     return OK;
 }
 

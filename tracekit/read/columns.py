@@ -181,8 +181,9 @@ class _FrameBuilder:
             "flow_id": _int_column([e.id for e in keep_ev]),
             "flow_ph": _categorical([flow_phase(e.ph) for e in keep_ev]),
             "corr": _fast_int_column([a.correlation for a in args]),
-            "seq": _fast_int_column([a.seq for a in args]),
-            "fwd_tid": _fast_int_column([a.fwd_tid for a in args]),
+            # a cuda_sync event's wait_on_* args (tracekit.read.schema.CUDA_SYNC)
+            "seq": _fast_int_column([a.wait_corr if a.seq is None else a.seq for a in args]),
+            "fwd_tid": _fast_int_column([a.wait_stream if a.fwd_tid is None else a.fwd_tid for a in args]),
             "stream": _fast_int_column([a.stream for a in args]),
             "collective": _categorical([a.collective or "" for a in args]),
             **{f: _raw_texts([getattr(a, f) for a in args]) for f in RAW_FIELDS},

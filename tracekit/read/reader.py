@@ -44,6 +44,7 @@ from .schema import (
     _PYTHON_KEEP_SUBSTR,
     ANNOTATION,
     CPU_OP,
+    CUDA_SYNC,
     FLOW_FWDBWD,
     FLOW_LAUNCH,
     KERNEL,
@@ -62,6 +63,7 @@ from .timetext import MAX_US as _MAX_US
 __all__ = [
     "ANNOTATION",
     "CPU_OP",
+    "CUDA_SYNC",
     "DEFAULT_MAX_BYTES",
     "FLOW_FWDBWD",
     "FLOW_LAUNCH",

@@ -47,6 +47,9 @@ class Args(msgspec.Struct, gc=False):
     total_allocated: Number | str | None = msgspec.field(default=None, name="Total Allocated")
     total_reserved: Number | str | None = msgspec.field(default=None, name="Total Reserved")
     addr: Ident | None = msgspec.field(default=None, name="Addr")
+    # ``cuda_sync`` events: see CUDA_SYNC.
+    wait_corr: Ident | None = msgspec.field(default=None, name="wait_on_cuda_event_record_corr_id")
+    wait_stream: Ident | None = msgspec.field(default=None, name="wait_on_stream")
 
 
 class Event(msgspec.Struct, gc=False):
@@ -120,7 +123,9 @@ _TEXT_TIME_DECODER = msgspec.json.Decoder(TextTimeDoc)
 
 
 # Normalised event kinds. Values are small ints in the ``kind`` column.
-KERNEL, MEMCPY, MEMSET, RUNTIME, CPU_OP, ANNOTATION, PYTHON, FLOW_LAUNCH, FLOW_FWDBWD, MEMORY = range(10)
+KERNEL, MEMCPY, MEMSET, RUNTIME, CPU_OP, ANNOTATION, PYTHON, FLOW_LAUNCH, FLOW_FWDBWD, MEMORY, CUDA_SYNC = (
+    range(11)
+)
 KIND_NAMES = [
     "kernel",
     "memcpy",
@@ -132,6 +137,7 @@ KIND_NAMES = [
     "flow_launch",
     "flow_fwdbwd",
     "memory",
+    "cuda_sync",
 ]
 #: MEMORY: an allocation (``Bytes`` > 0) or a free (< 0) of the caching allocator, which
 #: ``profile_memory=True`` records as an instant event named ``[memory]``: modern Kineto in
@@ -142,6 +148,13 @@ KIND_NAMES = [
 #: ``total_reserved`` (float bytes, NaN when absent) and ``addr`` (-1 when absent); the
 #: device and total columns hold those args on any kept event that has them.
 MEMORY_EVENT = "[memory]"
+#: CUDA_SYNC: a synchronisation as the device saw it (category ``cuda_sync``, recent Kineto:
+#: "Stream Sync", "Context Sync", "Event Sync", "Stream Wait Event"), ``corr`` its runtime
+#: call's correlation, ``stream`` the stream synchronised (or that waits). It has no ``Sequence
+#: number`` nor ``Fwd thread id``: their columns hold its ``wait_on_cuda_event_record_corr_id``
+#: (``seq``: the correlation of the ``cudaEventRecord`` waited on) and ``wait_on_stream``
+#: (``fwd_tid``: the stream that event was recorded on), -1 when absent (no new column, so no
+#: cost on traces without them); an event with both of a pair keeps the first.
 
 _CATEGORY_KIND = {
     "kernel": KERNEL,
@@ -163,12 +176,12 @@ _CATEGORY_KIND = {
     "async_cpu_to_gpu": FLOW_LAUNCH,
     "async_gpu": FLOW_LAUNCH,
     "fwdbwd": FLOW_FWDBWD,
+    "cuda_sync": CUDA_SYNC,
 }
 #: Categories that exist in real traces and that tracekit deliberately does not use.
 _KNOWN_UNUSED = {
     "trace",
     "gpu_user_annotation",
-    "cuda_sync",
     "cpu_instant_event",
     "overhead",
     "python_function_other",
@@ -237,7 +250,7 @@ def event_class(ph: str | None, cat: str | None, name: str | None) -> int:
         if _autograd_frame(name):
             return kind
         return SKIP
-    if kind <= CPU_OP or kind == ANNOTATION:
+    if kind <= CPU_OP or kind in (ANNOTATION, CUDA_SYNC):
         return kind if ph == "X" else SKIP
     if kind == FLOW_LAUNCH or ph not in ("s", "f", "t"):
         return SKIP  # launches are linked by correlation id, not by flow events

@@ -263,26 +263,29 @@ class EventWriter:
             a = {"Python parent id": parent, "Python id": pid_, **(args or {})}
             self.emit("X", "python_function", name, self.pid, tid, start, self.t[tid], a)
 
-    def runtime_only(self, tid: int, name: str, us: float, cbid: int | None = None) -> None:
-        """A runtime call with a correlation id and no device activity (event record, sync...)."""
+    def runtime_only(
+        self, tid: int, name: str, us: float, cbid: int | None = None, sync: dict | None = None
+    ) -> int:
+        """A runtime call with a correlation id and no device activity (event record, sync...);
+        returns its correlation id. ``sync``: the ``cuda_sync`` event recent Kineto writes for
+        it, over the call's time: ``kind`` ("Stream Wait Event", "Event Sync", "Stream Sync",
+        "Context Sync"), ``stream`` (-1: none), and for an event ``wait_on_stream`` and
+        ``wait_on_cuda_event_record_corr_id`` (the ``cudaEventRecord``'s correlation id)."""
         self.adv(tid, 0.4)
         s = self.t[tid]
         self.t[tid] += self.cpu(us)
         ext = self.ext_stack[tid][-1] if self.ext_stack[tid] else 0
-        self.emit(
-            "X",
-            "cuda_runtime",
-            name,
-            self.pid,
-            tid,
-            s,
-            self.t[tid],
-            {
-                self.extkey: ext,
-                "cbid": _CBID.get(name, 0) if cbid is None else cbid,
-                "correlation": self.corr(),
-            },
-        )
+        c = self.corr()
+        args = {self.extkey: ext, "cbid": _CBID.get(name, 0) if cbid is None else cbid, "correlation": c}
+        self.emit("X", "cuda_runtime", name, self.pid, tid, s, self.t[tid], args)
+        if sync is not None:
+            kind, stream = sync["kind"], sync.get("stream", -1)
+            waits = {k: v for k, v in sync.items() if k.startswith("wait_on_")}
+            a = {self.extkey: ext, "cuda_sync_kind": kind, **waits, "stream": stream, "correlation": c}
+            self.emit(
+                "X", "cuda_sync", kind, self.device, stream, s, self.t[tid], a | {"device": self.device}
+            )
+        return c
 
     def _device_start(self, stream: int, rt_start: int, gap: int, start: int | None) -> int:
         if start is None:
