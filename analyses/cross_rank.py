@@ -4,17 +4,20 @@ Input: every rank's collective instances (:func:`tracekit.analyses.collectives.i
 row per instance, a few dozen bytes; nothing else crosses the process boundary). The rule
 (docs/metrics.md "Collectives across ranks"):
 
-* **matching**: an instance is the same collective on every rank that has the same process
-  group, collective and instance number (``Seq`` where recorded, else the order among the
-  group's instances of that collective); sends and receives pair two ranks, not the group, and
-  are not matched; a match where some rank's end comes before the last arrival cannot be one
-  collective (a trace lacking instances, drifting clocks) and is left unmatched (a notice);
+* **matching** (:mod:`tracekit.analyses.p2p`): an instance is the same collective on every
+  rank that has the same process group, collective and instance number (``Seq`` where
+  recorded, else the order among the group's instances of that collective); a send pairs
+  with its peer's receive by step, process group, the pair and their order between that pair;
+  a match where some rank's end comes before the last arrival cannot be one collective (a
+  trace lacking instances, drifting clocks) and is left unmatched (a notice), except a send
+  that ended before its receiver arrived (buffered: no wait, all transfer);
 * **clocks**: matched collectives finish together, so a rank's clock offset is the median over
   its matched instances of (its end - rank 0's end) (the lowest rank present is the reference);
   ``clock_offsets_ms`` in meta; every time below is on the reference clock;
 * **arrival**: the start of the rank's collective kernel (gloo: its ``gloo:*`` range);
   ``wait`` = last arrival - own arrival, ``transfer`` = own end - last arrival (an instance
-  seen on one rank only has neither);
+  seen on one rank only has neither; of a send and its receive, the last arrival is the
+  later of the two);
 * **straggler**: an instance's last-arriving rank (the lowest on a tie); the wait it caused is
   the sum of the other ranks' waits; what made it late: its longest top-level op since its
   previous arrival (``lead_op``, phase, module) and how much longer that op ran than the
@@ -31,10 +34,9 @@ import pandas as pd
 from ._common import NS_PER_MS
 from ._registry import COUNT, INDEX, MS, PER_STEP, TableSpec, declare
 from .collectives import KEYS, summarise
+from .p2p import GROUP_KEYS, POINT_TO_POINT, SEND, is_p2p, match_ids
 
-MATCH_KEYS = ["process_group", "collective", "instance"]
-#: Sends and receives pair two ranks, not the group: not matched (no wait or transfer).
-POINT_TO_POINT = ("SendRecv",)
+MATCH_KEYS = GROUP_KEYS
 STRAGGLER_COLUMNS = ["rank", "step", "instances", "caused_wait_ms", "phase", "module", "op", "op_excess_ms"]
 MATCH_COLUMNS = [
     "step", "phase", "collective", "process_group", "instance", "ranks", "last_rank",
@@ -62,19 +64,23 @@ def match(inst: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, float]]:
     off = clock_offsets(inst)
     shift = inst["rank"].map(off).to_numpy(dtype=float)
     f = inst.assign(start=inst["start"] - shift, end=inst["end"] - shift)
-    gid = f.groupby(MATCH_KEYS, sort=False).ngroup().to_numpy()
+    gid = match_ids(f)
     g = f.groupby(gid)
     last = g["start"].transform("max").to_numpy()
     n = g["start"].transform("size").to_numpy()
+    end = f["end"].to_numpy()
+    # a send that ended before its receiver arrived went into a buffer (eager): it waited
+    # for no one, and its time is all transfer
+    eager = is_p2p(f) & (f["direction"].to_numpy() == SEND) & (end < last)
     # ends before the last arrival: not one collective (a rank's trace lacks instances), or
     # clocks the median cannot align; such an instance is left unmatched
-    broken = pd.Series(f["end"].to_numpy() < last).groupby(gid).transform("any").to_numpy()
-    p2p = np.isin(f["collective"].to_numpy(), POINT_TO_POINT)
-    both = (n > 1) & ~broken & ~p2p
-    f["inconsistent"] = broken & (n > 1) & ~p2p
+    broken = pd.Series((end < last) & ~eager).groupby(gid).transform("any").to_numpy()
+    both = (n > 1) & ~broken
+    f["inconsistent"] = broken & (n > 1)
     f["gid"], f["ranks"] = gid, n
-    f["wait_ns"] = np.where(both, last - f["start"].to_numpy(), np.nan)
-    f["transfer_ns"] = np.where(both, f["end"].to_numpy() - last, np.nan)
+    start = f["start"].to_numpy()
+    f["wait_ns"] = np.where(both, np.where(eager, 0.0, last - start), np.nan)
+    f["transfer_ns"] = np.where(both, np.where(eager, end - start, end - last), np.nan)
     order = f.sort_values(["gid", "start", "rank"], ascending=[True, False, True], kind="stable")
     first_last = order.drop_duplicates("gid").index
     f["last"] = False
