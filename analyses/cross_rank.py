@@ -115,12 +115,30 @@ def tables(inst: pd.DataFrame) -> tuple[dict[str, pd.DataFrame], dict]:
         "collective_matches": _matches(f),
     }
     meta: dict = {"clock_offsets_ms": {r: v / NS_PER_MS for r, v in off.items()}}
-    seen = f.groupby("gid")["ranks"].first()
+    notes = _notes(f)
+    if notes:
+        meta["notice"] = "collectives: " + "; ".join(notes)
+    return out, meta
+
+
+def _notes(f: pd.DataFrame) -> list[str]:
+    """What the matching could not do: instances missing on some ranks (a send or receive:
+    its peer's half), sends or receives with no recorded direction or peer, broken matches."""
+    g = f.groupby("gid")
+    seen, p2p = g["ranks"].first(), g["collective"].first().isin(POINT_TO_POINT)
+    alone = g["peer"].first().lt(0) | ~g["direction"].first().isin([1, 2])
     notes = []
-    if (seen < f["rank"].nunique()).any():
+    missing = int(((seen < np.where(p2p, 2, f["rank"].nunique())) & ~(p2p & alone)).sum())
+    if missing:
         notes.append(
-            f"{int((seen < f['rank'].nunique()).sum())} collective instance(s) are missing on some "
-            "ranks: their wait and transfer are over the ranks that have them"
+            f"{missing} collective instance(s) are missing on some ranks: their wait and transfer "
+            "are over the ranks that have them (a send or receive: none without its peer's half)"
+        )
+    unpaired = int((p2p & alone).sum())
+    if unpaired:
+        notes.append(
+            f"{unpaired} send(s) or receive(s) record no direction or peer (an older torch, a "
+            "receive from any source, or a batch run as one kernel): paired with nothing"
         )
     bad = f.loc[f["inconsistent"], "gid"].nunique()
     if bad:
@@ -128,9 +146,7 @@ def tables(inst: pd.DataFrame) -> tuple[dict[str, pd.DataFrame], dict]:
             f"{bad} collective instance(s) matched across ranks end before their last arrival on "
             "some rank (traces that lack instances, or clocks that drift): left unmatched"
         )
-    if notes:
-        meta["notice"] = "collectives: " + "; ".join(notes)
-    return out, meta
+    return notes
 
 
 def _stragglers(f: pd.DataFrame) -> pd.DataFrame:

@@ -116,7 +116,9 @@ def test_pipeline_sends_pair_with_their_receives(tmp_path: Path) -> None:
     m = a.table("collective_matches")
     p2p = m[m["collective"] == "SendRecv"]
     assert len(p2p) == 3 * STEPS and (p2p["ranks"] == 2).all()  # three pairs a step, two ranks each
-    assert not any("left unmatched" in n for n in a.meta["notices"])
+    notices = " ".join(a.meta["notices"])
+    assert "left unmatched" not in notices and "missing on some ranks" not in notices
+    assert "paired with nothing" not in notices
 
 
 def test_a_receive_with_no_recorded_peer_is_not_paired(tmp_path: Path) -> None:
@@ -130,9 +132,13 @@ def test_a_receive_with_no_recorded_peer_is_not_paired(tmp_path: Path) -> None:
             else:
                 b.comm("SendRecv", 60, at_us=80, nelems=8, dtype="Float", name="recv")
         b.write(tmp_path / f"rank{r}.json")
-    c = tracekit.load(tmp_path, cache=False, jobs=1).table("collectives")
+    a = tracekit.load(tmp_path, cache=False, jobs=1)
+    c = a.table("collectives")
     assert c["calls"].tolist() == [1, 1]
     assert c["wait_ms"].isna().all() and c["transfer_ms"].isna().all()
+    notices = " ".join(a.meta["notices"])
+    assert "1 send(s) or receive(s) record no direction or peer" in notices
+    assert "1 collective instance(s) are missing on some ranks" in notices
 
 
 def test_gloo_form_peer_from_the_c10d_op(tmp_path: Path) -> None:
