@@ -6,6 +6,7 @@ gloo capture of send, recv and batch_isend_irecv."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import tracekit
 from tracekit.ranks import collective_ranks
 from tracekit.testing import TraceBuilder
 from tracekit.testing.events import EPOCH_NS
+from tracekit.testing.merged import merged_trace
 
 WORLD, STEPS, T = 4, 2, 30.0
 OFFSETS = {0: 0, 1: 4_000_000, 2: -2_500_000, 3: 9_125_000}  # ns: each rank's clock minus true
@@ -94,10 +96,18 @@ def _truth() -> tuple[dict, dict]:
     return split, caused
 
 
-def test_pipeline_sends_pair_with_their_receives(tmp_path: Path) -> None:
-    for r in range(WORLD):
-        _builder(r).write(tmp_path / f"rank{r}.json")
-    a = tracekit.load(tmp_path, cache=False, jobs=1)
+@pytest.mark.parametrize("form", ["files", "merged"])
+def test_pipeline_sends_pair_with_their_receives(tmp_path: Path, form: str) -> None:
+    """Per-rank files, or the ranks merged into one file (peers from ``Dst Rank`` / ``Src
+    Rank``, which a merged file keeps)."""
+    if form == "files":
+        for r in range(WORLD):
+            _builder(r).write(tmp_path / f"rank{r}.json")
+        a = tracekit.load(tmp_path, cache=False, jobs=1)
+    else:
+        path = tmp_path / "merged.json"
+        path.write_text(json.dumps(merged_trace([_builder(r) for r in range(WORLD)])))
+        a = tracekit.load(path, cache=False, jobs=1)
     split, caused = _truth()
     c = a.table("collectives")
     assert len(c) == len(split)
