@@ -151,6 +151,28 @@ def test_a_receive_with_no_recorded_peer_is_not_paired(tmp_path: Path) -> None:
     assert "1 collective instance(s) are missing on some ranks" in notices
 
 
+def test_nccl_without_peer_args_takes_the_c10d_op(tmp_path: Path) -> None:
+    """An older torch's record_param_comms has no Dst Rank / Src Rank: the ``c10d::send`` /
+    ``c10d::recv_`` op around the kernel's launch gives the peer (its third Concrete Input, a
+    rank within the group, made global by pg_config). Rank 1 (ranks 2 and 3 of the job's
+    second group, here its only one) receives from rank 0 (global 2), which sends 50 us later."""
+    for r in (0, 1):
+        b = TraceBuilder(rank=2 + r, world_size=4, start_ns=EPOCH_NS)
+        with b.step(), b.forward():
+            kind, op = ("send", "c10d::send") if r == 0 else ("recv", "c10d::recv_")
+            at = 150.0 if r == 0 else 100.0
+            with b.op(op, concrete_inputs=["", "", str(1 - r), "0"]):
+                b.comm("SendRecv", 250 - at, at_us=at, nelems=8, dtype="Float", name=kind)
+        doc = b.trace()
+        doc["distributedInfo"]["pg_config"][0]["ranks"] = [2, 3]  # the group: global 2 and 3
+        (tmp_path / f"rank{2 + r}.json").write_text(json.dumps(doc))
+    c = tracekit.load(tmp_path, cache=False, jobs=1).table("collectives").set_index("rank")
+    assert c.loc[2, "wait_ms"] == pytest.approx(0.0, abs=1e-9)
+    assert c.loc[2, "transfer_ms"] == pytest.approx(0.100, abs=1e-9)
+    assert c.loc[3, "wait_ms"] == pytest.approx(0.050, abs=1e-9)
+    assert c.loc[3, "transfer_ms"] == pytest.approx(0.100, abs=1e-9)
+
+
 def test_gloo_form_peer_from_the_c10d_op(tmp_path: Path) -> None:
     """gloo on torch 2.13: no record_param_comms; ``c10d::send`` / ``c10d::recv_`` carry the
     peer's group rank as their third Concrete Input, and the ``gloo:send`` / ``gloo:recv``
