@@ -12,7 +12,9 @@ row per instance, a few dozen bytes; nothing else crosses the process boundary).
   trace lacking instances, drifting clocks) and is left unmatched (a notice), except a send
   that ended before its receiver arrived (buffered: no wait, all transfer);
 * **clocks**: matched collectives finish together, so a rank's clock offset is the median over
-  its matched instances of (its end - rank 0's end) (the lowest rank present is the reference);
+  its matched instances of (its end - rank 0's end) (the lowest rank present is the reference),
+  moved into the range in which no collective ends on one of the two before the other arrives
+  (where that range is not empty: the ends of CPU ranges on a busy host drift apart);
   ``clock_offsets_ms`` in meta; every time below is on the reference clock;
 * **arrival**: the start of the rank's collective kernel (gloo: its ``gloo:*`` range);
   ``wait`` = last arrival - own arrival, ``transfer`` = own end - last arrival (an instance
@@ -45,17 +47,29 @@ MATCH_COLUMNS = [
 
 
 def clock_offsets(inst: pd.DataFrame) -> dict[int, float]:
-    """Per rank, the median of (its end - the reference rank's end) over matched instances, ns
+    """Per rank, the median of (its end - the reference rank's end) over matched instances, ns,
+    moved into the range causality allows where that range is not empty: no rank ends a
+    collective before the other has arrived at it, no receive ends before its send arrived
     (0 for the reference, and for a rank sharing no instance with it); sends and receives,
-    which need not end together, left out."""
+    which need not end together, left out of the median."""
     ranks = sorted(inst["rank"].unique().tolist())
     if not ranks:
         return {}
-    inst = inst.loc[~np.isin(inst["collective"].to_numpy(), POINT_TO_POINT)]
-    ref = inst.loc[inst["rank"] == ranks[0], [*MATCH_KEYS, "end"]].drop_duplicates(MATCH_KEYS)
-    m = inst[["rank", *MATCH_KEYS, "end"]].merge(ref, on=MATCH_KEYS, suffixes=("", "_ref"))
-    med = (m["end"] - m["end_ref"]).astype(float).groupby(m["rank"]).median()
-    return {int(r): float(med.get(r, 0.0)) for r in ranks}
+    cols = ["gid", "collective", "direction", "start", "end"]
+    f = inst.assign(gid=match_ids(inst))[["rank", *cols]]
+    m = f.merge(f.loc[f["rank"] == ranks[0], cols].drop_duplicates("gid"), on="gid", suffixes=("", "_ref"))
+    group = ~np.isin(m["collective"].to_numpy(), POINT_TO_POINT)
+    by = m["rank"]
+    med = (m["end"] - m["end_ref"]).astype(float).where(group).groupby(by).median()
+    # the reference ends after this rank arrives (unless it is a send), and the reverse
+    ref_waits = group | (m["direction_ref"].to_numpy() != SEND)
+    own_waits = group | (m["direction"].to_numpy() != SEND)
+    lo = (m["start"] - m["end_ref"]).astype(float).where(ref_waits).groupby(by).max()
+    hi = (m["end"] - m["start_ref"]).astype(float).where(own_waits).groupby(by).min()
+    lo, hi = lo.reindex(med.index).fillna(-np.inf), hi.reindex(med.index).fillna(np.inf)
+    fit = np.where(lo <= hi, med.clip(lo, hi), med)
+    off = pd.Series(fit, index=med.index).fillna(0.0)
+    return {int(r): float(off.get(r, 0.0)) for r in ranks}
 
 
 def match(inst: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, float]]:
