@@ -43,6 +43,9 @@ def label_comm_peers(t: Trace, group_ranks: dict[str, list[int]] | None = None) 
     process group's global ranks by name (``distributedInfo.pg_config``).
     Adds on ``acts``: ``comm_direction`` (int8: 1 send, 2 receive, 0 neither or unknown) and
     ``comm_peer`` (int32: the peer's global rank, -1 unknown), on ``SendRecv`` rows only.
+    Changes ``comm_instance``: a ``gloo:send`` / ``gloo:recv`` range's instance also holds the
+    ``c10d::send`` / ``c10d::recv_`` op it starts in (gloo may move the bytes inside the op,
+    or in the range after it: the instance runs from the op's start to the later end).
     Guarantees: nothing is guessed (module docstring); rows of one event agree."""
     a = t.acts
     n = len(a)
@@ -64,8 +67,24 @@ def label_comm_peers(t: Trace, group_ranks: dict[str, list[int]] | None = None) 
         d = np.where(d == 0, d2, d)
         p = np.where((p < 0) & take_op, p2, p)
         direction[rows], peer[rows] = d, np.where(d > 0, p, -1)
+        _gloo_op_joins_its_range(a, rows, op)
     t.acts = add_columns(a, {"comm_direction": direction, "comm_peer": peer})
     return t
+
+
+def _gloo_op_joins_its_range(a, rows: np.ndarray, op: np.ndarray) -> None:
+    """The c10d op's rows take the instance number of the gloo range that starts inside it
+    (in place, on ``a.comm_instance``; nothing when no such range)."""
+    inst, ev = a["comm_instance"].to_numpy(), a["ev"].to_numpy()
+    gloo = (inst[rows] >= 0) & (op >= 0) & (op != ev[rows])
+    if not gloo.any():
+        return
+    number = dict(zip(op[gloo].tolist(), inst[rows][gloo].tolist()))
+    joins = rows[(inst[rows] < 0) & np.isin(ev[rows], list(number))]
+    if len(joins):
+        new = inst.copy()
+        new[joins] = [number[e] for e in ev[joins].tolist()]
+        a["comm_instance"] = new
 
 
 def _text_of(ev, col: str, rows: np.ndarray) -> np.ndarray:
