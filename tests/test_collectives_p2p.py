@@ -223,6 +223,7 @@ def run(rank, store, out):
                     w.wait()
                 dist.all_reduce(x)
     p.export_chrome_trace(os.path.join(out, f"rank{rank}.json"))
+    dist.barrier()  # neither rank tears gloo down while the other still talks (SIGABRT)
     dist.destroy_process_group()
 
 if __name__ == "__main__":
