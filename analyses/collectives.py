@@ -43,7 +43,7 @@ BUCKETS = [
 ]
 INSTANCE_COLUMNS = [
     "step", "phase", "collective", "process_group", "instance", "start", "end", "bytes", "group_size",
-    "lead_op", "lead_module", "lead_phase", "lead_ms",
+    "lead_op", "lead_module", "lead_phase", "lead_ms", "direction", "peer",
 ]  # fmt: skip
 
 
@@ -96,6 +96,9 @@ def _all_instances(intervals: pd.DataFrame) -> pd.DataFrame:
             "end": values("end"),
             "bytes": values("comm_bytes", float),
             "group_size": values("comm_group_size"),
+            # a send's or receive's direction and peer (tracekit.pipeline.comm_peers)
+            "direction": values("comm_direction") if "comm_direction" in intervals else 0,
+            "peer": values("comm_peer") if "comm_peer" in intervals else -1,
         }
     )
     # The step is part of an instance's key: instance numbers restart in each file of a rank's
@@ -109,6 +112,8 @@ def _all_instances(intervals: pd.DataFrame) -> pd.DataFrame:
             end=("end", "max"),
             bytes=("bytes", "first"),
             group_size=("group_size", "first"),
+            direction=("direction", "first"),
+            peer=("peer", "first"),
         ).reset_index()
     f = f.sort_values(["start", *keys], kind="stable").reset_index(drop=True)
     return _with_lead(f, intervals)[INSTANCE_COLUMNS]

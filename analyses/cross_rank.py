@@ -4,17 +4,22 @@ Input: every rank's collective instances (:func:`tracekit.analyses.collectives.i
 row per instance, a few dozen bytes; nothing else crosses the process boundary). The rule
 (docs/metrics.md "Collectives across ranks"):
 
-* **matching**: an instance is the same collective on every rank that has the same process
-  group, collective and instance number (``Seq`` where recorded, else the order among the
-  group's instances of that collective); sends and receives pair two ranks, not the group, and
-  are not matched; a match where some rank's end comes before the last arrival cannot be one
-  collective (a trace lacking instances, drifting clocks) and is left unmatched (a notice);
+* **matching** (:mod:`tracekit.analyses.p2p`): an instance is the same collective on every
+  rank that has the same process group, collective and instance number (``Seq`` where
+  recorded, else the order among the group's instances of that collective); a send pairs
+  with its peer's receive by step, process group, the pair and their order between that pair;
+  a match where some rank's end comes before the last arrival cannot be one collective (a
+  trace lacking instances, drifting clocks) and is left unmatched (a notice), except a send
+  that ended before its receiver arrived (buffered: no wait, all transfer);
 * **clocks**: matched collectives finish together, so a rank's clock offset is the median over
-  its matched instances of (its end - rank 0's end) (the lowest rank present is the reference);
+  its matched instances of (its end - rank 0's end) (the lowest rank present is the reference),
+  moved into the range in which no collective ends on one of the two before the other arrives
+  (where that range is not empty: the ends of CPU ranges on a busy host drift apart);
   ``clock_offsets_ms`` in meta; every time below is on the reference clock;
 * **arrival**: the start of the rank's collective kernel (gloo: its ``gloo:*`` range);
   ``wait`` = last arrival - own arrival, ``transfer`` = own end - last arrival (an instance
-  seen on one rank only has neither);
+  seen on one rank only has neither; of a send and its receive, the last arrival is the
+  later of the two);
 * **straggler**: an instance's last-arriving rank (the lowest on a tie); the wait it caused is
   the sum of the other ranks' waits; what made it late: its longest top-level op since its
   previous arrival (``lead_op``, phase, module) and how much longer that op ran than the
@@ -31,10 +36,9 @@ import pandas as pd
 from ._common import NS_PER_MS
 from ._registry import COUNT, INDEX, MS, PER_STEP, TableSpec, declare
 from .collectives import KEYS, summarise
+from .p2p import GROUP_KEYS, POINT_TO_POINT, SEND, is_p2p, match_ids
 
-MATCH_KEYS = ["process_group", "collective", "instance"]
-#: Sends and receives pair two ranks, not the group: not matched (no wait or transfer).
-POINT_TO_POINT = ("SendRecv",)
+MATCH_KEYS = GROUP_KEYS
 STRAGGLER_COLUMNS = ["rank", "step", "instances", "caused_wait_ms", "phase", "module", "op", "op_excess_ms"]
 MATCH_COLUMNS = [
     "step", "phase", "collective", "process_group", "instance", "ranks", "last_rank",
@@ -43,17 +47,29 @@ MATCH_COLUMNS = [
 
 
 def clock_offsets(inst: pd.DataFrame) -> dict[int, float]:
-    """Per rank, the median of (its end - the reference rank's end) over matched instances, ns
+    """Per rank, the median of (its end - the reference rank's end) over matched instances, ns,
+    moved into the range causality allows where that range is not empty: no rank ends a
+    collective before the other has arrived at it, no receive ends before its send arrived
     (0 for the reference, and for a rank sharing no instance with it); sends and receives,
-    which need not end together, left out."""
+    which need not end together, left out of the median."""
     ranks = sorted(inst["rank"].unique().tolist())
     if not ranks:
         return {}
-    inst = inst.loc[~np.isin(inst["collective"].to_numpy(), POINT_TO_POINT)]
-    ref = inst.loc[inst["rank"] == ranks[0], [*MATCH_KEYS, "end"]].drop_duplicates(MATCH_KEYS)
-    m = inst[["rank", *MATCH_KEYS, "end"]].merge(ref, on=MATCH_KEYS, suffixes=("", "_ref"))
-    med = (m["end"] - m["end_ref"]).astype(float).groupby(m["rank"]).median()
-    return {int(r): float(med.get(r, 0.0)) for r in ranks}
+    cols = ["gid", "collective", "direction", "start", "end"]
+    f = inst.assign(gid=match_ids(inst))[["rank", *cols]]
+    m = f.merge(f.loc[f["rank"] == ranks[0], cols].drop_duplicates("gid"), on="gid", suffixes=("", "_ref"))
+    group = ~np.isin(m["collective"].to_numpy(), POINT_TO_POINT)
+    by = m["rank"]
+    med = (m["end"] - m["end_ref"]).astype(float).where(group).groupby(by).median()
+    # the reference ends after this rank arrives (unless it is a send), and the reverse
+    ref_waits = group | (m["direction_ref"].to_numpy() != SEND)
+    own_waits = group | (m["direction"].to_numpy() != SEND)
+    lo = (m["start"] - m["end_ref"]).astype(float).where(ref_waits).groupby(by).max()
+    hi = (m["end"] - m["start_ref"]).astype(float).where(own_waits).groupby(by).min()
+    lo, hi = lo.reindex(med.index).fillna(-np.inf), hi.reindex(med.index).fillna(np.inf)
+    fit = np.where(lo <= hi, med.clip(lo, hi), med)
+    off = pd.Series(fit, index=med.index).fillna(0.0)
+    return {int(r): float(off.get(r, 0.0)) for r in ranks}
 
 
 def match(inst: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, float]]:
@@ -62,19 +78,23 @@ def match(inst: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, float]]:
     off = clock_offsets(inst)
     shift = inst["rank"].map(off).to_numpy(dtype=float)
     f = inst.assign(start=inst["start"] - shift, end=inst["end"] - shift)
-    gid = f.groupby(MATCH_KEYS, sort=False).ngroup().to_numpy()
+    gid = match_ids(f)
     g = f.groupby(gid)
     last = g["start"].transform("max").to_numpy()
     n = g["start"].transform("size").to_numpy()
+    end = f["end"].to_numpy()
+    # a send that ended before its receiver arrived went into a buffer (eager): it waited
+    # for no one, and its time is all transfer
+    eager = is_p2p(f) & (f["direction"].to_numpy() == SEND) & (end < last)
     # ends before the last arrival: not one collective (a rank's trace lacks instances), or
     # clocks the median cannot align; such an instance is left unmatched
-    broken = pd.Series(f["end"].to_numpy() < last).groupby(gid).transform("any").to_numpy()
-    p2p = np.isin(f["collective"].to_numpy(), POINT_TO_POINT)
-    both = (n > 1) & ~broken & ~p2p
-    f["inconsistent"] = broken & (n > 1) & ~p2p
+    broken = pd.Series((end < last) & ~eager).groupby(gid).transform("any").to_numpy()
+    both = (n > 1) & ~broken
+    f["inconsistent"] = broken & (n > 1)
     f["gid"], f["ranks"] = gid, n
-    f["wait_ns"] = np.where(both, last - f["start"].to_numpy(), np.nan)
-    f["transfer_ns"] = np.where(both, f["end"].to_numpy() - last, np.nan)
+    start = f["start"].to_numpy()
+    f["wait_ns"] = np.where(both, np.where(eager, 0.0, last - start), np.nan)
+    f["transfer_ns"] = np.where(both, np.where(eager, end - start, end - last), np.nan)
     order = f.sort_values(["gid", "start", "rank"], ascending=[True, False, True], kind="stable")
     first_last = order.drop_duplicates("gid").index
     f["last"] = False
@@ -109,12 +129,30 @@ def tables(inst: pd.DataFrame) -> tuple[dict[str, pd.DataFrame], dict]:
         "collective_matches": _matches(f),
     }
     meta: dict = {"clock_offsets_ms": {r: v / NS_PER_MS for r, v in off.items()}}
-    seen = f.groupby("gid")["ranks"].first()
+    notes = _notes(f)
+    if notes:
+        meta["notice"] = "collectives: " + "; ".join(notes)
+    return out, meta
+
+
+def _notes(f: pd.DataFrame) -> list[str]:
+    """What the matching could not do: instances missing on some ranks (a send or receive:
+    its peer's half), sends or receives with no recorded direction or peer, broken matches."""
+    g = f.groupby("gid")
+    seen, p2p = g["ranks"].first(), g["collective"].first().isin(POINT_TO_POINT)
+    alone = g["peer"].first().lt(0) | ~g["direction"].first().isin([1, 2])
     notes = []
-    if (seen < f["rank"].nunique()).any():
+    missing = int(((seen < np.where(p2p, 2, f["rank"].nunique())) & ~(p2p & alone)).sum())
+    if missing:
         notes.append(
-            f"{int((seen < f['rank'].nunique()).sum())} collective instance(s) are missing on some "
-            "ranks: their wait and transfer are over the ranks that have them"
+            f"{missing} collective instance(s) are missing on some ranks: their wait and transfer "
+            "are over the ranks that have them (a send or receive: none without its peer's half)"
+        )
+    unpaired = int((p2p & alone).sum())
+    if unpaired:
+        notes.append(
+            f"{unpaired} send(s) or receive(s) record no direction or peer (an older torch, a "
+            "receive from any source, or a batch run as one kernel): paired with nothing"
         )
     bad = f.loc[f["inconsistent"], "gid"].nunique()
     if bad:
@@ -122,9 +160,7 @@ def tables(inst: pd.DataFrame) -> tuple[dict[str, pd.DataFrame], dict]:
             f"{bad} collective instance(s) matched across ranks end before their last arrival on "
             "some rank (traces that lack instances, or clocks that drift): left unmatched"
         )
-    if notes:
-        meta["notice"] = "collectives: " + "; ".join(notes)
-    return out, meta
+    return notes
 
 
 def _stragglers(f: pd.DataFrame) -> pd.DataFrame:

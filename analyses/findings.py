@@ -122,9 +122,10 @@ def straggler_wait(get: Get) -> pd.DataFrame:
     if late is not None and "caused_wait_ms" in late and late["caused_wait_ms"].notna().any():
         worst = late.sort_values("caused_wait_ms", ascending=False, kind="stable").iloc[0]
         what = " / ".join(str(worst[c]) for c in ("phase", "module", "op") if c in late and str(worst[c]))
+        after = f"late after {what}; " if what else ""  # no compute op before the arrival
         who = (
             f"; rank {int(worst['rank'])} kept the others waiting most, "
-            f"{worst['caused_wait_ms']:.3f} ms (late after {what}; stragglers table)"
+            f"{worst['caused_wait_ms']:.3f} ms ({after}stragglers table)"
         )
     ev = [
         f"collectives: {w:.3f} ms waiting, most in {top.loc[k, 'collective']} ({top.loc[k, 'phase']}){who}"

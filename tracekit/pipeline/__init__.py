@@ -31,6 +31,8 @@ from .backward import link_backward
 from .categories import as_categories, assign_categories
 from .comm_args import COLUMNS as COMM_COLUMNS
 from .comm_args import label_comm_args
+from .comm_peers import COLUMNS as PEER_COLUMNS
+from .comm_peers import label_comm_peers
 from .critical_pieces import merged
 from .critical_step import find_critical_path
 from .flops import COLUMNS as PERF_COLUMNS
@@ -103,6 +105,7 @@ INTERVAL_COLUMNS = [
     "fwd_op_id",
     *HOST_IDLE_COLUMNS,
     *COMM_COLUMNS,
+    *PEER_COLUMNS,
     *PERF_COLUMNS,
 ]
 
@@ -215,6 +218,7 @@ def analyse(
     t = assign_categories(t, taxonomy, rules)
     t = label_host_idle(t, taxonomy)
     t = label_comm_args(t, raw.meta.get("group_sizes") or [])
+    t = label_comm_peers(t, raw.meta.get("group_ranks") or {})
     if PERF in features:
         t = assign_flops(t, peaks)
     if MEMORY in features:

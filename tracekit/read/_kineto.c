@@ -39,10 +39,10 @@
  *                       ["Input Strides"], ["Concrete Inputs"] exactly as it stands in the
  *                       run (raw bytes from the value's first byte to its last), -1 when
  *                       absent or null (tracekit.schema.SHAPE_FIELDS).
- *   in_nelems out_nelems comm_dtype group_size pg_name pg_desc comm_seq
+ *   in_nelems out_nelems comm_dtype group_size pg_name pg_desc comm_seq p2p_src p2p_dst
  *               int32   the same, of args["In msg nelems"], ["Out msg nelems"], ["dtype"],
  *                       ["Group size"], ["Process Group Name"], ["Process Group
- *                       Description"], ["Seq"] (tracekit.schema.COMM_FIELDS).
+ *                       Description"], ["Seq"], ["Src Rank"], ["Dst Rank"] (tracekit.schema.COMM_FIELDS).
  *   meta        list    (triple, pid, tid, args.name) for each event of class METADATA with a
  *                       string args.name (naming a process or thread), pid and tid as msgspec
  *                       decodes them (int, str or None).
@@ -124,12 +124,13 @@ static const char *const ID_NAMES[N_IDS] = {"pid", "tid", "flow_id", "corr", "se
 /* The args kept as their raw JSON text (tracekit.schema.SHAPE_FIELDS), in that order. */
 enum {
     S_DIMS, S_TYPES, S_STRIDES, S_CONCRETE,
-    S_IN_NELEMS, S_OUT_NELEMS, S_DTYPE, S_GROUP_SIZE, S_PG_NAME, S_PG_DESC, S_SEQ, /* COMM_FIELDS */
+    S_IN_NELEMS, S_OUT_NELEMS, S_DTYPE, S_GROUP_SIZE, S_PG_NAME, S_PG_DESC, S_SEQ, S_SRC, S_DST, /* COMM_FIELDS */
     N_SHAPES
 };
 static const char *const SHAPE_NAMES[N_SHAPES] = {
     "input_dims", "input_types", "input_strides", "concrete_inputs",
-    "in_nelems", "out_nelems", "comm_dtype", "group_size", "pg_name", "pg_desc", "comm_seq"};
+    "in_nelems", "out_nelems", "comm_dtype", "group_size", "pg_name", "pg_desc", "comm_seq",
+    "p2p_src", "p2p_dst"};
 
 /* ------------------------------------------------------------------ growable arrays */
 
@@ -1341,6 +1342,10 @@ args_key(const Str *k)
         return KEY_IS(s, n, "Seq") ? A_SHAPE + S_SEQ : A_OTHER;
     case 4:
         return KEY_IS(s, n, "name") ? A_NAME : KEY_IS(s, n, "Addr") ? A_ADDR : A_OTHER;
+    case 8:
+        return KEY_IS(s, n, "Src Rank")   ? A_SHAPE + S_SRC
+               : KEY_IS(s, n, "Dst Rank") ? A_SHAPE + S_DST
+                                          : A_OTHER;
     case 9:
         return KEY_IS(s, n, "Device Id") ? A_DEVID : A_OTHER;
     case 10:

@@ -260,6 +260,20 @@ def group_sizes(info: Any) -> list[int]:
     return sorted(s for s in sizes if s is not None and s > 0)
 
 
+def group_ranks(info: Any) -> dict[str, list[int]]:
+    """Each process group's global ranks by its ``pg_name`` (``distributedInfo.pg_config``), {}
+    none; a group whose ranks are not a list of ints is left out."""
+    config = info.get("pg_config") if isinstance(info, dict) else None
+    out: dict[str, list[int]] = {}
+    for g in config if isinstance(config, list) else []:
+        ranks = g.get("ranks") if isinstance(g, dict) else None
+        if isinstance(g, dict) and isinstance(ranks, list) and isinstance(g.get("pg_name"), str):
+            got = [_int_or_none(r) for r in ranks]
+            if all(r is not None for r in got):
+                out[g["pg_name"]] = [int(r) for r in got if r is not None]
+    return out
+
+
 def _int_or_none(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 31 else None
 
@@ -322,6 +336,7 @@ def read_trace(
             if isinstance(doc.distributedInfo, dict)
             else None,
             "group_sizes": group_sizes(doc.distributedInfo),
+            "group_ranks": group_ranks(doc.distributedInfo),
             "devices": device_names(doc),
             "schema_version": doc.schemaVersion,
             "events_in_file": builder.n_events,

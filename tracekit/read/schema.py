@@ -40,6 +40,8 @@ class Args(msgspec.Struct, gc=False):
     pg_name: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Process Group Name")
     pg_desc: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Process Group Description")
     comm_seq: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Seq")
+    p2p_src: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Src Rank")
+    p2p_dst: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Dst Rank")
     # ``[memory]`` events (profile_memory=True): see MEMORY.
     alloc_bytes: Number | str | None = msgspec.field(default=None, name="Bytes")
     device_type: Number | str | None = msgspec.field(default=None, name="Device Type")
@@ -105,7 +107,8 @@ SHAPE_FIELDS = {
 
 #: A collective's parameters, kept as raw JSON text like SHAPE_FIELDS (one column each; parsed
 #: per distinct text by :mod:`tracekit.pipeline.comm_args`): message elements in and out, the
-#: element type, the group's size, name and description, and its sequence number.
+#: element type, the group's size, name and description, its sequence number, and a send's or
+#: receive's peer (its global rank: ``Dst Rank`` of a send, ``Src Rank`` of a receive).
 COMM_FIELDS = {
     "in_nelems": "In msg nelems",
     "out_nelems": "Out msg nelems",
@@ -114,6 +117,8 @@ COMM_FIELDS = {
     "pg_name": "Process Group Name",
     "pg_desc": "Process Group Description",
     "comm_seq": "Seq",
+    "p2p_src": "Src Rank",
+    "p2p_dst": "Dst Rank",
 }
 #: Every args value kept as its JSON text, in the native scanner's order (``_kineto.c``).
 RAW_FIELDS = {**SHAPE_FIELDS, **COMM_FIELDS}

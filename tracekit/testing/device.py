@@ -176,14 +176,18 @@ class DeviceCalls:
         dtype: str = "BFloat16",
         group: str = "0",
         seq: int | None = None,
+        name: str | None = None,
+        extra: dict | None = None,
     ) -> Kernel:
         """A collective: ``record_param_comms`` (with its ``Collective name``), an ``nccl:*``
         annotation and the NCCL kernel (``NCCL_GENERIC`` where the name does not say it).
         ``nelems``: its ``In msg nelems`` / ``Out msg nelems`` (one number for both, or a pair;
         None: not recorded), of ``dtype``, in process group ``group`` with sequence number
-        ``seq`` (``Seq``; None: not recorded)."""
+        ``seq`` (``Seq``; None: not recorded); ``name``: the ``Collective name`` (default: the
+        one torch writes for ``collective``); ``extra``: more ``record_param_comms`` args."""
+        name = name or _COLLECTIVE_NAME.get(collective, collective.lower())
         args: dict = {
-            "Collective name": _COLLECTIVE_NAME.get(collective, collective.lower()),
+            "Collective name": name,
             "dtype": dtype,
             "Process Group Name": group,
             "Group size": self.world_size,
@@ -193,8 +197,9 @@ class DeviceCalls:
             args |= {"In msg nelems": n_in, "Out msg nelems": n_out}
         if seq is not None:
             args["Seq"] = seq
+        args |= extra or {}
         with self.op("record_param_comms", args=args) as rpc:
-            tag = _COLLECTIVE_NAME.get(collective, collective.lower()).strip("_")
+            tag = name.strip("_")
             with self.w.rng_(self._s.tid, f"nccl:{tag}", "user_annotation"):
                 k = self.collective_kernel(
                     collective,
@@ -206,6 +211,14 @@ class DeviceCalls:
                     not_before_us=not_before_us,
                 )
         return Kernel(k.activity, rpc)
+
+    def p2p(self, direction: str, peer: int, dur_us: float, **kw: Any) -> Kernel:
+        """A send (``direction`` ``"send"``) to, or receive (``"recv"``) from, global rank
+        ``peer``, as torch's NCCL process group records it: ``record_param_comms`` with
+        ``Collective name`` send / recv and ``Dst Rank`` / ``Src Rank``, an ``nccl:send`` /
+        ``nccl:recv`` annotation and the ``SendRecv`` kernel; ``kw``: :meth:`comm`'s."""
+        key = {"send": "Dst Rank", "recv": "Src Rank"}[direction]
+        return self.comm("SendRecv", dur_us, name=direction, extra={key: peer}, **kw)
 
     def collective_kernel(
         self,
