@@ -261,6 +261,7 @@ def test_real_gloo_sends_and_receives_pair(tmp_path: Path) -> None:
     if len(ok) < len(sr):
         assert any("left unmatched" in n for n in a.meta["notices"])
     assert set(a.meta["clock_offsets_ms"]) == {0, 1}
-    # no compute op before the late arrival: the finding says nothing of what made it late
+    # no compute op before the late arrival: a straggler finding (when the wait is over its
+    # threshold, which depends on this machine's timing) says nothing of what made it late
     evidence = " ".join(a.table("findings")["evidence"].astype(str))
-    assert "kept the others waiting" in evidence and "late after ;" not in evidence
+    assert "late after ;" not in evidence

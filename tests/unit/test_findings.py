@@ -72,6 +72,15 @@ def test_a_planted_straggler_comes_first():
     assert list(out["ms"]) == sorted(out["ms"], reverse=True)
 
 
+def test_a_straggler_with_no_op_before_its_arrival_names_none():
+    """A pipeline send's late rank may have run no compute op before arriving: the evidence
+    then points at the stragglers table without an empty 'late after' clause."""
+    late = _tables()["stragglers"].assign(phase="", module="", op="")
+    first = _run(_tables(stragglers=late)).iloc[0]
+    assert "rank 2 kept the others waiting most, 10.000 ms (stragglers table)" in first["evidence"]
+    assert "late after" not in first["evidence"]
+
+
 def test_the_same_tables_give_the_same_findings():
     a, b = _run(_tables()), _run(_tables())
     pd.testing.assert_frame_equal(a, b)
