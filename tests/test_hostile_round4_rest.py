@@ -10,11 +10,17 @@ stops the run cleanly, its workers with it).
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
 from bad_inputs import mini_trace
-from test_hostile import one_line, run, trace
+from test_hostile import _HELD, TIMEOUT, _env, _limit, _ranks, one_line, run, trace
+from test_hostile_round4 import TINY, _alive, _rank_pid
 from test_hostile_round4_numbers import _memory_doc
 
 import tracekit
@@ -101,7 +107,9 @@ def test_memory_bound_counts_every_dropped_event_in_one_line(box):
     p = run(box, "analyze", path, "--format", "json", "--table", "memory", "--per-step", "--no-cache")
     one_line(p, 0, "dropped 4 memory events whose Bytes or Total is 2^50 (1 PiB) or more")
     rows = [r for r in json.loads(p.stdout)["tables"]["memory"] if r["step"] == 1 and r["phase"] == "step"]
-    assert [(r["device"], r["events"], r["allocated_mb"], r["freed_mb"]) for r in rows] == [("gpu:0", 2, 1, 1)]
+    assert [(r["device"], r["events"], r["allocated_mb"], r["freed_mb"]) for r in rows] == [
+        ("gpu:0", 2, 1, 1)
+    ]
     a = tracekit.load(path, cache=False, jobs=1)
     assert "dropped 4 memory events" in " ".join(map(str, a.warnings))
 
@@ -112,3 +120,118 @@ def test_many_devices_of_huge_memory_bytes_stay_bounded(box):
     p = run(box, "analyze", path, "--format", "json", "--no-cache")
     one_line(p, 0, "dropped 400 memory events")
     assert "memory" not in json.loads(p.stdout)["tables"]
+
+
+# 2. A SIGTERM to the whole process group stops the run as one to the parent does -----------
+
+
+def _group_pids(pgid: int) -> list[int]:
+    got = subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True, check=False)
+    return [int(x) for x in got.stdout.split()]
+
+
+@pytest.mark.parametrize("where", ["task", "start"])
+def test_sigterm_to_the_process_group_with_jobs_is_one_line_and_exit_143(box, where):
+    """``kill -TERM -- -PGID`` (``timeout``, a job scheduler) during ``analyze DIR -j 2``
+    reaches the pool's workers as well as the parent: the run ends as one SIGTERM to the
+    parent ends it: one line, exit 143, no worker left. The workers are held in their task
+    or start-up (test_hostile's ``_HELD``), so the signal cannot come after the run."""
+    d = _ranks(box, 4)
+    ready_r, ready_w = os.pipe()
+    hold_r, hold_w = os.pipe()
+    cmd = [sys.executable, "-c", _HELD, str(ready_w), str(hold_r), where, "analyze", str(d), "-j", "2"]
+    p = subprocess.Popen(
+        [*cmd, "--no-cache"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(box),
+        start_new_session=True,
+        preexec_fn=_limit,
+        pass_fds=(ready_w, hold_r),
+    )
+    os.close(ready_w)
+    os.close(hold_r)
+    try:
+        assert os.read(ready_r, 1) == b"x", p.communicate(timeout=TIMEOUT)
+        assert len(_group_pids(p.pid)) >= 2  # the parent and a worker at least
+        os.killpg(p.pid, signal.SIGTERM)
+        try:
+            _, err = p.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            pytest.fail("hung after SIGTERM to the group")
+    finally:
+        os.close(ready_r)
+        os.close(hold_w)
+    assert p.returncode == 143, (p.returncode, err)
+    assert err.decode().splitlines() == ["tracekit: terminated"]
+    end = time.monotonic() + 10
+    while _group_pids(p.pid) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert _group_pids(p.pid) == []
+
+
+def _capture(args: list, out) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tracekit.capture.cli", *args, "--steps", "100000", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group: the signal goes to the launcher and its ranks
+    )
+
+
+def _stop_group(p: subprocess.Popen, rank: int) -> str:
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+        _, err = p.communicate(timeout=180)
+        end = time.monotonic() + 60
+        while _alive(rank) and time.monotonic() < end:
+            time.sleep(0.2)
+        assert not _alive(rank), "the rank outlived its launcher"
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return err
+
+
+@pytest.mark.capture
+def test_sigterm_to_the_capture_group_keeps_the_ranks_finished_steps(tmp_path):
+    """SIGTERM to ``capture train``'s whole process group killed the rank at once (the default
+    action), before it wrote its finished steps: "no finished step to keep", no trace. Now the
+    rank stops as the launcher's SIGINT stops it: the same line, exit 143, manifest and trace
+    as a SIGTERM to the launcher alone (test_hostile_round4)."""
+    for name in ("torch", "deepspeed", "transformers"):
+        pytest.importorskip(name)
+    out = tmp_path / "run"
+    p = _capture(["train", *TINY, "--warmup", "1"], out)
+    err = _stop_group(p, _rank_pid(out, p))
+    assert p.returncode == 143, (p.returncode, err)
+    [line] = err.strip().splitlines()
+    assert line.startswith("tracekit: error: capture terminated (SIGTERM)") and "traces kept: rank0." in line
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["status"] == "interrupted" and "SIGTERM" in m["error"], (m["status"], m["error"])
+    [rank] = m["ranks"]
+    assert rank["state"] == "interrupted" and rank["error"].startswith("terminated (SIGTERM) after")
+    assert rank["exit_code"] == 143 and m["traces"] == [rank["trace"]]
+    assert (out / rank["trace"]).stat().st_size > 0
+
+
+@pytest.mark.capture
+def test_sigterm_to_the_sweep_group_keeps_the_first_methods_trace(tmp_path):
+    """The same for ``capture sweep``: its method's rank keeps its finished steps, every later
+    method is ``not-run``, exit 143, one line."""
+    for name in ("torch", "deepspeed", "transformers"):
+        pytest.importorskip(name)
+    out = tmp_path / "sweep"
+    p = _capture(["sweep", *TINY, "--methods", "naive,zero2"], out)
+    err = _stop_group(p, _rank_pid(out / "naive", p))
+    assert p.returncode == 143, (p.returncode, err)
+    [line] = err.strip().splitlines()
+    assert line.startswith("tracekit: error: sweep terminated (SIGTERM)"), line
+    rows = json.loads((out / "sweep.json").read_text())["rows"]
+    assert [r["status"] for r in rows] == ["interrupted", "not-run"], rows
+    m = json.loads((out / "naive" / "manifest.json").read_text())
+    assert m["status"] == "interrupted" and m["traces"], m
