@@ -235,3 +235,32 @@ def test_sigterm_to_the_sweep_group_keeps_the_first_methods_trace(tmp_path):
     assert [r["status"] for r in rows] == ["interrupted", "not-run"], rows
     m = json.loads((out / "naive" / "manifest.json").read_text())
     assert m["status"] == "interrupted" and m["traces"], m
+
+
+# 3. table("stragglers") of a run without collectives ---------------------------------------
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_cross_rank_tables_of_ranks_without_collectives_are_empty(box, jobs):
+    """Reported: ``table("stragglers")`` raised KeyError on a run with no collectives (fixed
+    on main by d293003 for the mean view); the per-step view and a pool of workers too."""
+    from tracekit.analyses.cross_rank import MATCH_COLUMNS, STRAGGLER_COLUMNS
+
+    a = tracekit.load(_ranks(box, 2), cache=False, jobs=jobs)
+    assert {"stragglers", "collective_matches"} <= set(a.names())
+    for name, columns in (("stragglers", STRAGGLER_COLUMNS), ("collective_matches", MATCH_COLUMNS)):
+        assert list(a.table(name).columns) == columns and a.table(name).empty
+        per_step = a.table(name, per_step=True)
+        assert per_step.empty and set(columns) <= set(per_step.columns), list(per_step.columns)
+    assert a.tables()["stragglers"].empty
+
+
+def test_a_cross_rank_table_of_one_rank_says_why_it_is_not_there(box):
+    """One rank: ``stragglers`` does not apply (names() leaves it out); the KeyError said
+    "unknown table", as for a misspelt name. It says why now; a misspelt name stays unknown."""
+    a = tracekit.load(trace(box), cache=False, jobs=1)
+    assert "stragglers" not in a.names()
+    with pytest.raises(KeyError, match="'stragglers': compares ranks, and this run has one; tables: "):
+        a.table("stragglers")
+    with pytest.raises(KeyError, match="'straglers': unknown; tables: "):
+        a.table("straglers")
