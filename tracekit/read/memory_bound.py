@@ -30,12 +30,10 @@ def past_memory_bound(parts: list[dict]) -> np.ndarray | None:
     None when there is none. Reads the parts, changes nothing."""
     masks = []
     for p in parts:
-        is_mem = p["kind"] == MEMORY
-        mask = np.zeros(len(is_mem), dtype=bool)
-        if is_mem.any():
-            for f in _FIELDS:
-                mask |= np.abs(p[f]) >= MAX_MEMORY_BYTES  # NaN compares false: kept
-            mask &= is_mem
+        rows = np.flatnonzero(p["kind"] == MEMORY)  # only these are looked at
+        mask = np.zeros(len(p["kind"]), dtype=bool)
+        for f in _FIELDS:
+            mask[rows] |= np.abs(p[f][rows]) >= MAX_MEMORY_BYTES  # NaN compares false: kept
         masks.append(mask)
     if not any(m.any() for m in masks):
         return None
