@@ -21,11 +21,21 @@ from .output import read_json, status_path, traces, worker_name, write_json
 INTERRUPTED = 130
 
 
+class _Terminated(KeyboardInterrupt):
+    """The rank was stopped by SIGTERM (unwinds as Ctrl-C does)."""
+
+
 def _stop_on_first_interrupt(signum, frame):
-    """The first Ctrl-C stops the capture; later ones are ignored so that the profiler can
-    finish writing the finished steps' trace while the interrupt unwinds."""
+    """The first Ctrl-C or SIGTERM stops the capture as the launcher's SIGINT does: the finished
+    steps' trace is written while the interrupt unwinds. A SIGTERM sent to the whole process
+    group (``kill -TERM -- -PGID``, ``timeout``, a job scheduler) reaches the ranks as well as
+    their launcher; by default it killed them before they wrote anything. After the first,
+    Ctrl-C is ignored (the launcher's own SIGINT to the ranks follows a signal to the group)
+    and SIGTERM is the default again: the launcher's stop after its grace period still ends
+    the rank."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise _Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
 def _end_with_launcher() -> None:
@@ -48,6 +58,7 @@ def _end_with_launcher() -> None:
 
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, _stop_on_first_interrupt)
+    signal.signal(signal.SIGTERM, _stop_on_first_interrupt)
     _end_with_launcher()
     spec = read_json(Path(argv[0]))
     if spec is None:
@@ -90,12 +101,11 @@ def main(argv: list[str]) -> int:
         status.update(state="failed", error=err.format_message())
         print(f"tracekit: error: {err.format_message()}", file=sys.stderr)
         code = 2
-    except KeyboardInterrupt:
-        status.update(
-            state="interrupted",
-            error=f"interrupted (Ctrl-C) after {status['completed_steps']} finished steps",
-        )
-        code = INTERRUPTED
+    except KeyboardInterrupt as e:
+        term = isinstance(e, _Terminated)
+        what = "terminated (SIGTERM)" if term else "interrupted (Ctrl-C)"
+        status.update(state="interrupted", error=f"{what} after {status['completed_steps']} finished steps")
+        code = 128 + signal.SIGTERM if term else INTERRUPTED
     except BaseException as err:  # a crash: keep what was traced, say what happened
         status.update(state="failed", error=f"{type(err).__name__}: {err}".strip())
         traceback.print_exc()

@@ -8,9 +8,10 @@ of docs/security.md:
   the texts of ``Input Dims``, ``Input type`` and ``Concrete Inputs`` (split at NUL bytes). The
   model is None, or finite, non-negative numbers within ``MAX_MODELLED`` (no exception).
 * :func:`memory`: the input is the ``args`` of ``[memory]`` events (a JSON list, or anything)
-  put into a small trace with steps; it is analysed (the memory tables) and written in every
-  format: exit 0 or a one-line ``TraceError``; strict JSON; no ``inf`` shown; at most
-  ``MAX_DEVICES`` devices.
+  put into a small trace with steps; read by both readers (native and msgspec: the same events,
+  memory events, meta and warnings, and no memory event kept whose numbers reach
+  ``MAX_MEMORY_BYTES``), analysed (the memory tables) and written in every format: exit 0 or a
+  one-line ``TraceError``; strict JSON; no ``inf`` shown; at most ``MAX_DEVICES`` devices.
 * :func:`merged`: the input is a trace file; read, then split into ranks: None, or at most
   ``rank_cap`` ranks with every device event in one rank only, or a one-line ``TraceError``.
 * :func:`render`: the input is a table of hostile names and numbers (any text and floats,
@@ -126,6 +127,10 @@ def memory(data: bytes) -> None:
     except (ValueError, TypeError, RecursionError):
         return  # not a JSON document: the reader's targets cover that
     path.write_text(text)
+    from tracekit_fuzz import _read, _same
+
+    theirs = _read(path, False, None)  # msgspec, then the native reader (left on): the same,
+    _same(_read(path, True, None), theirs)  # and the memory bound holds
     try:
         a = tracekit.load(path, cache=False, jobs=1, tables=["memory", "memory_timeline", "memory_modules"])
         tables = a.tables(per_step=False)

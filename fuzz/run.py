@@ -33,7 +33,7 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from seeds import SURFACE_SEEDS  # beside this file (fuzz/ is the script's folder)
+from seeds import SURFACE_SEEDS, memory_events  # beside this file (fuzz/ is the script's folder)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -147,14 +147,23 @@ def seed(work: Path, target: str, max_len: int) -> Path:
         rest = {k: v for k, v in doc.items() if k != "traceEvents" and len(json.dumps(v)) < 2000}
         for events in _windows(doc["traceEvents"]):
             for evs in (events, _epoch(events)):
-                if target == "scanner":
-                    text = ", ".join(json.dumps(e) for e in evs).encode()
-                else:
-                    text = json.dumps({**rest, "traceEvents": evs}).encode()
-                if len(text) <= max_len:
-                    (folder / f"seed-{n}").write_bytes(text)
-                    n += 1
+                n += _seed_one(folder, n, target, rest, evs, max_len)
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1000, "dur": 10}
+    for evs in ([kernel, *memory_events()], memory_events()[::3]):  # the memory bound's edges
+        n += _seed_one(folder, n, target, {}, evs, max_len)
     return folder
+
+
+def _seed_one(folder: Path, n: int, target: str, rest: dict, evs: list, max_len: int) -> int:
+    """Write seed ``n`` (a run of events for the scanner, else a trace); 1 if written."""
+    if target == "scanner":
+        text = ", ".join(json.dumps(e) for e in evs).encode()
+    else:
+        text = json.dumps({**rest, "traceEvents": evs}).encode()
+    if len(text) > max_len:
+        return 0
+    (folder / f"seed-{n}").write_bytes(text)
+    return 1
 
 
 def fuzz(target: str, seconds: int, work: Path, kineto: Path, binary: Path, max_len: int) -> dict:

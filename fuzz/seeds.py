@@ -70,7 +70,27 @@ def memory(folder: Path, traces: list[Path]) -> Path:
     many = [{"Device Type": 1, "Device Id": i, "Bytes": 1024 * (i + 1), "Addr": i} for i in range(40)]
     items.append(json.dumps(many).encode())
     items.append(struct.pack("<bd", 1, 1.5e308) * 4 + struct.pack("<bd", 0, -1.5e308))
+    items.append(struct.pack("<bd", 1, 2.0**50) + struct.pack("<bd", 1, 2.0**50 - 1) * 2)
+    items.append(json.dumps(HUGE_MEMORY_ARGS).encode())
     return _write(folder, items)
+
+
+#: ``[memory]`` args at and around the bound of :mod:`tracekit.read.memory_bound` (2^50), as
+#: ints past int64 and float64 too, in each of the three byte fields.
+HUGE_MEMORY_ARGS = [
+    {"Device Type": 1, "Device Id": 0, "Addr": i, field: value, "Total Reserved": 1 << 30}
+    for i, (field, value) in enumerate(
+        (f, v)
+        for f in ("Bytes", "Total Allocated", "Total Reserved")
+        for v in (2**50 - 1, 2**50, -(2**50), 1e300, 2**70, 2**64, 2**1100, "1e300")
+    )
+]
+
+
+def memory_events() -> list[dict]:
+    """``[memory]`` events of :data:`HUGE_MEMORY_ARGS` (for the reader and scanner targets)."""
+    ev = {"ph": "i", "s": "t", "cat": "[memory]", "name": "[memory]", "pid": 1, "tid": 1}
+    return [{**ev, "ts": 1000 + i, "args": a} for i, a in enumerate(HUGE_MEMORY_ARGS)]
 
 
 def merged(folder: Path, traces: list[Path]) -> Path:

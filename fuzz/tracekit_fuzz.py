@@ -72,17 +72,34 @@ def _native(on: bool) -> None:
 
 
 def _same(a: Any, b: Any) -> None:
-    """Two outcomes (a frame, meta and warnings; or an error line) are the same."""
+    """Two outcomes (the events' and the memory events' frames, meta and warnings; or an error
+    line) are the same, and the memory events kept are within the bound."""
     if isinstance(a, str) or isinstance(b, str):
         if a != b:
             raise Divergence(f"native: {str(a)[:300]!r}\nmsgspec: {str(b)[:300]!r}")
         return
-    try:
-        pd.testing.assert_frame_equal(a[0], b[0])
-    except AssertionError as e:
-        raise Divergence(f"columns differ: {e}") from None
-    if a[1:] != b[1:]:
-        raise Divergence(f"meta or warnings differ:\n{a[1:]!r}\n{b[1:]!r}")
+    for x, y, what in ((a[0], b[0], "columns"), (a[1], b[1], "memory events")):
+        if x is None or y is None:
+            if x is not y:
+                raise Divergence(f"{what}: one reader has none")
+            continue
+        try:
+            pd.testing.assert_frame_equal(x, y)
+        except AssertionError as e:
+            raise Divergence(f"{what} differ: {e}") from None
+    if a[2:] != b[2:]:
+        raise Divergence(f"meta or warnings differ:\n{a[2:]!r}\n{b[2:]!r}")
+    if a[1] is not None:
+        memory_bound_holds(a[1])
+
+
+def memory_bound_holds(mem: Any) -> None:
+    """No memory event kept has a number at or past the bound of :mod:`tracekit.read.memory_bound`."""
+    from tracekit.read.memory_bound import MAX_MEMORY_BYTES
+
+    for c in ("bytes", "total_allocated", "total_reserved"):
+        if c in mem and (np.abs(mem[c].to_numpy(np.float64)) >= MAX_MEMORY_BYTES).any():
+            raise AssertionError(f"a memory event kept with {c} past the bound")
 
 
 def _one_line(e: TraceError) -> str:
@@ -147,7 +164,7 @@ def _read(path: Path, native: bool, chunk: int | None) -> Any:
         R.CHUNK_BYTES, F.PIECE_BYTES = chunk, max(64, chunk // 4)
     try:
         raw = R.read_trace(path)
-        return raw.events, raw.meta, raw.warnings
+        return raw.events, raw.memory, raw.meta, raw.warnings
     except TraceError as e:
         return _one_line(e).replace(os.fspath(path), "FILE")
     finally:

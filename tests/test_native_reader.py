@@ -340,7 +340,7 @@ ODD = {
                     "Device Id": 0,
                     "Addr": 2**64 + 5,
                     "Bytes": 512,
-                    "Total Allocated": 2**60,
+                    "Total Allocated": 2**49 + 1,  # under the memory bound (2^50)
                     "Total Reserved": 1.5e10,
                 },
             },
@@ -438,7 +438,7 @@ def test_memory_events_are_kept_with_their_columns(native, tmp_path):
     cols = ["kind", "ts", "bytes", "device_type", "device_id", "total_allocated", "total_reserved", "addr"]
     nan = float("nan")
     want = [
-        [MEMORY, 5500, 512.0, 1, 0, float(2**60), 1.5e10, 5],
+        [MEMORY, 5500, 512.0, 1, 0, float(2**49 + 1), 1.5e10, 5],
         [MEMORY, 6000, -512.0, 0, -1, nan, nan, -1],
         [MEMORY, 7000, nan, -1, -1, nan, nan, -1],
         [MEMORY, 8000, nan, -1, -1, nan, nan, -1],

@@ -142,7 +142,8 @@ class Analysis(PerRankTables):
         """One table; ``per_step`` keeps a ``step`` column instead of the mean over steps."""
         spec = REGISTRY.get(name)
         if spec is None or (spec.cross_rank and not self.multi_rank):
-            raise KeyError(f"unknown table {name!r}; tables: {', '.join(self.names())}")
+            why = "compares ranks, and this run has one" if spec is not None else "unknown"
+            raise KeyError(f"table {name!r}: {why}; tables: {', '.join(self.names())}")
         skipped = features_of([name]) - self.features
         if skipped:
             raise KeyError(

@@ -15,6 +15,7 @@ from pandas.api.types import union_categoricals
 
 from ..errors import TraceError
 from .categoricals import _categorical, _raw_texts
+from .memory_bound import notice, past_memory_bound
 from .schema import (
     CPU_OP,
     KERNEL,
@@ -258,6 +259,7 @@ class _FrameBuilder:
             listed = ", ".join(f"{k!r} ({v})" for k, v in sorted(self.unknown.items())[:5])
             warnings.append(f"ignored events of unknown categories: {listed}")
         odd = self._odd()
+        past = past_memory_bound(self.parts) if memory else None  # the bound of memory_bound.py
         ts, dur = self._column("ts"), self._column("dur")
         ts_ok, dur_ok = self._column("ts_ok"), self._column("dur_ok")
         bad_ts = ~ts_ok
@@ -281,6 +283,9 @@ class _FrameBuilder:
         is_mem = got["kind"] == MEMORY
         keep = ~(drop | is_mem) if (drop | is_mem).any() else None
         took = is_mem & ~drop if memory and is_mem.any() else None  # the memory rows, if asked for
+        if past is not None and took is not None and (past & took).any():
+            warnings.append(notice(int((past & took).sum())))
+            took &= ~past
         del ts_ok, dur_ok, bad_ts, huge, ts, dur, is_mem
         cols, mem_cols = {}, {}
         for c in _COLUMNS:  # one column at a time, each split as it is built: never held twice
