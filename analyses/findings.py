@@ -275,7 +275,8 @@ def findings(tables: Get, rule_set: dict[str, dict], per_step: bool = False) -> 
         w = _window(df, window)
         # A cost summed over streams that ran at once (GEMMs on two streams) is at most the step.
         ms = np.fmin(df["ms"].to_numpy(np.float64), w)
-        df = df.assign(ms=ms, category=cat, share_pct=100.0 * ms / w, fix=rule_set[cat]["fix"])
+        share = np.divide(100.0 * ms, w, out=np.full(len(ms), np.nan), where=w > 0)  # no window: unknown
+        df = df.assign(ms=ms, category=cat, share_pct=share, fix=rule_set[cat]["fix"])
         if not df.attrs.get("always"):
             r = rule_set[cat]
             df = df[(df["ms"] >= r["min_ms"]) & (df["share_pct"].fillna(0.0) >= r["min_share_pct"])]
