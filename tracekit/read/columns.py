@@ -217,6 +217,10 @@ class _FrameBuilder:
         self.thread_names.update(sel.thread_names)
         self.process_names.update(sel.process_names)
         if part is not None:
+            mem = part["kind"] == MEMORY
+            for c in MEMORY_ONLY:  # only memory events have them: kept for those rows alone
+                if c in part:
+                    part[c] = part[c][mem]
             self.parts.append(part)
 
     def absorb(self, other: _FrameBuilder) -> None:
@@ -286,6 +290,7 @@ class _FrameBuilder:
         if past is not None and took is not None and (past & took).any():
             warnings.append(notice(int((past & took).sum())))
             took &= ~past
+        took_of_mem = None if took is None else took[is_mem]  # the parts hold MEMORY_ONLY for those
         del ts_ok, dur_ok, bad_ts, huge, ts, dur, is_mem
         cols, mem_cols = {}, {}
         for c in _COLUMNS:  # one column at a time, each split as it is built: never held twice
@@ -295,7 +300,7 @@ class _FrameBuilder:
                 continue
             col = got.pop(c) if c in got else self._column(c)
             if took is not None and c in MEMORY_COLUMNS:
-                mem_cols[c] = col[took]
+                mem_cols[c] = col[took_of_mem if c in MEMORY_ONLY else took]
             if c not in MEMORY_ONLY:
                 col = col if keep is None else col[keep]
                 if isinstance(col, np.ndarray) and not col.flags.writeable:  # one part, as scanned

@@ -24,16 +24,17 @@ _FIELDS = ("bytes", "total_allocated", "total_reserved")
 
 
 def past_memory_bound(parts: list[dict]) -> np.ndarray | None:
-    """Needs the builder's parts (each with ``kind`` and the three byte columns); gives the
-    mask of events, over all parts in order, that are memory events with a number at or past
-    :data:`MAX_MEMORY_BYTES` in magnitude (NaN, a value that was not a number, is not), or
-    None when there is none. Reads the parts, changes nothing."""
+    """Needs the builder's parts (each with ``kind``, ``bytes`` per event and the two totals
+    per memory event, as ``add_part`` keeps them); gives the mask of events, over all parts in
+    order, that are memory events with a number at or past :data:`MAX_MEMORY_BYTES` in
+    magnitude (NaN, a value that was not a number, is not), or None when there is none. Reads
+    the parts, changes nothing."""
     masks = []
     for p in parts:
         rows = np.flatnonzero(p["kind"] == MEMORY)  # only these are looked at
         mask = np.zeros(len(p["kind"]), dtype=bool)
-        for f in _FIELDS:
-            mask[rows] |= np.abs(p[f][rows]) >= MAX_MEMORY_BYTES  # NaN compares false: kept
+        for f in _FIELDS:  # NaN compares false: kept
+            mask[rows] |= np.abs(p[f][rows] if f == "bytes" else p[f]) >= MAX_MEMORY_BYTES
         masks.append(mask)
     if not any(m.any() for m in masks):
         return None
