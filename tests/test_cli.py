@@ -51,7 +51,7 @@ def test_table_format_prints_every_paper_table(trace):
     for title in ("Tables V, VII", "Table VI", "Table XIII", "Table X", "Table XI"):
         assert title in out
     first = run("analyze", trace[0]).stdout  # the first screen names the tables it leaves out
-    assert "Table XIII" not in first and "--table NAME for gemm," in first
+    assert "Table XIII" not in first and "other tables (--table NAME or --all): gemm," in first
 
 
 def test_json_per_step_has_step_column(trace):
