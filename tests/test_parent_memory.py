@@ -75,9 +75,11 @@ def test_the_parent_keeps_little_per_rank_and_its_peak_does_not_grow(tmp_path, m
     assert per_rank < 40 * 1024, got
     assert got[64]["excess"] - got[16]["excess"] < 128 * 1024, got
     # The str columns' temporaries beyond the output (the codes given to pyarrow's take):
-    # a few bytes a row, against the hundreds of a row's text the output holds.
+    # a few bytes a row, against the hundreds of a row's text the output holds. With
+    # tracekit's Python string storage (tracekit/strings.py) nothing goes through pyarrow's
+    # pool at all: then its excess must not grow either.
     grown = got[64]["arrow"] - got[16]["arrow"]
-    assert got[64]["arrow_excess"] - got[16]["arrow_excess"] < grown / 10, got
+    assert got[64]["arrow_excess"] - got[16]["arrow_excess"] <= grown / 10, got
 
 
 class _Result:

@@ -264,6 +264,8 @@ def str_column(values: np.ndarray, codes: np.ndarray):
 
         taken = pa.array(np.asarray(values, dtype=object), type=pa.large_string()).take(pa.array(codes))
         return pd.array(taken, dtype=dtype)
+    if not len(codes):  # an empty object array would make an object column, not a str one
+        return pd.array([], dtype=dtype)
     return np.asarray(values, dtype=object)[codes]
 
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from .. import progress
 from ..errors import RunError, TraceError, install_hint
+from ..strings import python_strings
 from . import workers
 
 
@@ -54,7 +55,8 @@ class _Attempt:
     def __call__(self, item: tuple[int, Any]) -> tuple[int, Any]:
         i, f = item
         try:
-            got = self.fn(f, *self.args)
+            with python_strings():  # in any process: a Dask worker has not inherited the setting
+                got = self.fn(f, *self.args)
         except TraceError as e:
             if not self.keep_errors:
                 raise
