@@ -237,24 +237,35 @@ def run(
     peaks: Peaks | None = None,
     features: frozenset[str] = ALL_FEATURES,
 ) -> Attributed:
-    """Every step on one trace file, and the result the tables need."""
-    return result(analyse(raw, taxonomy, rules, peaks, features))
+    """Every step on one trace file, and the result the tables need. The state is let go as
+    the result is built (:func:`result` with ``release``): the caller's ``raw`` is the only
+    other holder of the events, so a caller that drops it keeps no frame twice."""
+    t = analyse(raw, taxonomy, rules, peaks, features)
+    del raw
+    return result(t, release=True)
 
 
-def result(t: Trace) -> Attributed:
-    """The labelled rows of complete steps, and the tables the analyses need."""
+def result(t: Trace, release: bool = False) -> Attributed:
+    """The labelled rows of complete steps, and the tables the analyses need. ``release``:
+    ``t`` is consumed: its events, ranges and activity table are let go as soon as nothing
+    more is taken from them (the peak of a run was here, with all of them alive at once)."""
     done = t.steps.loc[t.steps["complete"], "step"]
-    columns = [c for c in INTERVAL_COLUMNS if c in t.acts]  # no perf columns without the perf step
-    iv = t.acts.loc[t.acts["step"].isin(done).to_numpy(), columns].reset_index(drop=True)
-    iv = as_categories(iv)
     meta = dict(t.meta)
     meta["steps"] = t.steps["step"].tolist()
     meta["complete_steps"] = done.tolist()
-    meta["kernel_other_share"] = labels.other_share(iv)
+    meta["kernel_other_share"] = None  # from the rows below; its place in meta kept
     meta["coverage"] = coverage.measure(t.acts)
     meta["step_ranges"] = coverage.step_ranges(t.acts, t.step_ranges)
     if "flops" in t.acts:
         meta["mfu"] = mfu_meta(t.acts, t.steps)
+    if release:
+        t.release("events", "ranges")
+    columns = [c for c in INTERVAL_COLUMNS if c in t.acts]  # no perf columns without the perf step
+    iv = t.acts.loc[t.acts["step"].isin(done).to_numpy(), columns].reset_index(drop=True)
+    if release:
+        t.release("acts")
+    iv = as_categories(iv)
+    meta["kernel_other_share"] = labels.other_share(iv)
     return Attributed(
         path=t.path,
         mode=t.mode,

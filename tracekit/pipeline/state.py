@@ -69,6 +69,16 @@ class Trace:
         self.derived[key] = (source, value)
         return value
 
+    def release(self, *frames: str) -> None:
+        """Let go of ``frames`` (e.g. ``"events"``): each becomes an empty frame, and what was
+        derived from the events (:meth:`once`, the name codes) is dropped. Only the end of
+        :func:`tracekit.pipeline.run`, which owns its state, calls it."""
+        for name in frames:
+            setattr(self, name, pd.DataFrame())
+        self.derived.clear()
+        for cached in ("names", "name_codes"):
+            self.__dict__.pop(cached, None)
+
     @cached_property
     def names(self) -> np.ndarray:
         """Every event's name as an object array of str (decoded once)."""

@@ -85,15 +85,16 @@ def analyse_parts(path: str | os.PathLike, options: Options, store_parsed: bool 
     features = options.features
     parts = split_ranks(raw) or [raw]
     del raw  # each part is let go once it is analysed: the events are never held twice
-    while parts:
-        part = parts.pop(0)
-        att = run(part, tax, rules, options.peaks(part.meta.get("devices") or []), features)
-        att.warnings[:0] = part.warnings
-        att.meta.update({k: part.meta[k] for k in ("rank", "world_size", "devices", "events_in_file")})
-        if "rank_split" in part.meta:
-            att.meta["rank_split"] = part.meta["rank_split"]
-        att.meta["pid"] = process_of(part.events)
-        att.meta["host"] = host_of(path, part.meta.get("host_name"))
+    while parts:  # each part is passed on, not held: run() lets its frames go as it ends
+        warnings, meta = parts[0].warnings, parts[0].meta
+        pid = process_of(parts[0].events)
+        att = run(parts.pop(0), tax, rules, options.peaks(meta.get("devices") or []), features)
+        att.warnings[:0] = warnings
+        att.meta.update({k: meta[k] for k in ("rank", "world_size", "devices", "events_in_file")})
+        if "rank_split" in meta:
+            att.meta["rank_split"] = meta["rank_split"]
+        att.meta["pid"] = pid
+        att.meta["host"] = host_of(path, meta.get("host_name"))
         out.append(att)
     progress.fraction(progress.LINKED)
     return out
