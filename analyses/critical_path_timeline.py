@@ -55,7 +55,7 @@ def table(pieces: pd.DataFrame, windows: Windows, points: int | None = POINTS) -
     order = np.lexsort((p["start"].to_numpy(np.int64), p["step"].to_numpy()))
     p = p.iloc[order]
     step = p["step"].to_numpy(np.int64)
-    codes = np.stack([pd.Categorical(p[c]).codes.astype(np.int64) for c in LABELS], axis=1)
+    codes = _label_codes(p)
     lo, hi = p["start"].to_numpy(np.int64), p["end"].to_numpy(np.int64)
     rows, lo, hi, count = joined(step, codes, lo, hi, np.ones(len(p), np.int64))
     if points is not None:
@@ -67,21 +67,37 @@ def table(pieces: pd.DataFrame, windows: Windows, points: int | None = POINTS) -
     t0 = np.array([base[s] for s in step[rows]], np.int64) if len(rows) else np.zeros(0, np.int64)
     out = pd.DataFrame({"step": step[rows]})
     for c in LABELS:
-        out[c] = p[c].to_numpy(dtype=object)[rows]
+        out[c] = np.asarray(p[c].array.take(rows), dtype=object)  # only the kept rows converted
     out["start_ms"] = (lo - t0) / 1e6
     out["end_ms"] = (hi - t0) / 1e6
     out["pieces"] = count
     return out[COLUMNS]
 
 
+def _label_codes(p: pd.DataFrame) -> np.ndarray:
+    """One integer per row for its (kind, phase, module): equal labels, equal codes (the
+    comparisons below then test one column, not three)."""
+    code = np.zeros(len(p), np.int64)
+    for c in LABELS:
+        cat = pd.Categorical(p[c])
+        code = code * (len(cat.categories) + 1) + cat.codes.astype(np.int64)
+    return code
+
+
+def _flat(codes: np.ndarray) -> np.ndarray:
+    """Label codes as one integer per row (rows of several code columns numbered by value)."""
+    return codes if codes.ndim == 1 else np.unique(codes, axis=0, return_inverse=True)[1].reshape(-1)
+
+
 def joined(step, codes, lo, hi, count):
     """Neighbours (in time order) of the same step and labels that touch, joined: per row the
     index of its first piece, its start, end and pieces."""
+    codes = _flat(codes)
     n = len(step)
     if not n:
         return np.zeros(0, np.int64), lo, hi, count
     same = np.r_[False, step[1:] == step[:-1]] & np.r_[False, lo[1:] == hi[:-1]]
-    same &= np.r_[False, (codes[1:] == codes[:-1]).all(axis=1)]
+    same &= np.r_[False, codes[1:] == codes[:-1]]
     first = np.flatnonzero(~same)
     last = np.r_[first[1:] - 1, n - 1]
     return first, lo[first], hi[last], np.add.reduceat(count, first)
@@ -95,6 +111,7 @@ def thinned(step, codes, lo, hi, count, budget: int):
     n = len(step)
     if not n:
         return np.zeros(0, np.int64), lo, hi, count
+    codes = _flat(codes)
     idx = np.arange(n)
     first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
     size = np.diff(np.r_[first, n])
@@ -132,7 +149,8 @@ def _rows(of, keep, codes, touch, steps: int) -> np.ndarray:
     """Per step, its rows once the rows not in ``keep`` join the kept ones and kept neighbours
     with the same labels are joined."""
     k = np.flatnonzero(keep)
-    same = (of[k][1:] == of[k][:-1]) & (codes[k][1:] == codes[k][:-1]).all(axis=1) & touch[k][1:]
+    ck = codes[k]
+    same = (of[k][1:] == of[k][:-1]) & (ck[1:] == ck[:-1]) & touch[k][1:]
     return np.bincount(of[k], weights=~np.r_[False, same], minlength=steps)
 
 
