@@ -1,5 +1,5 @@
-"""An independent reading of a CPU capture's QKV, Output and head rows (issue 37, items 6 and 7),
-from the raw JSON with none of tracekit's code.
+"""An independent reading of a CPU capture's QKV, Output, head and OPT-style MLP rows (issue 37,
+items 6 and 7, and OPT's activation), from the raw JSON with none of tracekit's code.
 
 Per CPU op: its self time (its duration minus its direct child ops'), its enclosing ops and
 ``nn.Module`` ranges on its thread (by time containment), the ``ProfilerStep#`` it is in.
@@ -12,7 +12,11 @@ Any other op belongs to its own innermost module. Rows, given the op the work be
   module (its outermost op inside the module), before / after the module's first
   ``scaled_dot_product_attention`` / ``bmm`` / ``baddbmm``;
 * **Linear**: work inside the head module instance the test names (the model's known head),
-  but its ``LayerNorm`` (a norm row).
+  but its ``LayerNorm`` (a norm row);
+* **MLP**: work inside a ``Linear`` or activation module (``ReLU``, ``GELU``...) whose parent
+  module is a ``*DecoderLayer``: OPT's fc1, activation_fn and fc2, the whole FFN block of a
+  layer that has no MLP module (DESIGN.md: MLP is "the whole MLP block"); of it, the work of
+  the activation module alone is also given as the row **MLP activation**.
 
 Result: ms per step, ``{(phase, row): ms}``.
 """
@@ -25,6 +29,7 @@ from collections import defaultdict
 
 CORE = ("aten::scaled_dot_product_attention", "aten::bmm", "aten::baddbmm")
 NODE = "autograd::engine::evaluate_function:"
+ACTIVATIONS = ("ReLU", "GELU", "GELUActivation", "NewGELUActivation", "SiLU")
 
 
 def _load(path) -> list[dict]:
@@ -58,6 +63,12 @@ def _row(op: dict, module: dict | None, head: str) -> str | None:
     """The row of the work of ``op`` (a forward op) run inside ``module``."""
     if module is None:
         return None
+    parent = module["mods"][-1] if module["mods"] else None
+    if parent is not None and _cls(parent).endswith("DecoderLayer"):
+        if _cls(module) in ACTIVATIONS:
+            return "MLP activation"
+        if _cls(module) == "Linear":
+            return "MLP"
     if (
         any(m["name"] == f"nn.Module: {head}" for m in module["mods"] + [module])
         and _cls(module) != "LayerNorm"
@@ -107,5 +118,8 @@ def rows(path, head: str) -> dict[tuple[str, str], float]:
         else:
             row = _row(e, module, head)
         if row is not None:
-            out[("backward" if nodes else "forward", row)] += (e["dur"] - e["kids"]) / 1e3
+            phase, ms = ("backward" if nodes else "forward"), (e["dur"] - e["kids"]) / 1e3
+            out[(phase, row)] += ms
+            if row == "MLP activation":
+                out[(phase, "MLP")] += ms
     return {k: v / len(steps) for k, v in out.items()}

@@ -243,3 +243,34 @@ def test_captured_rows_match_the_raw_json(name):
     got = {(r.phase, r.module): r.time_ms for r in t.itertuples()}
     rows = want if name == "plain" else {k: v for k, v in want.items() if k[1] == "Linear"}
     assert {k: got.get(k, 0.0) for k in rows} == pytest.approx(rows, rel=1e-6, abs=1e-6)
+
+
+def test_opt_activation_is_mlp_forward_and_backward():
+    """Issue 37 (OPT's activation): OPT's decoder layer has no MLP module; fc1, ``activation_fn``
+    (an ``nn.ReLU``) and fc2 are its direct children, the whole FFN block, so all three are MLP
+    (DESIGN.md: MLP is "the whole MLP block"). The activation's backward node (``ReluBackward0``,
+    created by the ``aten::relu`` inside ``nn.Module: ReLU_N`` by sequence number and fwdbwd
+    flow) follows it into MLP, as every backward op follows its forward op's row. The MLP row
+    and its activation part, both phases, equal tests/module_oracle.py's sums from the raw JSON."""
+    path = CAPTURES / "opt.json.gz"
+    want = oracle_rows(path, HEADS["opt"])
+    a = tracekit.load(path, cache=False, jobs=1)
+    got = {(r.phase, r.module): r.time_ms for r in a.table("modules").itertuples()}
+    iv = a.intervals
+    steps = iv["step"].nunique()
+    act = iv[iv["module_instance"].astype(str).str.startswith("ReLU_")]
+    for phase in ("forward", "backward"):
+        assert want[(phase, "MLP activation")] > 0
+        mine = act[act["phase"].astype(str) == phase]
+        assert set(mine["module"].astype(str)) == {"MLP"}, phase
+        ms = float((mine["end"] - mine["start"]).sum()) / 1e6 / steps
+        assert ms == pytest.approx(want[(phase, "MLP activation")], rel=1e-6, abs=1e-6)
+        assert got[(phase, "MLP")] == pytest.approx(want[(phase, "MLP")], rel=1e-6, abs=1e-6)
+    fw = iv[iv["phase"].astype(str) == "forward"]
+    forward = fw.groupby("op_id")["module"].agg(lambda s: set(s.astype(str)))
+    bw = iv[(iv["phase"].astype(str) == "backward") & iv["fwd_op_id"].isin(forward.index)]
+    assert "aten::relu" in set(bw["fwd_op"].astype(str))
+    moved = {
+        (str(r.fwd_op), str(r.module)) for r in bw.itertuples() if str(r.module) not in forward[r.fwd_op_id]
+    }
+    assert not moved, moved
