@@ -150,3 +150,44 @@ def test_capture_manifest_gives_ranks(tmp_path: Path) -> None:
     )
     an = tracekit.load(tmp_path, cache=False, jobs=1)
     assert sorted(an.ranks) == [0, 1]
+
+
+def test_copies_of_one_rank_warn_in_a_few_lines_and_json_keeps_each(tmp_path: Path) -> None:
+    """Copies of one rank-0 file are successive windows of one rank: each later step overlaps
+    the first, and says so once per step in JSON, but stderr shows a few and counts the rest."""
+    import json
+    import subprocess
+
+    from tracekit.pipeline.checks import SHOWN
+
+    sample = next(
+        (Path(__file__).parents[1] / "sample_traces" / "tiny-train-1rank").glob("*.pt.trace.json.gz")
+    )
+    d = tmp_path / "copies"
+    d.mkdir()
+    n = SHOWN + 4
+    for i in range(n):
+        shutil.copy(sample, d / f"w{i}.pt.trace.json.gz")
+    out = tmp_path / "out.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "tracekit.cli",
+        "analyze",
+        str(d),
+        "--format",
+        "json",
+        "--no-cache",
+        "--out",
+        str(out),
+    ]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    warnings = json.loads(out.read_text())["meta"]["warnings"]
+    overlaps = [w for w in warnings if w["code"] == "steps_overlap"]
+    assert len(overlaps) == n - 1
+    lines = [x for x in r.stderr.splitlines() if "overlap" in x or "steps_overlap" in x]
+    assert len(lines) == SHOWN + 1
+    assert f"{n - 1 - SHOWN} more warnings like these (steps_overlap" in lines[-1]
+    renumbered = next(w["message"] for w in warnings if w["code"] == "steps_renumbered")
+    assert renumbered.endswith(f"and {n - 1 - SHOWN} more files")

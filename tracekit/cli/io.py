@@ -318,13 +318,13 @@ def write_output(
     The output boundary: every name is cleaned here, once (:mod:`tracekit.render.safetext`; JSON keeps
     names exact, its writer escapes them), and every file goes through :mod:`tracekit.safewrite`.
     """
-    from ..pipeline.checks import text
+    from ..pipeline.checks import warning_lines
     from ..render import formats
     from ..render.finite import finite_output
 
     meta, tables = finite_output(meta, tables)  # never inf in any format (render/finite.py)
-    for w in meta["warnings"]:
-        warn(text(w))
+    for line in warning_lines(meta["warnings"]):
+        warn(line)
     if fmt != "json":
         meta = clean_obj(meta)
         tables = clean_tables(tables)  # bounded where shown, after shortening (render.common)

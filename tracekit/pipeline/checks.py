@@ -64,6 +64,56 @@ def text(w: TraceWarning | dict | str) -> str:
     return f"{d['run']}: {line}" if d.get("run") else line
 
 
+#: Warnings of one kind, one rank and one run shown one by one for people; the rest are one line.
+SHOWN = 3
+
+
+def warning_lines(warnings: list) -> list[str]:
+    """The warnings as the lines a person reads (stderr, Markdown, HTML): each as :func:`text`,
+    except that past :data:`SHOWN` warnings of one code, rank and run that name a step (600
+    files of one rank warn once per step), the rest become one line that counts them and
+    names their steps' range. JSON keeps every warning as it is."""
+    groups: dict[tuple, list[dict]] = {}
+    order: list[tuple | int] = []
+    for i, w in enumerate(warnings):
+        d = w if isinstance(w, dict) else (w.as_dict() if isinstance(w, TraceWarning) else None)
+        if d is None or d.get("step") is None:
+            order.append(i)
+            continue
+        key = (d.get("run"), d.get("code"), d.get("rank"))
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(d)
+    lines = []
+    for item in order:
+        if isinstance(item, int):
+            lines.append(text(warnings[item]))
+            continue
+        ws = groups[item]
+        lines += [text(d) for d in ws[:SHOWN]]
+        if len(ws) > SHOWN:
+            lines.append(_more(item, ws[SHOWN:]))
+    return lines
+
+
+def listed(items: list[str], noun: str) -> str:
+    """The first :data:`SHOWN` items, then how many more ``noun`` (one line for 600 as for 3)."""
+    more = f"; and {len(items) - SHOWN} more {noun}" if len(items) > SHOWN else ""
+    return "; ".join(items[:SHOWN]) + more
+
+
+def _more(key: tuple, rest: list[dict]) -> str:
+    run, code, rank = key
+    steps = [int(d["step"]) for d in rest]
+    where = f"rank {rank}: " if rank is not None else ""
+    line = (
+        f"{where}{len(rest)} more warnings like these ({code}, steps {min(steps)}-{max(steps)}); "
+        "the JSON output's meta.warnings lists each"
+    )
+    return f"{run}: {line}" if run else line
+
+
 def as_warning(w: TraceWarning | dict | str, rank: int | None = None) -> TraceWarning:
     """A :class:`TraceWarning` from what a step reported; ``rank`` fills in a missing rank."""
     if isinstance(w, dict):

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-from ..pipeline.checks import TraceWarning
+from ..pipeline.checks import TraceWarning, listed
 from ..pipeline.windows import CUT_FRACTION, CUT_MESSAGE, CUT_MIN_STEPS
 from ..read.reader import ANNOTATION, CPU_OP, PYTHON, RUNTIME, trace_listing
 
@@ -205,11 +205,8 @@ def merge_windows(parts: list[Any]) -> Any:
             out.append(getattr(p, name).assign(step=getattr(p, name)["step"] + shift))
         warnings += p.warnings
     if shifted:
-        warnings.append(
-            TraceWarning(
-                "steps_renumbered", "step numbers repeat across files of one rank; " + "; ".join(shifted)
-            )
-        )
+        repeat = "step numbers repeat across files of one rank; "
+        warnings.append(TraceWarning("steps_renumbered", repeat + listed(shifted, "files")))
     first = parts[0]
     meta = dict(first.meta)
     meta["steps"] = [s + _shift_of(p, steps[i]) for i, p in enumerate(parts) for s in p.meta.get("steps", [])]

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..pipeline.checks import text as warning_text
+from ..pipeline.checks import warning_lines
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -184,7 +184,7 @@ def _meta_lines(meta: dict) -> list[str]:
 
         lines.append("- **filters**: " + md_escape(filters_text(meta["filters"])))
     lines += [f"- **note**: {md_escape(n)}" for n in meta.get("notices", [])]
-    lines += [f"- **warning**: {md_escape(warning_text(w))}" for w in meta.get("warnings", [])]
+    lines += [f"- **warning**: {md_escape(line)}" for line in warning_lines(meta.get("warnings", []))]
     return lines
 
 

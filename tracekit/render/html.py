@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..pipeline.checks import text
+from ..pipeline.checks import warning_lines
 from ..pipeline.coverage import lines as coverage_lines
 from .charts import figures, label
 from .common import cell, device_lines, filters_text, for_people, header, numeric, shown_rows, title
@@ -100,8 +100,8 @@ def _meta_html(meta: dict) -> str:
             f'<li class="note">paper_* columns: {html.escape(meta["paper"]["setting"])} '
             f"From: {html.escape(meta['paper']['citation'])}</li>"
         )
-    for w in meta.get("warnings", []):
-        items.append(f'<li class="warn">warning: {html.escape(text(w))}</li>')
+    for line in warning_lines(meta.get("warnings", [])):
+        items.append(f'<li class="warn">warning: {html.escape(line)}</li>')
     return '<ul class="meta">' + "".join(items) + "</ul>"
 
 
