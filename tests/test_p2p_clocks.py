@@ -1,0 +1,121 @@
+"""Clock offsets from sends and receives alone (issue 36): a pipeline with no collective of the
+whole group. Planted truth: 4 stages, each step activations sent forward (r to r+1) and
+gradients back (r+1 to r), every rank's clock off by a known amount; one send buffered (it ends
+before its receive arrives: its ends are not close, a minority the median ignores). Rank r is
+linked to rank 0 only through the chain 0-1, 1-2, 2-3, and its offset is recovered exactly.
+Ranks linked to rank 0 by nothing get no offset and a notice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import tracekit
+from tracekit.testing import TraceBuilder
+from tracekit.testing.events import EPOCH_NS
+from tracekit.testing.merged import merged_trace
+
+WORLD, STEPS, T, WORK = 4, 3, 30.0, 100.0
+OFFSETS = {0: 0, 1: 4_000_000, 2: -2_500_000, 3: 9_125_000}  # ns: each rank's clock minus true
+EAGER = (1, 2)  # (step index, sender): rank 2's forward send of step 2 goes into a buffer
+EAGER_US, LATE_US = 15.0, 40.0
+
+
+def _plan(s: int) -> list[tuple[int, int, float, float, float, float]]:
+    """The true pairs of step ``s`` (us), in time order: (src, dst, send arrival, send end,
+    receive arrival, receive end)."""
+    t = 1000.0 + 8000.0 * s
+    free = {r: t + 10 * r for r in range(WORLD)}  # when each rank can post a receive
+    pairs = []
+    for src, dst in [(r, r + 1) for r in range(WORLD - 1)] + [(r, r - 1) for r in range(WORLD - 1, 0, -1)]:
+        a = max(t, free[src]) + WORK
+        if (s, src) == EAGER and dst > src:
+            pairs.append((src, dst, a, a + EAGER_US, a + LATE_US, a + LATE_US + T))
+        else:
+            pairs.append((src, dst, a, a + T, free[dst], a + T))
+        t = pairs[-1][5]
+        free[src], free[dst] = pairs[-1][3] + 10, t + 10
+    return pairs
+
+
+def _builder(r: int, world: int = WORLD, plan=_plan, offsets=OFFSETS) -> TraceBuilder:
+    b = TraceBuilder(rank=r, world_size=world, start_ns=EPOCH_NS + offsets[r])
+    for s in range(STEPS):
+        with b.step(), b.forward():
+            for src, dst, sa, se, ra, re in plan(s):
+                if src == r:
+                    b.kernel("sm80_xmma_gemm_bf16", WORK, op="aten::mm", at_us=sa - WORK)
+                    b.p2p("send", dst, se - sa, at_us=sa, nelems=256, dtype="Float")
+                elif dst == r:
+                    b.p2p("recv", src, re - ra, at_us=ra, nelems=256, dtype="Float")
+    return b
+
+
+def _split(plan=_plan) -> dict[tuple[int, int], tuple[float, float]]:
+    """Per (rank, step): (wait, transfer) ms summed over its sends and receives."""
+    out: dict = {}
+    for s in range(STEPS):
+        for src, dst, sa, se, ra, re in plan(s):
+            last = max(sa, ra)
+            eager = se < last
+            for r, (w, x) in {
+                src: (0.0, se - sa) if eager else (last - sa, se - last),
+                dst: (last - ra, re - last),
+            }.items():
+                old = out.get((r, s + 1), (0.0, 0.0))
+                out[(r, s + 1)] = (old[0] + w / 1e3, old[1] + x / 1e3)
+    return out
+
+
+def _load(tmp_path: Path, form: str, builders: list[TraceBuilder]):
+    if form == "files":
+        for r, b in enumerate(builders):
+            b.write(tmp_path / f"rank{r}.json")
+        return tracekit.load(tmp_path, cache=False, jobs=1)
+    path = tmp_path / "merged.json"
+    path.write_text(json.dumps(merged_trace(builders)))
+    return tracekit.load(path, cache=False, jobs=1)
+
+
+def _check_split(a, split: dict) -> None:
+    c = a.table("collectives")
+    assert set(c["collective"]) == {"SendRecv"} and len(c) == len(split)
+    for row in c.itertuples():
+        wait, transfer = split[(row.rank, row.step)]
+        assert row.wait_ms == pytest.approx(wait, abs=1e-9), (row.rank, row.step)
+        assert row.transfer_ms == pytest.approx(transfer, abs=1e-9), (row.rank, row.step)
+
+
+@pytest.mark.parametrize("form", ["files", "merged"])
+def test_pipeline_offsets_through_the_chain_of_pairs(tmp_path: Path, form: str) -> None:
+    a = _load(tmp_path, form, [_builder(r) for r in range(WORLD)])
+    offsets = a.meta["clock_offsets_ms"]
+    assert set(offsets) == set(range(WORLD))
+    for r, off in offsets.items():
+        assert off == pytest.approx(OFFSETS[r] / 1e6, abs=1e-12), r
+    _check_split(a, _split())
+    notices = " ".join(a.meta["notices"])
+    assert "left unmatched" not in notices and "clock offsets are unknown" not in notices
+
+
+def _islands(s: int) -> list[tuple[int, int, float, float, float, float]]:
+    """Rank 0 sends to 1, and 2 to 3: nothing links {0, 1} with {2, 3}."""
+    b = 1000.0 + 8000.0 * s
+    return [(0, 1, b + 100, b + 130, b + 10, b + 130), (2, 3, b + 200, b + 230, b + 20, b + 230)]
+
+
+def test_ranks_linked_by_nothing_get_no_offset(tmp_path: Path) -> None:
+    """Ranks 2 and 3 share nothing with 0 or 1: their offsets are unknown (left out, a notice),
+    and their own pair is still split exactly, on rank 2's clock."""
+    a = _load(tmp_path, "files", [_builder(r, plan=_islands) for r in range(WORLD)])
+    offsets = a.meta["clock_offsets_ms"]
+    assert offsets == pytest.approx({0: 0.0, 1: OFFSETS[1] / 1e6}, abs=1e-12)
+    notices = " ".join(a.meta["notices"])
+    assert (
+        "rank(s) 2, 3 on rank 2's clock: no matched collective or send/receive links them to rank 0"
+        in notices
+    )
+    assert "clock offsets are unknown" in notices
+    _check_split(a, _split(_islands))
