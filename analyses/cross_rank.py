@@ -38,7 +38,7 @@ from ._common import NS_PER_MS
 from ._registry import COUNT, INDEX, MS, PER_STEP, TableSpec, declare
 from .clocks import Clocks, clock_offsets, unlinked_note
 from .collectives import KEYS, summarise
-from .p2p import GROUP_KEYS, POINT_TO_POINT, SEND, is_p2p, match_ids
+from .p2p import GROUP_KEYS, POINT_TO_POINT, SEND, is_p2p, match_ids, own_numbers
 
 MATCH_KEYS = GROUP_KEYS
 STRAGGLER_COLUMNS = ["rank", "step", "instances", "caused_wait_ms", "phase", "module", "op", "op_excess_ms"]
@@ -50,7 +50,8 @@ MATCH_COLUMNS = [
 
 def match(inst: pd.DataFrame) -> tuple[pd.DataFrame, Clocks]:
     """Every rank's instances with ``wait_ns``, ``transfer_ns``, ``last`` (this rank arrived
-    last), ``ranks`` (how many ranks have it), on the reference clock; and the clocks
+    last), ``ranks`` (how many ranks have it), ``instance`` the collective's own number (a
+    pair's: :func:`~tracekit.analyses.p2p.own_numbers`), on the reference clock; and the clocks
     (:mod:`tracekit.analyses.clocks`)."""
     clocks = clock_offsets(inst)
     shift = inst["rank"].map(clocks.shift).to_numpy(dtype=float)
@@ -77,6 +78,7 @@ def match(inst: pd.DataFrame) -> tuple[pd.DataFrame, Clocks]:
     f["last"] = False
     f.loc[first_last, "last"] = True
     f["last"] &= both
+    f["instance"] = own_numbers(f)  # a pair's own, not the per-rank number of its last arrival
     return f, clocks
 
 

@@ -119,3 +119,14 @@ def test_ranks_linked_by_nothing_get_no_offset(tmp_path: Path) -> None:
     )
     assert "clock offsets are unknown" in notices
     _check_split(a, _split(_islands))
+
+
+def test_a_pair_row_shows_the_pair_own_number(tmp_path: Path) -> None:
+    """``collective_matches``: a send and its receive are one row, numbered by the pair's own
+    order between its two ranks (here one transfer each way a step: step - 1), not by the
+    per-rank number of whichever rank arrived last (which counts all of that rank's sends and
+    receives: rank 1 has four a step)."""
+    a = _load(tmp_path, "files", [_builder(r) for r in range(WORLD)])
+    m = a.table("collective_matches")
+    assert len(m) == 2 * (WORLD - 1) * STEPS and (m["ranks"] == 2).all()
+    assert m["instance"].tolist() == (m["step"] - 1).tolist()
