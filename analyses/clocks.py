@@ -45,27 +45,29 @@ def links(inst: pd.DataFrame) -> pd.DataFrame:
     minus a's) and ``p2p`` (True: they share send/receive pairs only)."""
     cols = ["gid", "collective", "direction", "start", "end"]
     f = inst.assign(gid=match_ids(inst))[["rank", *cols]]
-    low = f.sort_values("rank", kind="stable").drop_duplicates("gid")
+    rank = f["rank"].to_numpy(np.int64)
+    low = f.iloc[np.lexsort((rank, f["gid"].to_numpy()))].drop_duplicates("gid")
     m = f.merge(low[["rank", *cols]], on="gid", suffixes=("", "_ref"))
     m = m[m["rank"].to_numpy() != m["rank_ref"].to_numpy()]
     if m.empty:
         return pd.DataFrame({"a": [], "b": [], "est": [], "p2p": []})
+    width = int(rank.max()) + 1
+    by = pd.Series(m["rank_ref"].to_numpy(np.int64) * width + m["rank"].to_numpy(np.int64), index=m.index)
     group = ~np.isin(m["collective"].to_numpy(), POINT_TO_POINT)
-    by = [m["rank_ref"].rename("a"), m["rank"].rename("b")]
     diff = (m["end"] - m["end_ref"]).astype(float)
-    med = diff.where(group).groupby(by).median()
-    pairs = diff.groupby(by).median()  # where they share no whole-group instance: all pairs
+    est = diff.where(group).groupby(by).median()
+    p2p = est.isna()
+    if p2p.any():  # where they share no whole-group instance: their pairs' median
+        est[p2p] = diff[~group].groupby(by[~group]).median().reindex(est.index[p2p])
     # the lower rank ends after the other arrives (unless it is a send), and the reverse
     ref_waits = group | (m["direction_ref"].to_numpy() != SEND)
     own_waits = group | (m["direction"].to_numpy() != SEND)
     lo = (m["start"] - m["end_ref"]).astype(float).where(ref_waits).groupby(by).max()
     hi = (m["end"] - m["start_ref"]).astype(float).where(own_waits).groupby(by).min()
-    p2p = med.isna()
-    est = med.where(~p2p, pairs)
     lo, hi = lo.reindex(est.index).fillna(-np.inf), hi.reindex(est.index).fillna(np.inf)
     fit = np.where(lo <= hi, est.clip(lo, hi), est)
-    out = pd.DataFrame({"est": fit, "p2p": p2p.to_numpy()}, index=est.index).reset_index()
-    return out.astype({"a": np.int64, "b": np.int64})
+    key = est.index.to_numpy(np.int64)
+    return pd.DataFrame({"a": key // width, "b": key % width, "est": fit, "p2p": p2p.to_numpy()})
 
 
 def clock_offsets(inst: pd.DataFrame) -> Clocks:
