@@ -116,11 +116,11 @@ def unlinked_note(clocks: Clocks) -> str | None:
         return None
     ref = min(clocks.offsets) if clocks.offsets else -1
     parts = [
-        f"rank(s) {', '.join(map(str, rs))} on rank {root}'s clock" if len(rs) > 1 else f"rank {root}"
+        ", ".join(map(str, rs)) + (f" (aligned on rank {root}'s clock)" if len(rs) > 1 else "")
         for root, rs in clocks.alone.items()
     ]
     return (
-        f"{'; '.join(parts)}: no matched collective or send/receive links them to rank {ref}, "
-        "directly or through other ranks, so their clock offsets are unknown and left out of "
+        f"no matched collective or send/receive links rank(s) {'; '.join(parts)} to rank {ref}, "
+        "directly or through other ranks: their clock offsets are unknown and left out of "
         "clock_offsets_ms (never guessed)"
     )
