@@ -11,10 +11,11 @@ row per instance, a few dozen bytes; nothing else crosses the process boundary).
   a match where some rank's end comes before the last arrival cannot be one collective (a
   trace lacking instances, drifting clocks) and is left unmatched (a notice), except a send
   that ended before its receiver arrived (buffered: no wait, all transfer);
-* **clocks**: matched collectives finish together, so a rank's clock offset is the median over
-  its matched instances of (its end - rank 0's end) (the lowest rank present is the reference),
-  moved into the range in which no collective ends on one of the two before the other arrives
-  (where that range is not empty: the ends of CPU ranges on a busy host drift apart);
+* **clocks** (:mod:`tracekit.analyses.clocks`): matched collectives finish together, and a
+  send's end is close to its receive's, so two ranks' clocks differ by the median of their
+  matched ends' differences (whole-group collectives where they share one, else their pairs),
+  moved into the range causality allows; a rank's offset is summed along a chain of such links
+  from the reference (the lowest rank present); a rank with no chain has none (a notice);
   ``clock_offsets_ms`` in meta; every time below is on the reference clock;
 * **arrival**: the start of the rank's collective kernel (gloo: its ``gloo:*`` range);
   ``wait`` = last arrival - own arrival, ``transfer`` = own end - last arrival (an instance
@@ -35,8 +36,9 @@ import pandas as pd
 
 from ._common import NS_PER_MS
 from ._registry import COUNT, INDEX, MS, PER_STEP, TableSpec, declare
+from .clocks import Clocks, clock_offsets, unlinked_note
 from .collectives import KEYS, summarise
-from .p2p import GROUP_KEYS, POINT_TO_POINT, SEND, is_p2p, match_ids
+from .p2p import GROUP_KEYS, POINT_TO_POINT, SEND, is_p2p, match_ids, own_numbers
 
 MATCH_KEYS = GROUP_KEYS
 STRAGGLER_COLUMNS = ["rank", "step", "instances", "caused_wait_ms", "phase", "module", "op", "op_excess_ms"]
@@ -46,37 +48,13 @@ MATCH_COLUMNS = [
 ]  # fmt: skip
 
 
-def clock_offsets(inst: pd.DataFrame) -> dict[int, float]:
-    """Per rank, the median of (its end - the reference rank's end) over matched instances, ns,
-    moved into the range causality allows where that range is not empty: no rank ends a
-    collective before the other has arrived at it, no receive ends before its send arrived
-    (0 for the reference, and for a rank sharing no instance with it); sends and receives,
-    which need not end together, left out of the median."""
-    ranks = sorted(inst["rank"].unique().tolist())
-    if not ranks:
-        return {}
-    cols = ["gid", "collective", "direction", "start", "end"]
-    f = inst.assign(gid=match_ids(inst))[["rank", *cols]]
-    m = f.merge(f.loc[f["rank"] == ranks[0], cols].drop_duplicates("gid"), on="gid", suffixes=("", "_ref"))
-    group = ~np.isin(m["collective"].to_numpy(), POINT_TO_POINT)
-    by = m["rank"]
-    med = (m["end"] - m["end_ref"]).astype(float).where(group).groupby(by).median()
-    # the reference ends after this rank arrives (unless it is a send), and the reverse
-    ref_waits = group | (m["direction_ref"].to_numpy() != SEND)
-    own_waits = group | (m["direction"].to_numpy() != SEND)
-    lo = (m["start"] - m["end_ref"]).astype(float).where(ref_waits).groupby(by).max()
-    hi = (m["end"] - m["start_ref"]).astype(float).where(own_waits).groupby(by).min()
-    lo, hi = lo.reindex(med.index).fillna(-np.inf), hi.reindex(med.index).fillna(np.inf)
-    fit = np.where(lo <= hi, med.clip(lo, hi), med)
-    off = pd.Series(fit, index=med.index).fillna(0.0)
-    return {int(r): float(off.get(r, 0.0)) for r in ranks}
-
-
-def match(inst: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, float]]:
+def match(inst: pd.DataFrame) -> tuple[pd.DataFrame, Clocks]:
     """Every rank's instances with ``wait_ns``, ``transfer_ns``, ``last`` (this rank arrived
-    last), ``ranks`` (how many ranks have it), on the reference clock; and the offsets (ns)."""
-    off = clock_offsets(inst)
-    shift = inst["rank"].map(off).to_numpy(dtype=float)
+    last), ``ranks`` (how many ranks have it), ``instance`` the collective's own number (a
+    pair's: :func:`~tracekit.analyses.p2p.own_numbers`), on the reference clock; and the clocks
+    (:mod:`tracekit.analyses.clocks`)."""
+    clocks = clock_offsets(inst)
+    shift = inst["rank"].map(clocks.shift).to_numpy(dtype=float)
     f = inst.assign(start=inst["start"] - shift, end=inst["end"] - shift)
     gid = match_ids(f)
     g = f.groupby(gid)
@@ -100,7 +78,8 @@ def match(inst: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, float]]:
     f["last"] = False
     f.loc[first_last, "last"] = True
     f["last"] &= both
-    return f, off
+    f["instance"] = own_numbers(f)  # a pair's own, not the per-rank number of its last arrival
+    return f, clocks
 
 
 def _excess(f: pd.DataFrame) -> pd.Series:
@@ -120,7 +99,7 @@ def tables(inst: pd.DataFrame) -> tuple[dict[str, pd.DataFrame], dict]:
         empty = summarise(inst, ["rank", *KEYS])
         none = {"stragglers": STRAGGLER_COLUMNS, "collective_matches": MATCH_COLUMNS}
         return {"collectives": empty, **{k: pd.DataFrame(columns=c) for k, c in none.items()}}, {}
-    f, off = match(inst)
+    f, clocks = match(inst)
     caused = f.groupby("gid")["wait_ns"].sum(min_count=1)
     f["caused_ns"] = np.where(f["last"], caused.reindex(f["gid"]).to_numpy(), 0.0)
     out = {
@@ -128,8 +107,8 @@ def tables(inst: pd.DataFrame) -> tuple[dict[str, pd.DataFrame], dict]:
         "stragglers": _stragglers(f),
         "collective_matches": _matches(f),
     }
-    meta: dict = {"clock_offsets_ms": {r: v / NS_PER_MS for r, v in off.items()}}
-    notes = _notes(f)
+    meta: dict = {"clock_offsets_ms": {r: v / NS_PER_MS for r, v in clocks.offsets.items()}}
+    notes = _notes(f) + [n for n in [unlinked_note(clocks)] if n]
     if notes:
         meta["notice"] = "collectives: " + "; ".join(notes)
     return out, meta

@@ -2,7 +2,8 @@
 
 Needs every rank's instances (:data:`tracekit.analyses.collectives.INSTANCE_COLUMNS` and
 ``rank``). Adds nothing; :func:`match_ids` gives each instance the id of the collective it is
-one rank's part of. Guarantees (docs/metrics.md "Collectives across ranks"):
+one rank's part of, :func:`own_numbers` that collective's number (a pair's own). Guarantees
+(docs/metrics.md "Collectives across ranks"):
 
 * a collective of the whole group: the same process group, collective and instance number
   (``Seq`` where recorded, else the order among the group's instances of that collective);
@@ -50,12 +51,46 @@ def pair_ids(p: pd.DataFrame) -> np.ndarray:
     """Per send or receive, the id of its (step, process group, source, destination, k) pair
     (-1: direction or peer unknown)."""
     p = p.reset_index(drop=True)
+    out = np.full(len(p), -1, np.int64)
+    ok, q = _pairs(p)
+    if len(q):
+        ids = q.groupby(["step", "process_group", "src", "dst", "k"], sort=False).ngroup()
+        out[ok] = ids.reindex(p.index[ok]).to_numpy()
+    return out
+
+
+def own_numbers(inst: pd.DataFrame) -> np.ndarray:
+    """Per instance, the number of the collective it is part of: a whole-group collective's
+    (its ``instance``, the same on every rank); a paired send's or receive's, the pair's own:
+    its order among the transfers from its source to its destination in its process group,
+    over the whole trace (by step, then k), from 0: the same on both ranks, where each rank's
+    own ``instance`` counts all of that rank's sends and receives."""
+    out = inst["instance"].to_numpy().copy()
+    p2p = np.flatnonzero(is_p2p(inst))
+    if not len(p2p):
+        return out
+    p = inst.iloc[p2p].reset_index(drop=True)
+    ok, q = _pairs(p)
+    if not len(q):
+        return out
+    keys = ["process_group", "src", "dst"]
+    on = [*keys, "step", "k"]
+    uniq = q.drop_duplicates(on).sort_values(on, kind="stable")
+    uniq = uniq.assign(n=uniq.groupby(keys, sort=False).cumcount())
+    n = q.reset_index().merge(uniq[[*on, "n"]], on=on).set_index("index")["n"]
+    out[p2p[ok]] = n.reindex(p.index[ok]).to_numpy()
+    return out
+
+
+def _pairs(p: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+    """The rows of ``p`` (a default index) with a direction and peer, and for each (indexed as
+    in ``p``) its ``step``, ``process_group``, ``src``, ``dst`` and ``k``: its order among the
+    sends (or receives) from ``src`` to ``dst`` in its step and process group, by arrival."""
     rank, peer = p["rank"].to_numpy(np.int64), p["peer"].to_numpy(np.int64)
     d = p["direction"].to_numpy(np.int64)
     ok = ((d == SEND) | (d == RECV)) & (peer >= 0) & (peer != rank)
-    out = np.full(len(p), -1, np.int64)
     if not ok.any():
-        return out
+        return np.flatnonzero(ok), pd.DataFrame()
     q = p.loc[ok, ["step", "process_group", "start"]].assign(
         src=np.where(d[ok] == SEND, rank[ok], peer[ok]),
         dst=np.where(d[ok] == SEND, peer[ok], rank[ok]),
@@ -63,6 +98,4 @@ def pair_ids(p: pd.DataFrame) -> np.ndarray:
     )
     q = q.sort_values(["start", "dir"], kind="stable")
     q["k"] = q.groupby(["step", "process_group", "src", "dst", "dir"], sort=False).cumcount()
-    ids = q.groupby(["step", "process_group", "src", "dst", "k"], sort=False).ngroup()
-    out[np.flatnonzero(ok)] = ids.reindex(p.index[ok]).to_numpy()
-    return out
+    return np.flatnonzero(ok), q
