@@ -289,8 +289,9 @@ class MergedIntervals:
 
 
 def _merged(held: MergedIntervals) -> Any:
-    """``held`` itself when some part is lazy, else its intervals (computed now, as before)."""
-    return held if any(p.lazy for p, _ in held.parts) else held.load()
+    """``held`` itself: the rank's tables are computed a file at a time from it
+    (:mod:`tracekit.ranks.window_tables`); its intervals are joined only when read."""
+    return held
 
 
 def _merge_coverage(covs: list[dict]) -> dict:

@@ -24,6 +24,7 @@ from tracekit.analyses import REGISTRY, TABLES
 from tracekit.analyses._registry import (
     CRITICAL_PIECES,
     FEATURES,
+    INTERVALS,
     MEMORY_EVENTS,
     PER_STEP,
     PRESENT_MEAN,
@@ -40,6 +41,7 @@ from ..pipeline import Attributed
 from ..pipeline.checks import TraceWarning, check_rank
 from ..pipeline.windows import Windows, frame_windows
 from .gathered import Computed
+from .window_tables import per_file_tables, windowed
 
 #: Fewest intervals whose tables are worth a second process (:meth:`Analysis._compute`): below
 #: it they take a few tens of milliseconds.
@@ -177,16 +179,40 @@ class PerRankTables:
     def _per_step(self, name: str, rank: int) -> pd.DataFrame:
         """One rank's per-step table, computed once however often it is asked for."""
         key = ("step", name, rank)
+        if key not in self._computed and self._by_file(name, rank):
+            self._per_file(rank)
         if key not in self._computed:
             spec = REGISTRY[name]
             att = self.ranks[rank]
             other = {MEMORY_EVENTS: "memory", CRITICAL_PIECES: "critical"}.get(spec.reads)
             rows = getattr(att, other) if other else self._rank_intervals(rank)
-            func = TABLES[name]
-            if spec.series and self.full_series:
-                func = functools.partial(func, points=None)
-            self._computed[key] = func(self.filters.intervals(rows, spec), self._windows(rank))
+            self._computed[key] = self._func(name)(self.filters.intervals(rows, spec), self._windows(rank))
         return self._computed[key].copy()
+
+    def _by_file(self, name: str, rank: int) -> bool:
+        """Whether table ``name`` of ``rank`` is computed a window file at a time
+        (:mod:`tracekit.ranks.window_tables`): an interval table of a rank of several files."""
+        att = self.ranks[rank]
+        return REGISTRY[name].reads == INTERVALS and att.lazy and windowed(att.__dict__["_intervals"])
+
+    def _per_file(self, rank: int) -> None:
+        """Every interval table of ``rank`` (a rank of several window files), per step, a file at
+        a time: each file's intervals are read once and let go before the next's."""
+        names = [n for n in self.names() if REGISTRY[n].of_intervals and self._by_file(n, rank)]
+        names = [n for n in names if ("step", n, rank) not in self._computed]
+
+        def compute(name: str, iv: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+            framed = frame_windows(self.filters.windows(windows))
+            return self._func(name)(self.filters.intervals(iv, REGISTRY[name]), framed)
+
+        att = self.ranks[rank]
+        for name, df in per_file_tables(att.__dict__["_intervals"], att.windows, names, compute).items():
+            self._computed[("step", name, rank)] = df
+
+    def _func(self, name: str):
+        """The table's function, with every point of a series when ``full_series``."""
+        func = TABLES[name]
+        return functools.partial(func, points=None) if REGISTRY[name].series and self.full_series else func
 
     def _windows(self, rank: int) -> Windows:
         """The rank's (step-filtered) windows, framed once for every table (:func:`frame_windows`)."""
