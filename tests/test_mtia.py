@@ -162,6 +162,7 @@ def test_planted_mtia_trace_recovers_its_numbers(tmp_path):
     assert mem[["kind", "count"]].values.tolist() == [["HtoD", 1]] and mem["time_ms"].sum() == pytest.approx(
         0.5
     )
+    assert mem["bytes"].tolist() == [1024.0]  # the request's args.size
     iv = a.intervals
     runtime = dict(zip(iv["name"].astype(str), iv["runtime"].astype(str)))
     assert runtime["merge"] == RUN and runtime["remote"] == RUN
@@ -201,7 +202,7 @@ def test_the_shared_mtia_trace_reads_its_device_events(mtia):
     assert "event_wait" not in top.index and "event_record" not in top.index
     mem = a.table("memcpy").set_index("kind")
     assert mem["count"].sum() == count["dma_request"]
-    by_call = {}  # the direction of each request's enqueue call, by correlation (none: Other)
+    by_call, size = {}, {}  # each request's enqueue call's direction (none: Other), its bytes
     calls = {
         e["args"]["correlation"]: e["name"]
         for e in _events(path)
@@ -212,13 +213,30 @@ def test_the_shared_mtia_trace_reads_its_device_events(mtia):
             call = calls.get(e["args"].get("correlation"), "")
             kind = "HtoD" if "HtoD" in call else "DtoH" if "DtoH" in call else "Other"
             by_call[kind] = by_call.get(kind, 0) + 1
+            size[kind] = size.get(kind, 0) + e["args"]["size"]
     assert mem["count"].to_dict() == by_call
+    assert mem["bytes"].to_dict() == size and mem["bytes"].sum() == 788_900_408  # args.size
     iv = a.intervals
     corr = {e["args"]["correlation"] for e in ev if "correlation" in e["args"] and e["name"] in work}
     assert int(iv["launched"].sum()) == sum(
         e["name"] in work and e["args"].get("correlation") in corr for e in ev
     )
     assert set(iv.loc[iv["name"].isin(["merge", "remote"]), "runtime"].astype(str)) == {RUN}
+
+
+def test_the_shared_mtia_trace_copy_bytes_add_up_to_each_enqueued_copy(mtia):
+    """A copy's DMA requests' ``size`` args sum to its enqueue call's ``mem size``: the bytes
+    read are the bytes copied (all 110 copies with a call in the file)."""
+    path, a = mtia
+    iv = a.intervals
+    dma = iv[iv["name"].astype(str) == "dma_request"]
+    sent = dma[dma["launched"]].groupby("corr")["bytes"].sum()
+    said = {
+        e["args"]["correlation"]: float(e["args"]["mem size"].split()[0])
+        for e in _events(path)
+        if e.get("cat") == "mtia_runtime" and e["name"].startswith("enqueueCommand memcpy")
+    }
+    assert len(sent) == 110 and sent.to_dict() == {c: said[c] for c in sent.index}
 
 
 def test_the_shared_mtia_trace_has_sane_numbers(mtia):

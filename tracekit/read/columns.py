@@ -34,6 +34,17 @@ from .schema import (
 from .timetext import number_floats, number_times, text_times
 
 _INT_OR_NONE = {int, type(None)}
+_NOT_NUMBER = {str, type(None)}  # a decoded ``Number | str | None`` that is no number
+
+
+def _bytes_args(args: list, kinds: list[int]) -> list:
+    """Each event's bytes: ``Bytes`` of a memory event, ``size`` of a copy whose ``bytes`` is
+    not a number (an MTIA DMA request), else ``bytes`` (the native scanner's rule too)."""
+    out = [a.alloc_bytes if k == MEMORY else a.bytes for a, k in zip(args, kinds)]
+    for i in np.flatnonzero(np.array(kinds) == MEMCPY).tolist():
+        if type(out[i]) in _NOT_NUMBER:
+            out[i] = args[i].size
+    return out
 
 
 def _int_column(values: list, none: int = -1) -> np.ndarray:
@@ -192,11 +203,12 @@ class _FrameBuilder:
             "device_id": _small_ints([a.device_id for a in args]),
             "addr": _int_column([a.addr for a in args]),
         }
-        # a memory event's bytes are its args.Bytes; numbers past float64's range in any of
-        # these drop their events (one rule for odd numbers, tracekit.read.timetext)
+        # a memory event's bytes are its args.Bytes, a copy's its args.size where args.bytes is
+        # not a number (MTIA's DMA requests); numbers past float64's range in any of these drop
+        # their events (one rule for odd numbers, tracekit.read.timetext)
         odds = []
         for col, values in (
-            ("bytes", [a.alloc_bytes if k == MEMORY else a.bytes for a, k in zip(args, sel.kinds)]),
+            ("bytes", _bytes_args(args, sel.kinds)),
             ("total_allocated", [a.total_allocated for a in args]),
             ("total_reserved", [a.total_reserved for a in args]),
         ):

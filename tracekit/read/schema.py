@@ -25,6 +25,7 @@ class Args(msgspec.Struct, gc=False):
     stream: Ident | None = None
     collective: str | None = msgspec.field(default=None, name="Collective name")
     bytes: Number | str | None = None
+    size: Number | str | None = None  # an MTIA DMA request's bytes (a copy with no ``bytes``)
     name: str | None = None  # metadata events: process / thread names
     # The shapes of an op's inputs, kept as their JSON text (see SHAPE_FIELDS).
     input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
