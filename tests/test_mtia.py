@@ -168,6 +168,9 @@ def test_planted_mtia_trace_recovers_its_numbers(tmp_path):
     assert runtime["merge"] == RUN and runtime["remote"] == RUN
     assert runtime["dma_request"] == "enqueueCommand memcpyHtoDAsync"
     assert iv["launched"].all()
+    launches = a.table("launches")  # runFunction and enqueueCommand memcpy*Async: MTIA's launches
+    assert launches["launches"].sum() == 3 and launches["other_api_launches"].sum() == 0
+    assert launches["device_ms"].sum() == pytest.approx(3.5)
     wait = next(e for e in json.loads(path.read_text())["traceEvents"] if e["name"] == "event_wait")
     first = iv[iv["step"] == iv["step"].min()]
     assert first["start"].min() < wait["ts"] * 1000 < first["end"].max()  # inside the first step
@@ -222,6 +225,9 @@ def test_the_shared_mtia_trace_reads_its_device_events(mtia):
         e["name"] in work and e["args"].get("correlation") in corr for e in ev
     )
     assert set(iv.loc[iv["name"].isin(["merge", "remote"]), "runtime"].astype(str)) == {RUN}
+    launches = a.table("launches")  # every launched activity: by an MTIA launch call
+    assert launches["launches"].sum() == int(iv["launched"].sum()) == 730
+    assert launches["other_api_launches"].sum() == 0
 
 
 def test_the_shared_mtia_trace_copy_bytes_add_up_to_each_enqueued_copy(mtia):
