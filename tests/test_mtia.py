@@ -16,6 +16,8 @@ import pytest
 
 import tracekit
 from tracekit.read.schema import KERNEL, MEMCPY, SKIP, event_class
+from tracekit.render.formats import markdown_report
+from tracekit.render.terminal import head_lines
 from tracekit.testing import TraceBuilder
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -143,6 +145,8 @@ def test_planted_mtia_trace_recovers_its_numbers(tmp_path):
     path = _planted(tmp_path)
     a = tracekit.load(path, cache=False, jobs=1)
     assert a.meta["mode"] == "gpu" and not any("device events not read" in n for n in a.meta["notices"])
+    assert a.meta["device_kind"] == "mtia"  # the header says what the device is, not "gpu"
+    assert "mode: mtia" in head_lines(a.meta)[0] and "- **mode**: mtia" in markdown_report(a.meta, {})
     assert not any("duplicate correlation" in w["message"] for w in a.meta["warnings"])
     assert [w["message"].split(" (")[0] for w in a.meta["warnings"] if "no launching" in w["message"]] == [
         "2 of 8 device activities"  # the pe_exe ranges, in no step (ProfilerStep: by launch)
@@ -197,7 +201,7 @@ def test_the_shared_mtia_trace_reads_its_device_events(mtia):
         for n in ("merge", "remote", "pe_exe", "dma_request")
     }
     count = {n: sum(e["name"] == n for e in ev) for n in work}
-    assert a.meta["mode"] == "gpu"
+    assert (a.meta["mode"], a.meta["device_kind"]) == ("gpu", "mtia")
     assert not any("device events not read" in n for n in a.meta["notices"])
     top = a.table("top_kernels").set_index("name")
     for n, ms in work.items():  # one step (no ProfilerStep): every event in it
@@ -271,3 +275,14 @@ def test_an_mtia_trace_of_only_synchronisation_says_its_device_events_are_not_re
     a = tracekit.load(path, cache=False, jobs=1)
     said = [n for n in a.meta["notices"] if n.startswith("device events not read")]
     assert a.meta["mode"] == "cpu" and said and "ARTEMIS" in said[0] and "MTIA" in said[0]
+    assert a.meta["device_kind"] == "cpu" and "mode: cpu" in head_lines(a.meta)[0]
+
+
+def test_a_cuda_trace_is_a_gpu_in_its_header(tmp_path):
+    b = TraceBuilder()
+    with b.step():
+        b.kernel("k", 100, op="aten::mm")
+    path = tmp_path / "cuda.json"
+    path.write_text(json.dumps(b.trace()))
+    a = tracekit.load(path, cache=False, jobs=1)
+    assert (a.meta["mode"], a.meta["device_kind"]) == ("gpu", "gpu") and "mode: gpu" in head_lines(a.meta)[0]

@@ -90,6 +90,7 @@ def analyse_parts(path: str | os.PathLike, options: Options, store_parsed: bool 
         att = run(part, tax, rules, options.peaks(part.meta.get("devices") or []), features)
         att.warnings[:0] = part.warnings
         att.meta.update({k: part.meta[k] for k in ("rank", "world_size", "devices", "events_in_file")})
+        att.meta["device_categories"] = part.meta.get("device_categories", [])
         if "rank_split" in part.meta:
             att.meta["rank_split"] = part.meta["rank_split"]
         att.meta["pid"] = process_of(part.events)
