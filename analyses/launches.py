@@ -14,6 +14,11 @@ runtime call is one of :data:`HTA_APIS` (``cudaLaunchKernel``, ``cudaLaunchKerne
 * ``device_ms``: their device time; ``small_ms``: that of activities under 10 us;
   ``small_kernel_pct`` = small_ms / device_ms x 100.
 
+MTIA's launch calls (:data:`MTIA_APIS`: ``runFunction - job_prep_and_submit_for_execution``, an
+execution, and ``enqueueCommand memcpyHtoDAsync`` / ``memcpyDtoHAsync``, a copy: the twins of
+``cudaLaunchKernel`` and ``cudaMemcpyAsync`` on the shared MTIA trace) count as launches of
+their device too.
+
 ``other_api_launches``: launched activities whose call is another API (``cuLaunchKernel`` from
 Triton, ``cudaGraphLaunch``, ``cudaMemcpy``...), counted apart as HTA leaves them out. No total
 rows: a step's figure is the sum of its rows. Percentiles do not add, so the mean view averages
@@ -43,6 +48,15 @@ HTA_APIS = (
     "hipMemcpyAsync",
     "hipMemsetAsync",
 )
+#: MTIA's runtime calls that launch device work (category ``mtia_runtime``, as the shared MTIA
+#: trace names them): an execution and the two async copies. Counted as launches like HTA_APIS.
+MTIA_APIS = (
+    "runFunction - job_prep_and_submit_for_execution",
+    "enqueueCommand memcpyHtoDAsync",
+    "enqueueCommand memcpyDtoHAsync",
+)
+#: Every call whose activities ``launches`` counts.
+LAUNCH_APIS = HTA_APIS + MTIA_APIS
 #: Activities shorter than this (ns) are small kernels.
 SMALL_NS = 10_000
 KEYS = ["step", "phase", "module"]
@@ -107,7 +121,7 @@ def _percentiles(group: np.ndarray, values: np.ndarray, n_groups: int, qs: tuple
 def _rows(iv: pd.DataFrame) -> pd.DataFrame:
     """The table's rows: per group, the sums and the delay percentiles of HTA's launches."""
     runtime = pd.Categorical(iv["runtime"])
-    hta = np.isin(np.asarray(runtime.categories, dtype=object), HTA_APIS)
+    hta = np.isin(np.asarray(runtime.categories, dtype=object), LAUNCH_APIS)
     counted = np.append(hta, False)[np.asarray(runtime.codes)]
     start, end = iv["start"].to_numpy(np.int64), iv["end"].to_numpy(np.int64)
     call_end = iv["launch_end"].to_numpy(np.int64)

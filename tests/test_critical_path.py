@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections import defaultdict
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 
@@ -68,12 +69,21 @@ def _item(b: TraceBuilder) -> dict:
     return {"first": k1.activity, "copy": cp.activity, "last": k2.activity}
 
 
-def _event(b: TraceBuilder) -> dict:
+def _record_and_wait(b: TraceBuilder) -> None:
+    """``cudaEventRecord`` after the producer's launch, ``cudaStreamWaitEvent`` before the
+    waiter's (no ``cuda_sync`` events: the wait is inferred)."""
+    b.w.runtime_only(b.w.main, "cudaEventRecord", 1)
+    b.w.runtime_only(b.w.main, "cudaStreamWaitEvent", 1)
+
+
+def _event(b: TraceBuilder, wait: Callable[[TraceBuilder], None] = _record_and_wait) -> dict:
+    """A producer on the compute stream, a kernel then a waiter on the side stream; ``wait``
+    issues the event record and wait between them (test_critical_path_sync: with their
+    ``cuda_sync`` events)."""
     with b.forward():
         producer = b.kernel(GEMM, 150, op="aten::mm")
         b.kernel(GEMM, 30, op="aten::mm", stream=SIDE_STREAM)
-        b.w.runtime_only(b.w.main, "cudaEventRecord", 1)
-        b.w.runtime_only(b.w.main, "cudaStreamWaitEvent", 1)
+        wait(b)
         after = (producer.end - b.origin) / 1000
         waiter = b.kernel(GEMM, 30, op="aten::mm", stream=SIDE_STREAM, not_before_us=after)
     return {"first": producer.activity, "last": waiter.activity}
@@ -91,14 +101,22 @@ def _loader(b: TraceBuilder) -> dict:
 SCENARIOS = {"optimizer": _optimizer, "item": _item, "event": _event, "loader": _loader}
 
 
-def _build(tmp: Path, name: str) -> tuple[list, dict, tracekit.Analysis, int]:
+def plant(
+    tmp: Path, name: str, scenario: Callable[[TraceBuilder], dict]
+) -> tuple[list, dict, Path, TraceBuilder]:
+    """Three steps of ``scenario``, written as ``name``: (step, what it planted) per step, the
+    trace, its path and the builder."""
     b = TraceBuilder(modules="none")
     planted = []
     for _ in range(3):
         with b.step() as n:
-            planted.append((n, SCENARIOS[name](b)))
+            planted.append((n, scenario(b)))
     trace = b.trace()
-    path = b.write(tmp / f"{name}.pt.trace.json")
+    return planted, trace, b.write(tmp / f"{name}.pt.trace.json"), b
+
+
+def _build(tmp: Path, name: str) -> tuple[list, dict, tracekit.Analysis, int]:
+    planted, trace, path, b = plant(tmp, name, SCENARIOS[name])
     return planted, trace, tracekit.load(path, cache=False, jobs=1), b.w.main
 
 

@@ -18,10 +18,11 @@ stays for calls without them.
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import pytest
 import test_critical_path
-from test_critical_path import ABS, GEMM, _expected, _item, _optimizer
+from test_critical_path import ABS, GEMM, _expected, _item, _optimizer, plant
 
 import tracekit
 from tracekit.testing import COMPUTE_STREAM, COPY_STREAM, SIDE_STREAM, TraceBuilder
@@ -38,13 +39,7 @@ def _wait(b: TraceBuilder, waits_on: int) -> None:
 
 
 def _event(b: TraceBuilder) -> dict:
-    with b.forward():
-        producer = b.kernel(GEMM, 150, op="aten::mm")
-        b.kernel(GEMM, 30, op="aten::mm", stream=SIDE_STREAM)
-        _wait(b, COMPUTE_STREAM)
-        after = (producer.end - b.origin) / 1000
-        waiter = b.kernel(GEMM, 30, op="aten::mm", stream=SIDE_STREAM, not_before_us=after)
-    return {"first": producer.activity, "last": waiter.activity}
+    return test_critical_path._event(b, wait=partial(_wait, waits_on=COMPUTE_STREAM))
 
 
 def _disagree(b: TraceBuilder) -> dict:
@@ -95,14 +90,9 @@ def _build(tmp, name: str, monkeypatch) -> tuple[list, dict, object]:
     if name == "optimizer":
         monkeypatch.setattr(test_critical_path, "_sync", _event_sync)
         monkeypatch.setattr(test_critical_path, "_sync_end", _sync_end)
-    b = TraceBuilder(modules="none")
-    planted = []
-    for _ in range(3):
-        with b.step() as n:
-            planted.append((n, SCENARIOS[name](b)))
-    trace = b.trace()
+    planted, trace, path, _ = plant(tmp, name, SCENARIOS[name])
     assert sum(e.get("cat") == "cuda_sync" for e in trace["traceEvents"]) == 3
-    return planted, trace, b.write(tmp / f"{name}.pt.trace.json")
+    return planted, trace, path
 
 
 def _path(path) -> tuple:

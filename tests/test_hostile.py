@@ -16,7 +16,6 @@ import gzip
 import json
 import os
 import re
-import resource
 import signal
 import subprocess
 import sys
@@ -25,15 +24,11 @@ from pathlib import Path
 
 import pytest
 from bad_inputs import mini_trace
+from signal_harness import TIMEOUT, held_run, signal_group
+from signal_harness import limit as _limit
 
-TIMEOUT = 60
-MEMORY = 3 << 30
 #: Raw characters that must never reach a terminal: C0/C1 controls (but \n ending lines), bidi.
 RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def _limit() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
 
 
 @pytest.fixture
@@ -497,80 +492,16 @@ def test_copies_are_not_ranks_warning(box):
     assert p.returncode == 0 and "rank 0 of world size 1" in p.err, p.err
 
 
-#: Runs ``tracekit analyze`` with one hook in its pool workers (inherited by the fork): at
-#: ``where`` (``task``: a rank's work; ``start``: the worker's start-up, before it ignores
-#: SIGINT) a worker writes a byte to fd READY, then blocks reading fd HOLD, which the test
-#: never writes. No worker can finish anything, so the run can only end by handling the
-#: signal, whatever the machine's speed.
-_HELD = """
-import os, sys
-import tracekit.ranks.pool as par
-READY, HOLD, WHERE = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-def held():
-    os.write(READY, b"x")
-    os.read(HOLD, 1)
-if WHERE == "task":
-    call = par._Attempt.__call__
-    def attempt(self, item):
-        held()
-        return call(self, item)
-    par._Attempt.__call__ = attempt
-else:
-    start = par._ignore_sigint
-    def ignore():
-        held()
-        start()
-    par._ignore_sigint = ignore
-from tracekit.cli import main
-sys.argv = ["tracekit", *sys.argv[4:]]
-main()
-"""
-
-
 @pytest.mark.parametrize("where", ["task", "start"])
 def test_ctrl_c_with_jobs_is_one_line_and_exit_130(box, where):
     """Ctrl-C while the pool works (``task``) or while its workers start (``start``): one line,
     exit 130, no hang. The signal is sent once a worker says it is there, and the workers
-    never finish (see :data:`_HELD`): the test no longer races its own signal (it sent it when
-    the pool had children and, on a loaded machine, could land after the run; exit 0)."""
+    never finish (see :data:`signal_harness.HELD`): the test no longer races its own signal
+    (it sent it when the pool had children and, on a loaded machine, could land after the
+    run; exit 0)."""
     d = _ranks(box, 4)
-    ready_r, ready_w = os.pipe()
-    hold_r, hold_w = os.pipe()
-    p = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            _HELD,
-            str(ready_w),
-            str(hold_r),
-            where,
-            "analyze",
-            str(d),
-            "-j",
-            "2",
-            "--no-cache",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_env(box),
-        start_new_session=True,
-        preexec_fn=_limit,
-        pass_fds=(ready_w, hold_r),
-    )
-    os.close(ready_w)
-    os.close(hold_r)
-    try:
-        got = os.read(ready_r, 1)  # a worker is running (or the run failed: b"")
-        assert got == b"x", p.communicate(timeout=TIMEOUT)
-        os.killpg(p.pid, signal.SIGINT)  # as a terminal does: the whole process group
-        try:
-            _, err = p.communicate(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            pytest.fail("hung after Ctrl-C")
-    finally:
-        os.close(ready_r)
-        os.close(hold_w)
+    with held_run(where, ["analyze", d, "-j", "2", "--no-cache"], _env(box)) as p:
+        err = signal_group(p, signal.SIGINT, "Ctrl-C")  # as a terminal does: the whole group
     assert p.returncode == 130, (p.returncode, err)
     assert err.decode().splitlines() == ["tracekit: interrupted"]
 

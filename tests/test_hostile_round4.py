@@ -15,10 +15,12 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 from bad_inputs import mini_trace
+from signal_harness import stop_capture
 from test_hostile import TIMEOUT, _env, _limit, _ranks, one_line, run, trace
 
 
@@ -356,14 +358,6 @@ def test_one_signal_stops_every_later_method(tmp_path, signal_name):
 TINY = ["--model", "tiny", "--layers", "2", "--seq-len", "32", "--batch-size", "1", "--no-stack"]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
 def _rank_pid(out: Path, p: subprocess.Popen, steps: int = 1, timeout: float = 300) -> int:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -398,19 +392,7 @@ def test_a_signal_to_the_capture_stops_its_rank(tmp_path, how):
         text=True,
         start_new_session=True,  # the signal goes to the launcher alone, not to its group
     )
-    try:
-        rank = _rank_pid(out, p)
-        os.kill(p.pid, getattr(signal, how))
-        _, err = p.communicate(timeout=180)
-        end = time.monotonic() + 60
-        while _alive(rank) and time.monotonic() < end:
-            time.sleep(0.2)
-        assert not _alive(rank), "the rank outlived its launcher"
-    finally:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    err = stop_capture(p, partial(os.kill, p.pid, getattr(signal, how)), partial(_rank_pid, out, p))
     if how == "SIGKILL":
         return
     assert p.returncode == 143, (p.returncode, err)
@@ -437,16 +419,8 @@ def test_sigterm_to_a_sweep_stops_its_capture_and_every_later_method(tmp_path):
         text=True,
         start_new_session=True,
     )
-    try:
-        rank = _rank_pid(out / "naive", p)
-        os.kill(p.pid, signal.SIGTERM)
-        _, err = p.communicate(timeout=180)
-        assert not _alive(rank), "the rank outlived the sweep"
-    finally:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    rank = partial(_rank_pid, out / "naive", p)
+    err = stop_capture(p, partial(os.kill, p.pid, signal.SIGTERM), rank, "sweep")
     assert p.returncode == 143, (p.returncode, err)
     [line] = err.strip().splitlines()
     assert line.startswith("tracekit: error: sweep terminated (SIGTERM)"), line

@@ -19,8 +19,9 @@ import time
 import numpy as np
 import pytest
 from bad_inputs import mini_trace
-from test_hostile import _HELD, TIMEOUT, _env, _limit, _ranks, one_line, run, trace
-from test_hostile_round4 import TINY, _alive, _rank_pid
+from signal_harness import held_run, signal_group, stop_capture
+from test_hostile import _env, _ranks, one_line, run, trace
+from test_hostile_round4 import TINY, _rank_pid
 from test_hostile_round4_numbers import _memory_doc
 
 import tracekit
@@ -135,34 +136,11 @@ def test_sigterm_to_the_process_group_with_jobs_is_one_line_and_exit_143(box, wh
     """``kill -TERM -- -PGID`` (``timeout``, a job scheduler) during ``analyze DIR -j 2``
     reaches the pool's workers as well as the parent: the run ends as one SIGTERM to the
     parent ends it: one line, exit 143, no worker left. The workers are held in their task
-    or start-up (test_hostile's ``_HELD``), so the signal cannot come after the run."""
+    or start-up (:data:`signal_harness.HELD`), so the signal cannot come after the run."""
     d = _ranks(box, 4)
-    ready_r, ready_w = os.pipe()
-    hold_r, hold_w = os.pipe()
-    cmd = [sys.executable, "-c", _HELD, str(ready_w), str(hold_r), where, "analyze", str(d), "-j", "2"]
-    p = subprocess.Popen(
-        [*cmd, "--no-cache"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_env(box),
-        start_new_session=True,
-        preexec_fn=_limit,
-        pass_fds=(ready_w, hold_r),
-    )
-    os.close(ready_w)
-    os.close(hold_r)
-    try:
-        assert os.read(ready_r, 1) == b"x", p.communicate(timeout=TIMEOUT)
+    with held_run(where, ["analyze", d, "-j", "2", "--no-cache"], _env(box)) as p:
         assert len(_group_pids(p.pid)) >= 2  # the parent and a worker at least
-        os.killpg(p.pid, signal.SIGTERM)
-        try:
-            _, err = p.communicate(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            pytest.fail("hung after SIGTERM to the group")
-    finally:
-        os.close(ready_r)
-        os.close(hold_w)
+        err = signal_group(p, signal.SIGTERM, "SIGTERM to the group")
     assert p.returncode == 143, (p.returncode, err)
     assert err.decode().splitlines() == ["tracekit: terminated"]
     end = time.monotonic() + 10
@@ -182,19 +160,7 @@ def _capture(args: list, out) -> subprocess.Popen:
 
 
 def _stop_group(p: subprocess.Popen, rank: int) -> str:
-    try:
-        os.killpg(p.pid, signal.SIGTERM)
-        _, err = p.communicate(timeout=180)
-        end = time.monotonic() + 60
-        while _alive(rank) and time.monotonic() < end:
-            time.sleep(0.2)
-        assert not _alive(rank), "the rank outlived its launcher"
-    finally:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return err
+    return stop_capture(p, lambda: os.killpg(p.pid, signal.SIGTERM), lambda: rank)
 
 
 @pytest.mark.capture

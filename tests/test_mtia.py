@@ -16,6 +16,8 @@ import pytest
 
 import tracekit
 from tracekit.read.schema import KERNEL, MEMCPY, SKIP, event_class
+from tracekit.render.formats import markdown_report
+from tracekit.render.terminal import head_lines
 from tracekit.testing import TraceBuilder
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -143,6 +145,8 @@ def test_planted_mtia_trace_recovers_its_numbers(tmp_path):
     path = _planted(tmp_path)
     a = tracekit.load(path, cache=False, jobs=1)
     assert a.meta["mode"] == "gpu" and not any("device events not read" in n for n in a.meta["notices"])
+    assert a.meta["device_kind"] == "mtia"  # the header says what the device is, not "gpu"
+    assert "mode: mtia" in head_lines(a.meta)[0] and "- **mode**: mtia" in markdown_report(a.meta, {})
     assert not any("duplicate correlation" in w["message"] for w in a.meta["warnings"])
     assert [w["message"].split(" (")[0] for w in a.meta["warnings"] if "no launching" in w["message"]] == [
         "2 of 8 device activities"  # the pe_exe ranges, in no step (ProfilerStep: by launch)
@@ -162,11 +166,15 @@ def test_planted_mtia_trace_recovers_its_numbers(tmp_path):
     assert mem[["kind", "count"]].values.tolist() == [["HtoD", 1]] and mem["time_ms"].sum() == pytest.approx(
         0.5
     )
+    assert mem["bytes"].tolist() == [1024.0]  # the request's args.size
     iv = a.intervals
     runtime = dict(zip(iv["name"].astype(str), iv["runtime"].astype(str)))
     assert runtime["merge"] == RUN and runtime["remote"] == RUN
     assert runtime["dma_request"] == "enqueueCommand memcpyHtoDAsync"
     assert iv["launched"].all()
+    launches = a.table("launches")  # runFunction and enqueueCommand memcpy*Async: MTIA's launches
+    assert launches["launches"].sum() == 3 and launches["other_api_launches"].sum() == 0
+    assert launches["device_ms"].sum() == pytest.approx(3.5)
     wait = next(e for e in json.loads(path.read_text())["traceEvents"] if e["name"] == "event_wait")
     first = iv[iv["step"] == iv["step"].min()]
     assert first["start"].min() < wait["ts"] * 1000 < first["end"].max()  # inside the first step
@@ -193,7 +201,7 @@ def test_the_shared_mtia_trace_reads_its_device_events(mtia):
         for n in ("merge", "remote", "pe_exe", "dma_request")
     }
     count = {n: sum(e["name"] == n for e in ev) for n in work}
-    assert a.meta["mode"] == "gpu"
+    assert (a.meta["mode"], a.meta["device_kind"]) == ("gpu", "mtia")
     assert not any("device events not read" in n for n in a.meta["notices"])
     top = a.table("top_kernels").set_index("name")
     for n, ms in work.items():  # one step (no ProfilerStep): every event in it
@@ -201,7 +209,7 @@ def test_the_shared_mtia_trace_reads_its_device_events(mtia):
     assert "event_wait" not in top.index and "event_record" not in top.index
     mem = a.table("memcpy").set_index("kind")
     assert mem["count"].sum() == count["dma_request"]
-    by_call = {}  # the direction of each request's enqueue call, by correlation (none: Other)
+    by_call, size = {}, {}  # each request's enqueue call's direction (none: Other), its bytes
     calls = {
         e["args"]["correlation"]: e["name"]
         for e in _events(path)
@@ -212,13 +220,33 @@ def test_the_shared_mtia_trace_reads_its_device_events(mtia):
             call = calls.get(e["args"].get("correlation"), "")
             kind = "HtoD" if "HtoD" in call else "DtoH" if "DtoH" in call else "Other"
             by_call[kind] = by_call.get(kind, 0) + 1
+            size[kind] = size.get(kind, 0) + e["args"]["size"]
     assert mem["count"].to_dict() == by_call
+    assert mem["bytes"].to_dict() == size and mem["bytes"].sum() == 788_900_408  # args.size
     iv = a.intervals
     corr = {e["args"]["correlation"] for e in ev if "correlation" in e["args"] and e["name"] in work}
     assert int(iv["launched"].sum()) == sum(
         e["name"] in work and e["args"].get("correlation") in corr for e in ev
     )
     assert set(iv.loc[iv["name"].isin(["merge", "remote"]), "runtime"].astype(str)) == {RUN}
+    launches = a.table("launches")  # every launched activity: by an MTIA launch call
+    assert launches["launches"].sum() == int(iv["launched"].sum()) == 730
+    assert launches["other_api_launches"].sum() == 0
+
+
+def test_the_shared_mtia_trace_copy_bytes_add_up_to_each_enqueued_copy(mtia):
+    """A copy's DMA requests' ``size`` args sum to its enqueue call's ``mem size``: the bytes
+    read are the bytes copied (all 110 copies with a call in the file)."""
+    path, a = mtia
+    iv = a.intervals
+    dma = iv[iv["name"].astype(str) == "dma_request"]
+    sent = dma[dma["launched"]].groupby("corr")["bytes"].sum()
+    said = {
+        e["args"]["correlation"]: float(e["args"]["mem size"].split()[0])
+        for e in _events(path)
+        if e.get("cat") == "mtia_runtime" and e["name"].startswith("enqueueCommand memcpy")
+    }
+    assert len(sent) == 110 and sent.to_dict() == {c: said[c] for c in sent.index}
 
 
 def test_the_shared_mtia_trace_has_sane_numbers(mtia):
@@ -247,3 +275,14 @@ def test_an_mtia_trace_of_only_synchronisation_says_its_device_events_are_not_re
     a = tracekit.load(path, cache=False, jobs=1)
     said = [n for n in a.meta["notices"] if n.startswith("device events not read")]
     assert a.meta["mode"] == "cpu" and said and "ARTEMIS" in said[0] and "MTIA" in said[0]
+    assert a.meta["device_kind"] == "cpu" and "mode: cpu" in head_lines(a.meta)[0]
+
+
+def test_a_cuda_trace_is_a_gpu_in_its_header(tmp_path):
+    b = TraceBuilder()
+    with b.step():
+        b.kernel("k", 100, op="aten::mm")
+    path = tmp_path / "cuda.json"
+    path.write_text(json.dumps(b.trace()))
+    a = tracekit.load(path, cache=False, jobs=1)
+    assert (a.meta["mode"], a.meta["device_kind"]) == ("gpu", "gpu") and "mode: gpu" in head_lines(a.meta)[0]

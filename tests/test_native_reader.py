@@ -123,10 +123,11 @@ def test_the_scanner_keeps_what_its_classifier_keeps():
     """The scanner asks ``classify`` per distinct triple and keeps the events it gives a class
     >= 0; its metadata class is tracekit.read.schema's; a classifier's error propagates (it is not
     a quiet decline), as does a class outside int8."""
-    from tracekit.read.schema import MEMORY, METADATA
+    from tracekit.read.schema import MEMCPY, MEMORY, METADATA
 
     assert N._kineto.METADATA == METADATA
     assert N._kineto.MEMORY == MEMORY
+    assert N._kineto.MEMCPY == MEMCPY
     text = (
         b'{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2}, {"ph": "X", "cat": "x", "name": "k"}'
     )
@@ -300,6 +301,20 @@ ODD = {
             {"ph": "X", "cat": "kernel", "ts": 1, "args": {"bytes": None, "Input Dims": [[[1, [2]]]]}},
         ]
     ),
+    "copy-sizes": _mini_with(
+        [
+            {"ph": "X", "cat": "mtia_ccp_events", "name": "dma_request", "ts": 1, "args": {"size": 1024}},
+            {"ph": "X", "cat": "mtia_ccp_events", "name": "dma_request", "ts": 2, "args": {"size": 2.5e3}},
+            {"ph": "X", "cat": "mtia_ccp_events", "name": "dma_request", "ts": 3, "args": {"size": "9"}},
+            {"ph": "X", "cat": "mtia_ccp_events", "name": "dma_request", "ts": 4, "args": {"size": None}},
+            {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy", "ts": 5, "args": {"size": 7, "bytes": 8}},
+            {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy", "ts": 6, "args": {"bytes": None, "size": 7}},
+            {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy", "ts": 7, "args": {"bytes": "x", "size": 6}},
+            {"ph": "X", "cat": "mtia_ccp_events", "name": "merge", "ts": 8, "args": {"size": 5}},
+            {"ph": "X", "cat": "kernel", "name": "k", "ts": 9, "args": {"size": 5}},
+            {"ph": "X", "cat": "gpu_memset", "name": "Memset", "ts": 10, "args": {"size": 5}},
+        ]
+    ),
     "shapes": _mini_with(
         [
             {
@@ -450,6 +465,19 @@ def test_memory_events_are_kept_with_their_columns(native, tmp_path):
     )
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["native", "msgspec"])
+def test_a_copy_with_no_bytes_arg_has_its_size_arg(native, tmp_path):
+    """A copy's ``bytes`` is ``args.bytes``, else (absent, null or a string: MTIA's DMA
+    requests) ``args.size`` when a number; any other event's ``size`` is not read."""
+    p = tmp_path / "t.json"
+    p.write_bytes(ODD["copy-sizes"])
+    ev = _outcome(p, native, chunk=128)[0]
+    got = ev[ev["ts"].between(1000, 10_000)].sort_values("ts", kind="stable")
+    nan = float("nan")
+    want = [1024.0, 2500.0, nan, nan, 8.0, 7.0, 6.0, nan, nan, nan]
+    np.testing.assert_array_equal(got["bytes"].to_numpy(), want)
+
+
 # ----------------------------------------------------------------------------- the scan alone
 
 
@@ -511,7 +539,7 @@ FLOAT_TEXTS = st.floats(allow_nan=False, allow_infinity=False).map(repr) | st.fl
 NUMBERS = NUMBER_TEXTS | st.integers(-(2**70), 2**70).map(str) | FLOAT_TEXTS
 STRINGS = st.builds(
     json.dumps,
-    st.text(max_size=12) | st.sampled_from(["X", "s", "f", "t", "M", "i", "[memory]", "kernel", "Kernel", "cpu_op", "python_function", "nn.Module: A", "thread_name", "process_name", "12", " 7", "x"]),
+    st.text(max_size=12) | st.sampled_from(["X", "s", "f", "t", "M", "i", "[memory]", "kernel", "Kernel", "cpu_op", "python_function", "nn.Module: A", "thread_name", "process_name", "12", " 7", "x", "gpu_memcpy", "mtia_ccp_events", "dma_request"]),
     ensure_ascii=st.booleans(),
 )  # fmt: skip
 RAW_STRINGS = st.sampled_from(
@@ -548,6 +576,7 @@ ARG_KEYS = [
     "stream",
     "Collective name",
     "bytes",
+    "size",
     "name",
     "x",
     "Bytes",

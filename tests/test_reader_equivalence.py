@@ -90,6 +90,15 @@ def _number(v) -> float:
     return float(v) if isinstance(v, (int, float, Decimal)) and not isinstance(v, bool) else math.nan
 
 
+def _bytes(kind: int, args: dict) -> float:
+    """A memory event's ``Bytes``; a copy's ``bytes``, else (not a number: MTIA's DMA requests)
+    its ``size``; any other event's ``bytes``."""
+    if kind == R.MEMORY:
+        return _number(args.get("Bytes"))
+    got = _number(args.get("bytes"))
+    return _number(args.get("size")) if kind == R.MEMCPY and math.isnan(got) else got
+
+
 def _times(values):
     """Microseconds as written -> nanoseconds, exactly (the decimal value x 1000, to the ns)."""
     ok = [v is not None and not isinstance(v, str) and -R._MAX_US < v < R._MAX_US for v in values]
@@ -161,7 +170,7 @@ def reference_frame(path) -> pd.DataFrame:
                 "fwd_tid": _int(_first(a, "Fwd thread id", "wait_on_stream")),
                 "stream": _int(a.get("stream")),
                 "collective": a.get("Collective name") or "",
-                "bytes": _number(a.get("Bytes" if kind == R.MEMORY else "bytes")),
+                "bytes": _bytes(kind, a),
                 **{c: e["shape texts"].get(c, "") for c in RAW_FIELDS},
                 "device_type": v if type(v := a.get("Device Type")) is int else -1,
                 "device_id": v if type(v := a.get("Device Id")) is int else -1,

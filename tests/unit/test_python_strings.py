@@ -73,3 +73,30 @@ def test_cached_dtypes_follow_the_storage():
             assert made.categories.dtype.storage == storage
             col = pd.Series(str_column(np.array(["a", "b"], dtype=object), np.array([0, 1])))
             assert col.dtype == pd.Series(["x"]).dtype
+
+
+@pytest.mark.parametrize("how", ["intervals", "filtered"])
+def test_a_lazy_rank_analysed_again_runs_in_the_setting(tmp_path, monkeypatch, how):
+    """A rank whose intervals were not sent back (a pool, ``keep_intervals=False``) is
+    analysed again when they are read: through ``Analysis.ranks[r].intervals`` or
+    ``Analysis.filtered``, neither of which is an API method wrapped in the setting, so
+    ``analyse_parts`` itself keeps it (its ``@with_python_strings`` is not redundant)."""
+    from tracekit.filters import Filters
+    from tracekit.ranks import analyse
+
+    src = Path(__file__).resolve().parents[2] / "sample_traces" / "tiny-zero2-2ranks"
+    d = shutil.copytree(src, tmp_path / "two")
+    a = analysis.load(d, cache=False, jobs=2, keep_intervals=False)
+    seen, real = [], analyse.run
+
+    def spy(*args, **kw):
+        seen.append(pd.get_option(OPTION))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(analyse, "run", spy)
+    with pd.option_context(OPTION, "pyarrow"):  # the caller's own setting
+        if how == "intervals":
+            assert len(next(iter(a.ranks.values())).intervals)
+        else:
+            a.filtered(Filters(phase="forward"))
+    assert seen and set(seen) == {"python"}

@@ -73,7 +73,10 @@ def analyse_file(path: str | os.PathLike, options: Options, store_parsed: bool =
     return analyse_parts(path, options, store_parsed)[0]
 
 
-@with_python_strings  # a worker started by spawn or forkserver has not inherited it
+# Not redundant with pool._Attempt and the API's methods: a lazy rank is analysed again here
+# when Attributed.intervals or Analysis.filtered reads it (ranks/again.py, results.py), under
+# the caller's setting (tests/unit/test_python_strings.py).
+@with_python_strings
 def analyse_parts(path: str | os.PathLike, options: Options, store_parsed: bool = True) -> list[Attributed]:
     """:func:`analyse_file` of every rank the file holds: one, or the ranks a merging tool
     wrote into it (:func:`tracekit.ranks.merged.split_ranks`), in process order."""
@@ -91,6 +94,7 @@ def analyse_parts(path: str | os.PathLike, options: Options, store_parsed: bool 
         att = run(parts.pop(0), tax, rules, options.peaks(meta.get("devices") or []), features)
         att.warnings[:0] = warnings
         att.meta.update({k: meta[k] for k in ("rank", "world_size", "devices", "events_in_file")})
+        att.meta["device_categories"] = meta.get("device_categories", [])
         if "rank_split" in meta:
             att.meta["rank_split"] = meta["rank_split"]
         att.meta["pid"] = pid

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from tracekit.analyses import REGISTRY
 
+from ..read.schema import device_kind
 from . import collective_ranks
 
 if TYPE_CHECKING:
@@ -119,6 +120,7 @@ def meta_of(run: Run) -> dict:
     return {
         "path": run.path,
         "mode": run.mode,
+        "device_kind": _device_kind(run),
         "time_unit": "ms",
         "aggregation": "mean per complete step",
         "ranks": sorted(run.ranks),
@@ -146,6 +148,15 @@ def _memory_wanted(run: Run) -> bool:
     """Whether the run was asked for a memory table: a run that was not reads no ``[memory]``
     event, so it cannot tell that the trace has none."""
     return run.wanted is None or any(n in REGISTRY and REGISTRY[n].reads == "memory" for n in run.wanted)
+
+
+def _device_kind(run: Run) -> str:
+    """What the device is (docs/metrics.md, "device kind"): ``cpu`` in CPU mode, else by the
+    categories of the device events read (``mtia`` for MTIA's, else ``gpu``)."""
+    if run.mode == "cpu":
+        return "cpu"
+    cats = {c for a in run.ranks.values() for c in a.meta.get("device_categories", [])}
+    return device_kind(sorted(cats)) if cats else "gpu"
 
 
 def device_not_read(devices: list[str]) -> str:

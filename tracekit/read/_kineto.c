@@ -28,7 +28,9 @@
  *                       with text_times its text_times (the Python side decides per slice,
  *                       as tracekit.columns does, which of the two applies).
  *   bytes       float64 args.bytes when a number, else NaN; for an event of class MEMORY
- *                       (a "[memory]" allocation or free), args.Bytes instead.
+ *                       (a "[memory]" allocation or free), args.Bytes instead; for one of
+ *                       class MEMCPY whose args.bytes is not a number, args.size (an MTIA
+ *                       DMA request's bytes) when a number.
  *   device_type device_id
  *               int64   args["Device Type"], ["Device Id"] when an int, else -1.
  *   total_allocated total_reserved
@@ -116,6 +118,9 @@
 #define CLASS_METADATA (-1)
 /* tracekit.schema.MEMORY: the class of "[memory]" events, whose bytes column is args.Bytes. */
 #define CLASS_MEMORY 9
+/* tracekit.schema.MEMCPY: a copy's bytes are args.size where args.bytes is not a number (MTIA's
+ * DMA requests). */
+#define CLASS_MEMCPY 1
 
 /* The id columns, in the order of the idstr bits. */
 enum { I_PID, I_TID, I_ID, I_CORR, I_SEQ, I_FWD, I_STREAM, I_ADDR, N_IDS }; /* at most 8: idstr's bits */
@@ -1292,6 +1297,7 @@ typedef struct {
     Num ts, dur;
     double nbytes;
     double mbytes;         /* args.Bytes: the bytes of a MEMORY event */
+    double size;           /* args.size: the bytes of a MEMCPY event with no args.bytes */
     int64_t devtype, devid;
     double talloc, tres;
 } Ev;
@@ -1299,7 +1305,7 @@ typedef struct {
 enum { K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_ID, K_ARGS, K_OTHER };
 /* The args fields read; A_SHAPE + S_* are the raw-text ones. At most 32 (bits of `seen`). */
 enum {
-    A_CORR, A_SEQ, A_FWD, A_STREAM, A_COLL, A_BYTES, A_NAME,
+    A_CORR, A_SEQ, A_FWD, A_STREAM, A_COLL, A_BYTES, A_NAME, A_SIZE,
     A_MBYTES, A_DEVTYPE, A_DEVID, A_TALLOC, A_TRES, A_ADDR, /* "[memory]" events' */
     A_WCORR, A_WSTREAM, /* "cuda_sync" events': stored in seq and fwd_tid (tracekit.schema) */
     A_SHAPE, A_OTHER = A_SHAPE + N_SHAPES
@@ -1341,7 +1347,10 @@ args_key(const Str *k)
     case 3:
         return KEY_IS(s, n, "Seq") ? A_SHAPE + S_SEQ : A_OTHER;
     case 4:
-        return KEY_IS(s, n, "name") ? A_NAME : KEY_IS(s, n, "Addr") ? A_ADDR : A_OTHER;
+        return KEY_IS(s, n, "name")   ? A_NAME
+               : KEY_IS(s, n, "Addr") ? A_ADDR
+               : KEY_IS(s, n, "size") ? A_SIZE
+                                      : A_OTHER;
     case 8:
         return KEY_IS(s, n, "Src Rank")   ? A_SHAPE + S_SRC
                : KEY_IS(s, n, "Dst Rank") ? A_SHAPE + S_DST
@@ -1621,6 +1630,8 @@ parse_args_field(Ctx *c, Ev *ev, int key)
         return parse_bytes(c, &ev->nbytes);
     case A_MBYTES:
         return parse_bytes(c, &ev->mbytes);
+    case A_SIZE:
+        return parse_bytes(c, &ev->size);
     case A_DEVTYPE:
         return parse_small_int(c, &ev->devtype);
     case A_DEVID:
@@ -1998,7 +2009,7 @@ parse_event(Ctx *c)
         ev.ids[i] = -1;
     for (int i = 0; i < N_SHAPES; i++)
         ev.shape[i] = -1;
-    ev.nbytes = ev.mbytes = ev.talloc = ev.tres = NAN;
+    ev.nbytes = ev.mbytes = ev.size = ev.talloc = ev.tres = NAN;
     ev.devtype = ev.devid = -1;
     TRY(event_members(c, &ev));
     int32_t t;
@@ -2033,7 +2044,9 @@ parse_event(Ctx *c)
     for (int j = 0; j < N_IDS; j++)
         k->ids[j][i] = ev.ids[j];
     k->idstr[i] = ev.idstr;
-    k->nbytes[i] = cls == CLASS_MEMORY ? ev.mbytes : ev.nbytes;
+    k->nbytes[i] = cls == CLASS_MEMORY                       ? ev.mbytes
+                   : cls == CLASS_MEMCPY && isnan(ev.nbytes) ? ev.size
+                                                             : ev.nbytes;
     k->devtype[i] = ev.devtype;
     k->devid[i] = ev.devid;
     k->talloc[i] = ev.talloc;
@@ -2443,7 +2456,8 @@ PyInit__kineto(void)
         PyModule_AddIntConstant(m, "DUR_FLOAT", DUR_FLOAT) < 0 ||
         PyModule_AddIntConstant(m, "DUR_BIG", DUR_BIG) < 0 ||
         PyModule_AddIntConstant(m, "METADATA", CLASS_METADATA) < 0 ||
-        PyModule_AddIntConstant(m, "MEMORY", CLASS_MEMORY) < 0) {
+        PyModule_AddIntConstant(m, "MEMORY", CLASS_MEMORY) < 0 ||
+        PyModule_AddIntConstant(m, "MEMCPY", CLASS_MEMCPY) < 0) {
         Py_DECREF(m);
         return NULL;
     }

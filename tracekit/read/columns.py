@@ -28,6 +28,7 @@ from .schema import (
     Args,
     Event,
     TextTimeEvent,
+    bytes_args,
     event_class,
     flow_phase,
 )
@@ -98,6 +99,7 @@ class _Selection:
         self.process_names: dict[Any, str] = {}
         self.kept: list = []
         self.kinds: list[int] = []
+        self.device_categories: set[str] = set()  # of the kept device events (kernel, copy, set)
 
     @classmethod
     def of(cls, events: list[Event] | list[TextTimeEvent]) -> _Selection:
@@ -116,6 +118,7 @@ class _Selection:
                 unknown[ev.cat] = unknown.get(ev.cat, 0) + 1  # type: ignore[index,arg-type]
             elif c == METADATA and ev.args is not None and ev.args.name is not None:
                 sel.name(ev.name, ev.pid, ev.tid, ev.args.name)
+        sel.device_categories.update(k[1] for k, c in classes.items() if c in (KERNEL, MEMCPY, MEMSET))
         return sel
 
     def name(self, event_name: str | None, pid: Any, tid: Any, value: str) -> None:
@@ -156,6 +159,7 @@ class _FrameBuilder:
         self.process_names: dict[Any, str] = {}
         self.parts: list[dict] = []
         self.n_events = 0
+        self.device_categories: set[str] = set()
 
     def add(self, events: list[Event] | list[TextTimeEvent]) -> bool:
         """Add one slice. ``False`` (and nothing added) when its float times are too large for
@@ -192,11 +196,12 @@ class _FrameBuilder:
             "device_id": _small_ints([a.device_id for a in args]),
             "addr": _int_column([a.addr for a in args]),
         }
-        # a memory event's bytes are its args.Bytes; numbers past float64's range in any of
-        # these drop their events (one rule for odd numbers, tracekit.read.timetext)
+        # a memory event's bytes are its args.Bytes, a copy's its args.size where args.bytes is
+        # not a number (MTIA's DMA requests); numbers past float64's range in any of these drop
+        # their events (one rule for odd numbers, tracekit.read.timetext)
         odds = []
         for col, values in (
-            ("bytes", [a.alloc_bytes if k == MEMORY else a.bytes for a, k in zip(args, sel.kinds)]),
+            ("bytes", bytes_args(args, sel.kinds)),
             ("total_allocated", [a.total_allocated for a in args]),
             ("total_reserved", [a.total_reserved for a in args]),
         ):
@@ -216,6 +221,7 @@ class _FrameBuilder:
             self.unknown[cat] = self.unknown.get(cat, 0) + k
         self.thread_names.update(sel.thread_names)
         self.process_names.update(sel.process_names)
+        self.device_categories |= sel.device_categories
         if part is not None:
             mem = part["kind"] == MEMORY
             for c in MEMORY_ONLY:  # only memory events have them: kept for those rows alone
@@ -232,6 +238,7 @@ class _FrameBuilder:
             self.unknown[cat] = self.unknown.get(cat, 0) + k
         self.thread_names.update(other.thread_names)
         self.process_names.update(other.process_names)
+        self.device_categories |= other.device_categories
 
     def _column(self, name: str):
         """One column of every part, joined; the parts' own copies are dropped as it is built,
@@ -321,6 +328,7 @@ class _FrameBuilder:
         meta = {
             "thread_names": {f"{k[0]}:{k[1]}": v for k, v in self.thread_names.items()},
             "process_names": {str(k): v for k, v in self.process_names.items()},
+            "device_categories": sorted(self.device_categories),
         }
         return frame, mem, warnings, meta
 

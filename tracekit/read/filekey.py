@@ -16,7 +16,7 @@ import os
 import stat
 
 #: Version of the cached columns; bump when read.py's output changes.
-FORMAT = "tracekit-raw-12"
+FORMAT = "tracekit-raw-13"
 _EDGE = 1 << 16
 #: Blocks of the middle of a trace its key hashes too.
 _SAMPLES, _SAMPLE = 16, 1 << 12

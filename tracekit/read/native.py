@@ -25,7 +25,7 @@ import numpy as np
 
 from .categoricals import _categorical_codes
 from .columns import _FrameBuilder, _one_int, _Selection
-from .schema import RAW_FIELDS, UNKNOWN, event_class, flow_phase
+from .schema import KERNEL, MEMCPY, MEMSET, RAW_FIELDS, UNKNOWN, event_class, flow_phase
 
 try:
     from . import _kineto  # type: ignore[attr-defined]
@@ -74,6 +74,8 @@ class Scanned:
         for t in np.flatnonzero(self.classes == UNKNOWN).tolist():
             cat = self.strings[self.triples[t, 1]]
             sel.unknown[cat] = sel.unknown.get(cat, 0) + int(counts[t])
+        kept = np.flatnonzero(np.isin(self.classes, (KERNEL, MEMCPY, MEMSET)) & (counts > 0)).tolist()
+        sel.device_categories.update(self.strings[self.triples[t, 1]] for t in kept)
         for t, pid, tid, value in self.got["meta"]:  # events of class METADATA only
             sel.name(self.string(int(self.triples[t, 2])), pid, tid, value)
         return sel

@@ -25,6 +25,7 @@ class Args(msgspec.Struct, gc=False):
     stream: Ident | None = None
     collective: str | None = msgspec.field(default=None, name="Collective name")
     bytes: Number | str | None = None
+    size: Number | str | None = None  # an MTIA DMA request's bytes (a copy with no ``bytes``)
     name: str | None = None  # metadata events: process / thread names
     # The shapes of an op's inputs, kept as their JSON text (see SHAPE_FIELDS).
     input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
@@ -204,6 +205,28 @@ _KNOWN_UNUSED = {
 MTIA_DEVICE = "mtia_ccp_events"
 MTIA_COPY = ("dma_request",)
 MTIA_SYNC = ("event_record", "event_wait")
+
+_NOT_NUMBER = {str, type(None)}  # a decoded ``Number | str | None`` that is no number
+
+
+def bytes_args(args: list[Args], kinds: list[int]) -> list:
+    """Each event's bytes: ``Bytes`` of a memory event, ``size`` of a copy whose ``bytes`` is
+    not a number (an MTIA DMA request), else ``bytes`` (the native scanner's rule too)."""
+    out = [a.alloc_bytes if k == MEMORY else a.bytes for a, k in zip(args, kinds)]
+    for i in [i for i, k in enumerate(kinds) if k == MEMCPY]:
+        if type(out[i]) in _NOT_NUMBER:
+            out[i] = args[i].size
+    return out
+
+
+def device_kind(categories: list[str]) -> str:
+    """What a trace's device is, by the categories of its device events (the reader's
+    ``device_categories``): ``mtia`` (MTIA's :data:`MTIA_DEVICE`), ``gpu`` (CUDA, ROCm) or, with
+    none, ``cpu``."""
+    if not categories:
+        return "cpu"
+    return "mtia" if MTIA_DEVICE in categories else "gpu"
+
 
 #: python_function events kept: module frames and the rotary helper; the rest are dropped.
 _PYTHON_KEEP_PREFIX = "nn.Module: "

@@ -274,6 +274,12 @@ def filters_text(filters: dict) -> str:
     return ", ".join(parts)
 
 
+def mode_text(meta: dict) -> str:
+    """The header's mode: the device kind (``meta.device_kind``: ``gpu``, ``mtia``, ``cpu``;
+    docs/metrics.md), else the mode (a result of an older tracekit has none)."""
+    return str(meta.get("device_kind") or meta.get("mode", ""))
+
+
 def device_lines(meta: dict) -> list[str]:
     """One line per distinct device the ranks were measured against: the trace's device name,
     the row it matched, where the peaks came from and the peak of each dtype that holds FLOPs

@@ -164,12 +164,12 @@ def _meta_lines(meta: dict) -> list[str]:
         if len(counts) == 1 and len(steps) > 1
         else "; ".join(f"rank {r}: {len(v)}" for r, v in steps.items())
     )
-    from .common import device_lines
+    from .common import device_lines, mode_text
 
     devices = device_lines(meta)
     lines = [
         f"- **trace**: {md_escape(meta.get('path', ''))}",
-        f"- **mode**: {md_escape(meta.get('mode', ''))}"
+        f"- **mode**: {md_escape(mode_text(meta))}"
         + (
             f"; **devices**: {md_escape(', '.join(map(str, meta['devices'])))}"
             if meta.get("devices") and not devices

@@ -24,7 +24,17 @@ import pandas as pd
 from ..pipeline.checks import warning_lines
 from ..pipeline.coverage import lines as coverage_lines
 from .charts import figures, label
-from .common import cell, device_lines, filters_text, for_people, header, numeric, shown_rows, title
+from .common import (
+    cell,
+    device_lines,
+    filters_text,
+    for_people,
+    header,
+    mode_text,
+    numeric,
+    shown_rows,
+    title,
+)
 from .finite import finite_obj
 
 __all__ = ["figures", "label", "render_report", "script_json", "write_report"]
@@ -84,7 +94,7 @@ def _meta_html(meta: dict) -> str:
         devices = ", ".join(map(str, m.get("devices", [])))
         items.append(
             f"<li><b>{html.escape(tag)}</b> {html.escape(str(m.get('path', '')))} "
-            f"&middot; {html.escape(str(m.get('mode', '')))}"
+            f"&middot; {html.escape(mode_text(m))}"
             + (f" &middot; devices: {html.escape(devices)}" if devices else "")
             + f" &middot; steps analysed: {html.escape(steps)}</li>"
         )

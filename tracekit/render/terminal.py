@@ -27,6 +27,7 @@ from .common import (
     filters_text,
     for_people,
     header,
+    mode_text,
     numeric,
     shown_rows,
     steps_text,
@@ -264,7 +265,7 @@ def head_lines(meta: dict, keep=None, coverage_ranks: int = 4) -> list[str]:
     """The header as rich markup lines: path and mode, device, steps, filters, the notices
     (those ``keep`` keeps, default all), coverage (one line per rank up to ``coverage_ranks``
     ranks, else the worst of them), the paper's citation."""
-    line = f"[bold]{safe(str(meta.get('path')))}[/bold]  mode: {safe(meta.get('mode'))}"
+    line = f"[bold]{safe(str(meta.get('path')))}[/bold]  mode: {safe(mode_text(meta))}"
     devices = device_lines(meta)
     if meta.get("devices") and not devices:
         line += "  devices: " + safe(", ".join(map(str, meta["devices"])))
