@@ -32,7 +32,9 @@ def test_ranks_kinds_and_runs_are_counted_apart() -> None:
     assert len(lines) == 3 * (SHOWN + 1)
     assert lines[SHOWN].startswith("rank 0: 2 more warnings like these (steps_overlap")
     assert lines[2 * SHOWN + 1].startswith("rank 1: 2 more")
-    assert lines[-1].startswith(f"b: rank 0: {9 - SHOWN} more warnings like these (empty_step, steps {SHOWN}-8)")
+    assert lines[-1].startswith(
+        f"b: rank 0: {9 - SHOWN} more warnings like these (empty_step, steps {SHOWN}-8)"
+    )
 
 
 def test_listed_names_the_first_items_and_counts_the_rest() -> None:
