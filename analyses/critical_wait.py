@@ -1,0 +1,128 @@
+"""Collective waits on each rank's critical path, and the rank whose path set each step's length.
+
+With several ranks, a collective kernel on a rank's critical path (kind ``comm``) holds two
+different times (docs/metrics.md, "Critical path across ranks"):
+
+* from its start to the matched instance's last arrival (:mod:`tracekit.analyses.cross_rank`,
+  on the reference clock, shifted back by the rank's clock offset): the rank *waits* for the
+  last-arriving rank, whose own path set that time; kind ``wait``, ``waited_on_rank`` = the
+  last arriver;
+* from the last arrival on: moving bytes, kind ``comm`` as before.
+
+:func:`wait_segments` cuts the ``comm`` pieces of every rank's path at the last arrival of each
+instance they overlap (the last arriver's own pieces, and unmatched instances, stay ``comm``);
+:func:`split_table` moves that time from the ``critical_path`` table's ``comm`` rows to ``wait``
+rows (a step's rows still sum to its window). :func:`stitched` walks the cross-rank path of a
+step backward: on a rank's path until its latest wait, then on the waited-on rank's path from
+that last arrival back, and so on to the step's start; :func:`setters` names, per step, the
+rank that holds most of it and that rank's phase and module with most time there.
+
+Input: the matched instances (``cross_rank.match``: a few dozen bytes each) and each rank's
+path pieces (``Attributed.critical``), one rank at a time; nothing per event.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ._common import NS_PER_MS
+
+SEGMENT_COLUMNS = ["rank", "step", "phase", "module", "start", "end", "waited_on_rank"]
+WAIT = "wait"
+
+
+def waited(matched: pd.DataFrame) -> pd.DataFrame:
+    """The matched instances in which a rank waited: ``rank``, ``start``, ``end``, ``last``
+    (the last arrival), ``waited_on_rank`` (the last arriver), on the reference clock, ns."""
+    f = matched
+    ok = f["wait_ns"].to_numpy(dtype=float) > 0
+    if not ok.any():
+        return pd.DataFrame(columns=["rank", "start", "end", "last", "waited_on_rank"])
+    late = f.loc[f["last"].to_numpy(bool), ["gid", "rank"]].drop_duplicates("gid").set_index("gid")["rank"]
+    w = f.loc[ok, ["gid", "rank", "start", "end", "wait_ns"]]
+    return pd.DataFrame(
+        {
+            "rank": w["rank"].to_numpy(np.int64),
+            "start": w["start"].to_numpy(np.float64),
+            "end": w["end"].to_numpy(np.float64),
+            "last": w["start"].to_numpy(np.float64) + w["wait_ns"].to_numpy(np.float64),
+            "waited_on_rank": late.reindex(w["gid"]).fillna(-1).to_numpy(np.int64),
+        }
+    ).sort_values(["rank", "start"], kind="stable", ignore_index=True)
+
+
+def wait_segments(rank: int, comm: pd.DataFrame, waits: pd.DataFrame, offset_ns: float) -> pd.DataFrame:
+    """The waits inside one rank's ``comm`` path pieces (``step``, ``phase``, ``module``,
+    ``start``, ``end`` on its own clock): per piece and overlapping instance the part from
+    the piece's (or instance's) start to the instance's last arrival, in :data:`SEGMENT_COLUMNS`
+    with ``start`` / ``end`` on the reference clock (own clock - ``offset_ns``), exact in ns
+    where the offset is whole. A time inside several instances (on two streams) counts once."""
+    w = waits[waits["rank"].to_numpy() == rank]
+    if comm.empty or w.empty:
+        return pd.DataFrame(columns=SEGMENT_COLUMNS)
+    lo = comm["start"].to_numpy(np.int64) - offset_ns
+    hi = comm["end"].to_numpy(np.int64) - offset_ns
+    order = np.argsort(lo, kind="stable")
+    lo, hi = lo[order], hi[order]
+    s, e, last = (w[c].to_numpy(np.float64) for c in ("start", "end", "last"))
+    # the instances overlapping each piece: from the first whose running end passes its start
+    # to the last that starts before its end
+    i0 = np.searchsorted(np.maximum.accumulate(e), lo, "right")
+    i1 = np.searchsorted(s, hi, "left")
+    n = np.maximum(i1 - i0, 0)
+    piece = np.repeat(np.arange(len(lo)), n)
+    inst = np.repeat(i0, n) + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
+    a = np.maximum(lo[piece], s[inst])
+    b = np.minimum(np.minimum(hi[piece], e[inst]), last[inst])
+    # pieces never overlap and are in time order: a running end over all pairs before
+    seen = np.maximum.accumulate(np.r_[-np.inf, b[:-1]]) if len(b) else b
+    a = np.maximum(a, seen)
+    keep = b > a
+    rows = order[piece[keep]]
+    return pd.DataFrame(
+        {
+            "rank": np.full(int(keep.sum()), rank, np.int64),
+            "step": comm["step"].to_numpy(np.int64)[rows],
+            "phase": comm["phase"].astype(str).to_numpy(dtype=object)[rows],
+            "module": comm["module"].astype(str).to_numpy(dtype=object)[rows],
+            "start": a[keep],
+            "end": b[keep],
+            "waited_on_rank": w["waited_on_rank"].to_numpy(np.int64)[inst[keep]],
+        }
+    )
+
+
+def wait_rows(segs: pd.DataFrame, steps: np.ndarray | None, n_steps: int | None) -> pd.DataFrame:
+    """The segments summed per ``rank``, (``step``,) ``phase``, ``module``, ``waited_on_rank``:
+    ``time_ms``; per step (``n_steps`` None) or as the mean over ``n_steps`` complete steps."""
+    s = segs if steps is None else segs[np.isin(segs["step"].to_numpy(), steps)]
+    keys = ["rank", *([] if n_steps else ["step"]), "phase", "module", "waited_on_rank"]
+    if s.empty:
+        return pd.DataFrame(columns=[*keys, "time_ms"])
+    dur = (s["end"] - s["start"]).astype(np.float64)
+    out = dur.groupby([s[k] for k in keys], sort=True).sum().reset_index(name="time_ms")
+    out["time_ms"] = out["time_ms"] / NS_PER_MS / (n_steps or 1)
+    return out
+
+
+def split_table(table: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
+    """The ``critical_path`` rows (``rank``, ``kind``, ``phase``, ``module``, ``time_ms``, with
+    or without ``step``) with the ``waits`` (:func:`wait_rows` of the same view) taken from the
+    ``comm`` rows of their keys and added as ``wait`` rows; ``waited_on_rank`` -1 on the other
+    rows. A ``comm`` row whose time was all wait is dropped. Other columns are left to the caller."""
+    t = table.copy()
+    t["waited_on_rank"] = np.int64(-1)
+    if waits.empty:
+        return t
+    keys = [k for k in ("rank", "step", "phase", "module") if k in t.columns]
+    total = waits.groupby(keys, sort=False)["time_ms"].sum()
+    comm = (t["kind"].astype(str) == "comm").to_numpy()
+    at = pd.MultiIndex.from_frame(t.loc[comm, keys].astype({k: str for k in ("phase", "module")}))
+    t.loc[comm, "time_ms"] = t.loc[comm, "time_ms"].to_numpy(float) - total.reindex(at).fillna(0.0).to_numpy()
+    # a float residue of an all-wait comm row (a nanosecond is 1e-6 ms)
+    gone = comm & (t["time_ms"].to_numpy(float) < 1e-9)
+    add = waits.assign(kind=WAIT)
+    out = pd.concat([t.loc[~gone], add[[c for c in t.columns if c in add.columns]]], ignore_index=True)
+    sort = [k for k in ("rank", "step", "kind", "phase", "module", "waited_on_rank") if k in out.columns]
+    return out.sort_values(sort, kind="stable", ignore_index=True)

@@ -1,0 +1,96 @@
+"""The critical path across ranks: each rank's collective waits split off its ``comm`` time.
+
+On several ranks, the ``critical_path`` table's ``comm`` rows are cut at each matched
+collective instance's last arrival (:mod:`tracekit.analyses.critical_wait`): the part before it
+becomes a ``wait`` row naming the last-arriving rank (``waited_on_rank``; -1 on every other
+row); a step's rows still sum to its window. One rank: the table is as the rank computed it.
+
+Needs: a run (``Analysis``) with ``ranks``, ``filters``, ``_computed``, ``_windows``,
+``_n_steps`` and the collectives' instances (:mod:`tracekit.ranks.collective_ranks`).
+Guarantees: the matching and the cut run at most once per run; the parent reads one rank's path
+pieces at a time and keeps only the wait segments (a few per collective); a rank with no wait
+is never read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracekit.analyses import REGISTRY, critical_wait, cross_rank
+
+from . import collective_ranks
+
+#: The tables whose rows, on several ranks, are split here.
+SPLIT = ("critical_path",)
+NAME = "critical_path"
+
+
+def matched(run: Any) -> tuple[pd.DataFrame, dict[int, float]]:
+    """Every rank's instances matched (``cross_rank.match``) and the clock offsets (ns), once."""
+    key = ("cross", "critical_match", -1)
+    if key not in run._computed:
+        inst = collective_ranks.all_instances(run)
+        run._computed[key] = cross_rank.match(inst) if len(inst) else (pd.DataFrame(), {})
+    return run._computed[key]
+
+
+def comm_pieces(run: Any, rank: int) -> pd.DataFrame:
+    """One rank's ``comm`` path pieces, as the ``critical_path`` table reads them (filters)."""
+    p = run.filters.intervals(run.ranks[rank].critical, REGISTRY[NAME])
+    return p[(p["kind"].astype(str) == "comm").to_numpy()] if len(p) else p
+
+
+def segments(run: Any) -> pd.DataFrame:
+    """Every rank's waits on its path (:func:`critical_wait.wait_segments`), computed once."""
+    key = ("cross", "critical_wait", -1)
+    if key not in run._computed:
+        f, off = matched(run)
+        waits = critical_wait.waited(f) if len(f) else pd.DataFrame(columns=["rank"])
+        parts = [
+            critical_wait.wait_segments(r, comm_pieces(run, r), waits, off.get(r, 0.0))
+            for r in sorted(set(waits["rank"].tolist()) & set(run.ranks))
+        ]
+        parts = [p for p in parts if len(p)]
+        empty = pd.DataFrame(columns=critical_wait.SEGMENT_COLUMNS)
+        run._computed[key] = pd.concat(parts, ignore_index=True) if parts else empty
+    return run._computed[key]
+
+
+def split(run: Any, name: str, table: pd.DataFrame, per_step: bool) -> pd.DataFrame:
+    """Table ``name`` (every rank's rows, a ``rank`` column) with the waits split off its
+    ``comm`` rows (per step, or as each rank's mean over its complete steps) and its
+    ``percent`` derived again for the rows that changed."""
+    segs = segments(run)
+    parts = []
+    for r in sorted(set(segs["rank"].tolist()) & set(run.ranks)):
+        steps = run._windows(r).steps["step"].to_numpy()
+        n = None if per_step else run._n_steps(run.ranks[r])
+        parts.append(critical_wait.wait_rows(segs[segs["rank"].to_numpy() == r], steps, n))
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return table.assign(waited_on_rank=np.int64(-1))
+    out = critical_wait.split_table(table, pd.concat(parts, ignore_index=True))
+    win = _windows(run, out, per_step)
+    pct = np.zeros(len(out))
+    out["percent"] = np.divide(out["time_ms"].to_numpy(float) * 100.0, win, out=pct, where=win > 0)
+    spec = REGISTRY[name]
+    lead = [c for c in out.columns if c not in spec.values]
+    return out[lead + [c for c in spec.values if c in out.columns]]
+
+
+def _windows(run: Any, rows: pd.DataFrame, per_step: bool) -> np.ndarray:
+    """Per row, its rank's step window (ms): the step's, or the mean over complete steps."""
+    out = np.full(len(rows), np.nan)
+    rank = rows["rank"].to_numpy()
+    for r in np.unique(rank):
+        st = run._windows(int(r)).steps
+        at = rank == r
+        if per_step:
+            win = st.set_index("step")["window_ms"]
+            out[at] = win.reindex(rows.loc[at, "step"].to_numpy()).to_numpy(float)
+        else:
+            out[at] = st["window_ms"].sum() / max(run._n_steps(run.ranks[int(r)]), 1)
+    return np.nan_to_num(out)
