@@ -27,37 +27,52 @@ import numpy as np
 import pandas as pd
 
 from ._common import NS_PER_MS
+from ._registry import INDEX, MS, PCT, PER_STEP, TableSpec, declare
 
 SEGMENT_COLUMNS = ["rank", "step", "phase", "module", "start", "end", "waited_on_rank"]
 WAIT = "wait"
 
 
-def waited(matched: pd.DataFrame) -> pd.DataFrame:
-    """The matched instances in which a rank waited: ``rank``, ``start``, ``end``, ``last``
-    (the last arrival), ``waited_on_rank`` (the last arriver), on the reference clock, ns."""
+def ns_offsets(off: dict[int, float]) -> dict[int, int]:
+    """The clock offsets (ns) as whole nanoseconds: every time below stays an exact int64."""
+    return {int(r): int(round(v)) for r, v in off.items()}
+
+
+def waited(matched: pd.DataFrame, inst: pd.DataFrame, off: dict[int, int]) -> pd.DataFrame:
+    """The matched instances (``cross_rank.match`` of ``inst``, row for row) in which a rank
+    waited: ``rank``, ``start``, ``end``, ``last`` (the instance's last arrival),
+    ``waited_on_rank`` (the last arriver), on the reference clock in int64 ns (own clock minus
+    the whole-ns offset)."""
+    cols = ["rank", "start", "end", "last", "waited_on_rank"]
     f = matched
     ok = f["wait_ns"].to_numpy(dtype=float) > 0
     if not ok.any():
-        return pd.DataFrame(columns=["rank", "start", "end", "last", "waited_on_rank"])
+        return pd.DataFrame(columns=cols)
+    rank = inst["rank"].to_numpy(np.int64)
+    shift = np.array([off.get(int(r), 0) for r in rank], np.int64)
+    start = inst["start"].to_numpy(np.int64) - shift
+    end = inst["end"].to_numpy(np.int64) - shift
+    gid = f["gid"].to_numpy()
+    last = pd.Series(start).groupby(gid).transform("max").to_numpy(np.int64)
     late = f.loc[f["last"].to_numpy(bool), ["gid", "rank"]].drop_duplicates("gid").set_index("gid")["rank"]
-    w = f.loc[ok, ["gid", "rank", "start", "end", "wait_ns"]]
-    return pd.DataFrame(
+    out = pd.DataFrame(
         {
-            "rank": w["rank"].to_numpy(np.int64),
-            "start": w["start"].to_numpy(np.float64),
-            "end": w["end"].to_numpy(np.float64),
-            "last": w["start"].to_numpy(np.float64) + w["wait_ns"].to_numpy(np.float64),
-            "waited_on_rank": late.reindex(w["gid"]).fillna(-1).to_numpy(np.int64),
+            "rank": rank[ok],
+            "start": start[ok],
+            "end": end[ok],
+            "last": last[ok],
+            "waited_on_rank": late.reindex(gid[ok]).fillna(-1).to_numpy(np.int64),
         }
-    ).sort_values(["rank", "start"], kind="stable", ignore_index=True)
+    )
+    return out.sort_values(["rank", "start"], kind="stable", ignore_index=True)
 
 
-def wait_segments(rank: int, comm: pd.DataFrame, waits: pd.DataFrame, offset_ns: float) -> pd.DataFrame:
+def wait_segments(rank: int, comm: pd.DataFrame, waits: pd.DataFrame, offset_ns: int) -> pd.DataFrame:
     """The waits inside one rank's ``comm`` path pieces (``step``, ``phase``, ``module``,
     ``start``, ``end`` on its own clock): per piece and overlapping instance the part from
     the piece's (or instance's) start to the instance's last arrival, in :data:`SEGMENT_COLUMNS`
-    with ``start`` / ``end`` on the reference clock (own clock - ``offset_ns``), exact in ns
-    where the offset is whole. A time inside several instances (on two streams) counts once."""
+    with ``start`` / ``end`` on the reference clock (own clock - ``offset_ns``), int64 ns. A
+    time inside several instances (on two streams) counts once."""
     w = waits[waits["rank"].to_numpy() == rank]
     if comm.empty or w.empty:
         return pd.DataFrame(columns=SEGMENT_COLUMNS)
@@ -65,7 +80,7 @@ def wait_segments(rank: int, comm: pd.DataFrame, waits: pd.DataFrame, offset_ns:
     hi = comm["end"].to_numpy(np.int64) - offset_ns
     order = np.argsort(lo, kind="stable")
     lo, hi = lo[order], hi[order]
-    s, e, last = (w[c].to_numpy(np.float64) for c in ("start", "end", "last"))
+    s, e, last = (w[c].to_numpy(np.int64) for c in ("start", "end", "last"))
     # the instances overlapping each piece: from the first whose running end passes its start
     # to the last that starts before its end
     i0 = np.searchsorted(np.maximum.accumulate(e), lo, "right")
@@ -76,7 +91,7 @@ def wait_segments(rank: int, comm: pd.DataFrame, waits: pd.DataFrame, offset_ns:
     a = np.maximum(lo[piece], s[inst])
     b = np.minimum(np.minimum(hi[piece], e[inst]), last[inst])
     # pieces never overlap and are in time order: a running end over all pairs before
-    seen = np.maximum.accumulate(np.r_[-np.inf, b[:-1]]) if len(b) else b
+    seen = np.maximum.accumulate(np.r_[np.iinfo(np.int64).min, b[:-1]]) if len(b) else b
     a = np.maximum(a, seen)
     keep = b > a
     rows = order[piece[keep]]
@@ -126,3 +141,89 @@ def split_table(table: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
     out = pd.concat([t.loc[~gone], add[[c for c in t.columns if c in add.columns]]], ignore_index=True)
     sort = [k for k in ("rank", "step", "kind", "phase", "module", "waited_on_rank") if k in out.columns]
     return out.sort_values(sort, kind="stable", ignore_index=True)
+
+
+STITCH_COLUMNS = ["step", "rank", "kind", "phase", "module", "start", "end"]
+RANK_COLUMNS = ["step", "rank", "path_ms", "share_pct", "phase", "module", "module_ms", "sets_length"]
+
+
+def stitched(step: int, bounds: pd.DataFrame, segs: pd.DataFrame, pieces_of, off: dict) -> pd.DataFrame:
+    """The step's path across ranks, walked backward (reference clock, ns): from the rank whose
+    window ends last (the lowest on a tie), along its own path to its latest wait that ends by
+    then, there to the waited-on rank at the last arrival, and so on, until a rank's path
+    reaches its window's start with no wait before. ``bounds``: the ranks' windows of this step
+    (``rank``, ``start``, ``end``, reference clock); ``segs``: the step's wait segments;
+    ``pieces_of(rank)``: the rank's path pieces (own clock). Rows :data:`STITCH_COLUMNS`."""
+    b = bounds.sort_values(["end", "rank"], ascending=[False, True], kind="stable")
+    if b.empty:
+        return pd.DataFrame(columns=STITCH_COLUMNS)
+    lo_of = dict(zip(b["rank"].tolist(), b["start"].tolist()))
+    rank, t = int(b["rank"].iloc[0]), int(b["end"].iloc[0])
+    out = []
+    for _ in range(len(segs) + 1):  # each jump uses up one wait
+        mine = segs[(segs["rank"].to_numpy() == rank) & (segs["end"].to_numpy(np.int64) <= t)]
+        w = mine.loc[mine["end"].astype(np.int64).idxmax()] if len(mine) else None
+        lo = int(w["end"]) if w is not None else int(lo_of.get(rank, t))
+        out.append(_clipped(pieces_of(rank), step, rank, lo, t, off.get(rank, 0)))
+        if w is None or int(w["waited_on_rank"]) not in lo_of:
+            break
+        rank, t = int(w["waited_on_rank"]), lo
+    got = [p for p in out if len(p)]
+    return pd.concat(got, ignore_index=True) if got else pd.DataFrame(columns=STITCH_COLUMNS)
+
+
+def _clipped(p: pd.DataFrame, step: int, rank: int, lo: int, hi: int, offset: int) -> pd.DataFrame:
+    """A rank's path pieces of ``step`` inside ``[lo, hi)`` (reference clock)."""
+    p = p[p["step"].to_numpy() == step]
+    a = np.maximum(p["start"].to_numpy(np.int64) - offset, lo)
+    b = np.minimum(p["end"].to_numpy(np.int64) - offset, hi)
+    k = b > a
+    return pd.DataFrame(
+        {
+            "step": step,
+            "rank": rank,
+            "kind": p["kind"].astype(str).to_numpy(dtype=object)[k],
+            "phase": p["phase"].astype(str).to_numpy(dtype=object)[k],
+            "module": p["module"].astype(str).to_numpy(dtype=object)[k],
+            "start": a[k],
+            "end": b[k],
+        }
+    )
+
+
+def setters(path: pd.DataFrame) -> pd.DataFrame:
+    """Per step and rank on the cross-rank path (:func:`stitched`): its time there
+    (``path_ms``, ``share_pct`` of the path), its phase and module with most of that time
+    (``module_ms``; waiting with nothing of its own running, ``idle``, only where nothing else
+    is), and ``sets_length`` = 1 for the rank holding most of the path (the lowest on a tie)."""
+    if path.empty:
+        return pd.DataFrame(columns=RANK_COLUMNS)
+    p = path.assign(ms=(path["end"] - path["start"]).astype(float) / NS_PER_MS)
+    p["busy"] = p["kind"] != "idle"
+    by = p.groupby(["step", "rank", "busy", "phase", "module"], sort=True)["ms"].sum().reset_index()
+    by = by.sort_values(["step", "rank", "busy", "ms"], ascending=[True, True, False, False], kind="stable")
+    top = by.drop_duplicates(["step", "rank"]).set_index(["step", "rank"])
+    per = p.groupby(["step", "rank"], sort=True)["ms"].sum().rename("path_ms").reset_index()
+    per["share_pct"] = per["path_ms"] / per.groupby("step")["path_ms"].transform("sum") * 100.0
+    at = pd.MultiIndex.from_frame(per[["step", "rank"]])
+    per["phase"] = top["phase"].reindex(at).to_numpy()
+    per["module"] = top["module"].reindex(at).to_numpy()
+    per["module_ms"] = top["ms"].reindex(at).to_numpy()
+    per = per.sort_values(["step", "path_ms", "rank"], ascending=[True, False, True], kind="stable")
+    per["sets_length"] = (~per["step"].duplicated()).astype(np.int64)
+    return per[RANK_COLUMNS].reset_index(drop=True)
+
+
+declare(
+    TableSpec(
+        name="critical_path_ranks",
+        title="Critical path across ranks: whose path set each step's length",
+        func=None,
+        cross_rank=True,
+        keys=("rank", "phase", "module"),
+        chart="none",
+        aggregate=PER_STEP,
+        top=24,
+        values={"path_ms": MS, "share_pct": PCT, "module_ms": MS, "sets_length": INDEX},
+    )
+)

@@ -211,6 +211,8 @@ class Analysis(PerRankTables):
             out = ranks_table.tables({rank: self._phase_means(rank, copy=False) for rank in self.ranks})
         if collective_ranks.wanted(self):  # collectives matched across ranks (analyses/cross_rank.py)
             out.update(collective_ranks.cross(self)[0])
+        if critical_ranks.wanted(self):  # the step's path across ranks (analyses/critical_wait.py)
+            out.update(critical_ranks.path_ranks(self))
         return {k: _typed(REGISTRY.get(k), _whole_numbers(REGISTRY.get(k), v.copy())) for k, v in out.items()}
 
     def _rank_tables_per_step(self) -> dict[str, pd.DataFrame]:

@@ -30,6 +30,7 @@ TABLE_NAMES = [
     "layer_spread",
     "stragglers",
     "collective_matches",
+    "critical_path_ranks",
     "rank_summary",
     "ranks",
     "memory",

@@ -26,14 +26,21 @@ from . import collective_ranks
 #: The tables whose rows, on several ranks, are split here.
 SPLIT = ("critical_path",)
 NAME = "critical_path"
+RANKS = "critical_path_ranks"
 
 
-def matched(run: Any) -> tuple[pd.DataFrame, dict[int, float]]:
-    """Every rank's instances matched (``cross_rank.match``) and the clock offsets (ns), once."""
+def matched(run: Any) -> tuple[pd.DataFrame, dict[int, int]]:
+    """The matched instances in which a rank waited (:func:`critical_wait.waited`) and the
+    clock offsets in whole ns, once."""
     key = ("cross", "critical_match", -1)
     if key not in run._computed:
         inst = collective_ranks.all_instances(run)
-        run._computed[key] = cross_rank.match(inst) if len(inst) else (pd.DataFrame(), {})
+        if len(inst):
+            f, off = cross_rank.match(inst)
+            whole = critical_wait.ns_offsets(off)
+            run._computed[key] = (critical_wait.waited(f, inst, whole), whole)
+        else:
+            run._computed[key] = (pd.DataFrame(columns=["rank"]), {})
     return run._computed[key]
 
 
@@ -47,10 +54,9 @@ def segments(run: Any) -> pd.DataFrame:
     """Every rank's waits on its path (:func:`critical_wait.wait_segments`), computed once."""
     key = ("cross", "critical_wait", -1)
     if key not in run._computed:
-        f, off = matched(run)
-        waits = critical_wait.waited(f) if len(f) else pd.DataFrame(columns=["rank"])
+        waits, off = matched(run)
         parts = [
-            critical_wait.wait_segments(r, comm_pieces(run, r), waits, off.get(r, 0.0))
+            critical_wait.wait_segments(r, comm_pieces(run, r), waits, off.get(r, 0))
             for r in sorted(set(waits["rank"].tolist()) & set(run.ranks))
         ]
         parts = [p for p in parts if len(p)]
@@ -81,16 +87,59 @@ def split(run: Any, name: str, table: pd.DataFrame, per_step: bool) -> pd.DataFr
     return out[lead + [c for c in spec.values if c in out.columns]]
 
 
+def _bounds(run: Any, rank: int) -> pd.DataFrame:
+    """The rank's complete steps' windows (``step``, ``start``, ``end``, own clock, ns; the
+    step filter applied), read from its windows without framing or keeping them."""
+    w = run.filters.windows(run.ranks[rank].windows)
+    w = w[(w["window"] == "step").to_numpy() & w["complete"].to_numpy(bool)]
+    return pd.DataFrame({"step": w["step"].to_numpy(np.int64), "start": w["start"], "end": w["end"]})
+
+
 def _windows(run: Any, rows: pd.DataFrame, per_step: bool) -> np.ndarray:
     """Per row, its rank's step window (ms): the step's, or the mean over complete steps."""
-    out = np.full(len(rows), np.nan)
+    out = np.zeros(len(rows))
     rank = rows["rank"].to_numpy()
     for r in np.unique(rank):
-        st = run._windows(int(r)).steps
+        st = _bounds(run, int(r))
+        win = pd.Series((st["end"] - st["start"]).to_numpy(float) / 1e6, index=st["step"])
         at = rank == r
         if per_step:
-            win = st.set_index("step")["window_ms"]
-            out[at] = win.reindex(rows.loc[at, "step"].to_numpy()).to_numpy(float)
+            out[at] = win.reindex(rows.loc[at, "step"].to_numpy()).fillna(0.0).to_numpy(float)
         else:
-            out[at] = st["window_ms"].sum() / max(run._n_steps(run.ranks[int(r)]), 1)
-    return np.nan_to_num(out)
+            out[at] = win.sum() / max(run._n_steps(run.ranks[int(r)]), 1)
+    return out
+
+
+def wanted(run: Any) -> bool:
+    """Whether the run has the cross-rank path table."""
+    return RANKS in run.names()
+
+
+def path_ranks(run: Any) -> dict[str, pd.DataFrame]:
+    """``critical_path_ranks``: per step, the ranks on its path across ranks
+    (:func:`critical_wait.stitched`, :func:`critical_wait.setters`), computed once; the path
+    pieces of the ranks it visits only, read once each and dropped after."""
+    key = ("cross", RANKS, -1)
+    if key not in run._computed:
+        off = matched(run)[1]
+        segs = segments(run)
+        parts = [_bounds(run, r).assign(rank=r) for r in run.ranks]
+        b = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["rank", "step"])
+        shift = np.array([off.get(int(r), 0) for r in b["rank"].to_numpy()], np.int64)
+        b["start"] = b["start"].to_numpy(np.int64) - shift
+        b["end"] = b["end"].to_numpy(np.int64) - shift
+        held: dict[int, pd.DataFrame] = {}
+
+        def pieces_of(r: int) -> pd.DataFrame:
+            if r not in held:
+                held[r] = run.filters.intervals(run.ranks[r].critical, REGISTRY[NAME])
+            return held[r]
+
+        steps = sorted(set(b["step"].tolist()))
+        walked = [
+            critical_wait.stitched(s, b[b["step"] == s], segs[segs["step"] == s], pieces_of, off) for s in steps
+        ]
+        walked = [w for w in walked if len(w)]
+        path = pd.concat(walked, ignore_index=True) if walked else pd.DataFrame(columns=critical_wait.STITCH_COLUMNS)
+        run._computed[key] = critical_wait.setters(path)
+    return {RANKS: run._computed[key]}
