@@ -74,7 +74,6 @@ _ORDER = [
         layers,
         ranks,
         cross_rank,
-        critical_wait,
         memory,
         memory_modules,
         memory_timeline,

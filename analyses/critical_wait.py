@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ._common import NS_PER_MS
-from ._registry import INDEX, MS, PCT, PER_STEP, TableSpec, declare
+from ._registry import CRITICAL_PIECES, INDEX, MS, PCT, PER_STEP, TableSpec, declare
 
 SEGMENT_COLUMNS = ["rank", "step", "phase", "module", "start", "end", "waited_on_rank"]
 WAIT = "wait"
@@ -35,7 +35,7 @@ WAIT = "wait"
 
 def ns_offsets(off: dict[int, float]) -> dict[int, int]:
     """The clock offsets (ns) as whole nanoseconds: every time below stays an exact int64."""
-    return {int(r): int(round(v)) for r, v in off.items()}
+    return {int(r): round(v) for r, v in off.items()}
 
 
 def waited(matched: pd.DataFrame, inst: pd.DataFrame, off: dict[int, int]) -> pd.DataFrame:
@@ -133,7 +133,7 @@ def split_table(table: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
     keys = [k for k in ("rank", "step", "phase", "module") if k in t.columns]
     total = waits.groupby(keys, sort=False)["time_ms"].sum()
     comm = (t["kind"].astype(str) == "comm").to_numpy()
-    at = pd.MultiIndex.from_frame(t.loc[comm, keys].astype({k: str for k in ("phase", "module")}))
+    at = pd.MultiIndex.from_frame(t.loc[comm, keys].astype(dict.fromkeys(("phase", "module"), str)))
     t.loc[comm, "time_ms"] = t.loc[comm, "time_ms"].to_numpy(float) - total.reindex(at).fillna(0.0).to_numpy()
     # a float residue of an all-wait comm row (a nanosecond is 1e-6 ms)
     gone = comm & (t["time_ms"].to_numpy(float) < 1e-9)
@@ -223,6 +223,7 @@ declare(
         keys=("rank", "phase", "module"),
         chart="none",
         aggregate=PER_STEP,
+        reads=CRITICAL_PIECES,
         top=24,
         values={"path_ms": MS, "share_pct": PCT, "module_ms": MS, "sets_length": INDEX},
     )

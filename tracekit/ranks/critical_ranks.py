@@ -137,9 +137,14 @@ def path_ranks(run: Any) -> dict[str, pd.DataFrame]:
 
         steps = sorted(set(b["step"].tolist()))
         walked = [
-            critical_wait.stitched(s, b[b["step"] == s], segs[segs["step"] == s], pieces_of, off) for s in steps
+            critical_wait.stitched(s, b[b["step"] == s], segs[segs["step"] == s], pieces_of, off)
+            for s in steps
         ]
         walked = [w for w in walked if len(w)]
-        path = pd.concat(walked, ignore_index=True) if walked else pd.DataFrame(columns=critical_wait.STITCH_COLUMNS)
+        path = (
+            pd.concat(walked, ignore_index=True)
+            if walked
+            else pd.DataFrame(columns=critical_wait.STITCH_COLUMNS)
+        )
         run._computed[key] = critical_wait.setters(path)
     return {RANKS: run._computed[key]}
