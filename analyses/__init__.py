@@ -74,6 +74,7 @@ _ORDER = [
         layers,
         ranks,
         cross_rank,
+        critical_wait,
         memory,
         memory_modules,
         memory_timeline,
