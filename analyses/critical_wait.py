@@ -143,6 +143,45 @@ def split_table(table: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(sort, kind="stable", ignore_index=True)
 
 
+def split_timeline(rows: pd.DataFrame, segs: pd.DataFrame) -> pd.DataFrame:
+    """The ``critical_path_timeline`` rows (``rank``, ``step``, ``kind``, ``start_ms``,
+    ``end_ms``...) with each ``comm`` row cut where ``segs`` (``rank``, ``step``, ``lo``, ``hi``:
+    ns since the rank's step window began, ``waited_on_rank``) cover it: the covered parts
+    ``wait`` rows, the rest ``comm``; each part keeps its row's labels and ``pieces``;
+    ``waited_on_rank`` -1 on every row but the waits."""
+    t = rows.copy()
+    t["waited_on_rank"] = np.int64(-1)
+    comm = (t["kind"].astype(str) == "comm").to_numpy()
+    if not comm.any() or segs.empty:
+        return t
+    c = t[comm]
+    pair = pd.concat([c[["rank", "step"]], segs[["rank", "step"]]], ignore_index=True)
+    g = pd.MultiIndex.from_frame(pair.astype(np.int64)).factorize()[0].astype(np.int64) << 42
+    gr, gs = g[: len(c)], g[len(c) :]
+    ra = gr + np.rint(c["start_ms"].to_numpy(float) * 1e6).astype(np.int64)
+    rb = gr + np.rint(c["end_ms"].to_numpy(float) * 1e6).astype(np.int64)
+    sa, sb = gs + segs["lo"].to_numpy(np.int64), gs + segs["hi"].to_numpy(np.int64)
+    pts = np.unique(np.r_[ra, rb, sa, sb])
+    lo, hi = pts[:-1], pts[1:]
+    ro, so = np.argsort(ra, kind="stable"), np.argsort(sa, kind="stable")
+    i = np.searchsorted(ra[ro], lo, "right") - 1
+    j = np.searchsorted(sa[so], lo, "right") - 1
+    inside = (i >= 0) & (hi <= rb[ro][np.maximum(i, 0)])
+    row = ro[np.maximum(i, 0)]
+    cov = (j >= 0) & (lo < sb[so][np.maximum(j, 0)])
+    who = np.where(cov, segs["waited_on_rank"].to_numpy(np.int64)[so][np.maximum(j, 0)], -1)
+    lo, hi, row, who = lo[inside], hi[inside], row[inside], who[inside]
+    new = np.r_[True, (row[1:] != row[:-1]) | (who[1:] != who[:-1]) | (lo[1:] != hi[:-1])]
+    first, last = np.flatnonzero(new), np.r_[np.flatnonzero(new)[1:] - 1, len(new) - 1]
+    parts = c.iloc[row[first]].reset_index(drop=True)
+    parts["start_ms"] = (lo[first] - gr[row[first]]) / 1e6
+    parts["end_ms"] = (hi[last] - gr[row[first]]) / 1e6
+    parts["waited_on_rank"] = who[first]
+    parts["kind"] = np.where(who[first] >= 0, WAIT, "comm")
+    out = pd.concat([t[~comm], parts], ignore_index=True)
+    return out.sort_values(["rank", "step", "start_ms"], kind="stable", ignore_index=True)
+
+
 STITCH_COLUMNS = ["step", "rank", "kind", "phase", "module", "start", "end"]
 RANK_COLUMNS = ["step", "rank", "path_ms", "share_pct", "phase", "module", "module_ms", "sets_length"]
 

@@ -83,10 +83,31 @@ def _check(a, ranks: list[int]) -> None:
             assert (rows.loc[rows["kind"] != "wait", "waited_on_rank"] == -1).all()
             kern = rows[rows["kind"] == "kernel"].set_index("module")["time_ms"]
             assert kern["MLP"] == pytest.approx((100 + DELAY[r][s]) / 1e3, abs=ABS)
+    _check_timeline(a, ranks)
     offsets = a.meta["clock_offsets_ms"]
     for r in ranks:
         assert offsets[r] == pytest.approx((OFFSETS[r] - OFFSETS[ranks[0]]) / 1e6, abs=1e-12)
     _check_setters(a, ranks)
+
+
+def _check_timeline(a, ranks: list[int]) -> None:
+    """The path over time: each waiting rank's all-reduce is a wait bar from its arrival to the
+    last arrival, then a comm bar to its end (ms since the step's window began, own clock)."""
+    tl = a.table("critical_path_timeline", per_step=True)
+    for s in range(STEPS):
+        last, late = max(_arrival(q, s) for q in ranks), _late(s, ranks)
+        for r in ranks:
+            rows = tl[(tl["rank"] == r) & (tl["step"] == s + 1)]
+            bars = rows[rows["kind"].isin(["wait", "comm"])]
+            want = [("comm", _arrival(r, s), last + TRANSFER_US[s], -1)]
+            if r != late and last > _arrival(r, s):
+                want = [("wait", _arrival(r, s), last, late), ("comm", last, last + TRANSFER_US[s], -1)]
+            got = list(zip(bars["kind"], bars["start_ms"], bars["end_ms"], bars["waited_on_rank"]))
+            assert len(got) == len(want), (r, s, got)
+            for (k, lo, hi, who), (wk, wlo, whi, wwho) in zip(got, want):
+                assert (k, who) == (wk, wwho)
+                assert lo == pytest.approx((wlo - _base(s)) / 1e3, abs=ABS)
+                assert hi == pytest.approx((whi - _base(s)) / 1e3, abs=ABS)
 
 
 def _check_setters(a, ranks: list[int]) -> None:

@@ -24,9 +24,10 @@ from tracekit.analyses import REGISTRY, critical_wait, cross_rank
 from . import collective_ranks
 
 #: The tables whose rows, on several ranks, are split here.
-SPLIT = ("critical_path",)
+SPLIT = ("critical_path", "critical_path_timeline")
 NAME = "critical_path"
 RANKS = "critical_path_ranks"
+TIMELINE = "critical_path_timeline"
 
 
 def matched(run: Any) -> tuple[pd.DataFrame, dict[int, int]]:
@@ -70,6 +71,8 @@ def split(run: Any, name: str, table: pd.DataFrame, per_step: bool) -> pd.DataFr
     ``comm`` rows (per step, or as each rank's mean over its complete steps) and its
     ``percent`` derived again for the rows that changed."""
     segs = segments(run)
+    if name == TIMELINE:
+        return _timeline(run, table, segs)
     parts = []
     for r in sorted(set(segs["rank"].tolist()) & set(run.ranks)):
         steps = run._windows(r).steps["step"].to_numpy()
@@ -83,6 +86,27 @@ def split(run: Any, name: str, table: pd.DataFrame, per_step: bool) -> pd.DataFr
     pct = np.zeros(len(out))
     out["percent"] = np.divide(out["time_ms"].to_numpy(float) * 100.0, win, out=pct, where=win > 0)
     spec = REGISTRY[name]
+    lead = [c for c in out.columns if c not in spec.values]
+    return out[lead + [c for c in spec.values if c in out.columns]]
+
+
+def _timeline(run: Any, table: pd.DataFrame, segs: pd.DataFrame) -> pd.DataFrame:
+    """The path timeline's ``comm`` rows cut at the waits (:func:`critical_wait.split_timeline`),
+    the waits placed since their rank's step window began (own clock)."""
+    off = matched(run)[1]
+    parts = []
+    for r in sorted(set(segs["rank"].tolist()) & set(run.ranks)):
+        mine = segs[segs["rank"].to_numpy() == r]
+        t0 = _bounds(run, r).set_index("step")["start"]
+        base = t0.reindex(mine["step"].to_numpy()).to_numpy()
+        ok = ~pd.isna(base)
+        at = base[ok].astype(np.int64) - off.get(r, 0)
+        lo = mine["start"].to_numpy(np.int64)[ok] - at
+        hi = mine["end"].to_numpy(np.int64)[ok] - at
+        parts.append(mine[ok].assign(lo=lo, hi=hi))
+    rel = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["rank", "step"])
+    out = critical_wait.split_timeline(table, rel)
+    spec = REGISTRY[TIMELINE]
     lead = [c for c in out.columns if c not in spec.values]
     return out[lead + [c for c in spec.values if c in out.columns]]
 
