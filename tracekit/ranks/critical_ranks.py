@@ -3,9 +3,12 @@
 On several ranks, the ``critical_path`` table's ``comm`` rows are cut at each matched
 collective instance's last arrival (:mod:`tracekit.analyses.critical_wait`): the part before it
 becomes a ``wait`` row naming the last-arriving rank (``waited_on_rank``; -1 on every other
-row); a step's rows still sum to its window. One rank: the table is as the rank computed it.
+row); a step's rows still sum to its window. ``critical_path_timeline``'s ``comm`` bars are cut
+the same way. ``critical_path_ranks``: per step, the path across ranks through each wait to the
+waited-on rank, and the rank, phase and module that set its length. One rank: the tables are as
+the rank computed them, and there is no ``critical_path_ranks``.
 
-Needs: a run (``Analysis``) with ``ranks``, ``filters``, ``_computed``, ``_windows``,
+Needs: a run (``Analysis``) with ``ranks``, ``filters``, ``_computed``,
 ``_n_steps`` and the collectives' instances (:mod:`tracekit.ranks.collective_ranks`).
 Guarantees: the matching and the cut run at most once per run; the parent reads one rank's path
 pieces at a time and keeps only the wait segments (a few per collective); a rank with no wait
@@ -75,14 +78,14 @@ def split(run: Any, name: str, table: pd.DataFrame, per_step: bool) -> pd.DataFr
         return _timeline(run, table, segs)
     parts = []
     for r in sorted(set(segs["rank"].tolist()) & set(run.ranks)):
-        steps = run._windows(r).steps["step"].to_numpy()
+        steps = _bounds(run, r)["step"].to_numpy()
         n = None if per_step else run._n_steps(run.ranks[r])
         parts.append(critical_wait.wait_rows(segs[segs["rank"].to_numpy() == r], steps, n))
     parts = [p for p in parts if len(p)]
     if not parts:
         return table.assign(waited_on_rank=np.int64(-1))
     out = critical_wait.split_table(table, pd.concat(parts, ignore_index=True))
-    win = _windows(run, out, per_step)
+    win = _window_ms(run, out, per_step)
     pct = np.zeros(len(out))
     out["percent"] = np.divide(out["time_ms"].to_numpy(float) * 100.0, win, out=pct, where=win > 0)
     spec = REGISTRY[name]
@@ -119,7 +122,7 @@ def _bounds(run: Any, rank: int) -> pd.DataFrame:
     return pd.DataFrame({"step": w["step"].to_numpy(np.int64), "start": w["start"], "end": w["end"]})
 
 
-def _windows(run: Any, rows: pd.DataFrame, per_step: bool) -> np.ndarray:
+def _window_ms(run: Any, rows: pd.DataFrame, per_step: bool) -> np.ndarray:
     """Per row, its rank's step window (ms): the step's, or the mean over complete steps."""
     out = np.zeros(len(rows))
     rank = rows["rank"].to_numpy()
