@@ -259,7 +259,7 @@ declare(
         title="Critical path across ranks: whose path set each step's length",
         func=None,
         cross_rank=True,
-        keys=("rank", "phase", "module"),
+        keys=("rank",),  # the walk needs the whole path: left out of a --phase/--module run
         chart="none",
         aggregate=PER_STEP,
         reads=CRITICAL_PIECES,
