@@ -108,16 +108,17 @@ def wait_segments(rank: int, comm: pd.DataFrame, waits: pd.DataFrame, offset_ns:
     )
 
 
-def wait_rows(segs: pd.DataFrame, steps: np.ndarray | None, n_steps: int | None) -> pd.DataFrame:
-    """The segments summed per ``rank``, (``step``,) ``phase``, ``module``, ``waited_on_rank``:
-    ``time_ms``; per step (``n_steps`` None) or as the mean over ``n_steps`` complete steps."""
-    s = segs if steps is None else segs[np.isin(segs["step"].to_numpy(), steps)]
-    keys = ["rank", *([] if n_steps else ["step"]), "phase", "module", "waited_on_rank"]
-    if s.empty:
+def wait_rows(segs: pd.DataFrame, n_steps: pd.Series | None) -> pd.DataFrame:
+    """The segments (of complete steps) summed per ``rank``, (``step``,) ``phase``, ``module``,
+    ``waited_on_rank``: ``time_ms``; per step (``n_steps`` None) or as each rank's mean over its
+    ``n_steps[rank]`` complete steps."""
+    keys = ["rank", *([] if n_steps is not None else ["step"]), "phase", "module", "waited_on_rank"]
+    if segs.empty:
         return pd.DataFrame(columns=[*keys, "time_ms"])
-    dur = (s["end"] - s["start"]).astype(np.float64)
-    out = dur.groupby([s[k] for k in keys], sort=True).sum().reset_index(name="time_ms")
-    out["time_ms"] = out["time_ms"] / NS_PER_MS / (n_steps or 1)
+    dur = (segs["end"] - segs["start"]).astype(np.float64)
+    out = dur.groupby([segs[k] for k in keys], sort=True).sum().reset_index(name="time_ms")
+    per = 1.0 if n_steps is None else n_steps.reindex(out["rank"].to_numpy()).fillna(1.0).to_numpy(float)
+    out["time_ms"] = out["time_ms"].to_numpy(float) / NS_PER_MS / per
     return out
 
 
@@ -186,48 +187,56 @@ STITCH_COLUMNS = ["step", "rank", "kind", "phase", "module", "start", "end"]
 RANK_COLUMNS = ["step", "rank", "path_ms", "share_pct", "phase", "module", "module_ms", "sets_length"]
 
 
-def stitched(step: int, bounds: pd.DataFrame, segs: pd.DataFrame, pieces_of, off: dict) -> pd.DataFrame:
+def stitched(step: int, bounds: pd.DataFrame, segs: pd.DataFrame, pieces_of, off: dict) -> dict:
     """The step's path across ranks, walked backward (reference clock, ns): from the rank whose
     window ends last (the lowest on a tie), along its own path to its latest wait that ends by
     then, there to the waited-on rank at the last arrival, and so on, until a rank's path
     reaches its window's start with no wait before. ``bounds``: the ranks' windows of this step
     (``rank``, ``start``, ``end``, reference clock); ``segs``: the step's wait segments;
-    ``pieces_of(rank)``: the rank's path pieces (own clock). Rows :data:`STITCH_COLUMNS`."""
+    ``pieces_of(rank)``: the rank's path pieces as arrays (:func:`piece_arrays`, own clock).
+    Returns the pieces on the path as arrays (:data:`STITCH_COLUMNS`)."""
     b = bounds.sort_values(["end", "rank"], ascending=[False, True], kind="stable")
+    out: list[dict] = []
     if b.empty:
-        return pd.DataFrame(columns=STITCH_COLUMNS)
+        return _joined(out)
     lo_of = dict(zip(b["rank"].tolist(), b["start"].tolist()))
     rank, t = int(b["rank"].iloc[0]), int(b["end"].iloc[0])
-    out = []
+    s_rank, s_end = segs["rank"].to_numpy(np.int64), segs["end"].to_numpy(np.int64)
+    s_who = segs["waited_on_rank"].to_numpy(np.int64)
     for _ in range(len(segs) + 1):  # each jump uses up one wait
-        mine = segs[(segs["rank"].to_numpy() == rank) & (segs["end"].to_numpy(np.int64) <= t)]
-        w = mine.loc[mine["end"].astype(np.int64).idxmax()] if len(mine) else None
-        lo = int(w["end"]) if w is not None else int(lo_of.get(rank, t))
+        mine = np.flatnonzero((s_rank == rank) & (s_end <= t))
+        w = mine[np.argmax(s_end[mine])] if len(mine) else -1
+        lo = int(s_end[w]) if w >= 0 else int(lo_of.get(rank, t))
         out.append(_clipped(pieces_of(rank), step, rank, lo, t, off.get(rank, 0)))
-        if w is None or int(w["waited_on_rank"]) not in lo_of:
+        if w < 0 or int(s_who[w]) not in lo_of:
             break
-        rank, t = int(w["waited_on_rank"]), lo
-    got = [p for p in out if len(p)]
-    return pd.concat(got, ignore_index=True) if got else pd.DataFrame(columns=STITCH_COLUMNS)
+        rank, t = int(s_who[w]), lo
+    return _joined(out)
 
 
-def _clipped(p: pd.DataFrame, step: int, rank: int, lo: int, hi: int, offset: int) -> pd.DataFrame:
+def piece_arrays(p: pd.DataFrame) -> dict[str, np.ndarray]:
+    """A rank's path pieces as arrays, labels as text (what :func:`stitched` reads)."""
+    out = {c: p[c].to_numpy(np.int64) for c in ("step", "start", "end")}
+    out |= {c: p[c].astype(str).to_numpy(dtype=object) for c in ("kind", "phase", "module")}
+    return out
+
+
+def _clipped(p: dict, step: int, rank: int, lo: int, hi: int, offset: int) -> dict:
     """A rank's path pieces of ``step`` inside ``[lo, hi)`` (reference clock)."""
-    p = p[p["step"].to_numpy() == step]
-    a = np.maximum(p["start"].to_numpy(np.int64) - offset, lo)
-    b = np.minimum(p["end"].to_numpy(np.int64) - offset, hi)
-    k = b > a
-    return pd.DataFrame(
-        {
-            "step": step,
-            "rank": rank,
-            "kind": p["kind"].astype(str).to_numpy(dtype=object)[k],
-            "phase": p["phase"].astype(str).to_numpy(dtype=object)[k],
-            "module": p["module"].astype(str).to_numpy(dtype=object)[k],
-            "start": a[k],
-            "end": b[k],
-        }
-    )
+    a = np.maximum(p["start"] - offset, lo)
+    b = np.minimum(p["end"] - offset, hi)
+    k = (b > a) & (p["step"] == step)
+    got = {c: p[c][k] for c in ("kind", "phase", "module")}
+    return got | {
+        "step": np.full(int(k.sum()), step),
+        "rank": np.full(int(k.sum()), rank),
+        "start": a[k],
+        "end": b[k],
+    }
+
+
+def _joined(parts: list[dict]) -> dict:
+    return {c: np.concatenate([p[c] for p in parts]) if parts else np.zeros(0) for c in STITCH_COLUMNS}
 
 
 def setters(path: pd.DataFrame) -> pd.DataFrame:

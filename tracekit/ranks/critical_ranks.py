@@ -48,10 +48,24 @@ def matched(run: Any) -> tuple[pd.DataFrame, dict[int, int]]:
     return run._computed[key]
 
 
-def comm_pieces(run: Any, rank: int) -> pd.DataFrame:
-    """One rank's ``comm`` path pieces, as the ``critical_path`` table reads them (filters)."""
-    p = run.filters.intervals(run.ranks[rank].critical, REGISTRY[NAME])
-    return p[(p["kind"].astype(str) == "comm").to_numpy()] if len(p) else p
+#: Ranks whose gathered frames are decoded together (one decode, bounded memory).
+BATCH = 64
+
+
+def _frames(run: Any, name: str, ranks: list[int]) -> Any:
+    """``(rank, frame)`` of the ranks' ``Attributed.<name>`` (``windows``, ``critical``): the
+    gathered ones decoded :data:`BATCH` ranks at a time, else read one by one."""
+    for i in range(0, len(ranks), BATCH):
+        part = ranks[i : i + BATCH]
+        whole = run._computed.concat("att", name, part) if hasattr(run._computed, "concat") else None
+        if whole is None:
+            for r in part:
+                yield r, getattr(run.ranks[r], name)
+            continue
+        frame, lengths = whole
+        cut = np.cumsum([0, *lengths])
+        for r, a, b in zip(part, cut[:-1], cut[1:]):
+            yield r, frame.iloc[a:b]
 
 
 def segments(run: Any) -> pd.DataFrame:
@@ -59,35 +73,75 @@ def segments(run: Any) -> pd.DataFrame:
     key = ("cross", "critical_wait", -1)
     if key not in run._computed:
         waits, off = matched(run)
-        parts = [
-            critical_wait.wait_segments(r, comm_pieces(run, r), waits, off.get(r, 0))
-            for r in sorted(set(waits["rank"].tolist()) & set(run.ranks))
-        ]
+        ranks = sorted(set(waits["rank"].tolist()) & set(run.ranks))
+        parts = []
+        for r, p in _frames(run, "critical", ranks):
+            p = run.filters.intervals(p, REGISTRY[NAME])
+            comm = p[(p["kind"].astype(str) == "comm").to_numpy()] if len(p) else p
+            parts.append(critical_wait.wait_segments(r, comm, waits, off.get(r, 0)))
         parts = [p for p in parts if len(p)]
         empty = pd.DataFrame(columns=critical_wait.SEGMENT_COLUMNS)
         run._computed[key] = pd.concat(parts, ignore_index=True) if parts else empty
     return run._computed[key]
 
 
+def bounds(run: Any) -> pd.DataFrame:
+    """Every rank's complete steps' windows (``rank``, ``step``, ``start``, ``end``: own clock,
+    ns; the step filter applied) and ``n`` (the rank's steps a mean is over), once: a few
+    numbers per rank and step."""
+    key = ("cross", "critical_bounds", -1)
+    if key not in run._computed:
+        parts = []
+        for r, w in _frames(run, "windows", list(run.ranks)):
+            w = run.filters.windows(w)
+            w = w[(w["window"] == "step").to_numpy() & w["complete"].to_numpy(bool)]
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "rank": np.int64(r),
+                        "step": w["step"].to_numpy(np.int64),
+                        "start": w["start"].to_numpy(np.int64),
+                        "end": w["end"].to_numpy(np.int64),
+                        "n": np.int64(run._n_steps(run.ranks[r])),
+                    }
+                )
+            )
+        cols = ["rank", "step", "start", "end", "n"]
+        run._computed[key] = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=cols)
+    return run._computed[key]
+
+
+def _of_steps(segs: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """The segments of each rank's complete steps, with their step window's ``t0`` (own clock)."""
+    on = b[["rank", "step", "start"]].rename(columns={"start": "t0"})
+    return segs.astype({"rank": np.int64, "step": np.int64}).merge(on, on=["rank", "step"])
+
+
 def split(run: Any, name: str, table: pd.DataFrame, per_step: bool) -> pd.DataFrame:
     """Table ``name`` (every rank's rows, a ``rank`` column) with the waits split off its
     ``comm`` rows (per step, or as each rank's mean over its complete steps) and its
     ``percent`` derived again for the rows that changed."""
-    segs = segments(run)
+    b = bounds(run)
+    segs = _of_steps(segments(run), b)
     if name == TIMELINE:
         return _timeline(run, table, segs)
-    parts = []
-    for r in sorted(set(segs["rank"].tolist()) & set(run.ranks)):
-        steps = _bounds(run, r)["step"].to_numpy()
-        n = None if per_step else run._n_steps(run.ranks[r])
-        parts.append(critical_wait.wait_rows(segs[segs["rank"].to_numpy() == r], steps, n))
-    parts = [p for p in parts if len(p)]
-    if not parts:
+    if segs.empty:
         return table.assign(waited_on_rank=np.int64(-1))
-    out = critical_wait.split_table(table, pd.concat(parts, ignore_index=True))
-    win = _window_ms(run, out, per_step)
+    n = None if per_step else b.groupby("rank")["n"].first()
+    out = critical_wait.split_table(table, critical_wait.wait_rows(segs, n))
+    b = b.assign(win=(b["end"] - b["start"]).astype(float) / 1e6)
+    if per_step:
+        win = out[["rank", "step"]].merge(b[["rank", "step", "win"]], how="left")["win"]
+    else:
+        mean = b.groupby("rank")["win"].sum() / b.groupby("rank")["n"].first().clip(lower=1)
+        win = mean.reindex(out["rank"].to_numpy())
+    w = win.fillna(0.0).to_numpy(float)
     pct = np.zeros(len(out))
-    out["percent"] = np.divide(out["time_ms"].to_numpy(float) * 100.0, win, out=pct, where=win > 0)
+    out["percent"] = np.divide(out["time_ms"].to_numpy(float) * 100.0, w, out=pct, where=w > 0)
+    return _ordered(name, out)
+
+
+def _ordered(name: str, out: pd.DataFrame) -> pd.DataFrame:
     spec = REGISTRY[name]
     lead = [c for c in out.columns if c not in spec.values]
     return out[lead + [c for c in spec.values if c in out.columns]]
@@ -97,44 +151,10 @@ def _timeline(run: Any, table: pd.DataFrame, segs: pd.DataFrame) -> pd.DataFrame
     """The path timeline's ``comm`` rows cut at the waits (:func:`critical_wait.split_timeline`),
     the waits placed since their rank's step window began (own clock)."""
     off = matched(run)[1]
-    parts = []
-    for r in sorted(set(segs["rank"].tolist()) & set(run.ranks)):
-        mine = segs[segs["rank"].to_numpy() == r]
-        t0 = _bounds(run, r).set_index("step")["start"]
-        base = t0.reindex(mine["step"].to_numpy()).to_numpy()
-        ok = ~pd.isna(base)
-        at = base[ok].astype(np.int64) - off.get(r, 0)
-        lo = mine["start"].to_numpy(np.int64)[ok] - at
-        hi = mine["end"].to_numpy(np.int64)[ok] - at
-        parts.append(mine[ok].assign(lo=lo, hi=hi))
-    rel = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["rank", "step"])
-    out = critical_wait.split_timeline(table, rel)
-    spec = REGISTRY[TIMELINE]
-    lead = [c for c in out.columns if c not in spec.values]
-    return out[lead + [c for c in spec.values if c in out.columns]]
-
-
-def _bounds(run: Any, rank: int) -> pd.DataFrame:
-    """The rank's complete steps' windows (``step``, ``start``, ``end``, own clock, ns; the
-    step filter applied), read from its windows without framing or keeping them."""
-    w = run.filters.windows(run.ranks[rank].windows)
-    w = w[(w["window"] == "step").to_numpy() & w["complete"].to_numpy(bool)]
-    return pd.DataFrame({"step": w["step"].to_numpy(np.int64), "start": w["start"], "end": w["end"]})
-
-
-def _window_ms(run: Any, rows: pd.DataFrame, per_step: bool) -> np.ndarray:
-    """Per row, its rank's step window (ms): the step's, or the mean over complete steps."""
-    out = np.zeros(len(rows))
-    rank = rows["rank"].to_numpy()
-    for r in np.unique(rank):
-        st = _bounds(run, int(r))
-        win = pd.Series((st["end"] - st["start"]).to_numpy(float) / 1e6, index=st["step"])
-        at = rank == r
-        if per_step:
-            out[at] = win.reindex(rows.loc[at, "step"].to_numpy()).fillna(0.0).to_numpy(float)
-        else:
-            out[at] = win.sum() / max(run._n_steps(run.ranks[int(r)]), 1)
-    return out
+    shift = np.array([off.get(int(r), 0) for r in segs["rank"].to_numpy()], np.int64)
+    at = segs["t0"].to_numpy(np.int64) - shift
+    rel = segs.assign(lo=segs["start"].to_numpy(np.int64) - at, hi=segs["end"].to_numpy(np.int64) - at)
+    return _ordered(TIMELINE, critical_wait.split_timeline(table, rel))
 
 
 def wanted(run: Any) -> bool:
@@ -149,29 +169,26 @@ def path_ranks(run: Any) -> dict[str, pd.DataFrame]:
     key = ("cross", RANKS, -1)
     if key not in run._computed:
         off = matched(run)[1]
-        segs = segments(run)
-        parts = [_bounds(run, r).assign(rank=r) for r in run.ranks]
-        b = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["rank", "step"])
+        b = bounds(run)
+        segs = _of_steps(segments(run), b)
         shift = np.array([off.get(int(r), 0) for r in b["rank"].to_numpy()], np.int64)
-        b["start"] = b["start"].to_numpy(np.int64) - shift
-        b["end"] = b["end"].to_numpy(np.int64) - shift
-        held: dict[int, pd.DataFrame] = {}
+        b = b.assign(start=b["start"].to_numpy(np.int64) - shift, end=b["end"].to_numpy(np.int64) - shift)
+        held: dict[int, dict] = {}
 
-        def pieces_of(r: int) -> pd.DataFrame:
+        def pieces_of(r: int) -> dict:
             if r not in held:
-                held[r] = run.filters.intervals(run.ranks[r].critical, REGISTRY[NAME])
+                p = run.ranks[r].critical
+                p = p if run.filters.steps is None else p[p["step"].isin(run.filters.steps).to_numpy()]
+                held[r] = critical_wait.piece_arrays(p)
             return held[r]
 
-        steps = sorted(set(b["step"].tolist()))
+        by_step = dict(tuple(segs.groupby("step", sort=False))) if len(segs) else {}
+        none = segs.iloc[:0]
         walked = [
-            critical_wait.stitched(s, b[b["step"] == s], segs[segs["step"] == s], pieces_of, off)
-            for s in steps
+            critical_wait.stitched(int(s), at, by_step.get(s, none), pieces_of, off)
+            for s, at in b.groupby("step", sort=True)
         ]
-        walked = [w for w in walked if len(w)]
-        path = (
-            pd.concat(walked, ignore_index=True)
-            if walked
-            else pd.DataFrame(columns=critical_wait.STITCH_COLUMNS)
-        )
-        run._computed[key] = critical_wait.setters(path)
+        cols = critical_wait.STITCH_COLUMNS
+        path = pd.DataFrame({c: np.concatenate([w[c] for w in walked]) for c in cols}) if walked else None
+        run._computed[key] = critical_wait.setters(path if path is not None else pd.DataFrame(columns=cols))
     return {RANKS: run._computed[key]}
