@@ -17,7 +17,7 @@ import pandas as pd
 
 from tracekit.pipeline.windows import Windows
 
-from ._registry import CRITICAL_PIECES, MS, PCT, STEP_WINDOW, Ratio, register
+from ._registry import CRITICAL_PIECES, INDEX, MS, PCT, STEP_WINDOW, Ratio, register
 
 KEYS = ["step", "kind", "phase", "module"]
 COLUMNS = [*KEYS, "time_ms"]
@@ -27,7 +27,7 @@ COLUMNS = [*KEYS, "time_ms"]
     "critical_path",
     title="Critical path per step",
     keys=("kind", "phase", "module"),
-    values={"time_ms": MS, "percent": PCT},
+    values={"time_ms": MS, "percent": PCT, "waited_on_rank": INDEX},
     ratios={"percent": Ratio("time_ms", STEP_WINDOW)},
     reads=CRITICAL_PIECES,
     filters=frozenset({"phase", "module"}),

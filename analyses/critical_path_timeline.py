@@ -27,7 +27,7 @@ import pandas as pd
 
 from tracekit.pipeline.windows import Windows
 
-from ._registry import COUNT, CRITICAL_PIECES, MS, PER_STEP, register
+from ._registry import COUNT, CRITICAL_PIECES, INDEX, MS, PER_STEP, register
 
 #: Rows over the run (a chart is a few hundred pixels wide), and the fewest a step keeps.
 POINTS = 400
@@ -40,7 +40,7 @@ COLUMNS = ["step", *LABELS, "start_ms", "end_ms", "pieces"]
     "critical_path_timeline",
     title="Critical path over time",
     keys=("kind", "phase", "module"),
-    values={"start_ms": MS, "end_ms": MS, "pieces": COUNT},
+    values={"start_ms": MS, "end_ms": MS, "pieces": COUNT, "waited_on_rank": INDEX},
     reads=CRITICAL_PIECES,
     aggregate=PER_STEP,
     chart="critical_timeline",

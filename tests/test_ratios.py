@@ -165,6 +165,10 @@ DEFINITIONS: dict[str, dict[str, Expect]] = {
     "findings": {"share_pct": of_rank_window("ms")},
     "idle_host": {},
     "critical_path": {"percent": of_window("time_ms")},
+    # the step's path across ranks: each rank's share of it (docs/metrics.md, critical_path_ranks)
+    "critical_path_ranks": {
+        "share_pct": lambda df, t: _ratio(df["path_ms"], df.groupby("step")["path_ms"].transform("sum"))
+    },
     "launches": {
         "delay_mean_us": own("delay_ms", "launches", 1000.0),
         "small_kernel_pct": own("small_ms", "device_ms"),

@@ -28,7 +28,7 @@ from .filters import Filters
 from .perf.devices import resolve as resolve_peaks
 from .pipeline import Attributed
 from .pipeline.checks import TraceWarning, as_warning
-from .ranks import collective_ranks, manifest_tables
+from .ranks import collective_ranks, critical_ranks, manifest_tables
 from .ranks.analyse import Options
 from .ranks.gathered import Computed, RankTables
 from .ranks.grouping import directory_warnings, files_to_read, group_results
@@ -170,6 +170,8 @@ class Analysis(PerRankTables):
             out, lengths = pd.concat(rows, ignore_index=True), [len(p) for p in parts]
         if self.multi_rank or spec.cross_fill:
             out.insert(0, "rank", np.repeat(np.fromiter(self.ranks, np.int64), lengths))
+        if self.multi_rank and name in critical_ranks.SPLIT:  # waits at collectives split off
+            out = critical_ranks.split(self, name, out, per_step)
         return _typed(spec, out)
 
     def _source(self, name: str, per_step: bool):
@@ -209,6 +211,8 @@ class Analysis(PerRankTables):
             out = ranks_table.tables({rank: self._phase_means(rank, copy=False) for rank in self.ranks})
         if collective_ranks.wanted(self):  # collectives matched across ranks (analyses/cross_rank.py)
             out.update(collective_ranks.cross(self)[0])
+        if critical_ranks.wanted(self):  # the step's path across ranks (analyses/critical_wait.py)
+            out.update(critical_ranks.path_ranks(self))
         return {k: _typed(REGISTRY.get(k), _whole_numbers(REGISTRY.get(k), v.copy())) for k, v in out.items()}
 
     def _rank_tables_per_step(self) -> dict[str, pd.DataFrame]:

@@ -28,6 +28,7 @@ TABLE_NAMES = [
     "top_kernels",
     "layers",
     "layer_spread",
+    "critical_path_ranks",
     "stragglers",
     "collective_matches",
     "rank_summary",

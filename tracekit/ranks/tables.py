@@ -254,7 +254,9 @@ def tables_of(att: Attributed, path: str | os.PathLike, options: Any) -> dict:
         if REGISTRY[name].of_intervals:
             one._rank_table(name, 0, per_step=False)
     one._phase_means(0)
-    if "collectives" in wanted:  # the cross-rank matching's input (tracekit.ranks.collective_ranks)
+    if {"collectives", "critical_path", "critical_path_ranks"} & set(
+        wanted
+    ):  # the cross-rank matching's input (collective_ranks)
         one._instances(0)
     # Per-step tables stay here: the report needs only the means (and --per-step recomputes
     # them from the intervals); shipping them would add a third to what the parent unpickles

@@ -31,6 +31,7 @@ KIND_COLORS = {
     "kernel": "#54a24b",
     "memcpy": "#72b7b2",
     "sync": "#e45756",
+    "wait": "#ff9da6",  # several ranks: a collective's time before its last arrival
     "comm": "#b279a2",
     "idle": "#bab0ac",
 }
