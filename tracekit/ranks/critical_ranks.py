@@ -41,7 +41,7 @@ def matched(run: Any) -> tuple[pd.DataFrame, dict[int, int]]:
         inst = collective_ranks.all_instances(run)
         if len(inst):
             f, off = cross_rank.match(inst)
-            whole = critical_wait.ns_offsets(off)
+            whole = critical_wait.ns_offsets(off.shift)  # every rank's, as match() shifted it
             run._computed[key] = (critical_wait.waited(f, inst, whole), whole)
         else:
             run._computed[key] = (pd.DataFrame(columns=["rank"]), {})
