@@ -81,3 +81,15 @@ def test_a_stream_gap_never_spans_two_window_files(tmp_path) -> None:
     joined = TABLES["idle_causes"](att.__dict__["_intervals"].load(), frame_windows(att.windows))
     edge = joined[joined["step"].isin([6, 7, 8, 9])]["idle_ms"].sum()
     assert edge > got.loc[[k for k in got.index if k[0] in (6, 7, 8, 9)]].sum()
+
+
+def test_a_file_with_no_rows_leaves_the_others_dtypes() -> None:
+    """A file with no memcpy rows has an empty float ``bytes`` column; joined, the others'
+    int64 stays int64 (as the rank's whole table has it)."""
+    from tracekit.ranks.window_tables import _joined
+
+    empty = pd.DataFrame({"step": pd.Series([], dtype="int64"), "bytes": pd.Series([], dtype="float64")})
+    full = pd.DataFrame({"step": [3, 4], "bytes": [10, 20]})
+    got = _joined([empty, full, empty])
+    assert got["bytes"].dtype == "int64" and got["bytes"].tolist() == [10, 20]
+    assert _joined([empty, empty]) is empty

@@ -44,4 +44,11 @@ def per_file_tables(held: MergedIntervals, windows: pd.DataFrame, names: list[st
         for n in names:
             got[n].append(compute(n, iv, mine))
         del iv
-    return {n: pd.concat(frames, ignore_index=True) for n, frames in got.items()}
+    return {n: _joined(frames) for n, frames in got.items()}
+
+
+def _joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The files' frames in order; a file with no rows adds none, nor its empty columns'
+    dtypes (an empty int column is float64 or object, and would turn the others' into it)."""
+    rows = [f for f in frames if len(f)]
+    return pd.concat(rows, ignore_index=True) if rows else frames[0]
