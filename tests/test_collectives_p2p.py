@@ -7,12 +7,10 @@ gloo capture of send, recv and batch_isend_irecv."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from spawned_capture import run_capture
 from tracekit.analyses import cross_rank
 
 import tracekit
@@ -240,9 +238,7 @@ def test_real_gloo_sends_and_receives_pair(tmp_path: Path) -> None:
     script.write_text(GLOO_P2P)
     out = tmp_path / "traces"
     out.mkdir()
-    r = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True,
-                       timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_capture(script, out, ranks=2)
     a = tracekit.load(out, cache=False, jobs=1)
     c = a.table("collectives")
     p2p = c[c["collective"] == "SendRecv"]
