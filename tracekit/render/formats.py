@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..pipeline.checks import warning_lines
+from .json_rows import rows_text
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -62,6 +63,16 @@ def _nested(text: str, level: int) -> str:
     return text.replace("\n", "\n" + "  " * level)
 
 
+def _rows(df: pd.DataFrame) -> str:
+    """The rows of ``df`` in the document (the first one's ``{`` unindented): a column at a
+    time (:func:`tracekit.render.json_rows.rows_text`), else a dict per row as ``json.dumps``
+    writes it (a frame with a cell that is not a scalar)."""
+    fast = rows_text(df)
+    if fast is not None:
+        return fast
+    return _nested(_dumps(records(df))[4:-2], 2)  # "{...},\n  {...}" of "[\n  {...}\n]"
+
+
 def json_pieces(meta: dict, tables: dict[str, pd.DataFrame]) -> Iterator[str]:
     """The text of ``json.dumps({"meta": meta, "tables": {name: records(df)}}, indent=2)``,
     character for character, in pieces of at most :data:`CHUNK_ROWS` rows: a run of a
@@ -79,8 +90,7 @@ def json_pieces(meta: dict, tables: dict[str, pd.DataFrame]) -> Iterator[str]:
             continue
         yield "["
         for start in range(0, len(df), CHUNK_ROWS):
-            rows = _dumps(records(df.iloc[start : start + CHUNK_ROWS]))[2:-2]  # "  {...},\n  {...}"
-            yield ("," if start else "") + "\n    " + _nested(rows, 2)
+            yield ("," if start else "") + "\n      " + _rows(df.iloc[start : start + CHUNK_ROWS])
         yield "\n    ]"
     yield "\n  }\n}"
 
