@@ -84,3 +84,32 @@ def test_a_packed_frame_is_the_frame():
         store.add(slot, {("mean", "t"): pack(df) if slot % 2 else df})
         _same(df, store.frame(("mean", "t"), slot))
     assert pack(pd.DataFrame({"x": [1]}, index=[3])).index.tolist() == [3]  # not packed: itself
+
+
+def test_a_gathered_rank_keeps_its_memory_rows_compressed_and_gives_them_back():
+    """RankTables.gather: a rank's memory rows are kept as one compressed blob (not columns in
+    the store) and read back exactly; a rank with none keeps its empty frame in the store."""
+    from tracekit.pipeline import Attributed
+    from tracekit.ranks.gathered import pack
+
+    rng = np.random.default_rng(7)
+    store = RankTables()
+    rows = _frame(rng, 500, ["forward", "backward"])
+    empty = rows.iloc[:0].reset_index(drop=True)
+    got = {}
+    for slot, memory in enumerate((rows, empty)):
+        att = Attributed(
+            path=f"r{slot}",
+            mode="cpu",
+            intervals=pd.DataFrame({"step": [1]}),
+            steps=pd.DataFrame({"step": [1]}),
+            windows=pd.DataFrame({"step": [1]}),
+            memory=pack(memory),
+        )
+        got[slot] = store.gather(slot, att, {})
+    assert not store.has(("att", "memory"), 0) and store.has(("att", "memory"), 1)
+    blob = got[0].__dict__["_memory"].blob
+    assert len(blob) < rows.memory_usage(deep=True).sum() / 4
+    _same(rows, got[0].memory)
+    _same(rows, got[0].memory)  # each read is a new frame from the same blob
+    _same(empty, got[1].memory)

@@ -17,7 +17,9 @@ index, non-string labels in an object column, other dtypes) is kept whole instea
 
 from __future__ import annotations
 
+import pickle
 import sys
+import zlib
 from array import array
 from collections.abc import Iterator
 from typing import Any
@@ -247,18 +249,23 @@ class RankTables:
 
     def gather(self, slot: int, att: Any, tables: dict, *, options: Any = None) -> Any:
         """What a worker returned for file ``slot``: its tables added here, and its analysis
-        back with its ``steps``, ``windows`` and ``memory`` kept here too (read back when asked for), its
-        meta's keys interned, and its intervals' handle holding the run's ``options`` (one
-        object, not an unpickled copy per rank)."""
+        back with its ``steps``, ``windows`` and ``critical`` kept here too and its ``memory``
+        compressed (:class:`_Zipped`; each read back when asked for), its meta's keys
+        interned, and its intervals' handle holding the run's ``options`` (one object, not an
+        unpickled copy per rank)."""
         self.add(slot, tables)
         held = att.__dict__["_intervals"]
         if options is not None and hasattr(held, "sharing"):
             att.__dict__["_intervals"] = held.sharing(options, att.path)
         att.meta = _interned(att.meta)
-        kept = ("steps", "windows", "memory", "critical")
+        memory = att.__dict__["_memory"]
+        zipped = _rows(memory) > 0
+        kept = ("steps", "windows", "critical") if zipped else ("steps", "windows", "memory", "critical")
         self.add(slot, {("att", name): att.__dict__["_" + name] for name in kept})
         for name in kept:
             setattr(att, name, _Held(self, ("att", name), slot))
+        if zipped:
+            att.memory = _Zipped(zlib.compress(pickle.dumps(memory, protocol=pickle.HIGHEST_PROTOCOL), 1))
         att.modules = _NO_MODULES  # read by no view (and not sent: an empty frame, one per rank)
         return att
 
@@ -309,6 +316,30 @@ class _Held:
 
     def load(self) -> pd.DataFrame:
         return self.store.frame(self.key, self.slot)
+
+
+def _rows(frame: Any) -> int:
+    """The rows of a frame or of a :class:`Packed` one (0 for anything else)."""
+    if isinstance(frame, Packed):
+        return len(frame.arrays[0]) if frame.arrays else 0
+    return len(frame) if isinstance(frame, pd.DataFrame) else 0
+
+
+class _Zipped:
+    """One rank's memory events, as the gathering parent keeps them: their packed columns
+    pickled and zlib-compressed (a rank's memory rows are 60 KB packed, 8 KB so: half of
+    what a small rank with memory events cost the parent, docs/performance.md). Read only when
+    a view computes a memory table here (``--per-step``, filters, window files merged into one
+    rank): the report's memory tables come computed by the workers."""
+
+    __slots__ = ("blob",)
+
+    def __init__(self, blob: bytes):
+        self.blob = blob
+
+    def load(self) -> pd.DataFrame:
+        got = pickle.loads(zlib.decompress(self.blob))
+        return got.load() if isinstance(got, Packed) else got
 
 
 class Computed:
