@@ -17,7 +17,6 @@ index, non-string labels in an object column, other dtypes) is kept whole instea
 
 from __future__ import annotations
 
-import pickle
 import sys
 import zlib
 from array import array
@@ -258,14 +257,13 @@ class RankTables:
         if options is not None and hasattr(held, "sharing"):
             att.__dict__["_intervals"] = held.sharing(options, att.path)
         att.meta = _interned(att.meta)
-        memory = att.__dict__["_memory"]
-        zipped = _rows(memory) > 0
+        zipped = _Zipped.of(att.__dict__["_memory"])
         kept = ("steps", "windows", "critical") if zipped else ("steps", "windows", "memory", "critical")
         self.add(slot, {("att", name): att.__dict__["_" + name] for name in kept})
         for name in kept:
             setattr(att, name, _Held(self, ("att", name), slot))
         if zipped:
-            att.memory = _Zipped(zlib.compress(pickle.dumps(memory, protocol=pickle.HIGHEST_PROTOCOL), 1))
+            att.memory = zipped
         att.modules = _NO_MODULES  # read by no view (and not sent: an empty frame, one per rank)
         return att
 
@@ -318,28 +316,38 @@ class _Held:
         return self.store.frame(self.key, self.slot)
 
 
-def _rows(frame: Any) -> int:
-    """The rows of a frame or of a :class:`Packed` one (0 for anything else)."""
-    if isinstance(frame, Packed):
-        return len(frame.arrays[0]) if frame.arrays else 0
-    return len(frame) if isinstance(frame, pd.DataFrame) else 0
-
-
 class _Zipped:
-    """One rank's memory events, as the gathering parent keeps them: their packed columns
-    pickled and zlib-compressed (a rank's memory rows are 60 KB packed, 8 KB so: half of
-    what a small rank with memory events cost the parent, docs/performance.md). Read only when
-    a view computes a memory table here (``--per-step``, filters, window files merged into one
-    rank): the report's memory tables come computed by the workers."""
+    """One rank's memory events, as the gathering parent keeps them: their packed columns as
+    an Arrow IPC stream (:mod:`tracekit.ranks.packed_ipc`: no pickle), zlib-compressed. A rank's
+    memory rows are 60 KB packed and 8 KB so: half of what a small rank with memory events cost
+    the parent (docs/performance.md). Read only when a view computes a memory table here
+    (``--per-step``, filters, window files merged into one rank): the report's memory tables
+    come computed by the workers."""
 
-    __slots__ = ("blob",)
+    __slots__ = ("blob", "descs", "size")
 
-    def __init__(self, blob: bytes):
-        self.blob = blob
+    def __init__(self, descs: list[dict], stream: bytes):
+        self.descs, self.size, self.blob = descs, len(stream), zlib.compress(stream, 1)
+
+    @classmethod
+    def of(cls, frame: Any) -> _Zipped | None:
+        """``frame`` (packed) compressed; None when it has no rows or is not packed exactly."""
+        from .packed_ipc import encode
+
+        if not isinstance(frame, Packed) or not frame.arrays or not len(frame.arrays[0]):
+            return None
+        try:
+            return cls(*encode({"memory": frame}))
+        except ValueError:
+            return None
 
     def load(self) -> pd.DataFrame:
-        got = pickle.loads(zlib.decompress(self.blob))
-        return got.load() if isinstance(got, Packed) else got
+        from .packed_ipc import decode
+
+        got = decode(self.descs, zlib.decompress(self.blob), 4 * self.size + (1 << 16))
+        if got is None:  # never: these bytes were written by encode in this process
+            raise RuntimeError("a gathered rank's memory rows did not read back")
+        return got["memory"].load()
 
 
 class Computed:
