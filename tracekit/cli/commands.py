@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
@@ -170,7 +171,7 @@ def analyze(
             findings=findings_file,
             keep_intervals=per_step or filters.active,  # else the report reads none
         )
-        tables, meta = _report(_filtered(analysis, filters), only, per_step, paper)
+        tables, meta = _report(_filtered(analysis, filters), only, per_step, paper, fmt)
         first = fmt == "table" and not (show_all or only or per_step)
         write_output(fmt, meta, tables, out, "render_first" if first else "render", wide=wide, top=top)
     if meta.get("partial"):
@@ -228,20 +229,28 @@ def _filtered(analysis, filters):
         raise click.BadParameter(str(e).removeprefix(e.option + " "), param_hint=e.option) from None
 
 
-def _report(analysis, only: list[str], per_step: bool, paper: bool) -> tuple[dict, dict]:
+def _report(analysis, only: list[str], per_step: bool, paper: bool, fmt: str) -> tuple[Mapping, dict]:
     """(tables, meta) to write: the tables asked for, the aggregation said, the paper's values
-    beside them with ``paper``."""
-    tables = _selected(analysis, only, per_step)
+    beside them with ``paper``. JSON of many ranks gets its tables one at a time
+    (:mod:`tracekit.cli.one_by_one`), counted first: the meta is read after every table was."""
+    from . import one_by_one
+
+    if one_by_one.wanted(analysis, fmt, paper):
+        names = list(_selected(analysis, only, per_step, names_only=True)) if only else analysis.names()
+        tables: Mapping = one_by_one.OneByOne(analysis, names, per_step, whole=not only).count()
+    else:
+        tables = _selected(analysis, only, per_step)
     meta = analysis.meta
     if per_step:
         meta["aggregation"] = "per step (one row per complete step)"
     if paper:
-        tables, meta = _add_paper(tables, meta)
+        tables, meta = _add_paper(dict(tables), meta)
     return tables, meta
 
 
-def _selected(analysis, only: list[str], per_step: bool) -> dict:
-    """The tables asked for (all by default); naming one the run does not have is an error."""
+def _selected(analysis, only: list[str], per_step: bool, names_only: bool = False) -> dict:
+    """The tables asked for (all by default); naming one the run does not have is an error.
+    ``names_only``: their names (as keys), not computed."""
     if not only:
         return analysis.tables(per_step=per_step)
     from tracekit.analyses import REGISTRY
@@ -256,7 +265,7 @@ def _selected(analysis, only: list[str], per_step: bool) -> dict:
         else:
             why = "does not apply to this run or its filters"
         raise click.BadParameter(f"{', '.join(missing)}: {why}", param_hint="--table")
-    return {n: analysis.table(n, per_step) for n in have if n in only}
+    return {n: None if names_only else analysis.table(n, per_step) for n in have if n in only}
 
 
 @main.command()
@@ -337,7 +346,7 @@ def compare(a, b, fmt, out, reading, paper, debug):
         tables = compare_runs(*runs)
         meta = compare_meta(*runs)
         if paper:
-            tables, meta = _add_paper(tables, meta)
+            tables, meta = _add_paper(dict(tables), meta)
         write_output(fmt, meta, tables, out, "render_compare")
     if any(r.meta.get("partial") for r in runs):
         sys.exit(1)

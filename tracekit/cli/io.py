@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
@@ -306,7 +306,7 @@ def load_with_progress(load: Callable, path, **kw):
 def write_output(
     fmt: str,
     meta: dict,
-    tables: dict,
+    tables: Mapping,
     out: Path | None,
     terminal: str,
     *,
@@ -325,17 +325,17 @@ def write_output(
     meta, tables = finite_output(meta, tables)  # never inf in any format (render/finite.py)
     for line in warning_lines(meta["warnings"]):
         warn(line)
-    if fmt != "json":
-        meta = clean_obj(meta)
-        tables = clean_tables(tables)  # bounded where shown, after shortening (render.common)
+    if fmt == "json":  # tables computed when read stay so (tracekit.cli.one_by_one)
+        emit_pieces(formats.json_pieces(meta, tables), out)
+        return
+    meta = clean_obj(meta)
+    tables = clean_tables(dict(tables))  # bounded where shown, after shortening (render.common)
     if fmt == "table":  # rich is imported for terminal tables only
         from ..render import first_screen
         from ..render import terminal as term
 
         render = first_screen.render_first if terminal == "render_first" else getattr(term, terminal)
         write_table(render, meta, tables, out, wide=wide, top=top)
-    elif fmt == "json":
-        emit_pieces(formats.json_pieces(meta, tables), out)
     elif fmt == "md":
         emit(formats.markdown_report(meta, tables, top=top), out)
     elif fmt == "csv" and out and is_dir_out(out):

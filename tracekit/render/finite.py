@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -60,13 +61,19 @@ def finite_frame(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     return (df if out is None else out), count
 
 
-def finite_output(meta: dict, tables: dict[str, pd.DataFrame]) -> tuple[dict, dict[str, pd.DataFrame]]:
-    """``meta`` and ``tables`` as every format shows them (see the module docstring)."""
-    fixed = {k: finite_frame(v) for k, v in tables.items()}
+def finite_output(meta: dict, tables: Mapping[str, pd.DataFrame]) -> tuple[dict, Mapping[str, pd.DataFrame]]:
+    """``meta`` and ``tables`` as every format shows them (see the module docstring). Tables
+    computed when read (:class:`tracekit.cli.one_by_one.OneByOne`) have counted their values
+    that are not finite already (``not_finite``), and read finite: they are passed on as they are."""
+    if isinstance(tables, dict):
+        fixed = {k: finite_frame(v) for k, v in tables.items()}
+        tables, in_tables = {k: df for k, (df, _) in fixed.items()}, sum(c for _, c in fixed.values())
+    else:
+        in_tables = tables.not_finite  # type: ignore[attr-defined]
     warnings = meta.get("warnings", [])
     got = {k: (v, 0) if k == "warnings" else finite_obj(v) for k, v in meta.items()}
     meta = {k: v for k, (v, _) in got.items()}
-    n = sum(c for _, c in got.values()) + sum(c for _, c in fixed.values())
+    n = sum(c for _, c in got.values()) + in_tables
     if n:
         meta["warnings"] = [
             *warnings,
@@ -78,4 +85,4 @@ def finite_output(meta: dict, tables: dict[str, pd.DataFrame]) -> tuple[dict, di
                 "step": None,
             },
         ]
-    return meta, {k: df for k, (df, _) in fixed.items()}
+    return meta, tables

@@ -11,7 +11,7 @@ import io
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -73,7 +73,7 @@ def _rows(df: pd.DataFrame) -> str:
     return _nested(_dumps(records(df))[4:-2], 2)  # "{...},\n  {...}" of "[\n  {...}\n]"
 
 
-def json_pieces(meta: dict, tables: dict[str, pd.DataFrame]) -> Iterator[str]:
+def json_pieces(meta: dict, tables: Mapping[str, pd.DataFrame]) -> Iterator[str]:
     """The text of ``json.dumps({"meta": meta, "tables": {name: records(df)}}, indent=2)``,
     character for character, in pieces of at most :data:`CHUNK_ROWS` rows: a run of a
     thousand ranks has hundreds of thousands of rows, and the whole document as Python dicts
