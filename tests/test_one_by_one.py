@@ -81,11 +81,14 @@ class _Run:
         return {"rank_summary": pd.DataFrame({"y": [np.inf]}), "ranks": pd.DataFrame({"y": [1.0]})}
 
 
-def test_not_finite_values_are_counted_first_and_read_empty():
+@pytest.mark.parametrize("keep", [0, one_by_one.KEEP_BYTES])
+def test_not_finite_values_are_counted_first_and_read_empty(monkeypatch, keep):
+    monkeypatch.setattr(one_by_one, "KEEP_BYTES", keep)
     run = _Run()
     t = one_by_one.OneByOne(run, ["phases", "modules", "ranks", "rank_summary"], False, whole=True)
     assert list(t) == ["phases", "modules", "rank_summary", "ranks"]  # as rank_tables orders them
     assert t.count().not_finite == 3
     assert t["phases"]["x"].isna().tolist() == [False, True, True]
     assert run.asked.count("rank_tables") == 1  # the cross-rank tables once, kept
-    assert run.asked.count("phases") == 2  # the counting pass, the writing pass: nothing kept
+    # computed in the counting pass and again when written, unless small enough to keep
+    assert run.asked.count("phases") == (1 if keep else 2)

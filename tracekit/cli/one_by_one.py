@@ -5,9 +5,9 @@
 it keeps per rank (docs/performance.md). The JSON writer needs one table at a time, except
 for one fact that comes first in the document: how many values ``meta`` says were emptied
 because they were not finite (:func:`tracekit.render.finite.finite_output`). So the tables are
-computed twice, each let go at once: a first pass counts those values (:meth:`OneByOne.count`),
-the writer's pass reads each table again. The cross-rank tables come from one call
-(``Analysis.rank_tables``) and are small: they are kept.
+computed twice, each big one let go at once: a first pass counts those values
+(:meth:`OneByOne.count`), the writer's pass computes each big table again (small ones, the
+findings and the cross-rank tables among them, are kept from the first).
 
 Needs: an :class:`~tracekit.analysis.Analysis` and the names of its tables to write.
 Gives: a mapping ``name -> DataFrame`` in the order ``Analysis.tables`` has them, whose values
@@ -24,6 +24,10 @@ from ..render.finite import finite_frame
 
 if TYPE_CHECKING:
     import pandas as pd
+
+#: A table at most this big (its columns' arrays) is kept from the counting pass instead of
+#: computed again: the findings and the cross-rank tables, a few rows a rank.
+KEEP_BYTES = 1 << 20
 
 #: Runs of at least this many ranks write their JSON a table at a time (fewer: every table
 #: at once, as the other formats do; the second pass would cost more than it saves).
@@ -55,12 +59,16 @@ class OneByOne(Mapping):
         #: Values that were not finite (:meth:`count`); once counted, each table is read as
         #: the writer shows it (:func:`~tracekit.render.finite.finite_frame`).
         self.not_finite, self.counted = 0, False
+        #: Tables small enough to keep from the counting pass (as the writer shows them).
+        self._small: dict[str, pd.DataFrame] = {}
 
     def __getitem__(self, name: str) -> pd.DataFrame:
         if name not in self.names:
             raise KeyError(name)
         from tracekit.analyses import REGISTRY
 
+        if name in self._small:
+            return self._small[name]
         if not REGISTRY[name].cross_rank:
             df = self.analysis.table(name, self.per_step)
         else:
@@ -78,6 +86,10 @@ class OneByOne(Mapping):
     def count(self) -> OneByOne:
         """The first pass: every table computed once, its values that are not finite counted
         (:attr:`not_finite`), and let go."""
-        self.not_finite = sum(finite_frame(self[n])[1] for n in self.names)
+        for name in self.names:
+            df, n = finite_frame(self[name])
+            self.not_finite += n
+            if df.memory_usage(index=False).sum() <= KEEP_BYTES:
+                self._small[name] = df
         self.counted = True
         return self
