@@ -50,7 +50,7 @@ def to_json(meta: dict, tables: dict[str, pd.DataFrame]) -> str:
 
 
 #: Rows encoded at once by :func:`json_pieces`.
-CHUNK_ROWS = 4096
+CHUNK_ROWS = 2048
 
 
 def _dumps(obj) -> str:
