@@ -3,7 +3,9 @@
 Not a test: run by hand, on an idle machine. Each figure is the end-to-end CLI run a user types,
 ``tracekit analyze X --format json --no-cache`` (every table on), timed as a child process:
 wall seconds and the peak RSS of the largest process (``/usr/bin/time``'s figure; pool workers
-are their own processes). Best of ``--repeat`` runs, the two installs alternating so both see
+are their own processes); for the rank workloads also the peak of parent plus workers (the
+process tree's RSS summed, sampled every 50 ms: issue 34's figure for 1,000 ranks against
+100). Best of ``--repeat`` runs, the two installs alternating so both see
 the same machine.
 
     python benchmarks/budget.py --baseline /path/to/venv-c42c687/bin/tracekit
@@ -71,18 +73,38 @@ def workload(name: str, out: Path, src: Path, rank_src: Path) -> tuple[Path, lis
     raise SystemExit(f"unknown workload {name!r}")
 
 
-def measure(exe: str, target: Path, extra: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS MB of the largest process) of one CLI run in a fresh child."""
+def measure(exe: str, target: Path, extra: list[str]) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS MB of the largest process, peak MB of the whole process tree:
+    parent plus workers, sampled every 50 ms) of one CLI run in a fresh child."""
     cmd = ["/usr/bin/time", "-f", "%M", exe, "analyze", str(target), "--format", "json", "--no-cache", *extra]
-    with tempfile.TemporaryDirectory() as cwd:
+    with tempfile.TemporaryDirectory() as cwd, tempfile.TemporaryFile("w+") as err:
         t = time.perf_counter()
-        res = subprocess.run(
-            cmd, check=False, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
+        p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        tree = 0
+        while p.poll() is None:
+            tree = max(tree, tree_rss(p.pid))
+            time.sleep(0.05)
         wall = time.perf_counter() - t
-    if res.returncode not in (0, 1):
-        raise SystemExit(f"{exe} failed on {target}: {res.stderr[-500:]}")
-    return wall, int(res.stderr.strip().splitlines()[-1]) / 1024
+        err.seek(0)
+        stderr = err.read()
+    if p.returncode not in (0, 1):
+        raise SystemExit(f"{exe} failed on {target}: {stderr[-500:]}")
+    return wall, int(stderr.strip().splitlines()[-1]) / 1024, tree / 1024
+
+
+def tree_rss(pid: int) -> int:
+    """KB resident in ``pid`` and all its descendants now (0 for a process already gone)."""
+    total, todo = 0, [pid]
+    while todo:
+        q = todo.pop()
+        try:
+            with open(f"/proc/{q}/status") as f:
+                total += next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
+            with open(f"/proc/{q}/task/{q}/children") as f:
+                todo += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return total
 
 
 def compile_install(exe: str) -> None:
@@ -126,17 +148,18 @@ def main() -> None:
     print(f"{'work':10} {'base s':>8} {'base MB':>8} {'this s':>8} {'this MB':>8} {'time x':>7} {'RSS x':>6}")
     for name in args.work:
         target, extra = workload(name, args.out_dir, args.src, args.rank_src)
-        runs: dict[str, list[tuple[float, float]]] = {"base": [], "this": []}
+        runs: dict[str, list[tuple[float, float, float]]] = {"base": [], "this": []}
         for _ in range(args.repeat):
             runs["base"].append(measure(args.baseline, target, extra))
             runs["this"].append(measure(args.tracekit, target, extra))
-        (bt, bm), (tt, tm) = min(runs["base"]), min(runs["this"])
+        (bt, bm, btree), (tt, tm, ttree) = min(runs["base"]), min(runs["this"])
         line = f"{name:10} {bt:8.2f} {bm:8.0f} {tt:8.2f} {tm:8.0f} {tt / bt:7.2f} {tm / bm:6.2f}"
         if name.startswith("gz"):
             line += f"  peak / decompressed: base {bm / size_of(target):.2f}, this {tm / size_of(target):.2f}"
         if name.startswith("ranks"):
             n = int(name[5:])
             line += f"  ms/rank: base {1000 * bt / n:.0f}, this {1000 * tt / n:.0f}"
+            line += f"; parent+workers MB: base {btree:.0f}, this {ttree:.0f}"
         print(line, flush=True)
 
 
