@@ -8,7 +8,7 @@ import pandas as pd
 from ..read.reader import FLOW_FWDBWD
 from .checks import TraceWarning
 from .nesting import F_BWD, F_MODULE, F_OP, MOD_IN_BWD
-from .state import Trace, add_columns, as_str, cat_test, categorical, lookup, take
+from .state import Trace, add_columns, as_str, cat_test, categorical, lookup, row_codes, take
 
 
 def link_backward(t: Trace) -> Trace:
@@ -107,26 +107,34 @@ def creator_by_seq(ops: pd.DataFrame, seq: np.ndarray, before: np.ndarray) -> np
 
 def _fwdbwd_pairs(t: Trace) -> pd.Series:
     """Backward op -> forward op (rows of ``t.ranges``) from ``fwdbwd`` flow pairs: the flow
-    starts on the forward op and finishes on the backward op (matched by thread and time)."""
+    starts on the forward op and finishes on the backward op (matched by thread and time: the
+    first op of ``t.ranges`` there). Per flow id its first start and first finish that are on
+    an op; a backward op finished by several flows keeps the first finish's."""
     ev, r = t.events, t.ranges
     fl = np.flatnonzero(ev["kind"].to_numpy() == FLOW_FWDBWD)
     ops = np.flatnonzero((r["flags"].to_numpy() & F_OP) != 0)
     if fl.size == 0 or ops.size == 0:
         return pd.Series(dtype=np.int64)
-    key = pd.Series(
-        ops,
-        index=pd.MultiIndex.from_arrays(
-            [r["pid"].to_numpy()[ops], r["tid"].to_numpy()[ops], r["start"].to_numpy()[ops]]
-        ),
-    )
-    key = key[~key.index.duplicated(keep="first")]
-    pid, tid, ts = (ev[c].to_numpy()[fl] for c in ("pid", "tid", "ts"))
-    where = key.reindex(pd.MultiIndex.from_arrays([pid, tid, ts])).to_numpy(dtype="float64")
-    df = pd.DataFrame(
-        {"id": ev["flow_id"].to_numpy()[fl], "ph": as_str(ev["flow_ph"])[fl], "op": where}
-    ).dropna()
-    s = df[df.ph == "s"].drop_duplicates("id").set_index("id")["op"]
-    f = df[df.ph == "f"].drop_duplicates("id").set_index("id")["op"]
-    pairs = pd.concat([f.rename("bwd"), s.rename("fwd")], axis=1, join="inner")
-    out = pd.Series(pairs["fwd"].astype(np.int64).to_numpy(), index=pairs["bwd"].astype(np.int64).to_numpy())
-    return out[~out.index.duplicated(keep="first")]
+    # One code per (pid, tid, time) over the ops and then the flows: an op's code is below
+    # the number of distinct op places, and the first op of a place is the one it names.
+    code = row_codes(*(np.concatenate([r[rc].to_numpy()[ops], ev[ec].to_numpy()[fl]]) for rc, ec in _PLACE))
+    op_code, fl_code = code[: len(ops)], code[len(ops) :]
+    first_op = np.full(int(op_code.max()) + 1, -1, np.int64)
+    first_op[op_code[::-1]] = ops[::-1]
+    on = np.where(fl_code < len(first_op), first_op[np.minimum(fl_code, len(first_op) - 1)], -1)
+    fid, ph = ev["flow_id"].to_numpy()[fl], as_str(ev["flow_ph"])[fl]
+    s, f = _first_of_id(fid, (ph == "s") & (on >= 0)), _first_of_id(fid, (ph == "f") & (on >= 0))
+    at = pd.Index(fid[s]).get_indexer(fid[f])
+    f, s = f[at >= 0], s[at[at >= 0]]
+    keep = np.sort(np.unique(on[f], return_index=True)[1])
+    return pd.Series(on[s][keep], index=on[f][keep])
+
+
+#: The columns of a range (``t.ranges``) and of an event that say where it is.
+_PLACE = (("pid", "pid"), ("tid", "tid"), ("start", "ts"))
+
+
+def _first_of_id(fid: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The rows of ``mask`` that are the first of their ``fid``, in row order."""
+    rows = np.flatnonzero(mask)
+    return rows[np.sort(np.unique(fid[rows], return_index=True)[1])]

@@ -49,7 +49,7 @@ import pandas as pd
 
 from ..read.reader import PYTHON
 from .intervals import containing
-from .state import Trace, codes_of, spread, str_test, take
+from .state import Trace, codes_of, row_codes, spread, str_test, take
 
 ZERO_GRAD_PREFIX = "Optimizer.zero_grad#"
 #: Ops only an optimizer's update runs (fused / foreach / multi-tensor implementations).
@@ -286,7 +286,7 @@ def call_start(t: Trace) -> np.ndarray:
         return np.full(len(a), -1, np.int64)
     pid = np.concatenate([calls["pid"].to_numpy(), a["launch_pid"].to_numpy()])
     tid = np.concatenate([calls["tid"].to_numpy(), a["launch_tid"].to_numpy()])
-    thread = pd.MultiIndex.from_arrays([pid, tid]).factorize()[0]  # one key per thread
+    thread = row_codes(pid, tid)  # one key per thread
     n = len(calls)
     start = calls["start"].to_numpy(np.int64)
     of = containing(thread[n:], a["launch_ts"].to_numpy(), thread[:n], start, calls["end"].to_numpy())

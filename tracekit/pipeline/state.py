@@ -302,6 +302,13 @@ def distinct_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return key, np.searchsorted(np.maximum.accumulate(key), np.arange(n_keys))
 
 
+def row_codes(*columns: np.ndarray) -> np.ndarray:
+    """Per row, the number of its combination of the columns' values, numbered 0, 1, ... by
+    first appearance: ``pd.MultiIndex.from_arrays(columns).factorize()[0]`` without a tuple per
+    row (e.g. one code per thread of ``(pid, tid)``, for :func:`~.intervals.containing`)."""
+    return distinct_rows(*columns)[0]
+
+
 def categorical_take(uniq: np.ndarray, codes: np.ndarray, idx: np.ndarray, default: str) -> pd.Categorical:
     """``pd.Categorical(take(uniq[codes], idx, default))`` (categories: the distinct values
     present, sorted), computed on the integer codes: no string is hashed per row."""

@@ -28,7 +28,7 @@ import pandas as pd
 
 from ..read.reader import ANNOTATION, CPU_OP
 from .intervals import containing
-from .state import Trace
+from .state import Trace, row_codes
 
 #: CPU ops that issue a collective (the c10d dispatcher op, DeepSpeed/torch's comms record).
 ENQUEUE_PREFIXES = ("c10d::", "record_param_comms")
@@ -86,8 +86,7 @@ def _outermost(thr: np.ndarray, rows: np.ndarray, ts: np.ndarray, end: np.ndarra
 
 def _thread_codes(pid: np.ndarray, tid: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """One int64 code per (pid, tid) of the event ``rows``, so containment is per thread."""
-    key = pd.MultiIndex.from_arrays([pid[rows], tid[rows]])
-    return pd.factorize(key)[0].astype(np.int64)
+    return row_codes(pid[rows], tid[rows])
 
 
 def _queued_by(pid: np.ndarray, ts: np.ndarray, worker: np.ndarray, calls: np.ndarray) -> np.ndarray:
