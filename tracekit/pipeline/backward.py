@@ -97,11 +97,21 @@ def creator_by_seq(ops: pd.DataFrame, seq: np.ndarray, before: np.ndarray) -> np
     out = np.full(len(seq), -1, np.int64)
     if ops.empty or len(seq) == 0:
         return out
-    q = pd.DataFrame(
-        {"seq": np.asarray(seq, np.int64), "t": np.asarray(before, np.int64), "i": np.arange(len(seq))}
-    ).sort_values("t", kind="stable")
-    m = pd.merge_asof(q, ops, on="t", by="seq", direction="backward", allow_exact_matches=False)
-    out[m["i"].to_numpy()] = m["row"].fillna(-1).astype(np.int64).to_numpy()
+    n = len(ops)
+    o_seq, o_t = ops["seq"].to_numpy(np.int64), ops["t"].to_numpy(np.int64)
+    all_seq = np.concatenate([o_seq, np.asarray(seq, np.int64)])
+    all_t = np.concatenate([o_t, np.asarray(before, np.int64)])
+    is_op = np.arange(len(all_seq)) < n
+    # One sort of the ops (in their order) and the nodes by number, then time; at one time the
+    # nodes first (their creator started strictly before). Each node's candidate is the last
+    # op sorted before it: the creator when it has the node's number.
+    order = np.lexsort((np.arange(len(all_seq)), is_op, all_t, all_seq))
+    op_sorted = is_op[order]
+    last = np.maximum.accumulate(np.where(op_sorted, np.arange(len(order)), -1))[~op_sorted]
+    cand = np.where(last >= 0, order[np.maximum(last, 0)], 0)
+    node = order[~op_sorted]
+    found = (last >= 0) & (all_seq[cand] == all_seq[node])
+    out[node - n] = np.where(found, ops["row"].to_numpy(np.int64)[np.minimum(cand, n - 1)], -1)
     return out
 
 
