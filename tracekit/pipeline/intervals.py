@@ -86,6 +86,23 @@ def measure_by(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
     return pd.Series(total.astype(np.int64), index=idx)
 
 
+def measure_by_key(key: np.ndarray, start: np.ndarray, end: np.ndarray, n: int) -> np.ndarray:
+    """:func:`measure_by` for small integer keys on arrays: per key ``0..n-1`` the measure (ns)
+    of the union of its ``[start, end)`` intervals (0 for a key with none), with no frame."""
+    out = np.zeros(n, np.int64)
+    if not len(key):
+        return out
+    start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
+    order = np.lexsort((start, key))
+    k, start, end = key[order], start[order], end[order]
+    first = np.ones(len(k), bool)
+    first[1:] = k[1:] != k[:-1]
+    added = np.clip(end - np.maximum(start, _reach(start, end, first)), 0, None)
+    heads = np.flatnonzero(first)
+    out[k[heads]] = np.add.reduceat(added, heads)
+    return out
+
+
 def _order_codes(col: pd.Series) -> np.ndarray:
     """Integers that sort and group as ``pd.factorize(col, sort=True)[0]`` does, -1 missing:
     an int column's own values, a categorical's codes (pandas sorts a categorical's groups in
