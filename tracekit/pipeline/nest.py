@@ -57,10 +57,10 @@ def nest_cpu_ops(t: Trace) -> Trace:
         full[ok] = x
         own[col] = full
     t.ranges = r = add_columns(r, on_ranges)
-    t.acts = a = add_columns(a, own)
     if t.mode == "cpu":
-        _own_op_context(a, r)
-    t.acts = add_columns(a, op_columns(t, a["op_r"].to_numpy(), a["comm_r"].to_numpy()))
+        own.update(_own_op_context(a, r))
+    own.update(op_columns(t, own["op_r"], own["comm_r"]))
+    t.acts = add_columns(a, own)
     return t
 
 
@@ -107,15 +107,15 @@ def _comm_text(t: Trace, comm_ev: np.ndarray) -> pd.Categorical:
     return categorical_take(values, code, np.arange(len(code)), "")
 
 
-def _own_op_context(a: pd.DataFrame, r: pd.DataFrame) -> None:
+def _own_op_context(a: pd.DataFrame, r: pd.DataFrame) -> dict[str, np.ndarray]:
     """CPU mode: every self-time piece of an op takes the context its launching op (the op
     itself, or the collective op that issued a worker thread's collective range) gives its own
-    body (the op pushed onto its enclosing context), so all pieces of one op share one context."""
+    body (the op pushed onto its enclosing context), so all pieces of one op share one context:
+    the context columns (:data:`CONTEXT` and ``ctx_bits``) of ``a``'s rows."""
     r_ev = r["ev"].to_numpy()
     own = lookup(pd.Series(np.arange(len(r)), index=r_ev), a["launch_ev"].to_numpy())
     ctx = own_context(r["flags"].to_numpy(), *(r[c].to_numpy() for c in CONTEXT + ("bits",)))
-    for col, x in zip(CONTEXT + ("ctx_bits",), ctx):
-        a[col] = take(x, own, 0 if col == "ctx_bits" else -1)
+    return {col: take(x, own, 0 if col == "ctx_bits" else -1) for col, x in zip(CONTEXT + ("ctx_bits",), ctx)}
 
 
 def _ranges(t: Trace, kind: np.ndarray) -> pd.DataFrame:
