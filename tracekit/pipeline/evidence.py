@@ -263,18 +263,17 @@ def _autograd_calls(t: Trace) -> pd.DataFrame:
     ev = t.events
     hit = t.name_test(lambda s: s.str.contains(AUTOGRAD_CALL))
     idx = np.flatnonzero((ev["kind"].to_numpy() == PYTHON) & hit)
-    ts = ev["ts"].to_numpy()[idx]
-    calls = pd.DataFrame(
-        {"pid": ev["pid"].to_numpy()[idx], "tid": ev["tid"].to_numpy()[idx], "start": ts}
-    ).assign(end=ts + ev["dur"].to_numpy()[idx])
-    calls = calls.sort_values(["pid", "tid", "start", "end"], ascending=[True, True, True, False])
+    pid, tid, ts = ev["pid"].to_numpy()[idx], ev["tid"].to_numpy()[idx], ev["ts"].to_numpy()[idx]
+    end = ts + ev["dur"].to_numpy()[idx]
+    order = np.lexsort((np.arange(len(idx)), -end, ts, tid, pid))  # longest first at one start
     keep, last = [], (None, None, -1)
-    for p, q, s, e in calls.itertuples(index=False):  # a few frames per backward call
+    for p, q, s, e in zip(*(x[order].tolist() for x in (pid, tid, ts, end))):  # a few per call
         inside = (p, q) == last[:2] and s < last[2]
         keep.append(not inside)
         if not inside:
             last = (p, q, e)
-    return calls[np.array(keep, bool)].reset_index(drop=True)
+    rows = order[np.array(keep, bool)]
+    return pd.DataFrame({"pid": pid[rows], "tid": tid[rows], "start": ts[rows], "end": end[rows]})
 
 
 def call_start(t: Trace) -> np.ndarray:
