@@ -353,5 +353,5 @@ def lookup(index: pd.Series, keys: np.ndarray) -> np.ndarray:
     """``index[key]`` (int64 values) per key, -1 where the key is absent."""
     if len(index) == 0:
         return np.full(len(keys), -1, np.int64)
-    v = index.reindex(keys).to_numpy(dtype="float64")
-    return np.where(np.isnan(v), -1, v).astype(np.int64)
+    pos = index.index.get_indexer(keys)  # as reindex: the index must be unique
+    return np.where(pos >= 0, index.to_numpy(np.int64)[np.maximum(pos, 0)], -1).astype(np.int64)
