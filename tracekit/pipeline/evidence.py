@@ -175,11 +175,14 @@ def _per_step(a: pd.DataFrame, mask: np.ndarray, how: str, missing: int = _NEVER
     """Per activity, the min/max launch time (int64 ns) of its step's ``mask`` activities;
     ``missing`` where its step has none."""
     step = a["step"].to_numpy()
-    ts = pd.Series(a["launch_ts"].to_numpy(np.int64)[mask]).groupby(step[mask]).agg(how)
-    pos = ts.index.get_indexer(step)
-    return np.where(
-        pos >= 0, ts.to_numpy(np.int64)[np.maximum(pos, 0)] if len(ts) else missing, missing
-    ).astype(np.int64)
+    if not mask.any():
+        return np.full(len(step), missing, np.int64)
+    order = np.argsort(step[mask], kind="stable")
+    s, ts = step[mask][order], a["launch_ts"].to_numpy(np.int64)[mask][order]
+    heads = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    agg = {"max": np.maximum, "min": np.minimum}[how].reduceat(ts, heads)
+    pos = np.minimum(np.searchsorted(s[heads], step), len(heads) - 1)
+    return np.where(s[heads][pos] == step, agg[pos], missing).astype(np.int64)
 
 
 def step_tail(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
