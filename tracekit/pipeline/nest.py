@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -163,24 +165,27 @@ def range_flags(
     (``(codes, distinct)``: each distinct name is tested once); ``has_collective``: the event
     records a collective ("Collective name")."""
     codes, uniq = names
-    u = pd.Series(uniq, dtype=object)
     # Per distinct name, the flags its name alone gives, and the name tests that the event's
-    # kind completes (bits above the flags'); read for every range by one gather.
-    is_step, is_mod, is_rope = 1 << 16, 1 << 17, 1 << 18
-    by_name = np.zeros(len(uniq), dtype=np.int64)
-    by_name |= np.where(u.str.startswith(OPT_PREFIX), F_OPT, 0)
-    by_name |= np.where(u.str.startswith(EVAL_PREFIX), F_EVAL, 0)
-    by_name |= np.where(u.str.startswith(COMM_PREFIXES), F_COMM, 0)
-    # ProfilerStep# recorded as a cpu_op/Operator (torch 1.8-1.13) is a step, not an op.
-    by_name |= np.where(u.str.startswith("ProfilerStep#"), is_step, 0)
+    # kind completes (bits above the flags'); read for every range by one gather. The tests
+    # are pandas' ``str`` methods' (``contains(case=False)`` compares upper case), in Python.
+    is_step, is_mod, is_rope, is_node = 1 << 16, 1 << 17, 1 << 18, 1 << 19
     module_prefix = ann.MODULE_PREFIX if use_capture_modules else MODULE_PREFIX
-    by_name |= np.where(u.str.startswith(module_prefix), is_mod, 0)
-    by_name |= np.where(u.str.contains("rotary", case=False, regex=False), is_rope, 0)
     # An autograd node by its name alone (``AddmmBackward``, ``CudnnConvolutionBackward``):
     # traces of the legacy profiler and of Kineto before torch 1.9 record backward nodes with
     # no Sequence number, no Fwd thread id and no evaluate_function around them.
-    is_node = 1 << 19
-    by_name |= np.where(u.str.fullmatch(BACKWARD_NODE_NAME), is_node, 0)
+    node = re.compile(BACKWARD_NODE_NAME)
+    tests = (
+        (F_OPT, lambda x: x.startswith(OPT_PREFIX)),
+        (F_EVAL, lambda x: x.startswith(EVAL_PREFIX)),
+        (F_COMM, lambda x: x.startswith(COMM_PREFIXES)),
+        # ProfilerStep# recorded as a cpu_op/Operator (torch 1.8-1.13) is a step, not an op.
+        (is_step, lambda x: x.startswith("ProfilerStep#")),
+        (is_mod, lambda x: x.startswith(module_prefix)),
+        (is_rope, lambda x: "ROTARY" in x.upper()),
+        (is_node, lambda x: node.fullmatch(x) is not None),
+    )
+    names_ = uniq.tolist()
+    by_name = np.array([sum(bit for bit, test in tests if test(x)) for x in names_], dtype=np.int64)
     named = by_name[codes]
     flags = named & (F_OPT | F_EVAL | F_COMM)
     is_op = (kinds == CPU_OP) & ((named & is_step) == 0)
