@@ -49,7 +49,7 @@ import pandas as pd
 
 from ..read.reader import PYTHON
 from .intervals import containing
-from .state import Trace, codes_of, row_codes, spread, str_test, take
+from .state import Trace, codes_of, row_codes, spread, str_in, take
 
 ZERO_GRAD_PREFIX = "Optimizer.zero_grad#"
 #: Ops only an optimizer's update runs (fused / foreach / multi-tensor implementations).
@@ -208,7 +208,7 @@ def step_tail(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
     norm = tail & before_opt & (_matches(op, NORM_OPS) | _matches(top, NORM_OPS))
     t_norm = _per_step(a, norm, "min")
     before_norm = lts < t_norm
-    comm = tail & before_opt & before_norm & str_test(a["comm_text"], lambda s: s != "")
+    comm = tail & before_opt & before_norm & ~str_in(a["comm_text"], ("",))
     hi = _per_step(a, comm, "max", _BEFORE_ALL)
     reduction = tail & before_opt & before_norm & (lts <= hi)
     phase[reduction], evidence[reduction] = PH["backward"], EV["gradient_reduction"]

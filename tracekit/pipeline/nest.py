@@ -10,7 +10,7 @@ import pandas as pd
 from .. import annotations as ann
 from ..read.reader import ANNOTATION, CPU_OP, PYTHON
 from .nesting import F_BWD, F_COMM, F_EVAL, F_MODULE, F_OP, F_OPT, F_ROPE, own_context, sweep
-from .state import Trace, add_columns, categorical_take, codes_of, lookup, str_test, take
+from .state import Trace, add_columns, categorical_take, codes_of, lookup, str_in, take
 
 OPT_PREFIX = "Optimizer.step#"
 EVAL_PREFIX = "autograd::engine::evaluate_function:"
@@ -131,7 +131,7 @@ def _ranges(t: Trace, kind: np.ndarray) -> pd.DataFrame:
         kind[rng],
         seq,
         fwd_tid,
-        str_test(ev["collective"], lambda s: s != "")[rng],
+        ~str_in(ev["collective"], ("",))[rng],
         t.capture_modules,
     )
     keep = flags != 0

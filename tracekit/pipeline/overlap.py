@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from .intervals import measure_by_key
-from .state import codes_of, str_test
+from .state import codes_of, str_in
 
 #: Compute of two phases at the same instants beyond this share of the step window: overlap.
 OVERLAP_FRACTION = 0.01
@@ -54,7 +54,7 @@ def own_activity(acts: pd.DataFrame, steps: pd.DataFrame, phases: list[str]) -> 
     ph = of_phase[codes[keep]]
     start, end = acts["start"].to_numpy(np.int64)[keep], acts["end"].to_numpy(np.int64)[keep]
     if "group" in acts:
-        comp = str_test(acts["group"], lambda s: s == "compute")[keep]
+        comp = str_in(acts["group"], ("compute",))[keep]
     else:  # a frame with no group yet: every activity counts as compute
         comp = np.ones(len(row), bool)
     n, k = len(ids), len(phases)

@@ -214,6 +214,16 @@ def str_test(col: pd.Series, test: Callable[[pd.Series], pd.Series]) -> np.ndarr
     return np.asarray(test(pd.Series(as_str(col), dtype=object)), dtype=bool)
 
 
+def str_in(col: pd.Series, values: tuple[str, ...]) -> np.ndarray:
+    """``str_test(col, lambda s: s.isin(values))``: per row, its value is one of ``values``;
+    on a categorical with no missing value, one comparison per category and no Series."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes, cats = cat_parts(col)
+        if len(cats) and not (codes < 0).any():
+            return spread(np.logical_or.reduce([cats == v for v in values]), codes)
+    return str_test(col, lambda s: s.isin(values))
+
+
 def categorical(values, categories=None) -> pd.Categorical:
     """``pd.Categorical(values, categories)`` of an array of str, each value hashed once as a
     Python object (pandas 3 would first convert the whole array to arrow strings)."""
