@@ -115,6 +115,16 @@ def _order_codes(col: pd.Series) -> np.ndarray:
     return pd.factorize(col, sort=True)[0]
 
 
+def ends_before(end: np.ndarray, first: np.ndarray, fill: int) -> np.ndarray:
+    """Per row (rows sorted into groups; ``first``: a group's first row), the furthest ``end``
+    of the rows before it in its group, ``fill`` at a group's first row: a group-by's
+    ``cummax().shift(1, fill_value=fill)``, by :func:`_reach`'s one running maximum."""
+    end = np.asarray(end, np.int64)
+    out = _reach(end, end, first)
+    out[first] = fill
+    return out
+
+
 def _reach(start: np.ndarray, end: np.ndarray, first: np.ndarray) -> np.ndarray:
     """Per interval (sorted by group, then start; ``first``: a group's first row), the furthest
     end of the intervals before it in its group (at a group's first row: a value at most its

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ..read.reader import ANNOTATION, CPU_OP
-from .intervals import containing
+from .intervals import containing, ends_before
 from .state import Trace, row_codes
 
 #: CPU ops that issue a collective (the c10d dispatcher op, DeepSpeed/torch's comms record).
@@ -79,8 +79,9 @@ def _outermost(thr: np.ndarray, rows: np.ndarray, ts: np.ndarray, end: np.ndarra
     encloses on their thread: the ranges whose inside (after their first instant) is theirs."""
     order = np.lexsort((-end[rows], ts[rows], thr))
     thr, rows = thr[order], rows[order]
-    prev_end = pd.Series(end[rows]).groupby(thr).cummax().groupby(thr).shift(1, fill_value=-1)
-    top = ts[rows] >= prev_end.to_numpy()
+    first = np.ones(len(thr), bool)
+    first[1:] = thr[1:] != thr[:-1]
+    top = ts[rows] >= ends_before(end[rows], first, -1)
     return thr[top], ts[rows][top] + 1, end[rows][top]
 
 
