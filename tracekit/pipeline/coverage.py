@@ -77,11 +77,14 @@ def step_ranges(acts: pd.DataFrame, ranges: pd.DataFrame) -> dict:
     if ranges.empty:
         return {"empty": [], "cpu_overlaps": []}
     used = set(acts["step"].to_numpy().tolist())
-    inner = ranges.sort_values("cpu_start")["step"].to_numpy()[1:-1]
-    empty = sorted({int(s) for s in inner if int(s) not in used and s >= 0})
+    # By start (sort_values' sort: quicksort), then per process in order of appearance.
+    order = np.argsort(ranges["cpu_start"].to_numpy(), kind="quicksort")
+    start, end, step, pid = (ranges[c].to_numpy()[order] for c in ("cpu_start", "cpu_end", "step", "pid"))
+    empty = sorted({int(s) for s in step[1:-1] if int(s) not in used and s >= 0})
     overlaps = []
-    for _, r in ranges.sort_values("cpu_start").groupby("pid", sort=False):
-        s, e, n = (r[c].to_numpy() for c in ("cpu_start", "cpu_end", "step"))
+    for p in pd.unique(pid):
+        of = pid == p
+        s, e, n = start[of], end[of], step[of]
         reach = np.maximum.accumulate(e)
         for i in np.flatnonzero(s[1:] < reach[:-1]) + 1:
             overlaps.append([int(n[int(np.argmax(e[:i]))]), int(n[i])])
