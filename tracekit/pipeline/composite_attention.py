@@ -79,7 +79,9 @@ def projection_parts(block: np.ndarray, ts: np.ndarray, proj: np.ndarray, core: 
     its op starts before the block's core (its first ``core`` row: the first matmul or a fused
     attention op), **Output** after, **Attention other** in a block with no core. ``block``:
     the attention block of each row; ``ts``: its op's start (float64)."""
-    first = pd.Series(np.where(core, ts, np.inf)).groupby(block).min()
-    at = first.reindex(block[proj]).to_numpy()
+    uniq, of = np.unique(block, return_inverse=True)
+    first = np.full(len(uniq), np.inf)  # per block, its core's first start
+    np.minimum.at(first, of.ravel(), np.where(core, ts, np.inf))
+    at = first[of.ravel()[proj]]
     t = ts[proj]
     return np.where(np.isinf(at), "Attention other", np.where(t < at, QKV_PROJECTION, OUTPUT_PROJECTION))
