@@ -17,6 +17,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from .state import as_str
 from .taxonomy import ModuleTaxonomy
 
 #: The parts :func:`projection_parts` gives (category, then how: the rule reads
@@ -41,13 +42,13 @@ def composite_parts(
     """For the activities ``rows`` (inside an attention module): which run inside a composite
     attention op (its outermost op there), and the part each of those is (see the module
     docstring; "" for the others)."""
-    top = a["top_op"].astype(str).to_numpy()[rows]
+    top = as_str(a["top_op"])[rows]
     inside = _full(top, taxonomy.composite)
     part = np.full(len(rows), "", dtype=object)
     if not inside.any():
         return inside, part
     sub = rows[inside]
-    op = a["op"].astype(str).to_numpy()[sub]
+    op = as_str(a["op"])[sub]
     op_id = a["op_id"].to_numpy()[sub]
     ts = a["launch_ts"].to_numpy(np.int64)[sub]
     key = a["top_op_id"].to_numpy()[sub]
