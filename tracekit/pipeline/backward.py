@@ -8,7 +8,10 @@ import pandas as pd
 from ..read.reader import FLOW_FWDBWD
 from .checks import TraceWarning
 from .nesting import F_BWD, F_MODULE, F_OP, MOD_IN_BWD
-from .state import Trace, add_columns, as_str, cat_test, categorical, lookup, row_codes, take
+from .state import Coded, Trace, add_columns, as_str, codes_of, lookup, row_codes, spread, take
+
+#: The values of ``bwd_link``, in the order of their codes.
+LINKS = np.array(["", "flow", "seq", "none"], dtype=object)
 
 
 def link_backward(t: Trace) -> Trace:
@@ -33,13 +36,13 @@ def link_backward(t: Trace) -> Trace:
     use = (bwd >= 0) & ((a["ctx_bits"].to_numpy() & MOD_IN_BWD) == 0)
     seq = take(r["seq"].to_numpy(), bwd, -1)
     f_op = np.full(len(a), -1, np.int64)
-    how = np.where(use, "none", "").astype(object)
+    how = np.where(use, 3, 0)  # codes into LINKS
     if use.any():
         by_flow = lookup(t.once("fwdbwd_pairs", (t.events, r), lambda: _fwdbwd_pairs(t)), bwd[use])
         ops = t.once("forward_ops", r, lambda: forward_ops(r))
         by_seq = creator_by_seq(ops, seq[use], r["start"].to_numpy()[bwd[use]])
         f = np.where(by_flow >= 0, by_flow, by_seq)
-        how[use] = np.where(by_flow >= 0, "flow", np.where(by_seq >= 0, "seq", "none"))
+        how[use] = np.where(by_flow >= 0, 1, np.where(by_seq >= 0, 2, 3))
         f_op[use] = f
     r_ev = r["ev"].to_numpy()
     node = t.name_categorical(take(r_ev, bwd, -1))
@@ -53,11 +56,12 @@ def link_backward(t: Trace) -> Trace:
             "fwd_op_r": f_op,
             "fwd_op_id": fwd_op_id,
             "fwd_op": t.name_categorical(fwd_op_id),
-            "bwd_link": categorical(how),
+            "bwd_link": Coded(how, LINKS).categorical(),
             "backward_linked": f_op >= 0,
         },
     )
-    accumulate = cat_test(pd.Series(node), lambda s: s.str.contains("AccumulateGrad", regex=False))
+    codes, names = codes_of(pd.Series(node))
+    accumulate = spread(["AccumulateGrad" in n for n in names.tolist()], codes)
     unlinked = int((use & (f_op < 0) & ~accumulate).sum())
     if unlinked and ((r["flags"].to_numpy() & F_MODULE) != 0).any():
         t.warnings.append(
@@ -86,7 +90,7 @@ def forward_ops(r: pd.DataFrame) -> pd.DataFrame:
         tid = r["tid"].to_numpy()[fwd]
         fwd = fwd[tid == pd.Series(tid).value_counts().idxmax()]
     ops = pd.DataFrame({"seq": r["seq"].to_numpy()[fwd], "t": r["start"].to_numpy()[fwd], "row": fwd})
-    return ops.sort_values(["t", "row"], kind="stable")
+    return ops.iloc[np.argsort(ops["t"].to_numpy(), kind="stable")]  # by start, then row
 
 
 def creator_by_seq(ops: pd.DataFrame, seq: np.ndarray, before: np.ndarray) -> np.ndarray:
