@@ -165,7 +165,7 @@ def assign_stages(t: Trace) -> Trace:
     if not (stage != "").any():
         kind = ev["kind"].to_numpy()
         srv = (kind == ANNOTATION) & ~t.name_test(
-            lambda s: s.str.startswith("ProfilerStep#") | s.str.startswith(ann.PHASE_PREFIX)
+            lambda s: s.str.startswith(("ProfilerStep#", ann.PHASE_PREFIX))
         )
         ts = ev["ts"].to_numpy()[srv]
         stage = _stages.from_ranges(
@@ -180,5 +180,10 @@ def assign_stages(t: Trace) -> Trace:
             stage = _stages.from_passes(
                 t.modules, a["launch_ts"].to_numpy(), a["step"].to_numpy(), as_str(a["phase"])
             )
-    a["stage"] = categorical(stage)
+    # No stage anywhere (training, most traces): one category "", as categorical(stage) gives.
+    a["stage"] = (
+        categorical(stage)
+        if (stage != "").any()
+        else Coded(np.zeros(len(a), np.intp), STAGES[:1]).categorical()
+    )
     return t
