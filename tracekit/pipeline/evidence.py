@@ -120,9 +120,13 @@ AUTOGRAD_CALL = re.compile(
 
 
 def _matches(names: tuple[np.ndarray, np.ndarray], rx: re.Pattern) -> np.ndarray:
-    """``rx.search`` per row of ``(codes, distinct)`` names, run once per distinct name."""
+    """``rx.search`` per row of ``(codes, distinct)`` names, run once per distinct name that
+    some row has (a code past the names reads False)."""
     codes, uniq = names
-    return spread([bool(rx.search(str(n))) for n in uniq] + [False], codes)
+    used = np.flatnonzero(np.bincount(codes, minlength=len(uniq) + 1)[: len(uniq)])
+    hit = np.zeros(len(uniq) + 1, bool)
+    hit[used] = [bool(rx.search(str(n))) for n in uniq[used].tolist()]
+    return spread(hit, codes)
 
 
 def _op_names(t: Trace) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
