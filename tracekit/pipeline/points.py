@@ -120,14 +120,15 @@ def as_launches(t: Trace, pts: pd.DataFrame) -> Trace:
     view.warnings, view.meta = [], {}
     view.acts = pd.DataFrame(
         {
-            "launch_pid": pid,
-            "launch_tid": tid,
-            "launch_ts": ts,
+            "launch_pid": pid.copy(),  # pts' own columns: not shared with the view
+            "launch_tid": tid.copy(),
+            "launch_ts": ts.copy(),
             "launched": in_file,
             "step": step,
             **ctx,
             **op_columns(view, ctx["op_r"], ctx["comm_r"]),
-        }
+        },
+        copy=False,  # fresh arrays, each kept as it is (not consolidated: copied again)
     )
     return view
 
