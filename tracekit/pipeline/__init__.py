@@ -261,7 +261,9 @@ def result(t: Trace, release: bool = False) -> Attributed:
     if release:
         t.release("events", "ranges")
     columns = [c for c in INTERVAL_COLUMNS if c in t.acts]  # no perf columns without the perf step
-    iv = t.acts.loc[t.acts["step"].isin(done).to_numpy(), columns].reset_index(drop=True)
+    keep = t.acts["step"].isin(done).to_numpy()
+    # Every row kept (the common case): the columns are taken, no row is copied.
+    iv = (t.acts[columns] if keep.all() else t.acts.loc[keep, columns]).reset_index(drop=True)
     if release:
         t.release("acts")
     iv = as_categories(iv)

@@ -38,9 +38,10 @@ def assign_categories(t: Trace, taxonomy: ModuleTaxonomy, rules: KernelRules) ->
     return t
 
 
-def as_categories(frame: pd.DataFrame) -> pd.DataFrame:
-    """The label columns as categoricals (of the values present)."""
-    for c in CATEGORICAL:
+def as_categories(frame: pd.DataFrame, columns: tuple[str, ...] = CATEGORICAL) -> pd.DataFrame:
+    """The label ``columns`` as categoricals (of the values present); a categorical column
+    whose categories all appear is kept as it is."""
+    for c in columns:
         if c in frame:
             col = frame[c]
             if not isinstance(col.dtype, pd.CategoricalDtype):

@@ -26,7 +26,7 @@ import pandas as pd
 
 from ..perf.shapes import DTYPES, SIZES
 from ..read.schema import KERNEL
-from .state import Trace, add_columns, codes_of, take
+from .state import Trace, add_columns, codes_of, distinct_rows, take
 
 #: record_param_comms' ``dtype`` (c10::ScalarType names) -> bytes per element.
 SCALAR_SIZES = {
@@ -217,10 +217,13 @@ def _instances(t: Trace, comm: np.ndarray, group: np.ndarray, seq: np.ndarray) -
     rows = comm[keep]
     ev, start = a["ev"].to_numpy()[rows], a["start"].to_numpy()[rows]
     uev, first_row, back = np.unique(ev, return_index=True, return_inverse=True)
+    back = back.ravel()
     if len(uev) < len(ev):  # an event in pieces: its first start
-        start = pd.Series(start).groupby(back.ravel()).transform("min").to_numpy()
+        first = np.full(len(uev), np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(first, back, start)
+        start = first[back]
     c_codes, _ = codes_of(a["collective"])
-    label = pd.factorize(pd.Series(group[rows][first_row]) + "\x00" + c_codes[rows][first_row].astype(str))[0]
+    label = distinct_rows(group[rows][first_row], c_codes[rows][first_row])[0]  # (group, collective)
     seq_ev = seq[keep][first_row]
     order = np.lexsort((uev, start[first_row]))  # instances by start
     ranked = np.empty(len(uev), np.int64)
@@ -228,7 +231,7 @@ def _instances(t: Trace, comm: np.ndarray, group: np.ndarray, seq: np.ndarray) -
     bounds = np.searchsorted(label[by_label], label[by_label], side="left")
     ranked[by_label] = np.arange(len(by_label)) - bounds
     number = seq_ev if (seq_ev >= 0).all() else ranked
-    inst[rows] = number[back.ravel()]
+    inst[rows] = number[back]
     return inst
 
 

@@ -17,6 +17,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from .state import as_str
 from .taxonomy import ModuleTaxonomy
 
 #: The parts :func:`projection_parts` gives (category, then how: the rule reads
@@ -41,13 +42,13 @@ def composite_parts(
     """For the activities ``rows`` (inside an attention module): which run inside a composite
     attention op (its outermost op there), and the part each of those is (see the module
     docstring; "" for the others)."""
-    top = a["top_op"].astype(str).to_numpy()[rows]
+    top = as_str(a["top_op"])[rows]
     inside = _full(top, taxonomy.composite)
     part = np.full(len(rows), "", dtype=object)
     if not inside.any():
         return inside, part
     sub = rows[inside]
-    op = a["op"].astype(str).to_numpy()[sub]
+    op = as_str(a["op"])[sub]
     op_id = a["op_id"].to_numpy()[sub]
     ts = a["launch_ts"].to_numpy(np.int64)[sub]
     key = a["top_op_id"].to_numpy()[sub]
@@ -79,7 +80,9 @@ def projection_parts(block: np.ndarray, ts: np.ndarray, proj: np.ndarray, core: 
     its op starts before the block's core (its first ``core`` row: the first matmul or a fused
     attention op), **Output** after, **Attention other** in a block with no core. ``block``:
     the attention block of each row; ``ts``: its op's start (float64)."""
-    first = pd.Series(np.where(core, ts, np.inf)).groupby(block).min()
-    at = first.reindex(block[proj]).to_numpy()
+    uniq, of = np.unique(block, return_inverse=True)
+    first = np.full(len(uniq), np.inf)  # per block, its core's first start
+    np.minimum.at(first, of.ravel(), np.where(core, ts, np.inf))
+    at = first[of.ravel()[proj]]
     t = ts[proj]
     return np.where(np.isinf(at), "Attention other", np.where(t < at, QKV_PROJECTION, OUTPUT_PROJECTION))

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .state import str_test
+from .state import str_in
 
 #: phase_evidence values that are not evidence.
 NO_EVIDENCE = ("default", "", "none")
@@ -44,8 +44,8 @@ def measure(acts: pd.DataFrame) -> dict:
 
     step = acts["step"].to_numpy()
     if "step_by" in acts:
-        by_time = str_test(acts["step_by"], lambda s: s == "time")
-        outside = str_test(acts["step_by"], lambda s: s == "none")
+        by_time = str_in(acts["step_by"], ("time",))
+        outside = str_in(acts["step_by"], ("none",))
     else:
         by_time, outside = (step >= 0) & ~acts["launched"].to_numpy(bool), step < 0
     out = {
@@ -59,13 +59,13 @@ def measure(acts: pd.DataFrame) -> dict:
         "by_time": share(by_time),
         "outside": share(outside),
     }
-    unattributed = str_test(acts["phase"], lambda s: s == "unattributed")
+    unattributed = str_in(acts["phase"], ("unattributed",))
     out["unattributed"] = share(unattributed)
-    out["training_phases"] = share(str_test(acts["phase"], lambda s: s.isin(("backward", "optimizer"))))
+    out["training_phases"] = share(str_in(acts["phase"], ("backward", "optimizer")))
     if "phase_evidence" in acts:
-        none = str_test(acts["phase_evidence"], lambda s: s.isin(NO_EVIDENCE))
+        none = str_in(acts["phase_evidence"], NO_EVIDENCE)
         out["phase_evidence"] = share(~none & ~unattributed)
-        out["phase_default"] = share(none & str_test(acts["phase"], lambda s: s == "forward"))
+        out["phase_default"] = share(none & str_in(acts["phase"], ("forward",)))
     return out
 
 
@@ -77,11 +77,14 @@ def step_ranges(acts: pd.DataFrame, ranges: pd.DataFrame) -> dict:
     if ranges.empty:
         return {"empty": [], "cpu_overlaps": []}
     used = set(acts["step"].to_numpy().tolist())
-    inner = ranges.sort_values("cpu_start")["step"].to_numpy()[1:-1]
-    empty = sorted({int(s) for s in inner if int(s) not in used and s >= 0})
+    # By start (sort_values' sort: quicksort), then per process in order of appearance.
+    order = np.argsort(ranges["cpu_start"].to_numpy(), kind="quicksort")
+    start, end, step, pid = (ranges[c].to_numpy()[order] for c in ("cpu_start", "cpu_end", "step", "pid"))
+    empty = sorted({int(s) for s in step[1:-1] if int(s) not in used and s >= 0})
     overlaps = []
-    for _, r in ranges.sort_values("cpu_start").groupby("pid", sort=False):
-        s, e, n = (r[c].to_numpy() for c in ("cpu_start", "cpu_end", "step"))
+    for p in pd.unique(pid):
+        of = pid == p
+        s, e, n = start[of], end[of], step[of]
         reach = np.maximum.accumulate(e)
         for i in np.flatnonzero(s[1:] < reach[:-1]) + 1:
             overlaps.append([int(n[int(np.argmax(e[:i]))]), int(n[i])])

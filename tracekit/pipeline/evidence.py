@@ -49,7 +49,7 @@ import pandas as pd
 
 from ..read.reader import PYTHON
 from .intervals import containing
-from .state import Trace, codes_of, spread, str_test, take
+from .state import Trace, codes_of, row_codes, spread, str_in, take
 
 ZERO_GRAD_PREFIX = "Optimizer.zero_grad#"
 #: Ops only an optimizer's update runs (fused / foreach / multi-tensor implementations).
@@ -120,9 +120,13 @@ AUTOGRAD_CALL = re.compile(
 
 
 def _matches(names: tuple[np.ndarray, np.ndarray], rx: re.Pattern) -> np.ndarray:
-    """``rx.search`` per row of ``(codes, distinct)`` names, run once per distinct name."""
+    """``rx.search`` per row of ``(codes, distinct)`` names, run once per distinct name that
+    some row has (a code past the names reads False)."""
     codes, uniq = names
-    return spread([bool(rx.search(str(n))) for n in uniq] + [False], codes)
+    used = np.flatnonzero(np.bincount(codes, minlength=len(uniq) + 1)[: len(uniq)])
+    hit = np.zeros(len(uniq) + 1, bool)
+    hit[used] = [bool(rx.search(str(n))) for n in uniq[used].tolist()]
+    return spread(hit, codes)
 
 
 def _op_names(t: Trace) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
@@ -175,11 +179,14 @@ def _per_step(a: pd.DataFrame, mask: np.ndarray, how: str, missing: int = _NEVER
     """Per activity, the min/max launch time (int64 ns) of its step's ``mask`` activities;
     ``missing`` where its step has none."""
     step = a["step"].to_numpy()
-    ts = pd.Series(a["launch_ts"].to_numpy(np.int64)[mask]).groupby(step[mask]).agg(how)
-    pos = ts.index.get_indexer(step)
-    return np.where(
-        pos >= 0, ts.to_numpy(np.int64)[np.maximum(pos, 0)] if len(ts) else missing, missing
-    ).astype(np.int64)
+    if not mask.any():
+        return np.full(len(step), missing, np.int64)
+    order = np.argsort(step[mask], kind="stable")
+    s, ts = step[mask][order], a["launch_ts"].to_numpy(np.int64)[mask][order]
+    heads = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    agg = {"max": np.maximum, "min": np.minimum}[how].reduceat(ts, heads)
+    pos = np.minimum(np.searchsorted(s[heads], step), len(heads) - 1)
+    return np.where(s[heads][pos] == step, agg[pos], missing).astype(np.int64)
 
 
 def step_tail(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
@@ -205,7 +212,7 @@ def step_tail(t: Trace, phase: np.ndarray, evidence: np.ndarray) -> None:
     norm = tail & before_opt & (_matches(op, NORM_OPS) | _matches(top, NORM_OPS))
     t_norm = _per_step(a, norm, "min")
     before_norm = lts < t_norm
-    comm = tail & before_opt & before_norm & str_test(a["comm_text"], lambda s: s != "")
+    comm = tail & before_opt & before_norm & ~str_in(a["comm_text"], ("",))
     hi = _per_step(a, comm, "max", _BEFORE_ALL)
     reduction = tail & before_opt & before_norm & (lts <= hi)
     phase[reduction], evidence[reduction] = PH["backward"], EV["gradient_reduction"]
@@ -263,18 +270,17 @@ def _autograd_calls(t: Trace) -> pd.DataFrame:
     ev = t.events
     hit = t.name_test(lambda s: s.str.contains(AUTOGRAD_CALL))
     idx = np.flatnonzero((ev["kind"].to_numpy() == PYTHON) & hit)
-    ts = ev["ts"].to_numpy()[idx]
-    calls = pd.DataFrame(
-        {"pid": ev["pid"].to_numpy()[idx], "tid": ev["tid"].to_numpy()[idx], "start": ts}
-    ).assign(end=ts + ev["dur"].to_numpy()[idx])
-    calls = calls.sort_values(["pid", "tid", "start", "end"], ascending=[True, True, True, False])
+    pid, tid, ts = ev["pid"].to_numpy()[idx], ev["tid"].to_numpy()[idx], ev["ts"].to_numpy()[idx]
+    end = ts + ev["dur"].to_numpy()[idx]
+    order = np.lexsort((np.arange(len(idx)), -end, ts, tid, pid))  # longest first at one start
     keep, last = [], (None, None, -1)
-    for p, q, s, e in calls.itertuples(index=False):  # a few frames per backward call
+    for p, q, s, e in zip(*(x[order].tolist() for x in (pid, tid, ts, end))):  # a few per call
         inside = (p, q) == last[:2] and s < last[2]
         keep.append(not inside)
         if not inside:
             last = (p, q, e)
-    return calls[np.array(keep, bool)].reset_index(drop=True)
+    rows = order[np.array(keep, bool)]
+    return pd.DataFrame({"pid": pid[rows], "tid": tid[rows], "start": ts[rows], "end": end[rows]})
 
 
 def call_start(t: Trace) -> np.ndarray:
@@ -286,7 +292,7 @@ def call_start(t: Trace) -> np.ndarray:
         return np.full(len(a), -1, np.int64)
     pid = np.concatenate([calls["pid"].to_numpy(), a["launch_pid"].to_numpy()])
     tid = np.concatenate([calls["tid"].to_numpy(), a["launch_tid"].to_numpy()])
-    thread = pd.MultiIndex.from_arrays([pid, tid]).factorize()[0]  # one key per thread
+    thread = row_codes(pid, tid)  # one key per thread
     n = len(calls)
     start = calls["start"].to_numpy(np.int64)
     of = containing(thread[n:], a["launch_ts"].to_numpy(), thread[:n], start, calls["end"].to_numpy())

@@ -14,7 +14,7 @@ from ..perf.devices import GIVEN, Peaks
 from ..perf.ops import has_reader
 from .nesting import F_OP
 from .peak_checks import above_peak, measured, over_peak
-from .state import Trace, add_columns, categorical_take, codes_of, distinct_rows, str_test, take
+from .state import Trace, add_columns, categorical_take, codes_of, distinct_rows, str_in, str_test, take
 
 #: The shape columns the reader keeps (raw JSON text per CPU op, absent where none).
 SHAPE_COLUMNS = ("input_dims", "input_types", "concrete_inputs")
@@ -288,9 +288,9 @@ def _spread(a: pd.DataFrame, owner: np.ndarray, units: Units) -> dict:
     """The columns of each activity's unit (every activity it launched but communication), its
     FLOPs, bytes and call split by duration among its compute kernels (among its other
     activities only when it launched no compute kernel: a memset-only ``zero_``)."""
-    owner = np.where(str_test(a["group"], lambda s: s == "comm"), -1, owner)
+    owner = np.where(str_in(a["group"], ("comm",)), -1, owner)
     has = owner >= 0
-    compute = str_test(a["group"], lambda s: s == "compute") & has
+    compute = str_in(a["group"], ("compute",)) & has
     n = len(units.key)
     o = np.where(has, owner, n)  # n: "no unit"
     with_compute = np.append(np.bincount(owner[compute], minlength=n) > 0, False)
@@ -340,7 +340,7 @@ def _ideal_times(a: pd.DataFrame, cols: dict, peaks: Peaks, shapes: bool = True)
     peak = np.where(on_tf32, peaks.flops_peak("tf32") or np.nan, peak)
     flops = cols["flops"]
     bw = peaks.bytes_peak() or np.nan
-    none = 0.0 if shapes else np.where(str_test(a["group"], lambda s: s == "compute"), np.nan, 0.0)
+    none = 0.0 if shapes else np.where(str_in(a["group"], ("compute",)), np.nan, 0.0)
     out = {
         "compute_ns": np.where(flops > 0, flops / peak * 1e9, none),
         "memory_ns": np.where(cols["op_bytes"] > 0, cols["op_bytes"] / bw * 1e9, none),
@@ -363,7 +363,7 @@ def mfu_meta(acts: pd.DataFrame, steps: pd.DataFrame) -> dict:
     row = np.searchsorted(ids, acts["step"].to_numpy()) if len(ids) else np.zeros(len(acts), np.int64)
     row = np.minimum(row, max(len(ids) - 1, 0))
     done_rows = (ids[row] == acts["step"].to_numpy()) if len(ids) else np.zeros(len(acts), bool)
-    keep = str_test(acts["group"], lambda s: s == "compute") & done_rows
+    keep = str_in(acts["group"], ("compute",)) & done_rows
     ns = acts["compute_ns"].to_numpy(np.float64)
     dur = (acts["end"] - acts["start"]).to_numpy(np.float64)
     ns = np.where(over_peak(ns, dur), 0.0, ns)  # above the peak: kept out of MFU (noticed)
@@ -371,7 +371,7 @@ def mfu_meta(acts: pd.DataFrame, steps: pd.DataFrame) -> dict:
     flops = float(acts["flops"].to_numpy()[keep].sum())
     window = (done["end"] - done["start"]).to_numpy(np.float64)
     dur = dur[keep]
-    modelled = dur[str_test(acts["perf_family"], lambda s: s != "")[keep]].sum()
+    modelled = dur[~str_in(acts["perf_family"], ("",))[keep]].sum()
 
     def pct(ideal: float, wall: float) -> float | None:
         return round(float(ideal / wall * 100), 6) if np.isfinite(ideal) and wall > 0 else None

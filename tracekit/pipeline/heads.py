@@ -67,15 +67,18 @@ def head_places(mods: pd.DataFrame) -> np.ndarray:
     cls = codes_of(mods["cls"])[0][under]
     start = mods["start"].to_numpy(np.int64)[under]
     par = parent[under]
-    # Per model: its earliest child (start, class) and the earliest child of another class.
+    # Per model (a run of ``order``): its earliest child (start, class) and the earliest child
+    # of another class; ``model``: each child's model, as a number of its run.
     order = np.lexsort((start, par))
-    first = pd.Series(order).groupby(par[order], sort=False).first()
-    c0 = pd.Series(cls[first.to_numpy()], index=first.index)
-    s0 = pd.Series(start[first.to_numpy()], index=first.index)
-    other = cls != c0.reindex(par).to_numpy()
-    big = np.iinfo(np.int64).max
-    s1 = pd.Series(np.where(other, start, big)).groupby(par).min()
-    before = np.where(other, s0.reindex(par).to_numpy(), s1.reindex(par).to_numpy()) < start
+    new = np.ones(len(order), bool)
+    new[1:] = par[order][1:] != par[order][:-1]
+    heads = np.flatnonzero(new)
+    model = np.empty(len(order), np.intp)
+    model[order] = np.cumsum(new) - 1
+    first = order[heads]
+    other = cls != cls[first][model]
+    s1 = np.minimum.reduceat(np.where(other, start, np.iinfo(np.int64).max)[order], heads)
+    before = np.where(other, start[first][model], s1[model]) < start
     last = mods["position"].to_numpy()[under] == mods["siblings"].to_numpy()[under] - 1
     out[under] = before & last
     return out

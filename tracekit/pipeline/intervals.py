@@ -86,6 +86,23 @@ def measure_by(frame: pd.DataFrame, keys: list[str]) -> pd.Series:
     return pd.Series(total.astype(np.int64), index=idx)
 
 
+def measure_by_key(key: np.ndarray, start: np.ndarray, end: np.ndarray, n: int) -> np.ndarray:
+    """:func:`measure_by` for small integer keys on arrays: per key ``0..n-1`` the measure (ns)
+    of the union of its ``[start, end)`` intervals (0 for a key with none), with no frame."""
+    out = np.zeros(n, np.int64)
+    if not len(key):
+        return out
+    start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
+    order = np.lexsort((start, key))
+    k, start, end = key[order], start[order], end[order]
+    first = np.ones(len(k), bool)
+    first[1:] = k[1:] != k[:-1]
+    added = np.clip(end - np.maximum(start, _reach(start, end, first)), 0, None)
+    heads = np.flatnonzero(first)
+    out[k[heads]] = np.add.reduceat(added, heads)
+    return out
+
+
 def _order_codes(col: pd.Series) -> np.ndarray:
     """Integers that sort and group as ``pd.factorize(col, sort=True)[0]`` does, -1 missing:
     an int column's own values, a categorical's codes (pandas sorts a categorical's groups in
@@ -96,6 +113,16 @@ def _order_codes(col: pd.Series) -> np.ndarray:
     if v.dtype.kind == "i" and v.min(initial=0) >= 0:  # no value reads as missing (-1)
         return v.astype(np.int64, copy=False)
     return pd.factorize(col, sort=True)[0]
+
+
+def ends_before(end: np.ndarray, first: np.ndarray, fill: int) -> np.ndarray:
+    """Per row (rows sorted into groups; ``first``: a group's first row), the furthest ``end``
+    of the rows before it in its group, ``fill`` at a group's first row: a group-by's
+    ``cummax().shift(1, fill_value=fill)``, by :func:`_reach`'s one running maximum."""
+    end = np.asarray(end, np.int64)
+    out = _reach(end, end, first)
+    out[first] = fill
+    return out
 
 
 def _reach(start: np.ndarray, end: np.ndarray, first: np.ndarray) -> np.ndarray:

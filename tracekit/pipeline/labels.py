@@ -21,7 +21,7 @@ from .blocks import blocks
 from .composite_attention import composite_parts, projection_parts
 from .heads import head_ops, head_places
 from .modules import inherit
-from .state import Coded, categorical_take, codes_of, distinct_rows, str_column, str_test, take
+from .state import Coded, categorical_take, codes_of, distinct_rows, str_column, str_in, take
 from .state import Trace as LinkedTrace
 from .taxonomy import COMM_CATEGORIES, KernelRules, ModuleTaxonomy
 
@@ -63,12 +63,12 @@ def assign_categories(linked: LinkedTrace, taxonomy: ModuleTaxonomy, rules: Kern
 def other_share(iv: pd.DataFrame) -> float:
     """Coverage of the kernel rules: the share of compute-kernel time (sum of durations) that
     no rule names (kernel category Other); 0.0 with no compute kernels."""
-    compute = str_test(iv["group"], lambda s: s == "compute")
+    compute = str_in(iv["group"], ("compute",))
     dur = (iv["end"] - iv["start"]).to_numpy()[compute]
     total = float(dur.sum())
     if total <= 0:
         return 0.0
-    other = str_test(iv["kernel_category"], lambda s: s == "Other")[compute]
+    other = str_in(iv["kernel_category"], ("Other",))[compute]
     return round(float(dur[other].sum()) / total, 6)
 
 
@@ -94,7 +94,7 @@ def groups(linked: LinkedTrace, rules: KernelRules) -> Coded:
         is_comm = _matches(a["name"], rules.comm_kernel)
         code = np.where(kind == MEMCPY, 2, np.where(kind == MEMSET, 3, np.where(is_comm, 1, 0)))
     else:
-        is_comm = _matches(a["name"], rules.comm_op) | str_test(a["comm_text"], lambda s: s != "")
+        is_comm = _matches(a["name"], rules.comm_op) | ~str_in(a["comm_text"], ("",))
         code = np.where(is_comm, 1, 0)
     return Coded(code.astype(np.intp), GROUPS)
 

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from . import labels
+from .categories import as_categories
 from .checks import TraceWarning
 from .points import launch_view
 from .state import Trace, add_columns, categorical, distinct_rows
@@ -157,9 +158,7 @@ def memory_rows(memory: pd.DataFrame, steps: pd.Series) -> pd.DataFrame:
     order = time_order(memory)
     rows = order[memory["step"].isin(steps).to_numpy()[order]]
     out = memory[ROW_COLUMNS].iloc[rows].reset_index(drop=True)  # only those columns are copied
-    for c in ("device", "phase", "module"):
-        out[c] = out[c].astype("category").cat.remove_unused_categories()
-    return out
+    return as_categories(out, ("device", "phase", "module"))
 
 
 def _step_start(t: Trace, a: pd.DataFrame) -> np.ndarray:

@@ -121,7 +121,7 @@ def module_table(t: Trace, taxonomy: ModuleTaxonomy) -> tuple[pd.DataFrame, Code
             df[col] = pd.Series(dtype=dtype)
         return df, Coded(np.zeros(0, np.intp), inst_u)
     row_of = pd.Series(np.arange(len(df)), index=df["local"])
-    df["parent"] = row_of.reindex(df["parent_local"]).fillna(-1).astype(np.int64).to_numpy()
+    df["parent"] = lookup(row_of, df["parent_local"].to_numpy())
     # Position among the siblings of its class (in start order) and their number.
     cls_codes, cls_distinct = pd.factorize(cls_u)
     cls_code = cls_codes[codes]
@@ -187,9 +187,10 @@ def layer_index(df: pd.DataFrame) -> np.ndarray:
     inst = pd.factorize(df["instance"].to_numpy(dtype=object)[lay])[0]  # numbered by first call
     idx = pos[np.searchsorted(np.maximum.accumulate(inst), np.arange(int(inst.max()) + 1))][inst]
     qual = df["qualname"].to_numpy(dtype=object)
-    numbered = pd.Series(qual[lay]).str.extract(_NUMBERED, expand=False).to_numpy()
-    has = pd.notna(numbered)
-    idx[has] = numbered[has].astype(np.int64)
+    if (qual[lay] != "").any():  # names recorded (tracekit's capture): their numbers win
+        numbered = pd.Series(qual[lay]).str.extract(_NUMBERED, expand=False).to_numpy()
+        has = pd.notna(numbered)
+        idx[has] = numbered[has].astype(np.int64)
     out[lay] = idx
     inside = df["layer"].to_numpy()
     out = np.where(inside >= 0, out[np.maximum(inside, 0)], -1)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
 from .. import annotations as ann
 from ..read.reader import ANNOTATION, CPU_OP, PYTHON
 from .nesting import F_BWD, F_COMM, F_EVAL, F_MODULE, F_OP, F_OPT, F_ROPE, own_context, sweep
-from .state import Trace, add_columns, categorical_take, codes_of, lookup, str_test, take
+from .state import Trace, add_columns, categorical_take, codes_of, lookup, str_in, take
 
 OPT_PREFIX = "Optimizer.step#"
 EVAL_PREFIX = "autograd::engine::evaluate_function:"
@@ -57,10 +59,10 @@ def nest_cpu_ops(t: Trace) -> Trace:
         full[ok] = x
         own[col] = full
     t.ranges = r = add_columns(r, on_ranges)
-    t.acts = a = add_columns(a, own)
     if t.mode == "cpu":
-        _own_op_context(a, r)
-    t.acts = add_columns(a, op_columns(t, a["op_r"].to_numpy(), a["comm_r"].to_numpy()))
+        own.update(_own_op_context(a, r))
+    own.update(op_columns(t, own["op_r"], own["comm_r"]))
+    t.acts = add_columns(a, own)
     return t
 
 
@@ -107,15 +109,15 @@ def _comm_text(t: Trace, comm_ev: np.ndarray) -> pd.Categorical:
     return categorical_take(values, code, np.arange(len(code)), "")
 
 
-def _own_op_context(a: pd.DataFrame, r: pd.DataFrame) -> None:
+def _own_op_context(a: pd.DataFrame, r: pd.DataFrame) -> dict[str, np.ndarray]:
     """CPU mode: every self-time piece of an op takes the context its launching op (the op
     itself, or the collective op that issued a worker thread's collective range) gives its own
-    body (the op pushed onto its enclosing context), so all pieces of one op share one context."""
+    body (the op pushed onto its enclosing context), so all pieces of one op share one context:
+    the context columns (:data:`CONTEXT` and ``ctx_bits``) of ``a``'s rows."""
     r_ev = r["ev"].to_numpy()
     own = lookup(pd.Series(np.arange(len(r)), index=r_ev), a["launch_ev"].to_numpy())
     ctx = own_context(r["flags"].to_numpy(), *(r[c].to_numpy() for c in CONTEXT + ("bits",)))
-    for col, x in zip(CONTEXT + ("ctx_bits",), ctx):
-        a[col] = take(x, own, 0 if col == "ctx_bits" else -1)
+    return {col: take(x, own, 0 if col == "ctx_bits" else -1) for col, x in zip(CONTEXT + ("ctx_bits",), ctx)}
 
 
 def _ranges(t: Trace, kind: np.ndarray) -> pd.DataFrame:
@@ -129,7 +131,7 @@ def _ranges(t: Trace, kind: np.ndarray) -> pd.DataFrame:
         kind[rng],
         seq,
         fwd_tid,
-        str_test(ev["collective"], lambda s: s != "")[rng],
+        ~str_in(ev["collective"], ("",))[rng],
         t.capture_modules,
     )
     keep = flags != 0
@@ -163,24 +165,27 @@ def range_flags(
     (``(codes, distinct)``: each distinct name is tested once); ``has_collective``: the event
     records a collective ("Collective name")."""
     codes, uniq = names
-    u = pd.Series(uniq, dtype=object)
     # Per distinct name, the flags its name alone gives, and the name tests that the event's
-    # kind completes (bits above the flags'); read for every range by one gather.
-    is_step, is_mod, is_rope = 1 << 16, 1 << 17, 1 << 18
-    by_name = np.zeros(len(uniq), dtype=np.int64)
-    by_name |= np.where(u.str.startswith(OPT_PREFIX), F_OPT, 0)
-    by_name |= np.where(u.str.startswith(EVAL_PREFIX), F_EVAL, 0)
-    by_name |= np.where(u.str.startswith(COMM_PREFIXES), F_COMM, 0)
-    # ProfilerStep# recorded as a cpu_op/Operator (torch 1.8-1.13) is a step, not an op.
-    by_name |= np.where(u.str.startswith("ProfilerStep#"), is_step, 0)
+    # kind completes (bits above the flags'); read for every range by one gather. The tests
+    # are pandas' ``str`` methods' (``contains(case=False)`` compares upper case), in Python.
+    is_step, is_mod, is_rope, is_node = 1 << 16, 1 << 17, 1 << 18, 1 << 19
     module_prefix = ann.MODULE_PREFIX if use_capture_modules else MODULE_PREFIX
-    by_name |= np.where(u.str.startswith(module_prefix), is_mod, 0)
-    by_name |= np.where(u.str.contains("rotary", case=False, regex=False), is_rope, 0)
     # An autograd node by its name alone (``AddmmBackward``, ``CudnnConvolutionBackward``):
     # traces of the legacy profiler and of Kineto before torch 1.9 record backward nodes with
     # no Sequence number, no Fwd thread id and no evaluate_function around them.
-    is_node = 1 << 19
-    by_name |= np.where(u.str.fullmatch(BACKWARD_NODE_NAME), is_node, 0)
+    node = re.compile(BACKWARD_NODE_NAME)
+    tests = (
+        (F_OPT, lambda x: x.startswith(OPT_PREFIX)),
+        (F_EVAL, lambda x: x.startswith(EVAL_PREFIX)),
+        (F_COMM, lambda x: x.startswith(COMM_PREFIXES)),
+        # ProfilerStep# recorded as a cpu_op/Operator (torch 1.8-1.13) is a step, not an op.
+        (is_step, lambda x: x.startswith("ProfilerStep#")),
+        (is_mod, lambda x: x.startswith(module_prefix)),
+        (is_rope, lambda x: "ROTARY" in x.upper()),
+        (is_node, lambda x: node.fullmatch(x) is not None),
+    )
+    names_ = uniq.tolist()
+    by_name = np.array([sum(bit for bit, test in tests if test(x)) for x in names_], dtype=np.int64)
     named = by_name[codes]
     flags = named & (F_OPT | F_EVAL | F_COMM)
     is_op = (kinds == CPU_OP) & ((named & is_step) == 0)

@@ -34,8 +34,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .intervals import measure_by
-from .state import codes_of, str_test
+from .intervals import measure_by_key
+from .state import codes_of, str_in
 
 #: Compute of two phases at the same instants beyond this share of the step window: overlap.
 OVERLAP_FRACTION = 0.01
@@ -54,35 +54,27 @@ def own_activity(acts: pd.DataFrame, steps: pd.DataFrame, phases: list[str]) -> 
     ph = of_phase[codes[keep]]
     start, end = acts["start"].to_numpy(np.int64)[keep], acts["end"].to_numpy(np.int64)[keep]
     if "group" in acts:
-        comp = str_test(acts["group"], lambda s: s == "compute")[keep]
+        comp = str_in(acts["group"], ("compute",))[keep]
     else:  # a frame with no group yet: every activity counts as compute
         comp = np.ones(len(row), bool)
     n, k = len(ids), len(phases)
     key = row * k + np.maximum(ph, 0)
-    frame = pd.DataFrame({"key": key, "row": row, "start": start, "end": end})
     ok = ph >= 0
-    own = _by_key(measure_by(frame[ok], ["key"]), n * k)
-    own_c = _by_key(measure_by(frame[ok & comp], ["key"]), n * k)
+    own = measure_by_key(key[ok], start[ok], end[ok], n * k)
+    own_c = measure_by_key(key[ok & comp], start[ok & comp], end[ok & comp], n * k)
     lo = np.full(n * k, np.iinfo(np.int64).max, np.int64)
     hi = np.full(n * k, -1, np.int64)
     np.minimum.at(lo, key[ok], start[ok])
     np.maximum.at(hi, key[ok], end[ok])
     lo[hi < 0] = -1
     out = {
-        "compute": _by_key(measure_by(frame[comp], ["row"]), n),
-        "busy": _by_key(measure_by(frame, ["row"]), n),
+        "compute": measure_by_key(row[comp], start[comp], end[comp], n),
+        "busy": measure_by_key(row, start, end, n),
     }
     for j, p in enumerate(phases):
         out[f"own_{p}"], out[f"compute_{p}"] = own[j::k], own_c[j::k]
         out[f"lo_{p}"], out[f"hi_{p}"] = lo[j::k], hi[j::k]
     return pd.DataFrame(out)
-
-
-def _by_key(measured: pd.Series, n: int) -> np.ndarray:
-    """A measure per integer key 0..n-1 (0 where a key has none)."""
-    out = np.zeros(n, np.int64)
-    out[measured.index.to_numpy(np.int64)] = measured.to_numpy(np.int64)
-    return out
 
 
 def phase_modes(

@@ -11,7 +11,17 @@ from . import stages as _stages
 from .evidence import EV, EVIDENCE, NO_EVIDENCE, PH, PHASES, autograd_call, optimizer_ops, step_tail
 from .intervals import containing
 from .nesting import F_BWD, F_EVAL, F_OPT, MOD_IN_BWD
-from .state import Coded, Trace, add_columns, as_str, categorical, categorical_take, take
+from .state import (
+    Coded,
+    Trace,
+    add_columns,
+    as_str,
+    categorical,
+    categorical_take,
+    distinct_rows,
+    row_codes,
+    take,
+)
 
 #: The annotated stages, in the order of their codes ("": none).
 STAGES = np.array(["", "prefill", "decode"], dtype=object)
@@ -123,9 +133,10 @@ def _on_autograd_thread(t: Trace) -> np.ndarray:
     threads = t.once("autograd_threads", (t.ranges, t.step_ranges), lambda: _autograd_threads(t))
     if not threads:
         return np.zeros(len(a), bool)
-    return pd.MultiIndex.from_arrays([a["launch_pid"].to_numpy(), a["launch_tid"].to_numpy()]).isin(
-        list(threads)
-    )
+    pid, tid = (np.array(v, np.int64) for v in zip(*threads))
+    # The threads' codes come first: those below their number are theirs (they are distinct).
+    code = row_codes(np.append(pid, a["launch_pid"].to_numpy()), np.append(tid, a["launch_tid"].to_numpy()))
+    return code[len(threads) :] < len(threads)
 
 
 def _autograd_threads(t: Trace) -> list[tuple[int, int]]:
@@ -134,9 +145,10 @@ def _autograd_threads(t: Trace) -> list[tuple[int, int]]:
     m = (r["flags"].to_numpy() & F_BWD) != 0
     if not m.any():
         return []
-    pairs = pd.MultiIndex.from_arrays([r["pid"].to_numpy()[m], r["tid"].to_numpy()[m]]).unique()
+    pid, tid = r["pid"].to_numpy()[m], r["tid"].to_numpy()[m]
+    first = distinct_rows(pid, tid)[1]
     main = set(zip(t.step_ranges["pid"].tolist(), t.step_ranges["tid"].tolist()))
-    return sorted(set(pairs.tolist()) - main)
+    return sorted(set(zip(pid[first].tolist(), tid[first].tolist())) - main)
 
 
 def assign_stages(t: Trace) -> Trace:
@@ -153,7 +165,7 @@ def assign_stages(t: Trace) -> Trace:
     if not (stage != "").any():
         kind = ev["kind"].to_numpy()
         srv = (kind == ANNOTATION) & ~t.name_test(
-            lambda s: s.str.startswith("ProfilerStep#") | s.str.startswith(ann.PHASE_PREFIX)
+            lambda s: s.str.startswith(("ProfilerStep#", ann.PHASE_PREFIX))
         )
         ts = ev["ts"].to_numpy()[srv]
         stage = _stages.from_ranges(
@@ -168,5 +180,10 @@ def assign_stages(t: Trace) -> Trace:
             stage = _stages.from_passes(
                 t.modules, a["launch_ts"].to_numpy(), a["step"].to_numpy(), as_str(a["phase"])
             )
-    a["stage"] = categorical(stage)
+    # No stage anywhere (training, most traces): one category "", as categorical(stage) gives.
+    a["stage"] = (
+        categorical(stage)
+        if (stage != "").any()
+        else Coded(np.zeros(len(a), np.intp), STAGES[:1]).categorical()
+    )
     return t

@@ -118,11 +118,18 @@ def as_launches(t: Trace, pts: pd.DataFrame) -> Trace:
     ctx = sweep_points(t, pid, tid, ts)
     view = copy.copy(t)  # the decoded names and derived facts are shared, not made again
     view.warnings, view.meta = [], {}
-    acts = pd.DataFrame(
-        {"launch_pid": pid, "launch_tid": tid, "launch_ts": ts, "launched": in_file, "step": step}
+    view.acts = pd.DataFrame(
+        {
+            "launch_pid": pid.copy(),  # pts' own columns: not shared with the view
+            "launch_tid": tid.copy(),
+            "launch_ts": ts.copy(),
+            "launched": in_file,
+            "step": step,
+            **ctx,
+            **op_columns(view, ctx["op_r"], ctx["comm_r"]),
+        },
+        copy=False,  # fresh arrays, each kept as it is (not consolidated: copied again)
     )
-    acts = add_columns(acts, ctx)
-    view.acts = add_columns(acts, op_columns(view, ctx["op_r"], ctx["comm_r"]))
     return view
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from .intervals import ShareClock
-from .state import Trace, add_columns, str_column
+from .state import Trace, add_columns, as_str, str_column
 from .windows import BOUNDS, PHASES
 
 #: The values of ``acts.window``, in the order of their codes ("": outside every step).
@@ -85,7 +85,7 @@ def _own_phase_shares(
     activities, :mod:`tracekit.pipeline.overlap`), an activity's share of its phase's wall is
     its share among that phase's own activities, and it has none in the other phases: so a
     phase's shares add up to its own wall, as in every other step."""
-    phase = a["phase"].astype(str).to_numpy()[ok]
+    phase = as_str(a["phase"])[ok]
     for ph in PHASES:
         col = cols[ph][ok]
         col[flagged] = 0.0

@@ -9,9 +9,9 @@ it needs, adds and guarantees.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cache, cached_property
+from functools import cache, cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -214,6 +214,16 @@ def str_test(col: pd.Series, test: Callable[[pd.Series], pd.Series]) -> np.ndarr
     return np.asarray(test(pd.Series(as_str(col), dtype=object)), dtype=bool)
 
 
+def str_in(col: pd.Series, values: tuple[str, ...]) -> np.ndarray:
+    """``str_test(col, lambda s: s.isin(values))``: per row, its value is one of ``values``;
+    on a categorical with no missing value, one comparison per category and no Series."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes, cats = cat_parts(col)
+        if len(cats) and not (codes < 0).any():
+            return spread(np.logical_or.reduce([cats == v for v in values]), codes)
+    return str_test(col, lambda s: s.isin(values))
+
+
 def categorical(values, categories=None) -> pd.Categorical:
     """``pd.Categorical(values, categories)`` of an array of str, each value hashed once as a
     Python object (pandas 3 would first convert the whole array to arrow strings)."""
@@ -302,23 +312,56 @@ def distinct_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return key, np.searchsorted(np.maximum.accumulate(key), np.arange(n_keys))
 
 
+def row_codes(*columns: np.ndarray) -> np.ndarray:
+    """Per row, the number of its combination of the columns' values, numbered 0, 1, ... by
+    first appearance: ``pd.MultiIndex.from_arrays(columns).factorize()[0]`` without a tuple per
+    row (e.g. one code per thread of ``(pid, tid)``, for :func:`~.intervals.containing`)."""
+    return distinct_rows(*columns)[0]
+
+
 def categorical_take(uniq: np.ndarray, codes: np.ndarray, idx: np.ndarray, default: str) -> pd.Categorical:
     """``pd.Categorical(take(uniq[codes], idx, default))`` (categories: the distinct values
-    present, sorted), computed on the integer codes: no string is hashed per row."""
+    present, sorted), computed on the integer codes: no string is hashed per row, and the few
+    values present are sorted in Python (their dtype made once per set: :func:`_dtype_of`)."""
     values = np.append(np.asarray(uniq, dtype=object), default)
     c = take(codes, idx, len(uniq))
     if len(c) == 0:
         return pd.Categorical(np.empty(0, object))
     used = np.flatnonzero(np.bincount(c, minlength=len(values)))
-    cats, inv = np.unique(values[used], return_inverse=True)
+    present = values[used].tolist()  # a value may appear more than once (Coded)
+    cats = sorted(set(present))
+    where = {v: i for i, v in enumerate(cats)}
     remap = np.full(len(values), -1, np.int64)
-    remap[used] = inv.ravel()
-    return pd.Categorical.from_codes(remap[c], categories=pd.Index(cats))
+    remap[used] = [where[v] for v in present]
+    return pd.Categorical.from_codes(remap[c], dtype=_dtype_of(cats), validate=False)
+
+
+#: Sets of categories up to this many have their dtype kept (:func:`_dtype_of`).
+_FEW = 1024
+
+
+def _dtype_of(categories: list[str]) -> pd.CategoricalDtype:
+    """The categorical dtype of these sorted, distinct strings; made (and checked) once per set
+    of up to :data:`_FEW`: the label columns of a run mostly have the same few values."""
+    if len(categories) > _FEW:
+        return _new_dtype(categories)
+    return _kept_dtype(tuple(categories), storage())
+
+
+@lru_cache(maxsize=256)
+def _kept_dtype(categories: tuple[str, ...], storage: str) -> pd.CategoricalDtype:
+    """:func:`_new_dtype`, once per set; ``storage`` (how pandas stores ``str`` now) is part of
+    the key: a dtype made under the other storage is not equal to one made now."""
+    return _new_dtype(categories)
+
+
+def _new_dtype(categories: Sequence[str]) -> pd.CategoricalDtype:
+    return pd.CategoricalDtype(pd.Index(np.array(categories, dtype=object)))
 
 
 def lookup(index: pd.Series, keys: np.ndarray) -> np.ndarray:
     """``index[key]`` (int64 values) per key, -1 where the key is absent."""
     if len(index) == 0:
         return np.full(len(keys), -1, np.int64)
-    v = index.reindex(keys).to_numpy(dtype="float64")
-    return np.where(np.isnan(v), -1, v).astype(np.int64)
+    pos = index.index.get_indexer(keys)  # as reindex: the index must be unique
+    return np.where(pos >= 0, index.to_numpy(np.int64)[np.maximum(pos, 0)], -1).astype(np.int64)

@@ -106,5 +106,6 @@ def step_ranges(t: Trace) -> tuple[pd.DataFrame, str]:
         start = np.concatenate([[ts.min()], stop[:-1]])
         num = np.arange(1, idx.size + 1, dtype=np.int64)
         source = OPTIMIZER_PREFIX[:-1]
-    rng = pd.DataFrame({"step": num, "cpu_start": start, "cpu_end": stop, "pid": pid[idx], "tid": tid[idx]})
-    return rng.sort_values("cpu_start").reset_index(drop=True), source
+    by = np.argsort(start, kind="quicksort")  # by start, as sort_values("cpu_start") orders them
+    cols = {"step": num, "cpu_start": start, "cpu_end": stop, "pid": pid[idx], "tid": tid[idx]}
+    return pd.DataFrame({c: x[by] for c, x in cols.items()}), source

@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from ..read.reader import ANNOTATION, CPU_OP
-from .intervals import containing
-from .state import Trace
+from .intervals import containing, ends_before
+from .state import Trace, row_codes
 
 #: CPU ops that issue a collective (the c10d dispatcher op, DeepSpeed/torch's comms record).
 ENQUEUE_PREFIXES = ("c10d::", "record_param_comms")
@@ -79,15 +79,15 @@ def _outermost(thr: np.ndarray, rows: np.ndarray, ts: np.ndarray, end: np.ndarra
     encloses on their thread: the ranges whose inside (after their first instant) is theirs."""
     order = np.lexsort((-end[rows], ts[rows], thr))
     thr, rows = thr[order], rows[order]
-    prev_end = pd.Series(end[rows]).groupby(thr).cummax().groupby(thr).shift(1, fill_value=-1)
-    top = ts[rows] >= prev_end.to_numpy()
+    first = np.ones(len(thr), bool)
+    first[1:] = thr[1:] != thr[:-1]
+    top = ts[rows] >= ends_before(end[rows], first, -1)
     return thr[top], ts[rows][top] + 1, end[rows][top]
 
 
 def _thread_codes(pid: np.ndarray, tid: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """One int64 code per (pid, tid) of the event ``rows``, so containment is per thread."""
-    key = pd.MultiIndex.from_arrays([pid[rows], tid[rows]])
-    return pd.factorize(key)[0].astype(np.int64)
+    return row_codes(pid[rows], tid[rows])
 
 
 def _queued_by(pid: np.ndarray, ts: np.ndarray, worker: np.ndarray, calls: np.ndarray) -> np.ndarray:
