@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.pipeline.intervals import measure, measure_by
-from tracekit.pipeline.state import categorical_take, codes_of
+from tracekit.pipeline.state import categorical_take, codes_of, distinct_rows
 from tracekit.pipeline.windows import Windows
 
 T = TypeVar("T")
@@ -96,6 +96,55 @@ def sums(frame: pd.DataFrame, keys, named: dict[str, str], **groupby) -> pd.Data
     out = frame.groupby(keys, **groupby)[list(named.values())].sum()
     out.columns = list(named)
     return out
+
+
+def flat_sums(frame: pd.DataFrame, keys: list[str], named: dict[str, str], sort: bool = True) -> pd.DataFrame:
+    """``sums(frame, keys, named, sort=sort, observed=True).reset_index()``, grouped on one
+    array of group numbers found from the keys' integer codes (categorical or integer keys):
+    pandas' sums themselves (the same kernel over the rows in the same order, so the same
+    floats), without its per-key groupers and result MultiIndex (half a small table's time).
+    Groups in order of first appearance, or (``sort``) of the keys' codes, as pandas orders
+    them; the key columns keep their dtypes. Any other key, or a missing key: pandas'."""
+    codes = _key_codes(frame, keys)
+    if codes is None:
+        return sums(frame, keys, named, sort=sort, observed=True).reset_index()
+    group, first = distinct_rows(*codes)
+    if sort:  # renumber the groups in the order of their keys' codes
+        order = np.lexsort([c[first] for c in reversed(codes)])
+        rank = np.empty(len(order), np.int64)
+        rank[order] = np.arange(len(order))
+        group, first = rank[group], first[order]
+    values = pd.DataFrame({name: frame[col].to_numpy() for name, col in named.items()})
+    summed = values.groupby(group).sum()
+    out = {k: _take(frame[k], first) for k in keys}
+    out.update({name: summed[name].to_numpy() for name in named})
+    return pd.DataFrame(out)
+
+
+def _key_codes(frame: pd.DataFrame, keys: list[str]) -> list[np.ndarray] | None:
+    """Per key, integers that group and sort as pandas groups the key (a categorical's codes,
+    an integer column's values); None when a key is of another dtype, missing somewhere, or
+    the frame is empty."""
+    if frame.empty:
+        return None
+    out = []
+    for k in keys:
+        col = frame[k]
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            c = col.array.codes
+            if (c < 0).any():
+                return None
+        elif col.dtype.kind in "iub" and isinstance(col.dtype, np.dtype):
+            c = col.to_numpy()
+        else:
+            return None
+        out.append(c)
+    return out
+
+
+def _take(col: pd.Series, rows: np.ndarray):
+    """The column's values at ``rows``, of its dtype (a categorical keeps its categories)."""
+    return col.array.take(rows) if isinstance(col.dtype, pd.CategoricalDtype) else col.to_numpy()[rows]
 
 
 def labelled_spans(intervals: pd.DataFrame, mask: np.ndarray | None = None) -> pd.DataFrame:

@@ -25,7 +25,7 @@ from tracekit.pipeline.taxonomy import MODULE_CATEGORIES
 from tracekit.pipeline.windows import Windows
 
 from . import _perf
-from ._common import WINDOW_PHASES, as_text, sums
+from ._common import WINDOW_PHASES, as_text, flat_sums
 from ._registry import FLOP_PER_BYTE, GBYTE, GFLOP, LABEL, MS, PCT, PERF, TBPS, TFLOPS, register
 
 KEYS = ["phase", "module"]
@@ -115,5 +115,5 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     on = f["modelled"].to_numpy()
     dur = f["dur_ms"].to_numpy()
     f = f.assign(time_ms=np.where(on, dur, 0.0), unmodelled_ms=np.where(on, 0.0, dur))
-    out = sums(f, ["step", *KEYS], SUMS, sort=False, observed=True).reset_index()
+    out = flat_sums(f, ["step", *KEYS], SUMS, sort=False)
     return _finish(as_text(out, KEYS))

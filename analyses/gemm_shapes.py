@@ -22,7 +22,7 @@ import pandas as pd
 from tracekit.pipeline.windows import Windows
 
 from . import _perf
-from ._common import as_text, largest_first, sums
+from ._common import as_text, flat_sums, largest_first
 from ._registry import CALLS, GFLOP, MS, PCT, PERF, TFLOPS, US, register
 
 KEYS = ["phase", "op", "batch", "m", "n", "k", "dtype"]
@@ -84,7 +84,7 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     f = _perf.rows(intervals, windows.steps["step"].to_numpy(), "gemm")
     if f.empty:
         return pd.DataFrame(columns=COLUMNS)
-    out = sums(f, ["step", *KEYS], SUMS, sort=False, observed=True).reset_index()
+    out = flat_sums(f, ["step", *KEYS], SUMS, sort=False)
     out = as_text(out, ["phase", "op", "dtype"])
     for c in ("batch", "m", "n", "k"):
         out[c] = out[c].astype(np.int64)

@@ -25,7 +25,7 @@ import pandas as pd
 from tracekit.pipeline.state import categorical_take, codes_of
 from tracekit.pipeline.windows import Windows
 
-from ._common import as_text, narrow, sums, text
+from ._common import as_text, flat_sums, narrow, text
 from ._registry import COUNT, INDEX, MS, PCT, TableSpec, declare, register
 from ._stages import ORDER as STAGE_ORDER
 from ._stages import has_stages
@@ -92,8 +92,8 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     )
     if staged:
         frame["stage"] = text(iv["stage"], {"": "other"})
-    out = sums(frame, keys, {"count": "count", "time_ms": "dur"}, sort=False, observed=True)
-    out = as_text(out.reset_index(), ["phase", "stage"])
+    out = flat_sums(frame, keys, {"count": "count", "time_ms": "dur"}, sort=False)
+    out = as_text(out, ["phase", "stage"])
     out["count"] = out["count"].astype("int64")
     return _finish(out)[cols]
 

@@ -21,7 +21,7 @@ import pandas as pd
 from tracekit.pipeline.windows import Windows
 
 from . import _perf
-from ._common import as_text, largest_first, sums
+from ._common import as_text, flat_sums, largest_first
 from ._registry import CALLS, FLOP_PER_BYTE, GBYTE, GFLOP, MS, PCT, PERF, TBPS, TFLOPS, US, register
 
 KEYS = ["phase", "op", "family", "shape", "dtype"]
@@ -107,5 +107,5 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     f = _perf.rows(intervals, windows.steps["step"].to_numpy(), "modelled")
     if f.empty:
         return pd.DataFrame(columns=COLUMNS)
-    out = sums(f, ["step", *KEYS], SUMS, sort=False, observed=True).reset_index()
+    out = flat_sums(f, ["step", *KEYS], SUMS, sort=False)
     return _finish(as_text(out, KEYS))

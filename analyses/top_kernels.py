@@ -21,7 +21,7 @@ import pandas as pd
 from tracekit.pipeline import names
 from tracekit.pipeline.windows import Windows
 
-from ._common import as_text, largest_first, narrow, sums, text
+from ._common import as_text, flat_sums, largest_first, narrow, sums, text
 from ._registry import COUNT, MS, PCT, US, Ratio, register
 
 #: Rows kept per step; the rest are summed into one "(other kernels)" row.
@@ -83,7 +83,7 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
         }
     )
     keys = ["step", "name", "category", "module", "phase"]
-    out = sums(frame, keys, {"count": "count", "total_ms": "dur"}, sort=False, observed=True).reset_index()
+    out = flat_sums(frame, keys, {"count": "count", "total_ms": "dur"}, sort=False)
     out = as_text(out, ["name", "category", "module", "phase"])
     out = _keep_top(out)
     out["count"] = out["count"].astype("int64")
