@@ -36,7 +36,7 @@ from ._common import (
     labelled_spans,
     phases_present,
     text_index,
-    union_ms_by,
+    union_ms_at,
     window_shares,
 )
 from ._registry import GFLOP, MS, PCT, STEP_WINDOW, Ratio, register
@@ -96,10 +96,10 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     exposed = shares[shares["group"] == "comm"].groupby(key)["share_ms"].sum()
     labelled = labelled_spans(intervals)
     is_compute = (intervals["group"] == "compute").to_numpy()
-    compute = union_ms_by(labelled[is_compute], key)
-    comm = union_ms_by(labelled[(intervals["group"] == "comm").to_numpy()], key)
-    recompute = union_ms_by(labelled[is_compute & _recomputed(intervals)], key)
     idx = list(zip(win["step"].to_numpy(), win["phase"].to_numpy()))
+    compute = union_ms_at(labelled[is_compute], key, idx)
+    comm = union_ms_at(labelled[(intervals["group"] == "comm").to_numpy()], key, idx)
+    recompute = union_ms_at(labelled[is_compute & _recomputed(intervals)], key, idx)
 
     def col(series: pd.Series) -> np.ndarray:
         return at(series, idx)
@@ -109,10 +109,10 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
             "step": win["step"].to_numpy(),
             "phase": win["phase"].to_numpy(),
             "wall_ms": win["wall_ms"].to_numpy(),
-            "compute_ms": col(compute),
-            "comm_ms": col(comm),
+            "compute_ms": compute,
+            "comm_ms": comm,
             "exposed_comm_ms": col(exposed),
-            "recompute_ms": col(recompute),
+            "recompute_ms": recompute,
             "idle_ms": (win["wall_ms"].to_numpy() - col(busy)).clip(min=0.0),
         }
     )
