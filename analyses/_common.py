@@ -105,20 +105,36 @@ def flat_sums(frame: pd.DataFrame, keys: list[str], named: dict[str, str], sort:
     floats), without its per-key groupers and result MultiIndex (half a small table's time).
     Groups in order of first appearance, or (``sort``) of the keys' codes, as pandas orders
     them; the key columns keep their dtypes. Any other key, or a missing key: pandas'."""
+    got = group_numbers(frame, keys, sort)
+    if got is None:
+        return sums(frame, keys, named, sort=sort, observed=True).reset_index()
+    group, first = got
+    values = pd.DataFrame({name: frame[col].to_numpy() for name, col in named.items()})
+    summed = values.groupby(group).sum()
+    out = {k: _take(frame[k], first) for k in keys}
+    out.update({name: summed[name].to_numpy() for name in named})
+    return pd.DataFrame(out)
+
+
+#: Per row its group's number, and per group its first row (:func:`group_numbers`).
+Groups = tuple[np.ndarray, np.ndarray]
+
+
+def group_numbers(frame: pd.DataFrame, keys: list[str], sort: bool = True) -> Groups | None:
+    """``(group, first)``: per row the number of its group of ``keys`` as ``frame.groupby(keys,
+    sort=sort, observed=True)`` numbers them (by first appearance, or by the keys' codes), and
+    per group its first row; None where :func:`flat_sums` defers to pandas (a key neither
+    categorical nor integer, a missing key, no rows)."""
     codes = _key_codes(frame, keys)
     if codes is None:
-        return sums(frame, keys, named, sort=sort, observed=True).reset_index()
+        return None
     group, first = distinct_rows(*codes)
     if sort:  # renumber the groups in the order of their keys' codes
         order = np.lexsort([c[first] for c in reversed(codes)])
         rank = np.empty(len(order), np.int64)
         rank[order] = np.arange(len(order))
         group, first = rank[group], first[order]
-    values = pd.DataFrame({name: frame[col].to_numpy() for name, col in named.items()})
-    summed = values.groupby(group).sum()
-    out = {k: _take(frame[k], first) for k in keys}
-    out.update({name: summed[name].to_numpy() for name in named})
-    return pd.DataFrame(out)
+    return group, first
 
 
 def _key_codes(frame: pd.DataFrame, keys: list[str]) -> list[np.ndarray] | None:
@@ -204,12 +220,10 @@ def union_ms_at(frame: pd.DataFrame, keys: list[str], idx: list) -> np.ndarray:
     intervals at the labels ``idx`` (tuples of the keys' values, a categorical's as str), 0
     where a label has no rows. A few groups (per step and phase): each measured on its own
     rows (:func:`measure`, the same integers), with no group-by index built or looked up."""
-    codes = _key_codes(frame, keys)
-    if codes is None:
+    got = group_numbers(frame, keys, sort=False)
+    if got is None or len(got[1]) > FEW_GROUPS:
         return at(union_ms_by(frame, keys), idx)
-    group, first = distinct_rows(*codes)
-    if len(first) > FEW_GROUPS:
-        return at(union_ms_by(frame, keys), idx)
+    group, first = got
     order = np.argsort(group, kind="stable")
     bounds = np.searchsorted(group[order], np.arange(len(first) + 1))
     start, end = frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64)
