@@ -251,11 +251,34 @@ def largest_first(
     """``df`` in the order of its ``groups`` columns (those it has), each group's rows by
     ``value``, largest first (ties keep their order); ``columns``: the columns shown, in order,
     after ``rank`` (those it has)."""
-    by = [c for c in groups if c in df.columns]
-    out = df.sort_values(by + [value], ascending=[True] * len(by) + [False], kind="stable")
-    if columns is not None:
-        out = out[[c for c in ("rank", *columns) if c in out.columns]]
-    return out.reset_index(drop=True)
+    return largest_first_of(df, {}, value, groups, columns)
+
+
+def largest_first_of(
+    df: pd.DataFrame,
+    new: dict[str, np.ndarray],
+    value: str,
+    groups: tuple[str, ...] = ("rank", "step"),
+    columns: list[str] | None = None,
+) -> pd.DataFrame:
+    """:func:`largest_first` of ``df`` with the columns ``new`` set (a finish's ratios), on the
+    columns' arrays: one stable sort (descending ``value``: its negation, NaN still last) and
+    the frame built once (:func:`~._frames.rebuilt`)."""
+    from ._frames import rebuilt, stable_order
+
+    by = [df[c].to_numpy() for c in groups if c in df.columns]
+    v = np.asarray(new[value]) if value in new else df[value].to_numpy()
+    order = stable_order([*by, -v], len(df)) if v.dtype.kind in "if" else None
+    names = [*df.columns, *(c for c in new if c not in df.columns)]
+    if order is None:  # a value that cannot be negated: pandas' sort
+        out = df.assign(**new).sort_values(
+            [c for c in groups if c in df.columns] + [value],
+            ascending=[True] * len(by) + [False],
+            kind="stable",
+        )
+        order, df, new = np.arange(len(out)), out, {}
+    shown = names if columns is None else [c for c in ("rank", *columns) if c in names]
+    return rebuilt(df, new, order, shown)
 
 
 def once_per_table(build: Callable[[pd.DataFrame], T]) -> Callable[[pd.DataFrame], T]:
