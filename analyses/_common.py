@@ -352,8 +352,16 @@ def percent(part, whole) -> np.ndarray:
 def phases_present(intervals: pd.DataFrame, windows: Windows) -> list[str]:
     """The phases a rank's tables show: the paper's three, and ``unattributed`` where some
     activity has that label or some complete step has an unattributed window."""
-    has = windows.has_unattributed() or bool((intervals["phase"] == "unattributed").any())
+    has = _unattributed_window(windows) or bool((intervals["phase"] == "unattributed").any())
     return WINDOW_PHASES if has else PHASES
+
+
+def _unattributed_window(windows: Windows) -> bool:
+    """``windows.has_unattributed()`` on the phase windows' arrays (a fifth of its cost: the
+    Series arithmetic and masking of a few rows is most of it)."""
+    p = windows.phases
+    width = p["hi"].to_numpy() - p["lo"].to_numpy()
+    return bool((width[p["phase"].to_numpy() == "unattributed"] > 0).any())
 
 
 def share_column(phase: str) -> str:
