@@ -86,7 +86,17 @@ def narrow(intervals: pd.DataFrame, columns: list[str], mask: np.ndarray | None 
     columns, each its own block, costs ten times more). All rows: the table itself."""
     if mask is None or mask.all():
         return intervals
-    return intervals[[c for c in columns if c in intervals.columns]][mask]
+    cols = [c for c in columns if c in intervals.columns]
+    if len(set(cols)) < len(cols) or np.asarray(mask).dtype != bool:
+        return intervals[cols][mask]
+    # Each column's array masked, the frame built once (a third of selecting the columns,
+    # then masking their frame); the rows keep their labels, as the selection does.
+    return pd.DataFrame({c: _values(intervals[c])[mask] for c in cols}, index=intervals.index[mask])
+
+
+def _values(col: pd.Series):
+    """The column's values of its dtype: a numpy array, or its extension array."""
+    return col.to_numpy() if isinstance(col.dtype, np.dtype) else col.array
 
 
 def sums(frame: pd.DataFrame, keys, named: dict[str, str], **groupby) -> pd.DataFrame:
