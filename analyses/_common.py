@@ -320,31 +320,31 @@ def window_shares(intervals: pd.DataFrame) -> pd.DataFrame:
     """Long frame of each activity's share (ms) in each phase window: step, phase (the window),
     group, module, recompute (activation recomputation), share_ms. Rows with no share are
     dropped. Computed once per interval table (the phases and modules tables both read it)."""
-    parts = []
     group, module = text(intervals["group"]), text(intervals["module"])
     recompute, step = _recompute(intervals), intervals["step"].to_numpy()
     phases = sorted(WINDOW_PHASES)  # categories in string order: groups sort as the strings
+    rows, codes, share = [], [], []  # per window phase with shares: its rows, built as one frame
     for ph in WINDOW_PHASES:
         col = intervals[share_column(ph)].to_numpy()
-        keep = col > 0
-        if not keep.any():
+        keep = np.flatnonzero(col > 0)
+        if not len(keep):
             continue
-        n = int(keep.sum())
-        parts.append(
-            pd.DataFrame(
-                {
-                    "step": step[keep],
-                    "phase": pd.Categorical.from_codes(np.full(n, phases.index(ph)), categories=phases),
-                    "group": group[keep],
-                    "module": module[keep],
-                    "recompute": recompute[keep],
-                    "share_ms": col[keep] / NS_PER_MS,
-                }
-            )
-        )
-    if not parts:
+        rows.append(keep)
+        codes.append(np.full(len(keep), phases.index(ph)))
+        share.append(col[keep] / NS_PER_MS)
+    if not rows:
         return pd.DataFrame(columns=["step", "phase", "group", "module", "recompute", "share_ms"])
-    return pd.concat(parts, ignore_index=True)
+    at = np.concatenate(rows)
+    return pd.DataFrame(
+        {
+            "step": step[at],
+            "phase": pd.Categorical.from_codes(np.concatenate(codes), categories=phases),
+            "group": group.take(at),
+            "module": module.take(at),
+            "recompute": recompute[at],
+            "share_ms": np.concatenate(share),
+        }
+    )
 
 
 def _recompute(iv: pd.DataFrame) -> np.ndarray:
