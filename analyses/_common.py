@@ -67,7 +67,11 @@ def as_text(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     """The (few) result rows' label columns back as str, as tables give them."""
     for c in cols:
         if c in df.columns and isinstance(df[c].dtype, pd.CategoricalDtype):
-            df[c] = df[c].astype(str)
+            cat = df[c].array
+            if len(cat) and (cat.codes >= 0).all():  # each category converted once, then taken
+                df[c] = cat.categories.astype(str).take(cat.codes).array
+            else:
+                df[c] = df[c].astype(str)
     return df
 
 
