@@ -245,18 +245,19 @@ def union_ms_at(frame: pd.DataFrame, keys: list[str], idx: list) -> np.ndarray:
     for g in range(len(first)):
         rows = order[bounds[g] : bounds[g + 1]]
         ns[g] = measure(start[rows], end[rows])
-    labels = zip(*(_labels(frame[k], first) for k in keys))
+    labels = zip(*(labels_of(frame[k], first) for k in keys))
     found = dict(zip(labels, ns / NS_PER_MS))
     return np.fromiter((found.get(k, 0.0) for k in idx), dtype=float, count=len(idx))
 
 
-def _labels(col: pd.Series, rows: np.ndarray) -> list:
+def labels_of(col: pd.Series, rows: np.ndarray | None = None) -> list:
     """The column's values at ``rows`` as a group-by's labels read after :func:`text_index`
     (a categorical's as str)."""
+    at = slice(None) if rows is None else rows
     if isinstance(col.dtype, pd.CategoricalDtype):
         cats = np.asarray(col.array.categories.astype(str), dtype=object)
-        return cats[col.array.codes[rows]].tolist()
-    return col.to_numpy()[rows].tolist()
+        return cats[col.array.codes[at]].tolist()
+    return col.to_numpy()[at].tolist()
 
 
 def largest_first(
