@@ -140,8 +140,14 @@ def group_numbers(frame: pd.DataFrame, keys: list[str], sort: bool = True) -> Gr
     per group its first row; None where :func:`flat_sums` defers to pandas (a key neither
     categorical nor integer, a missing key, no rows)."""
     codes = _key_codes(frame, keys)
-    if codes is None:
-        return None
+    return None if codes is None else numbered(codes, sort)
+
+
+def numbered(codes: list[np.ndarray], sort: bool = True) -> Groups:
+    """:func:`group_numbers` of integer key columns: the groups by first appearance, or
+    (``sort``) by the keys' values, as pandas numbers a group-by's groups. The same numbers
+    matter, not only the same groups: pandas sums groups whose numbers are sorted runs by
+    ``np.add.reduceat`` and others by its compensated sum, which differ in the last bits."""
     group, first = distinct_rows(*codes)
     if sort:  # renumber the groups in the order of their keys' codes
         order = np.lexsort([c[first] for c in reversed(codes)])
