@@ -115,8 +115,9 @@ def sums(frame: pd.DataFrame, keys, named: dict[str, str], **groupby) -> pd.Data
 def flat_sums(frame: pd.DataFrame, keys: list[str], named: dict[str, str], sort: bool = True) -> pd.DataFrame:
     """``sums(frame, keys, named, sort=sort, observed=True).reset_index()``, grouped on one
     array of group numbers found from the keys' integer codes (categorical or integer keys):
-    pandas' sums themselves (the same kernel over the rows in the same order, so the same
-    floats), without its per-key groupers and result MultiIndex (half a small table's time).
+    pandas' sums themselves over pandas' own group numbers (:func:`numbered`; so the same
+    summation of the rows in the same order, the same floats), without its per-key groupers
+    and result MultiIndex (half a small table's time).
     Groups in order of first appearance, or (``sort``) of the keys' codes, as pandas orders
     them; the key columns keep their dtypes. Any other key, or a missing key: pandas'."""
     got = group_numbers(frame, keys, sort)
