@@ -121,13 +121,15 @@ def flat_sums(frame: pd.DataFrame, keys: list[str], named: dict[str, str], sort:
     Groups in order of first appearance, or (``sort``) of the keys' codes, as pandas orders
     them; the key columns keep their dtypes. Any other key, or a missing key: pandas'."""
     got = group_numbers(frame, keys, sort)
-    if got is None:
+    cols = list(named.values())
+    if got is None or len(set(cols)) < len(cols):
         return sums(frame, keys, named, sort=sort, observed=True).reset_index()
     group, first = got
-    values = pd.DataFrame({name: frame[col].to_numpy() for name, col in named.items()})
-    summed = values.groupby(group).sum()
+    # The columns selected as pandas selects them (the same blocks: pandas picks the summation
+    # per block, np.add.reduceat or its compensated sum when a value of the block is NaN).
+    summed = frame[cols].groupby(group).sum()
     out = {k: _take(frame[k], first) for k in keys}
-    out.update({name: summed[name].to_numpy() for name in named})
+    out.update({name: summed[col].to_numpy() for name, col in named.items()})
     return pd.DataFrame(out)
 
 
