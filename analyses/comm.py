@@ -23,7 +23,8 @@ import pandas as pd
 from tracekit.pipeline.intervals import measure, measure_by, minus_measure_by
 from tracekit.pipeline.windows import Windows
 
-from ._common import FEW_GROUPS, NS_PER_MS, as_text, group_numbers, narrow, sums, text
+from ._common import NS_PER_MS, as_text, narrow, sums, text
+from ._groups import FEW_GROUPS, group_numbers
 from ._registry import COUNT, MS, PCT, STEP_WINDOW, Ratio, register
 
 

@@ -25,8 +25,9 @@ from tracekit.pipeline.taxonomy import MODULE_CATEGORIES
 from tracekit.pipeline.windows import Windows
 
 from . import _perf
-from ._common import WINDOW_PHASES, as_text, flat_sums
+from ._common import WINDOW_PHASES, as_text
 from ._frames import place, rebuilt, stable_order
+from ._groups import flat_sums
 from ._registry import FLOP_PER_BYTE, GBYTE, GFLOP, LABEL, MS, PCT, PERF, TBPS, TFLOPS, register
 
 KEYS = ["phase", "module"]

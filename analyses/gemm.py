@@ -12,7 +12,8 @@ import pandas as pd
 
 from tracekit.pipeline.windows import Windows
 
-from ._common import WINDOW_PHASES, labelled_spans, phases_present, union_ms_at
+from ._common import WINDOW_PHASES, labelled_spans, phases_present
+from ._groups import union_ms_at
 from ._registry import MS, PCT, Ratio, register
 
 

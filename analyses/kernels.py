@@ -30,7 +30,8 @@ import pandas as pd
 from tracekit.pipeline.taxonomy import COMM_CATEGORIES, KERNEL_CATEGORIES
 from tracekit.pipeline.windows import Windows
 
-from ._common import flat_sums, group_numbers, labels_of, narrow, text, text_index
+from ._common import narrow, text, text_index
+from ._groups import flat_sums, group_numbers, labels_of
 from ._registry import COUNT, MS, PCT, STAGE_MEAN, Ratio, register
 from ._stages import ORDER, has_stages
 

@@ -25,8 +25,9 @@ import pandas as pd
 from tracekit.pipeline.state import categorical_take, codes_of
 from tracekit.pipeline.windows import Windows
 
-from ._common import as_text, flat_sums, narrow, text
+from ._common import as_text, narrow, text
 from ._frames import place, rebuilt, stable_order
+from ._groups import flat_sums
 from ._registry import COUNT, INDEX, MS, PCT, TableSpec, declare, register
 from ._stages import ORDER as STAGE_ORDER
 from ._stages import has_stages

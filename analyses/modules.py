@@ -27,7 +27,8 @@ import pandas as pd
 from tracekit.pipeline.taxonomy import MODULE_CATEGORIES
 from tracekit.pipeline.windows import Windows
 
-from ._common import numbered, phases_present, window_shares
+from ._common import phases_present, window_shares
+from ._groups import numbered
 from ._registry import MS, PCT, PHASE_WALL, Ratio, register
 
 ROWS = MODULE_CATEGORIES + ["Other", "Exposed communication", "Idle"]

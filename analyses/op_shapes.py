@@ -22,7 +22,8 @@ import pandas as pd
 from tracekit.pipeline.windows import Windows
 
 from . import _perf
-from ._common import as_text, flat_sums, largest_first_of
+from ._common import as_text, largest_first_of
+from ._groups import flat_sums
 from ._registry import CALLS, FLOP_PER_BYTE, GBYTE, GFLOP, MS, PCT, PERF, TBPS, TFLOPS, US, register
 
 KEYS = ["phase", "op", "family", "shape", "dtype"]

@@ -22,7 +22,8 @@ import pandas as pd
 from tracekit.pipeline import names
 from tracekit.pipeline.windows import Windows
 
-from ._common import as_text, flat_sums, largest_first, narrow, sums, text
+from ._common import as_text, largest_first, narrow, sums, text
+from ._groups import flat_sums
 from ._registry import COUNT, MS, PCT, US, Ratio, register
 
 #: Rows kept per step; the rest are summed into one "(other kernels)" row.
