@@ -27,8 +27,11 @@ def rebuilt(
             v = np.asarray(new[c])
             out[c] = v if order is None else v[order]
         elif c in df.columns:
-            v = df[c].array
-            out[c] = v if order is None else v.take(order)
+            col = df[c]
+            v = col.array if order is None else col.array.take(order)
+            if col.dtype == object:  # kept object: a frame built from its values infers str
+                v = pd.Series(np.asarray(v, dtype=object), dtype=object)
+            out[c] = v
     return pd.DataFrame(out)
 
 
