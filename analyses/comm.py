@@ -17,13 +17,44 @@ Per step, phase (of the launching op) and collective (from the kernel name, else
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
-from tracekit.pipeline.intervals import measure_by, minus_measure_by
+from tracekit.pipeline.intervals import measure, measure_by, minus_measure_by
 from tracekit.pipeline.windows import Windows
 
 from ._common import NS_PER_MS, as_text, narrow, sums, text
+from ._groups import FEW_GROUPS, group_numbers
 from ._registry import COUNT, MS, PCT, STEP_WINDOW, Ratio, register
+
+
+def _few_groups(c: pd.DataFrame, compute: pd.DataFrame, keys: list[str]) -> pd.DataFrame | None:
+    """The table (its columns unordered) of at most :data:`FEW_GROUPS` groups, each measured
+    on its own rows: ``busy`` the union of the group, ``exposed`` the union of the group and
+    its step's compute minus the union of that compute (as :func:`minus_measure_by` measures
+    it: the same integers), with no group-by index built or reindexed. None for more groups
+    (or keys :func:`group_numbers` leaves to pandas)."""
+    got = group_numbers(c, keys)
+    if got is None or len(got[1]) > FEW_GROUPS:
+        return None
+    group, first = got
+    order = np.argsort(group, kind="stable")
+    bounds = np.searchsorted(group[order], np.arange(len(first) + 1))
+    start, end, step = (c[k].to_numpy(np.int64) for k in ("start", "end", "step"))
+    c_step, c_start, c_end = (compute[k].to_numpy(np.int64) for k in ("step", "start", "end"))
+    busy, exposed = np.zeros(len(first), np.int64), np.zeros(len(first), np.int64)
+    for g in range(len(first)):
+        rows = order[bounds[g] : bounds[g + 1]]
+        hidden = c_step == step[first[g]]
+        busy[g] = measure(start[rows], end[rows])
+        both = (np.concatenate([start[rows], c_start[hidden]]), np.concatenate([end[rows], c_end[hidden]]))
+        exposed[g] = measure(*both) - measure(c_start[hidden], c_end[hidden])
+    out = pd.DataFrame({k: c[k].to_numpy()[first] if k == "step" else c[k].array.take(first) for k in keys})
+    out = as_text(out, ["phase", "collective"])
+    out["count"] = np.add.reduceat(c["count"].to_numpy()[order], bounds[:-1])
+    out["time_ms"] = np.add.reduceat(c["dur"].to_numpy()[order], bounds[:-1]) / NS_PER_MS
+    out["busy_ms"], out["exposed_ms"] = busy / NS_PER_MS, exposed / NS_PER_MS
+    return out
 
 
 @register(
@@ -56,6 +87,9 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     )
     c["dur"] = c["end"] - c["start"]
     compute = narrow(intervals, ["step", "start", "end"], (intervals["group"] == "compute").to_numpy())
+    few = _few_groups(c, compute, keys)
+    if few is not None:
+        return few[cols]
     out = sums(c, keys, {"count": "count", "time_ns": "dur"}, observed=True)
     exposed = minus_measure_by(c, compute[["step", "start", "end"]], keys, ["step"])
     out["busy_ms"] = measure_by(c, keys).reindex(out.index).to_numpy() / NS_PER_MS

@@ -25,7 +25,9 @@ from tracekit.pipeline.taxonomy import MODULE_CATEGORIES
 from tracekit.pipeline.windows import Windows
 
 from . import _perf
-from ._common import WINDOW_PHASES, as_text, sums
+from ._common import WINDOW_PHASES, as_text
+from ._frames import place, rebuilt, stable_order
+from ._groups import flat_sums
 from ._registry import FLOP_PER_BYTE, GBYTE, GFLOP, LABEL, MS, PCT, PERF, TBPS, TFLOPS, register
 
 KEYS = ["phase", "module"]
@@ -59,24 +61,25 @@ COLUMNS = [
 
 
 def _finish(df: pd.DataFrame) -> pd.DataFrame:
-    """The ratios and the bound, from the (mean) sums."""
-    df = df.copy()
-    compute = _perf.known(df["ideal_ms"], df["gflop"])
-    memory = _perf.known(df["ideal_mem_ms"], df["gbyte"])
-    df["tflops"] = _perf.ratio(df["gflop"], df["time_ms"])
-    df["tbps"] = _perf.ratio(df["gbyte"], df["time_ms"])
-    df["intensity"] = _perf.ratio(df["gflop"], df["gbyte"])
+    """The ratios and the bound, from the (mean) sums; rows by phase and module category.
+    Computed on the columns' arrays, the frame built once (:func:`rebuilt`)."""
+    gflop, gbyte, time_ms = (df[c].to_numpy() for c in ("gflop", "gbyte", "time_ms"))
+    compute = _perf.known(df["ideal_ms"].to_numpy(), gflop)
+    memory = _perf.known(df["ideal_mem_ms"].to_numpy(), gbyte)
     binding = np.maximum(compute, memory)  # NaN when either is unknown
-    df["peak_pct"] = _perf.ratio(binding, df["time_ms"], 100.0)
-    df["bound"] = np.where(binding > 0, np.where(compute >= memory, "compute", "memory"), "")
-    total = df["time_ms"] + df["unmodelled_ms"]
-    df["modelled_pct"] = _perf.ratio(df["time_ms"], total, 100.0)
-    df["ideal_ms"], df["ideal_mem_ms"] = compute, memory
-    by = [c for c in ("rank", "step") if c in df.columns]
-    order = {p: i for i, p in enumerate(WINDOW_PHASES)}, {m: i for i, m in enumerate(MODULE_ROWS)}
-    df = df.assign(_p=df["phase"].astype(str).map(order[0]), _m=df["module"].astype(str).map(order[1]))
-    df = df.sort_values(by + ["_p", "_m"], kind="stable", na_position="last")
-    return df[[c for c in ("rank", *COLUMNS) if c in df.columns]].reset_index(drop=True)
+    new = {
+        "tflops": _perf.ratio(gflop, time_ms),
+        "tbps": _perf.ratio(gbyte, time_ms),
+        "intensity": _perf.ratio(gflop, gbyte),
+        "peak_pct": _perf.ratio(binding, time_ms, 100.0),
+        "bound": np.where(binding > 0, np.where(compute >= memory, "compute", "memory"), ""),
+        "modelled_pct": _perf.ratio(time_ms, time_ms + df["unmodelled_ms"].to_numpy(), 100.0),
+        "ideal_ms": compute,
+        "ideal_mem_ms": memory,
+    }
+    by = [df[c].to_numpy() for c in ("rank", "step") if c in df.columns]
+    order = stable_order([*by, place(df["phase"], WINDOW_PHASES), place(df["module"], MODULE_ROWS)], len(df))
+    return rebuilt(df, new, order, [c for c in ("rank", *COLUMNS) if c in df.columns or c in new])
 
 
 @register(
@@ -115,5 +118,5 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     on = f["modelled"].to_numpy()
     dur = f["dur_ms"].to_numpy()
     f = f.assign(time_ms=np.where(on, dur, 0.0), unmodelled_ms=np.where(on, 0.0, dur))
-    out = sums(f, ["step", *KEYS], SUMS, sort=False, observed=True).reset_index()
+    out = flat_sums(f, ["step", *KEYS], SUMS, sort=False)
     return _finish(as_text(out, KEYS))

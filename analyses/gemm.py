@@ -12,7 +12,8 @@ import pandas as pd
 
 from tracekit.pipeline.windows import Windows
 
-from ._common import WINDOW_PHASES, at, labelled_spans, phases_present, union_ms_by
+from ._common import WINDOW_PHASES, labelled_spans, phases_present
+from ._groups import union_ms_at
 from ._registry import MS, PCT, Ratio, register
 
 
@@ -28,11 +29,10 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     key = ["step", "phase"]
     is_compute = (intervals["group"] == "compute").to_numpy()
     compute = labelled_spans(intervals, is_compute)
-    gemm = union_ms_by(compute[intervals["is_gemm"].to_numpy(bool)[is_compute]], key)
-    total = union_ms_by(compute, key)
     done = windows.steps["step"].to_numpy()
     idx = pd.MultiIndex.from_product([done, phases_present(intervals, windows)], names=key)
-    g, t = at(gemm, idx), at(total, idx)
+    g = union_ms_at(compute[intervals["is_gemm"].to_numpy(bool)[is_compute]], key, list(idx))
+    t = union_ms_at(compute, key, list(idx))
     out = pd.DataFrame(
         {
             "step": idx.get_level_values(0),

@@ -22,7 +22,8 @@ import pandas as pd
 from tracekit.pipeline.windows import Windows
 
 from . import _perf
-from ._common import as_text, largest_first, sums
+from ._common import as_text, largest_first_of
+from ._groups import flat_sums
 from ._registry import CALLS, GFLOP, MS, PCT, PERF, TFLOPS, US, register
 
 KEYS = ["phase", "op", "batch", "m", "n", "k", "dtype"]
@@ -43,14 +44,17 @@ COLUMNS = [
 
 
 def _finish(df: pd.DataFrame) -> pd.DataFrame:
-    """The ratios, from the (mean) sums; largest time first."""
-    df = df.copy()
-    df["gflop"] = _perf.ratio(df["total_gflop"], df["calls"])
-    df["us_per_call"] = _perf.ratio(df["time_ms"], df["calls"], 1000.0)
-    df["tflops"] = _perf.ratio(df["total_gflop"], df["time_ms"])  # GFLOP per ms is TFLOP/s
-    df["ideal_ms"] = _perf.known(df["ideal_ms"], df["total_gflop"])
-    df["peak_pct"] = _perf.ratio(df["ideal_ms"], df["time_ms"], 100.0)
-    return largest_first(df, "time_ms", columns=COLUMNS)
+    """The ratios, from the (mean) sums; largest time first (on the columns' arrays)."""
+    calls, time_ms, flop = (df[c].to_numpy() for c in ("calls", "time_ms", "total_gflop"))
+    ideal = _perf.known(df["ideal_ms"].to_numpy(), flop)
+    new = {
+        "gflop": _perf.ratio(flop, calls),
+        "us_per_call": _perf.ratio(time_ms, calls, 1000.0),
+        "tflops": _perf.ratio(flop, time_ms),  # GFLOP per ms is TFLOP/s
+        "ideal_ms": ideal,
+        "peak_pct": _perf.ratio(ideal, time_ms, 100.0),
+    }
+    return largest_first_of(df, new, "time_ms", columns=COLUMNS)
 
 
 @register(
@@ -84,7 +88,7 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     f = _perf.rows(intervals, windows.steps["step"].to_numpy(), "gemm")
     if f.empty:
         return pd.DataFrame(columns=COLUMNS)
-    out = sums(f, ["step", *KEYS], SUMS, sort=False, observed=True).reset_index()
+    out = flat_sums(f, ["step", *KEYS], SUMS, sort=False)
     out = as_text(out, ["phase", "op", "dtype"])
     for c in ("batch", "m", "n", "k"):
         out[c] = out[c].astype(np.int64)

@@ -30,7 +30,8 @@ import pandas as pd
 from tracekit.pipeline.taxonomy import COMM_CATEGORIES, KERNEL_CATEGORIES
 from tracekit.pipeline.windows import Windows
 
-from ._common import narrow, sums, text, text_index
+from ._common import narrow, text, text_index
+from ._groups import flat_sums, group_numbers, labels_of
 from ._registry import COUNT, MS, PCT, STAGE_MEAN, Ratio, register
 from ._stages import ORDER, has_stages
 
@@ -100,15 +101,41 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     if not present:
         return pd.DataFrame(columns=cols)
     named = {"count": "count", "time_ms": "share", "kernel_ms": "dur"}
-    agg = sums(frame, keys + ["group", "category"], named, observed=True)
-    agg.index = text_index(agg.index)
-    busy = agg["time_ms"].groupby(level=keys).sum()
+    flat = flat_sums(frame, keys + ["group", "category"], named)
+    return _laid_out(flat, keys, present, dict(zip(window.index, window.to_numpy())))[cols]
+
+
+def _laid_out(flat: pd.DataFrame, keys: list[str], present: list, window: dict) -> pd.DataFrame:
+    """One row per window of ``present`` and row of :data:`ROWS`: the group's sums from ``flat``
+    (0 where it has none), Idle's time the rest of its ``window`` (ms) after the busy time (the
+    group's time_ms summed per window by pandas, in ``flat``'s order), count empty on Idle:
+    the reindexed group-by, from the arrays."""
     prefix = [k if isinstance(k, tuple) else (k,) for k in present]
-    idx = pd.MultiIndex.from_tuples([p + r for p in prefix for r in ROWS], names=keys + ["group", "category"])
-    out = agg.reindex(idx).fillna(0.0).reset_index()
-    win = window.reindex(present).to_numpy().repeat(len(ROWS))
-    idle = (out["group"] == "idle").to_numpy()
-    b = busy.reindex(present).fillna(0.0).to_numpy().repeat(len(ROWS))
-    out.loc[idle, "time_ms"] = np.maximum(win[idle] - b[idle], 0.0)
+    full = [p + r for p in prefix for r in ROWS]
+    labels = zip(*(labels_of(flat[k]) for k in [*keys, "group", "category"]))
+    at = {label: i for i, label in enumerate(labels)}
+    pos = np.fromiter((at.get(k, -1) for k in full), np.intp, count=len(full))
+    out = pd.DataFrame({"step": np.array([p[0] for p in prefix], dtype=np.int64).repeat(len(ROWS))})
+    if len(keys) > 1:  # the stage
+        out["stage"] = np.array([p[1] for p in prefix], dtype=object).repeat(len(ROWS))
+    out["group"] = np.array([g for g, _ in ROWS] * len(prefix), dtype=object)
+    out["category"] = np.array([c for _, c in ROWS] * len(prefix), dtype=object)
+    for name in ("count", "time_ms", "kernel_ms"):
+        v = np.zeros(len(full))
+        v[pos >= 0] = flat[name].to_numpy(dtype=float)[pos[pos >= 0]]
+        v[np.isnan(v)] = 0.0
+        out[name] = v
+    got = group_numbers(flat, keys)
+    busy = {}
+    if got is not None:
+        summed = pd.Series(flat["time_ms"].to_numpy()).groupby(got[0]).sum().to_numpy()
+        busy = dict(zip(zip(*(labels_of(flat[k], got[1]) for k in keys)), summed))
+    b = np.array([busy.get(p, 0.0) for p in prefix], dtype=float)
+    b[np.isnan(b)] = 0.0
+    win = np.array([window[k] for k in present], dtype=float).repeat(len(ROWS))
+    idle = out["group"].to_numpy() == "idle"
+    t = out["time_ms"].to_numpy().copy()
+    t[idle] = np.maximum(win[idle] - b.repeat(len(ROWS))[idle], 0.0)
+    out["time_ms"] = t
     out["count"] = np.where(idle, np.nan, out["count"].to_numpy(dtype=float))
-    return out[cols]
+    return out

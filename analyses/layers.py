@@ -25,7 +25,9 @@ import pandas as pd
 from tracekit.pipeline.state import categorical_take, codes_of
 from tracekit.pipeline.windows import Windows
 
-from ._common import as_text, narrow, sums, text
+from ._common import as_text, narrow, text
+from ._frames import place, rebuilt, stable_order
+from ._groups import flat_sums
 from ._registry import COUNT, INDEX, MS, PCT, TableSpec, declare, register
 from ._stages import ORDER as STAGE_ORDER
 from ._stages import has_stages
@@ -38,20 +40,16 @@ def _groups(df: pd.DataFrame) -> list[str]:
 
 
 def _finish(df: pd.DataFrame) -> pd.DataFrame:
-    df = df.copy()
-    mean = df.groupby(_groups(df), observed=True, sort=False)["time_ms"].transform("mean")
-    df["vs_mean_pct"] = np.where(mean > 0, (df["time_ms"] / mean.where(mean > 0, 1.0) - 1) * 100, 0.0)
-    order = {p: i for i, p in enumerate(PHASE_ORDER)}
-    df["_o"] = df["phase"].astype(str).map(order).fillna(len(order))
-    by = [c for c in ("rank", "step") if c in df.columns]
+    """``vs_mean_pct`` (from each group's mean, pandas' group mean) and the rows by step,
+    stage, phase (:data:`PHASE_ORDER`) and layer, on the columns' arrays."""
+    mean = df.groupby(_groups(df), observed=True, sort=False)["time_ms"].transform("mean").to_numpy()
+    vs = np.where(mean > 0, (df["time_ms"].to_numpy() / np.where(mean > 0, mean, 1.0) - 1) * 100, 0.0)
+    keys = [df[c].to_numpy() for c in ("rank", "step") if c in df.columns]
     if "stage" in df.columns:
-        stages = {s: i for i, s in enumerate(STAGE_ORDER)}
-        df["_s"] = df["stage"].astype(str).map(stages).fillna(len(stages))
-        by.append("_s")
-    by += ["_o", "layer"]
-    return (
-        df.sort_values(by, kind="stable").drop(columns=["_o", "_s"], errors="ignore").reset_index(drop=True)
-    )
+        keys.append(place(df["stage"], STAGE_ORDER))
+    keys += [place(df["phase"], PHASE_ORDER), df["layer"].to_numpy()]
+    shown = [*df.columns, *(["vs_mean_pct"] if "vs_mean_pct" not in df.columns else [])]
+    return rebuilt(df, {"vs_mean_pct": vs}, stable_order(keys, len(df)), shown)
 
 
 @register(
@@ -92,8 +90,8 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     )
     if staged:
         frame["stage"] = text(iv["stage"], {"": "other"})
-    out = sums(frame, keys, {"count": "count", "time_ms": "dur"}, sort=False, observed=True)
-    out = as_text(out.reset_index(), ["phase", "stage"])
+    out = flat_sums(frame, keys, {"count": "count", "time_ms": "dur"}, sort=False)
+    out = as_text(out, ["phase", "stage"])
     out["count"] = out["count"].astype("int64")
     return _finish(out)[cols]
 

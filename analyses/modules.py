@@ -27,7 +27,8 @@ import pandas as pd
 from tracekit.pipeline.taxonomy import MODULE_CATEGORIES
 from tracekit.pipeline.windows import Windows
 
-from ._common import at, phases_present, window_shares
+from ._common import phases_present, window_shares
+from ._groups import numbered
 from ._registry import MS, PCT, PHASE_WALL, Ratio, register
 
 ROWS = MODULE_CATEGORIES + ["Other", "Exposed communication", "Idle"]
@@ -42,6 +43,20 @@ def _rows(shares: pd.DataFrame, compute: np.ndarray) -> np.ndarray:
     known = np.append(known, -1)[module.cat.codes.to_numpy()]
     comm = (shares["group"] == "comm").to_numpy()
     return np.where(compute, np.where(known >= 0, known, _OTHER), np.where(comm, _EXPOSED, _OTHER))
+
+
+def _sum_at(values: np.ndarray, keys: list[np.ndarray], idx: list) -> np.ndarray:
+    """``at(pd.Series(values).groupby(keys).sum(), idx)`` for integer ``keys``: pandas' sums
+    over one array of the same group numbers (:func:`numbered`: the same floats), read by a
+    dict of the groups' labels, with no MultiIndex built."""
+    if not len(values):
+        return np.zeros(len(idx))
+    group, first = numbered(keys)
+    summed = pd.Series(values).groupby(group).sum().to_numpy(dtype=float)
+    found = dict(zip(zip(*(k[first].tolist() for k in keys)), summed))
+    out = np.fromiter((found.get(k, np.nan) for k in idx), dtype=float, count=len(idx))
+    out[np.isnan(out)] = 0.0
+    return out
 
 
 @register(
@@ -61,7 +76,6 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     row = _rows(shares, compute)  # positions in ROWS
     phase = shares["phase"].astype("category")
     keys = [shares["step"].to_numpy(), phase.cat.codes.to_numpy(), row]
-    summed = shares["share_ms"].groupby(keys).sum()  # grouped on integers, labelled below
     p_code = pd.Index(phase.cat.categories).get_indexer(win["phase"].to_numpy())
     steps = np.repeat(win["step"].to_numpy(), len(ROWS))
     idx = list(zip(steps, np.repeat(p_code, len(ROWS)), np.tile(np.arange(len(ROWS)), len(win))))
@@ -70,15 +84,16 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
             "step": steps,
             "phase": np.repeat(win["phase"].to_numpy(), len(ROWS)),
             "module": np.tile(np.array(ROWS, dtype=object), len(win)),
-            "time_ms": at(summed, idx),
+            "time_ms": _sum_at(shares["share_ms"].to_numpy(), keys, idx),
         }
     )
     wall = np.repeat(win["wall_ms"].to_numpy(), len(ROWS))
     per_window = out.groupby(["step", "phase"], sort=False)["time_ms"].transform("sum").to_numpy()
     idle = out["module"].to_numpy() == "Idle"
-    out.loc[idle, "time_ms"] = np.maximum(wall[idle] - per_window[idle], 0.0)
+    time_ms = out["time_ms"].to_numpy().copy()
+    time_ms[idle] = np.maximum(wall[idle] - per_window[idle], 0.0)
+    out["time_ms"] = time_ms
     rec = shares["recompute"].to_numpy(bool) & compute
-    redone = shares["share_ms"][rec].groupby([k[rec] for k in keys]).sum()
-    out["recompute_ms"] = at(redone, idx)
+    out["recompute_ms"] = _sum_at(shares["share_ms"].to_numpy()[rec], [k[rec] for k in keys], idx)
     out["module"] = pd.Categorical(out["module"], categories=ROWS)
     return out[["step", "phase", "module", "time_ms", "recompute_ms"]]

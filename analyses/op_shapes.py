@@ -16,12 +16,14 @@ Rows are sorted by time, largest first.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from tracekit.pipeline.windows import Windows
 
 from . import _perf
-from ._common import as_text, largest_first, sums
+from ._common import as_text, largest_first_of
+from ._groups import flat_sums
 from ._registry import CALLS, FLOP_PER_BYTE, GBYTE, GFLOP, MS, PCT, PERF, TBPS, TFLOPS, US, register
 
 KEYS = ["phase", "op", "family", "shape", "dtype"]
@@ -54,19 +56,23 @@ COLUMNS = [
 
 
 def _finish(df: pd.DataFrame) -> pd.DataFrame:
-    """The ratios, from the (mean) sums; largest time first."""
-    df = df.copy()
-    df["gflop"] = _perf.ratio(df["total_gflop"], df["calls"])
-    df["gbyte"] = _perf.ratio(df["total_gbyte"], df["calls"])
-    df["us_per_call"] = _perf.ratio(df["time_ms"], df["calls"], 1000.0)
-    df["tflops"] = _perf.ratio(df["total_gflop"], df["time_ms"])
-    df["tbps"] = _perf.ratio(df["total_gbyte"], df["time_ms"])
-    df["intensity"] = _perf.ratio(df["total_gflop"], df["total_gbyte"])
-    df["ideal_ms"] = _perf.known(df["ideal_ms"], df["total_gflop"])
-    df["ideal_mem_ms"] = _perf.known(df["ideal_mem_ms"], df["total_gbyte"])
-    binding = df[["ideal_ms", "ideal_mem_ms"]].max(axis=1, skipna=False)
-    df["peak_pct"] = _perf.ratio(binding, df["time_ms"], 100.0)
-    return largest_first(df, "time_ms", columns=COLUMNS)
+    """The ratios, from the (mean) sums; largest time first (on the columns' arrays)."""
+    calls, time_ms = df["calls"].to_numpy(), df["time_ms"].to_numpy()
+    flop, byte = df["total_gflop"].to_numpy(), df["total_gbyte"].to_numpy()
+    ideal = _perf.known(df["ideal_ms"].to_numpy(), flop)
+    ideal_mem = _perf.known(df["ideal_mem_ms"].to_numpy(), byte)
+    new = {
+        "gflop": _perf.ratio(flop, calls),
+        "gbyte": _perf.ratio(byte, calls),
+        "us_per_call": _perf.ratio(time_ms, calls, 1000.0),
+        "tflops": _perf.ratio(flop, time_ms),
+        "tbps": _perf.ratio(byte, time_ms),
+        "intensity": _perf.ratio(flop, byte),
+        "ideal_ms": ideal,
+        "ideal_mem_ms": ideal_mem,
+        "peak_pct": _perf.ratio(np.maximum(ideal, ideal_mem), time_ms, 100.0),
+    }
+    return largest_first_of(df, new, "time_ms", columns=COLUMNS)
 
 
 @register(
@@ -107,5 +113,5 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     f = _perf.rows(intervals, windows.steps["step"].to_numpy(), "modelled")
     if f.empty:
         return pd.DataFrame(columns=COLUMNS)
-    out = sums(f, ["step", *KEYS], SUMS, sort=False, observed=True).reset_index()
+    out = flat_sums(f, ["step", *KEYS], SUMS, sort=False)
     return _finish(as_text(out, KEYS))

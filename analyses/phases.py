@@ -32,13 +32,11 @@ from tracekit.pipeline.windows import Windows
 from . import _perf
 from ._common import (
     WINDOW_PHASES,
-    at,
     labelled_spans,
     phases_present,
-    text_index,
-    union_ms_by,
     window_shares,
 )
+from ._groups import sums_at, union_ms_at
 from ._registry import GFLOP, MS, PCT, STEP_WINDOW, Ratio, register
 
 
@@ -55,10 +53,8 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
 
 def _flops(intervals: pd.DataFrame, idx: list) -> tuple[np.ndarray, np.ndarray]:
     """Per (step, phase) of ``idx``: GFLOP and their time at peak (ms, infinite if unknown)."""
-    f = _perf.rows(intervals, None, "compute")
-    s = f.groupby(["step", "phase"], observed=True)[["gflop", "ideal_ms"]].sum()
-    s.index = text_index(s.index)
-    return at(s["gflop"], idx), at(s["ideal_ms"], idx)
+    s = sums_at(_perf.rows(intervals, None, "compute"), ["step", "phase"], ["gflop", "ideal_ms"], idx)
+    return s["gflop"], s["ideal_ms"]
 
 
 def _recomputed(iv: pd.DataFrame):
@@ -92,28 +88,25 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     win = win[win["phase"].isin(phases_present(intervals, windows)).to_numpy()]
     key = ["step", "phase"]
     shares = window_shares(intervals)
-    busy = shares.groupby(key)["share_ms"].sum()
-    exposed = shares[shares["group"] == "comm"].groupby(key)["share_ms"].sum()
     labelled = labelled_spans(intervals)
     is_compute = (intervals["group"] == "compute").to_numpy()
-    compute = union_ms_by(labelled[is_compute], key)
-    comm = union_ms_by(labelled[(intervals["group"] == "comm").to_numpy()], key)
-    recompute = union_ms_by(labelled[is_compute & _recomputed(intervals)], key)
     idx = list(zip(win["step"].to_numpy(), win["phase"].to_numpy()))
-
-    def col(series: pd.Series) -> np.ndarray:
-        return at(series, idx)
+    compute = union_ms_at(labelled[is_compute], key, idx)
+    comm = union_ms_at(labelled[(intervals["group"] == "comm").to_numpy()], key, idx)
+    recompute = union_ms_at(labelled[is_compute & _recomputed(intervals)], key, idx)
+    busy = sums_at(shares, key, ["share_ms"], idx)["share_ms"]
+    exposed = sums_at(shares[(shares["group"] == "comm").to_numpy()], key, ["share_ms"], idx)["share_ms"]
 
     out = pd.DataFrame(
         {
             "step": win["step"].to_numpy(),
             "phase": win["phase"].to_numpy(),
             "wall_ms": win["wall_ms"].to_numpy(),
-            "compute_ms": col(compute),
-            "comm_ms": col(comm),
-            "exposed_comm_ms": col(exposed),
-            "recompute_ms": col(recompute),
-            "idle_ms": (win["wall_ms"].to_numpy() - col(busy)).clip(min=0.0),
+            "compute_ms": compute,
+            "comm_ms": comm,
+            "exposed_comm_ms": exposed,
+            "recompute_ms": recompute,
+            "idle_ms": (win["wall_ms"].to_numpy() - busy).clip(min=0.0),
         }
     )
     if "flops" in intervals:  # the perf model ran (a run that needs no perf table skips it)

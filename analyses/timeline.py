@@ -24,6 +24,8 @@ module that holds the decoder layers; before/after are per pass), so ``count`` i
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -68,68 +70,68 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     return _block_rows(g, staged)[cols]
 
 
-def _spans(iv: pd.DataFrame, fw: pd.DataFrame, staged: bool) -> pd.DataFrame:
+def _spans(iv: pd.DataFrame, fw: pd.DataFrame, staged: bool) -> dict[str, Any]:
     """One row per activity, sorted by (step, stage, start) (ties in table order), with its
     group's window [lo, hi) and ``span_ms``: from its start to the next activity's start of its
-    (step, stage) group (the last: to ``hi``), clipped to the window."""
+    (step, stage) group (the last: to ``hi``), clipped to the window. Columns of arrays (the
+    rows are only read by :func:`_block_rows`: no frame is built)."""
     if staged:  # position in ORDER (-1: a stage outside it), from the stages' codes
         codes, uniq = codes_of(iv["stage"])
         rank = pd.Index(ORDER).get_indexer([{"": "other"}.get(u, u) for u in uniq])[codes]
     else:
         rank = np.zeros(len(iv), np.int64)
-    g = pd.DataFrame(
-        {
-            "step": iv["step"].to_numpy(),
-            "stage_rank": rank,
-            "start": iv["start"].to_numpy(np.int64),
-            "end": iv["end"].to_numpy(np.int64),
-            "block": text(iv["block"], {"": "after"}),
-            "layer": iv["layer"].to_numpy(),
-            "fwd_pass": iv["fwd_pass"].to_numpy() if "fwd_pass" in iv else 0,
-        }
-    )
-    g = g[rank >= 0]  # a stage outside ORDER has no rows (as in analyses/_stages.split)
-    g = g.iloc[np.lexsort((np.arange(len(g)), g["start"], g["stage_rank"], g["step"]))].reset_index(drop=True)
-    step, rank = g["step"].to_numpy(), g["stage_rank"].to_numpy()
-    last = np.ones(len(g), bool)  # the last row of its (step, stage) group: groups are runs
+    g: dict[str, Any] = {
+        "step": iv["step"].to_numpy(),
+        "stage_rank": rank,
+        "start": iv["start"].to_numpy(np.int64),
+        "end": iv["end"].to_numpy(np.int64),
+        "block": text(iv["block"], {"": "after"}),
+        "layer": iv["layer"].to_numpy(),
+        "fwd_pass": iv["fwd_pass"].to_numpy() if "fwd_pass" in iv else np.zeros(len(iv), np.int64),
+    }
+    ok = np.flatnonzero(rank >= 0)  # a stage outside ORDER has no rows (as in analyses/_stages.split)
+    at = ok[np.lexsort((np.arange(len(ok)), g["start"][ok], g["stage_rank"][ok], g["step"][ok]))]
+    g = {k: v.take(at) for k, v in g.items()}
+    step, rank, starts = g["step"], g["stage_rank"], g["start"]
+    last = np.ones(len(step), bool)  # the last row of its (step, stage) group: groups are runs
     last[:-1] = (step[1:] != step[:-1]) | (rank[1:] != rank[:-1])
-    if staged and len(g):  # a stage's window: its first activity's start to its last one's end
+    if staged and len(step):  # a stage's window: its first activity's start to its last one's end
         heads = np.append(0, np.flatnonzero(last[:-1]) + 1)
-        size = np.diff(np.append(heads, len(g)))
-        g["lo"] = np.repeat(np.minimum.reduceat(g["start"].to_numpy(), heads), size)
-        g["hi"] = np.repeat(np.maximum.reduceat(g["end"].to_numpy(), heads), size)
+        size = np.diff(np.append(heads, len(step)))
+        g["lo"] = np.repeat(np.minimum.reduceat(starts, heads), size)
+        g["hi"] = np.repeat(np.maximum.reduceat(g["end"], heads), size)
     elif staged:
-        g["lo"], g["hi"] = g["start"], g["end"]
+        g["lo"], g["hi"] = starts, g["end"]
     else:
-        g["lo"] = fw["lo"].reindex(g["step"]).to_numpy(np.int64)
-        g["hi"] = fw["hi"].reindex(g["step"]).to_numpy(np.int64)
-    starts, hi = g["start"].to_numpy(), g["hi"].to_numpy()
+        g["lo"] = fw["lo"].reindex(step).to_numpy(np.int64)
+        g["hi"] = fw["hi"].reindex(step).to_numpy(np.int64)
+    hi = g["hi"]
     nxt = np.where(last, hi, np.append(starts[1:], 0))
-    g["span_ms"] = (np.minimum(nxt, hi) - np.maximum(starts, g["lo"].to_numpy())).clip(min=0) / 1e6
+    g["span_ms"] = (np.minimum(nxt, hi) - np.maximum(starts, g["lo"])).clip(min=0) / 1e6
     return g
 
 
-def _block_rows(g: pd.DataFrame, staged: bool) -> pd.DataFrame:
+def _block_rows(g: dict[str, Any], staged: bool) -> pd.DataFrame:
     """Per (step, stage) group: one row per block of ``BLOCKS`` (time_ms summed in start order,
     count of decoder layers per pass (distinct layer indices), passes, percent of the group's
     window). ``g`` is sorted by its groups: each group's rows are one run."""
-    step, rank = g["step"].to_numpy(), g["stage_rank"].to_numpy()
-    head = np.ones(len(g), bool)
+    step, rank = g["step"], g["stage_rank"]
+    head = np.ones(len(step), bool)
     head[1:] = (step[1:] != step[:-1]) | (rank[1:] != rank[:-1])
     gid, heads = np.cumsum(head) - 1, np.flatnonzero(head)
     n = len(heads)
-    codes, uniq = codes_of(g["block"])
+    codes, uniq = codes_of(pd.Series(g["block"]))
     pos = pd.Index(BLOCKS).get_indexer(uniq)[codes]  # the row's place in BLOCKS (-1: none)
     in_layer = (pos == BLOCKS.index("attention")) | (pos == BLOCKS.index("ffn"))
-    n_layers = _distinct_per_group(gid[in_layer], g["layer"].to_numpy()[in_layer], n)
+    n_layers = _distinct_per_group(gid[in_layer], g["layer"][in_layer], n)
     if staged:
-        passes = np.maximum(_distinct_per_group(gid[in_layer], g["fwd_pass"].to_numpy()[in_layer], n), 1)
+        passes = np.maximum(_distinct_per_group(gid[in_layer], g["fwd_pass"][in_layer], n), 1)
     else:
         passes = np.ones(n, np.int64)
     # Summed by pandas' group-by (its compensated sum, in row order), on one integer key.
     ok = pos >= 0
     key = gid[ok] * len(BLOCKS) + pos[ok]
-    summed = pd.Series(g["span_ms"].to_numpy()[ok]).groupby(key, sort=False).sum()
+    summed = pd.Series(g["span_ms"][ok]).groupby(key, sort=False).sum()
     time_ms = np.zeros(n * len(BLOCKS))
     time_ms[summed.index.to_numpy(np.int64)] = summed.to_numpy()
     out = pd.DataFrame(

@@ -16,12 +16,14 @@ shortened by :func:`tracekit.pipeline.names.short_name` (``--wide``: full names)
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from tracekit.pipeline import names
 from tracekit.pipeline.windows import Windows
 
 from ._common import as_text, largest_first, narrow, sums, text
+from ._groups import flat_sums
 from ._registry import COUNT, MS, PCT, US, Ratio, register
 
 #: Rows kept per step; the rest are summed into one "(other kernels)" row.
@@ -38,13 +40,29 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
 
 def _keep_top(rows: pd.DataFrame) -> pd.DataFrame:
     """Each step's :data:`KEEP` largest rows, and the rest summed into one row."""
-    rank = rows.groupby("step")["total_ms"].rank(method="first", ascending=False)
-    top, rest = rows[(rank <= KEEP).to_numpy()], rows[(rank > KEEP).to_numpy()]
+    rank = _rank_in_step(rows["step"].to_numpy(), rows["total_ms"].to_numpy(dtype=float))
+    top, rest = rows[rank <= KEEP], rows[rank > KEEP]
     if rest.empty:
         return top
     other = sums(rest, "step", {"count": "count", "total_ms": "total_ms"}, sort=False)
     other = other.reset_index().assign(name=OTHER, category="", module="", phase="")
     return pd.concat([top, other[top.columns]], ignore_index=True)
+
+
+def _rank_in_step(step: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """Per row, its rank in its step by ``total``, largest first, ties in row order (1, 2, ...;
+    NaN for a NaN total): ``groupby("step")["total"].rank(method="first", ascending=False)``
+    by one stable sort."""
+    n = len(step)
+    order = np.lexsort((np.arange(n), -total, step))  # NaN sorts last in its step
+    s = step[order]
+    head = np.ones(n, bool)
+    head[1:] = s[1:] != s[:-1]
+    first = np.maximum.accumulate(np.where(head, np.arange(n), 0))
+    rank = np.empty(n)
+    rank[order] = np.arange(n) - first + 1.0
+    rank[np.isnan(total)] = np.nan
+    return rank
 
 
 COLUMNS = ["step", "name", "category", "module", "phase", "count", "total_ms"]
@@ -83,7 +101,7 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
         }
     )
     keys = ["step", "name", "category", "module", "phase"]
-    out = sums(frame, keys, {"count": "count", "total_ms": "dur"}, sort=False, observed=True).reset_index()
+    out = flat_sums(frame, keys, {"count": "count", "total_ms": "dur"}, sort=False)
     out = as_text(out, ["name", "category", "module", "phase"])
     out = _keep_top(out)
     out["count"] = out["count"].astype("int64")

@@ -33,14 +33,15 @@ def mean_over_steps(df: pd.DataFrame, n_steps: int, keys: list[str] | None = Non
     over the steps that hold the stage."""
     if df.empty:
         return df.drop(columns=["step"], errors="ignore")
+    numeric = {c: pd.api.types.is_numeric_dtype(t) for c, t in zip(df.columns, df.dtypes)}
     if keys is None:
-        keys = [c for c in df.columns if c != "step" and not pd.api.types.is_numeric_dtype(df[c])]
+        keys = [c for c in df.columns if c != "step" and not numeric[c]]
     keys = (["stage"] if "stage" in df.columns and "stage" not in keys else []) + [
         k for k in keys if k in df.columns
     ]
     # Text columns that are not keys (a label derived from the values, such as efficiency's
     # ``bound``) are not summed: the table's ``finish`` derives them again from the means.
-    values = [c for c in df.columns if c not in keys and c != "step" and pd.api.types.is_numeric_dtype(df[c])]
+    values = [c for c in df.columns if c not in keys and c != "step" and numeric[c]]
     if not keys:
         return df[values].sum(min_count=1).div(n_steps).to_frame().T
     alone = _one_row_per_key(df, keys, values, n_steps)
@@ -114,15 +115,20 @@ def derive_ratios(spec: TableSpec, df: pd.DataFrame, windows: Windows, n_steps: 
     if not spec.ratios:
         return df
     df = df.copy()
+    lead = [c for c in df.columns if c not in spec.values]
+    order = lead + [c for c in spec.values if c in df.columns or c in spec.ratios]
     for col, r in spec.ratios.items():
         if df.empty:
-            df[col] = pd.Series(dtype=float)
-            continue
-        num = df[r.num].to_numpy(dtype=float)
-        den = _denominator(df, r, windows, n_steps)
-        df[col] = np.divide(num * r.scale, den, out=np.zeros(len(df)), where=den > 0)
-    lead = [c for c in df.columns if c not in spec.values]
-    return df[lead + [c for c in spec.values if c in df.columns]]
+            value: Any = np.empty(0, float)
+        else:
+            num = df[r.num].to_numpy(dtype=float)
+            den = _denominator(df, r, windows, n_steps)
+            value = np.divide(num * r.scale, den, out=np.zeros(len(df)), where=den > 0)
+        if col in df.columns:
+            df[col] = value
+        else:  # inserted where it is shown: no reordering of the whole frame after
+            df.insert(sum(c in df.columns for c in order[: order.index(col)]), col, value)
+    return df if list(df.columns) == order else df[order]
 
 
 def _denominator(df: pd.DataFrame, r: Ratio, windows: Windows, n_steps: int | None) -> np.ndarray:

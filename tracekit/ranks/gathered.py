@@ -202,10 +202,10 @@ def pack(df: Any) -> Any:
             arrays.append(s.to_numpy(copy=True))
             words.append(None)
         elif tag[0] == "cat":
-            arrays.append(s.cat.codes.to_numpy(np.int32))
+            arrays.append(s.array.codes.astype(np.int32))
             words.append(None)
-        else:
-            codes, uniques = pd.factorize(s)  # missing: -1
+        else:  # of the array, not the Series: no Index of the distinct values is built
+            codes, uniques = pd.factorize(s.array)  # missing: -1
             arrays.append(codes.astype(np.int32))
             words.append(list(uniques))
     return Packed(df.columns, [s.dtype for s in series], tags, arrays, words)

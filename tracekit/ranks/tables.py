@@ -250,10 +250,10 @@ def tables_of(att: Attributed, path: str | os.PathLike, options: Any) -> dict:
     wanted = [n for n in one.names() if asked is None or n in asked]
     one._compute(wanted)
     one._checks(0)
-    for name in wanted:
+    for name in wanted:  # kept in _computed; the copies these return would go unread
         if REGISTRY[name].of_intervals:
-            one._rank_table(name, 0, per_step=False)
-    one._phase_means(0)
+            one._rank_table(name, 0, per_step=False, copy=False)
+    one._phase_means(0, copy=False)
     if {"collectives", "critical_path", "critical_path_ranks"} & set(
         wanted
     ):  # the cross-rank matching's input (collective_ranks)

@@ -1,0 +1,152 @@
+"""Group-by sums and union measures of a few groups, on arrays: pandas' own numbers without
+its per-key groupers, result MultiIndex or reindexing (most of a small table's time).
+
+:func:`flat_sums` and :func:`sums_at` sum with pandas over one array of the group numbers
+pandas gives the groups (:func:`group_numbers`, :func:`numbered`), the columns selected as
+pandas selects them: the same summation of the same rows, the same floats. :func:`union_ms_at`
+measures a few groups' unions one group at a time (the same integers as ``measure_by``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.pipeline.intervals import measure
+from tracekit.pipeline.state import distinct_rows
+
+from ._common import NS_PER_MS, at, sums, text_index, union_ms_by
+
+
+def flat_sums(frame: pd.DataFrame, keys: list[str], named: dict[str, str], sort: bool = True) -> pd.DataFrame:
+    """``sums(frame, keys, named, sort=sort, observed=True).reset_index()``, grouped on one
+    array of group numbers found from the keys' integer codes (categorical or integer keys):
+    pandas' sums themselves over pandas' own group numbers (:func:`numbered`; so the same
+    summation of the rows in the same order, the same floats), without its per-key groupers
+    and result MultiIndex (half a small table's time).
+    Groups in order of first appearance, or (``sort``) of the keys' codes, as pandas orders
+    them; the key columns keep their dtypes. Any other key, or a missing key: pandas'."""
+    got = group_numbers(frame, keys, sort)
+    cols = list(named.values())
+    if got is None or len(set(cols)) < len(cols):
+        return sums(frame, keys, named, sort=sort, observed=True).reset_index()
+    group, first = got
+    # The columns selected as pandas selects them (the same blocks: pandas picks the summation
+    # per block, np.add.reduceat or its compensated sum when a value of the block is NaN).
+    summed = frame[cols].groupby(group).sum()
+    out = {k: _take(frame[k], first) for k in keys}
+    out.update({name: summed[col].to_numpy() for name, col in named.items()})
+    return pd.DataFrame(out)
+
+
+#: Per row its group's number, and per group its first row (:func:`group_numbers`).
+Groups = tuple[np.ndarray, np.ndarray]
+
+
+def sums_at(frame: pd.DataFrame, keys: list[str], cols: list[str], idx: list) -> dict[str, np.ndarray]:
+    """Per column of ``cols``: ``at(s[col], idx)`` of ``s = frame.groupby(keys,
+    observed=True)[cols].sum()`` (one column: of the column's group-by, a Series) with its
+    index as :func:`text_index` (labels ``idx``: tuples of the keys' values, a categorical's
+    as str), summed as :func:`flat_sums` sums (pandas' own group numbers and blocks) and read
+    by a dict of the groups' labels."""
+    got = group_numbers(frame, keys)
+    if got is None:
+        s = frame.groupby(keys, observed=True)[cols].sum()
+        s.index = text_index(s.index)
+        return {c: at(s[c], idx) for c in cols}
+    group, first = got
+    summed = (frame[cols[0]] if len(cols) == 1 else frame[cols]).groupby(group).sum()
+    if len(cols) == 1:
+        summed = summed.to_frame(cols[0])
+    rows = {label: i for i, label in enumerate(zip(*(labels_of(frame[k], first) for k in keys)))}
+    where = np.fromiter((rows.get(k, -1) for k in idx), dtype=np.intp, count=len(idx))
+    out = {}
+    for c in cols:
+        v = np.where(where >= 0, summed[c].to_numpy(dtype=float)[np.maximum(where, 0)], 0.0)
+        v[np.isnan(v)] = 0.0
+        out[c] = v
+    return out
+
+
+def group_numbers(frame: pd.DataFrame, keys: list[str], sort: bool = True) -> Groups | None:
+    """``(group, first)``: per row the number of its group of ``keys`` as ``frame.groupby(keys,
+    sort=sort, observed=True)`` numbers them (by first appearance, or by the keys' codes), and
+    per group its first row; None where :func:`flat_sums` defers to pandas (a key neither
+    categorical nor integer, a missing key, no rows)."""
+    codes = _key_codes(frame, keys)
+    return None if codes is None else numbered(codes, sort)
+
+
+def numbered(codes: list[np.ndarray], sort: bool = True) -> Groups:
+    """:func:`group_numbers` of integer key columns: the groups by first appearance, or
+    (``sort``) by the keys' values, as pandas numbers a group-by's groups. The same numbers
+    matter, not only the same groups: pandas sums groups whose numbers are sorted runs by
+    ``np.add.reduceat`` and others by its compensated sum, which differ in the last bits."""
+    group, first = distinct_rows(*codes)
+    if sort:  # renumber the groups in the order of their keys' codes
+        order = np.lexsort([c[first] for c in reversed(codes)])
+        rank = np.empty(len(order), np.int64)
+        rank[order] = np.arange(len(order))
+        group, first = rank[group], first[order]
+    return group, first
+
+
+def _key_codes(frame: pd.DataFrame, keys: list[str]) -> list[np.ndarray] | None:
+    """Per key, integers that group and sort as pandas groups the key (a categorical's codes,
+    an integer column's values); None when a key is of another dtype, missing somewhere, or
+    the frame is empty."""
+    if frame.empty:
+        return None
+    out = []
+    for k in keys:
+        col = frame[k]
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            c = col.array.codes
+            if (c < 0).any():
+                return None
+        elif col.dtype.kind in "iub" and isinstance(col.dtype, np.dtype):
+            c = col.to_numpy()
+        else:
+            return None
+        out.append(c)
+    return out
+
+
+def _take(col: pd.Series, rows: np.ndarray):
+    """The column's values at ``rows``, of its dtype (a categorical keeps its categories)."""
+    return col.array.take(rows) if isinstance(col.dtype, pd.CategoricalDtype) else col.to_numpy()[rows]
+
+
+#: Most groups :func:`union_ms_at` measures one at a time (beyond: one vectorised measure_by).
+FEW_GROUPS = 32
+
+
+def union_ms_at(frame: pd.DataFrame, keys: list[str], idx: list) -> np.ndarray:
+    """``at(union_ms_by(frame, keys), idx)``: the measure (ms) of the union of each group's
+    intervals at the labels ``idx`` (tuples of the keys' values, a categorical's as str), 0
+    where a label has no rows. A few groups (per step and phase): each measured on its own
+    rows (:func:`measure`, the same integers), with no group-by index built or looked up."""
+    got = group_numbers(frame, keys, sort=False)
+    if got is None or len(got[1]) > FEW_GROUPS:
+        return at(union_ms_by(frame, keys), idx)
+    group, first = got
+    order = np.argsort(group, kind="stable")
+    bounds = np.searchsorted(group[order], np.arange(len(first) + 1))
+    start, end = frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64)
+    ns = np.zeros(len(first), np.int64)
+    for g in range(len(first)):
+        rows = order[bounds[g] : bounds[g + 1]]
+        ns[g] = measure(start[rows], end[rows])
+    labels = zip(*(labels_of(frame[k], first) for k in keys))
+    found = dict(zip(labels, ns / NS_PER_MS))
+    return np.fromiter((found.get(k, 0.0) for k in idx), dtype=float, count=len(idx))
+
+
+def labels_of(col: pd.Series, rows: np.ndarray | None = None) -> list:
+    """The column's values at ``rows`` as a group-by's labels read after :func:`text_index`
+    (a categorical's as str)."""
+    at = slice(None) if rows is None else rows
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cats = np.asarray(col.array.categories.astype(str), dtype=object)
+        return cats[col.array.codes[at]].tolist()
+    return col.to_numpy()[at].tolist()
