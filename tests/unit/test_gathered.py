@@ -87,10 +87,12 @@ def test_a_packed_frame_is_the_frame():
 
 
 def test_a_gathered_rank_keeps_its_memory_rows_compressed_and_gives_them_back():
-    """RankTables.gather: a rank's memory rows are kept as one compressed blob (not columns in
-    the store) and read back exactly; a rank with none keeps its empty frame in the store."""
+    """tracekit.ranks.zipped, then RankTables.gather: a rank's memory rows are kept as one
+    compressed blob (not columns in the store) and read back exactly; a rank with none keeps
+    its empty frame in the store."""
     from tracekit.pipeline import Attributed
     from tracekit.ranks.gathered import pack
+    from tracekit.ranks.zipped import zipped
 
     rng = np.random.default_rng(7)
     store = RankTables()
@@ -106,7 +108,7 @@ def test_a_gathered_rank_keeps_its_memory_rows_compressed_and_gives_them_back():
             windows=pd.DataFrame({"step": [1]}),
             memory=pack(memory),
         )
-        got[slot] = store.gather(slot, att, {})
+        got[slot] = store.gather(slot, *zipped((att, {})))
     assert not store.has(("att", "memory"), 0) and store.has(("att", "memory"), 1)
     blob = got[0].__dict__["_memory"].blob
     assert len(blob) < rows.memory_usage(deep=True).sum() / 4

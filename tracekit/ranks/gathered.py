@@ -18,7 +18,6 @@ index, non-string labels in an object column, other dtypes) is kept whole instea
 from __future__ import annotations
 
 import sys
-import zlib
 from array import array
 from collections.abc import Iterator
 from typing import Any
@@ -248,22 +247,21 @@ class RankTables:
 
     def gather(self, slot: int, att: Any, tables: dict, *, options: Any = None) -> Any:
         """What a worker returned for file ``slot``: its tables added here, and its analysis
-        back with its ``steps``, ``windows`` and ``critical`` kept here too and its ``memory``
-        compressed (:class:`_Zipped`; each read back when asked for), its meta's keys
-        interned, and its intervals' handle holding the run's ``options`` (one object, not an
-        unpickled copy per rank)."""
+        back with its ``steps``, ``windows``, ``memory`` and ``critical`` kept here too (each
+        read back when asked for; one already held otherwise, as :mod:`tracekit.ranks.zipped`
+        holds the memory rows, is left so), its meta's keys interned, and its intervals'
+        handle holding the run's ``options`` (one object, not an unpickled copy per rank)."""
         self.add(slot, tables)
         held = att.__dict__["_intervals"]
         if options is not None and hasattr(held, "sharing"):
             att.__dict__["_intervals"] = held.sharing(options, att.path)
         att.meta = _interned(att.meta)
-        zipped = _Zipped.of(att.__dict__["_memory"])
-        kept = ("steps", "windows", "critical") if zipped else ("steps", "windows", "memory", "critical")
+        frames = ("steps", "windows", "memory", "critical")
+        # a frame held some other way already (the memory rows, tracekit.ranks.zipped) stays so
+        kept = [n for n in frames if isinstance(att.__dict__["_" + n], (pd.DataFrame, Packed))]
         self.add(slot, {("att", name): att.__dict__["_" + name] for name in kept})
         for name in kept:
             setattr(att, name, _Held(self, ("att", name), slot))
-        if zipped:
-            att.memory = zipped
         att.modules = _NO_MODULES  # read by no view (and not sent: an empty frame, one per rank)
         return att
 
@@ -314,40 +312,6 @@ class _Held:
 
     def load(self) -> pd.DataFrame:
         return self.store.frame(self.key, self.slot)
-
-
-class _Zipped:
-    """One rank's memory events, as the gathering parent keeps them: their packed columns as
-    an Arrow IPC stream (:mod:`tracekit.ranks.packed_ipc`: no pickle), zlib-compressed. A rank's
-    memory rows are 60 KB packed and 8 KB so: half of what a small rank with memory events cost
-    the parent (docs/performance.md). Read only when a view computes a memory table here
-    (``--per-step``, filters, window files merged into one rank): the report's memory tables
-    come computed by the workers."""
-
-    __slots__ = ("blob", "descs", "size")
-
-    def __init__(self, descs: list[dict], stream: bytes):
-        self.descs, self.size, self.blob = descs, len(stream), zlib.compress(stream, 1)
-
-    @classmethod
-    def of(cls, frame: Any) -> _Zipped | None:
-        """``frame`` (packed) compressed; None when it has no rows or is not packed exactly."""
-        from .packed_ipc import encode
-
-        if not isinstance(frame, Packed) or not frame.arrays or not len(frame.arrays[0]):
-            return None
-        try:
-            return cls(*encode({"memory": frame}))
-        except ValueError:
-            return None
-
-    def load(self) -> pd.DataFrame:
-        from .packed_ipc import decode
-
-        got = decode(self.descs, zlib.decompress(self.blob), 4 * self.size + (1 << 16))
-        if got is None:  # never: these bytes were written by encode in this process
-            raise RuntimeError("a gathered rank's memory rows did not read back")
-        return got["memory"].load()
 
 
 class Computed:
