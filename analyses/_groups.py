@@ -4,7 +4,7 @@ its per-key groupers, result MultiIndex or reindexing (most of a small table's t
 :func:`flat_sums` and :func:`sums_at` sum with pandas over one array of the group numbers
 pandas gives the groups (:func:`group_numbers`, :func:`numbered`), the columns selected as
 pandas selects them: the same summation of the same rows, the same floats. :func:`union_ms_at`
-measures a few groups' unions one group at a time (the same integers as ``measure_by``).
+measures each group's union on its group number (the same integers as ``measure_by``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.pipeline.intervals import measure
+from tracekit.pipeline.intervals import measure_by_key
 from tracekit.pipeline.state import distinct_rows
 
 from ._common import NS_PER_MS, at, sums, text_index, union_ms_by
@@ -117,26 +117,16 @@ def _take(col: pd.Series, rows: np.ndarray):
     return col.array.take(rows) if isinstance(col.dtype, pd.CategoricalDtype) else col.to_numpy()[rows]
 
 
-#: Most groups :func:`union_ms_at` measures one at a time (beyond: one vectorised measure_by).
-FEW_GROUPS = 32
-
-
 def union_ms_at(frame: pd.DataFrame, keys: list[str], idx: list) -> np.ndarray:
     """``at(union_ms_by(frame, keys), idx)``: the measure (ms) of the union of each group's
     intervals at the labels ``idx`` (tuples of the keys' values, a categorical's as str), 0
-    where a label has no rows. A few groups (per step and phase): each measured on its own
-    rows (:func:`measure`, the same integers), with no group-by index built or looked up."""
+    where a label has no rows: measured on the group numbers (:func:`measure_by_key`, the same
+    integers), with no group-by index built or looked up."""
     got = group_numbers(frame, keys, sort=False)
-    if got is None or len(got[1]) > FEW_GROUPS:
+    if got is None:
         return at(union_ms_by(frame, keys), idx)
     group, first = got
-    order = np.argsort(group, kind="stable")
-    bounds = np.searchsorted(group[order], np.arange(len(first) + 1))
-    start, end = frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64)
-    ns = np.zeros(len(first), np.int64)
-    for g in range(len(first)):
-        rows = order[bounds[g] : bounds[g + 1]]
-        ns[g] = measure(start[rows], end[rows])
+    ns = measure_by_key(group, frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64), len(first))
     labels = zip(*(labels_of(frame[k], first) for k in keys))
     found = dict(zip(labels, ns / NS_PER_MS))
     return np.fromiter((found.get(k, 0.0) for k in idx), dtype=float, count=len(idx))

@@ -24,8 +24,11 @@ from tracekit.pipeline.intervals import measure, measure_by, minus_measure_by
 from tracekit.pipeline.windows import Windows
 
 from ._common import NS_PER_MS, as_text, narrow, sums, text
-from ._groups import FEW_GROUPS, group_numbers
+from ._groups import group_numbers
 from ._registry import COUNT, MS, PCT, STEP_WINDOW, Ratio, register
+
+#: Most groups :func:`_few_groups` measures one at a time (beyond: the vectorised measures).
+FEW_GROUPS = 32
 
 
 def _few_groups(c: pd.DataFrame, compute: pd.DataFrame, keys: list[str]) -> pd.DataFrame | None:
