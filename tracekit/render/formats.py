@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -18,29 +17,16 @@ import numpy as np
 import pandas as pd
 
 from ..pipeline.checks import warning_lines
-from .json_rows import rows_text
+from .json_rows import clean, rows_text
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def _clean(v):
-    if v is pd.NA:
-        return None
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (np.floating, float)):
-        f = float(v)
-        return None if math.isnan(f) or math.isinf(f) else round(f, 6)
-    if isinstance(v, np.bool_):
-        return bool(v)
-    return v
 
 
 def records(df: pd.DataFrame) -> list[dict]:
     out = []
     cols = list(df.columns)
     for row in df.itertuples(index=False, name=None):
-        out.append({c: _clean(v) for c, v in zip(cols, row)})
+        out.append({c: clean(v) for c, v in zip(cols, row)})
     return out
 
 

@@ -90,17 +90,23 @@ def _objects(a: np.ndarray) -> list[str] | None:
     return out
 
 
-def _scalar(v: object) -> str | None:
-    """One non-string cell's text as ``records`` then ``json.dumps`` write it."""
-    if v is None or v is pd.NA:
-        return "null"
-    if isinstance(v, (bool, np.bool_)):
-        return "true" if v else "false"
-    if isinstance(v, (int, np.integer)):
-        return str(int(v))
-    if isinstance(v, (float, np.floating)):
+def clean(v):
+    """A cell as JSON writes it: NaN and infinities None, floats rounded to 6 places, numpy
+    scalars as Python's (:func:`~tracekit.render.formats.records` and :func:`_scalar`)."""
+    if v is pd.NA:
+        return None
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating, float)):
         f = float(v)
-        return "null" if math.isnan(f) or math.isinf(f) else repr(round(f, 6))
-    if isinstance(v, _SCALARS):
-        return json.dumps(v)
-    return None
+        return None if math.isnan(f) or math.isinf(f) else round(f, 6)
+    if isinstance(v, np.bool_):
+        return bool(v)
+    return v
+
+
+def _scalar(v: object) -> str | None:
+    """One non-string cell's text as ``records`` then ``json.dumps`` write it; None for a
+    cell that is not a scalar."""
+    c = clean(v)
+    return json.dumps(c) if isinstance(c, _SCALARS) else None
