@@ -1,15 +1,17 @@
 """The torch profiler a capture runs under: W warm-up steps, then M recorded steps, one file.
 
-Every step the caller runs ends with ``prof.step()``, so recorded steps are ``ProfilerStep#N``
-ranges. The trace is written by ``torch.profiler.tensorboard_trace_handler`` (gzip) when the
-recorded steps end, or when the ``with`` block is left early by an exception: the steps that
-finished before a crash are still in the file (the crashed step's range ends at the crash).
+Every step the caller runs ends with :func:`next_step` (``prof.step()``), so recorded steps are
+``ProfilerStep#N`` ranges. The trace is written by ``torch.profiler.tensorboard_trace_handler``
+(gzip) when the recorded steps end, or when the ``with`` block is left early by an exception:
+the steps that finished before a crash are still in the file (the crashed step's range ends at
+the crash).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from .interrupts import deferred
 from .output import worker_name
 
 
@@ -55,6 +57,14 @@ def profiler(
     )
 
 
+def next_step(prof) -> None:
+    """``prof.step()``, never cut by Ctrl-C (:mod:`~tracekit.capture.interrupts`): cut between
+    closing one ``ProfilerStep#N`` range and opening the next, the profiler's exit could not
+    write the trace of the steps already finished."""
+    with deferred():
+        prof.step()
+
+
 #: Decode steps after each warm-up prefill (allocator, kernels and caches warm for both shapes).
 WARMUP_DECODES = 2
 
@@ -87,19 +97,19 @@ def generation_steps(
             state, token = decode(state, token)
         if after_warmup is not None:
             after_warmup()
-        prof.step()
+        next_step(prof)
     report(steps_run=warmup)
     sequences, prompt_len = batch
     meter.start()
     with phase("prefill"):
         state, token = prefill()
     meter.stop(warmup, tokens=sequences * prompt_len, samples=sequences, stage="prefill")
-    prof.step()
+    next_step(prof)
     report(steps_run=warmup + 1, completed_steps=1, measures=meter.record())
     for i in range(1, steps):
         meter.start()
         with phase("decode"):
             state, token = decode(state, token)
         meter.stop(warmup + i, tokens=sequences, samples=sequences, stage="decode")
-        prof.step()
+        next_step(prof)
         report(steps_run=warmup + 1 + i, completed_steps=1 + i, measures=meter.record())

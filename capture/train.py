@@ -2,7 +2,7 @@
 
 Runs in its own process (see launch.py), with RANK/LOCAL_RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT
 set. Each step: forward (loss included), backward, optimizer step, each in its tracekit phase
-range, then ``prof.step()``.
+range, then ``prof.step()`` (:func:`~tracekit.capture.profiling.next_step`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .annotate import annotate_modules, phase
 from .checks import devices
 from .models import build_model, model_shape
 from .output import DEEPSPEED_CONFIG
-from .profiling import profiler
+from .profiling import next_step, profiler
 
 
 def _skip_shm_comm_op() -> None:
@@ -126,7 +126,7 @@ def _train_steps(spec: dict, engine, rank: int, report) -> None:
                 engine.step()
             if step >= warmup:
                 meter.stop(step, tokens=tokens.numel(), samples=batch_shape[0])
-            prof.step()
+            next_step(prof)
             report(
                 steps_run=step + 1,
                 completed_steps=max(0, step + 1 - warmup),

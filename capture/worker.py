@@ -14,28 +14,12 @@ import sys
 import traceback
 from pathlib import Path
 
+from . import interrupts
 from .errors import CaptureError
 from .output import read_json, status_path, traces, worker_name, write_json
 
 #: Exit status of a capture stopped by Ctrl-C (128 + SIGINT, as shells report it).
 INTERRUPTED = 130
-
-
-class _Terminated(KeyboardInterrupt):
-    """The rank was stopped by SIGTERM (unwinds as Ctrl-C does)."""
-
-
-def _stop_on_first_interrupt(signum, frame):
-    """The first Ctrl-C or SIGTERM stops the capture as the launcher's SIGINT does: the finished
-    steps' trace is written while the interrupt unwinds. A SIGTERM sent to the whole process
-    group (``kill -TERM -- -PGID``, ``timeout``, a job scheduler) reaches the ranks as well as
-    their launcher; by default it killed them before they wrote anything. After the first,
-    Ctrl-C is ignored (the launcher's own SIGINT to the ranks follows a signal to the group)
-    and SIGTERM is the default again: the launcher's stop after its grace period still ends
-    the rank."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    raise _Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
 def _end_with_launcher() -> None:
@@ -57,8 +41,7 @@ def _end_with_launcher() -> None:
 
 
 def main(argv: list[str]) -> int:
-    signal.signal(signal.SIGINT, _stop_on_first_interrupt)
-    signal.signal(signal.SIGTERM, _stop_on_first_interrupt)
+    interrupts.install()
     _end_with_launcher()
     spec = read_json(Path(argv[0]))
     if spec is None:
@@ -102,7 +85,7 @@ def main(argv: list[str]) -> int:
         print(f"tracekit: error: {err.format_message()}", file=sys.stderr)
         code = 2
     except KeyboardInterrupt as e:
-        term = isinstance(e, _Terminated)
+        term = isinstance(e, interrupts.Terminated)
         what = "terminated (SIGTERM)" if term else "interrupted (Ctrl-C)"
         status.update(state="interrupted", error=f"{what} after {status['completed_steps']} finished steps")
         code = 128 + signal.SIGTERM if term else INTERRUPTED
