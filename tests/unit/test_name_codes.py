@@ -83,6 +83,39 @@ def test_distinct_rows_numbers_combinations_by_first_appearance() -> None:
     assert key.size == 0 and first.size == 0
 
 
+def _in_runs(rng: np.random.Generator, values: np.ndarray, n: int) -> np.ndarray:
+    picked = rng.choice(values, size=max(n // 20, 1))
+    return np.resize(np.repeat(picked, rng.integers(1, 60, len(picked))), n)
+
+
+def test_distinct_rows_over_runs_equal_the_every_row_numbering() -> None:
+    """Rows in runs are numbered from each run's first row (:func:`distinct_rows`): the same
+    keys, first rows and dtypes as numbering every row, for ints, floats with NaN and -0.0,
+    strings with None, bools, and columns with no runs at all."""
+    from tracekit.pipeline.state import _distinct_rows
+
+    rng = np.random.default_rng(7)
+    kinds = [
+        np.array([3, 7, 10**12, -5]),
+        np.array([0.0, -0.0, np.nan, 2.5]),
+        np.array(["a", "b", None, "c"], dtype=object),
+        np.array([True, False]),
+        np.array([0, 1, 2, 3]),
+    ]
+    ran = 0
+    for n in (4096, 5000, 30_000):
+        for _ in range(40):
+            cols = [_in_runs(rng, kinds[i], n) for i in rng.integers(0, len(kinds), rng.integers(1, 4))]
+            if rng.random() < 0.2:
+                cols.append(rng.integers(0, 50, n))  # no runs: every row is numbered
+            key, first = distinct_rows(*cols)
+            want_key, want_first = _distinct_rows(cols)
+            assert key.dtype == want_key.dtype and first.dtype == want_first.dtype
+            assert np.array_equal(key, want_key) and np.array_equal(first, want_first)
+            ran += 1
+    assert ran == 120
+
+
 def test_coded_labels_equal_their_object_array_forms() -> None:
     col = pd.Series(pd.Categorical(["Other", "MLP", None, "Other"]))
     idx = np.array([0, 3, -1, 1, 2])
