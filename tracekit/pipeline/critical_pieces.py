@@ -184,6 +184,7 @@ def pieces(t: Trace, taxonomy: ModuleTaxonomy, walked: list, a: pd.DataFrame, g:
             g["a_module"][run["act"]],
         )
     )
+    del run  # its columns live on in ``got`` only, which _clipped empties
     for typ, kind in ((SEG_LAUNCH, LAUNCH_K), (IDLE, IDLE_K)):
         m = np.flatnonzero((s[:, 0] == typ) & (s[:, 3] >= 0))
         got.append(
@@ -193,14 +194,25 @@ def pieces(t: Trace, taxonomy: ModuleTaxonomy, walked: list, a: pd.DataFrame, g:
     m = np.flatnonzero((s[:, 0] == IDLE) & (s[:, 3] < 0))
     none = np.full(len(m), -1, np.int64)
     got.append((m, s[m, 1], s[m, 2], np.full(len(m), IDLE_K), none, none))
+    step, kinds, labels, lo, hi = _clipped(got, of, wlo, whi, np.array([w[0] for w in walked], np.int64))
+    return merged(step, kinds, labels, lo, hi, g)
+
+
+def _clipped(
+    got: list[tuple], of: np.ndarray, wlo: np.ndarray, whi: np.ndarray, steps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray], np.ndarray, np.ndarray]:
+    """``(step, kind, (phase, module), lo, hi)`` of the pieces in ``got`` (emptied: the peak of
+    a large trace's critical path was here, every piece held twice), clipped to their step's
+    window, without the empty ones, in time order per step, missing labels filled back."""
     cols = [np.concatenate([np.asarray(x[i]) for x in got]) for i in range(6)]
+    got.clear()
     step_i = of[cols[0]]
     lo, hi = np.clip(cols[1], wlo[step_i], whi[step_i]), np.clip(cols[2], wlo[step_i], whi[step_i])
     keep = np.flatnonzero(hi > lo)
     keep = keep[np.lexsort((lo[keep], step_i[keep]))]
-    step = np.array([w[0] for w in walked], np.int64)[step_i[keep]]
+    step = steps[step_i[keep]]
     labels = [_fill_back(cols[i][keep].astype(np.int64), step) for i in (4, 5)]
-    return merged(step, cols[3][keep].astype(np.int64), labels, lo[keep], hi[keep], g)
+    return step, cols[3][keep].astype(np.int64), labels, lo[keep], hi[keep]
 
 
 def _fill_back(code: np.ndarray, step: np.ndarray) -> np.ndarray:
