@@ -85,36 +85,22 @@ def graph(t: Trace) -> dict | None:
     work = np.isin(ev["kind"].to_numpy(), (RUNTIME, CPU_OP)) & (ev["dur"].to_numpy() > 0)
     work &= ~t.name_test(lambda n: n.str.startswith("ProfilerStep#"))  # a step marker, not work
     cpu = np.flatnonzero(work)
+    del work
     c_start = ev["ts"].to_numpy(np.int64)[cpu]
     c_end = c_start + ev["dur"].to_numpy(np.int64)[cpu]
+    c_th, a_th, threads = _threads(t, cpu, launch_ev)
     launched = a["launched"].to_numpy(bool)
-    at = np.searchsorted(cpu, np.maximum(launch_ev, 0))
-    found = (
-        launched & (cpu[np.minimum(at, max(len(cpu) - 1, 0))] == launch_ev) if len(cpu) else launched & False
-    )
-    # a launch's thread is its runtime call's (a call of no duration is not a CPU event: by pid/tid)
-    extra = np.flatnonzero(launched & ~found)
-    pairs = [
-        (ev["pid"].to_numpy()[cpu], ev["tid"].to_numpy()[cpu]),
-        (a["launch_pid"].to_numpy()[extra], a["launch_tid"].to_numpy()[extra]),
-    ]
-    c_th, x_th = thread_codes(*pairs)
-    a_th = np.full(len(a), -1, np.int64)
-    a_th[found] = c_th[at[found]]
-    a_th[extra] = x_th
     rt["thread"] = c_th[np.searchsorted(cpu, rt["rows"])]  # every runtime call is a CPU event
-    code = np.concatenate([c_th, x_th])
-    threads = (np.zeros(code.max() + 1, np.int64), np.zeros(code.max() + 1, np.int64))
-    threads[0][code] = np.concatenate([p for p, _ in pairs])
-    threads[1][code] = np.concatenate([q for _, q in pairs])
-    times = [a["launch_ts"].to_numpy(np.int64)[launched], c_start]
-    rt["t0"] = t0 = int(min(x.min() for x in times if len(x)))
+    del cpu
+    launch_ts = a["launch_ts"].to_numpy(np.int64)[launched]
+    rt["t0"] = t0 = int(min(x.min() for x in (launch_ts, c_start) if len(x)))
     latest = max(int(a["end"].max()), int(c_end.max()) if len(c_end) else t0)
     if latest - t0 >= 1 << 43 or len(threads[0]) >= 1 << 19:  # beyond the keys' bits (2.4 h)
         return None
     rt["key"] = keyed(rt["thread"], rt["start"], t0)
     syncs, wait_src = sync_edges(t, a, a_th, rt)  # the cuda_sync events' args, else inferred
     host = Host(c_th, c_start, c_end, rt, t0)
+    del c_th, c_start, c_end  # the host keeps its own keyed copies
     jumps = host.jumps(rt, syncs, a["end"].to_numpy(np.int64), np.unique(a_th[launched]))
     pred = predecessors(a, wait_src)
     phases, modules = Vocab("unattributed"), Vocab("Other")
@@ -131,3 +117,29 @@ def graph(t: Trace) -> dict | None:
         "threads": threads,
         "a_th": a_th,
     }
+
+
+def _threads(t: Trace, cpu: np.ndarray, launch_ev: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple]:
+    """Thread codes: per CPU event of ``cpu`` (rows of ``t.events``), per activity (its launch's;
+    -1 none), and per code its (pid, tid). A launch's thread is its runtime call's; a call of
+    no duration is not a CPU event: its thread is by pid and tid."""
+    a, ev = t.acts, t.events
+    launched = a["launched"].to_numpy(bool)
+    at = np.searchsorted(cpu, np.maximum(launch_ev, 0))
+    found = (
+        launched & (cpu[np.minimum(at, max(len(cpu) - 1, 0))] == launch_ev) if len(cpu) else launched & False
+    )
+    extra = np.flatnonzero(launched & ~found)
+    pairs = [
+        (ev["pid"].to_numpy()[cpu], ev["tid"].to_numpy()[cpu]),
+        (a["launch_pid"].to_numpy()[extra], a["launch_tid"].to_numpy()[extra]),
+    ]
+    c_th, x_th = thread_codes(*pairs)
+    a_th = np.full(len(a), -1, np.int64)
+    a_th[found] = c_th[at[found]]
+    a_th[extra] = x_th
+    code = np.concatenate([c_th, x_th])
+    threads = (np.zeros(code.max() + 1, np.int64), np.zeros(code.max() + 1, np.int64))
+    threads[0][code] = np.concatenate([p for p, _ in pairs])
+    threads[1][code] = np.concatenate([q for _, q in pairs])
+    return c_th, a_th, threads
