@@ -294,11 +294,10 @@ def distinct_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     0, 1, ... by first appearance), and per number the row where it first appears. Work to do
     once per distinct combination runs on the rows ``first``; ``result[key]`` spreads it back.
 
-    Rows come in runs of one combination more often than not (a thread's events, a step's
-    activities): where runs are at most a quarter of the rows, only each run's first row is
-    numbered and its number repeated (the same numbers: a run's first row is where its
-    combination can first appear). A million events of a few threads: 745 runs, and the hash
-    tables of a million rows (70 MB at once in the critical path's graph) are never made."""
+    Rows mostly come in runs of one combination (a thread's events): where runs are at most a
+    quarter of the rows, only each run's first row is numbered and its number repeated (the
+    same numbers). A million events of a few threads are 745 runs: no hash table of a million
+    rows (70 MB at once in the critical path's graph)."""
     cols = [np.asarray(c) for c in columns]
     n = len(cols[0]) if cols else 0
     heads = _run_heads(cols, n) if n >= _RUNS_FROM else None
@@ -309,8 +308,7 @@ def distinct_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _run_heads(cols: list[np.ndarray], n: int) -> np.ndarray | None:
-    """The first row of each run of equal rows (None where a value cannot be compared:
-    ``pd.NA``). Values that compare unequal but number alike (NaN) only make more runs."""
+    """Each run's first row (None: ``pd.NA`` cannot be compared; NaN only makes more runs)."""
     change = np.empty(n, bool)
     change[0] = True
     try:
