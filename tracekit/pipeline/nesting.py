@@ -26,6 +26,7 @@ import os
 import numpy as np
 
 from .intervals import unique
+from .state import run_starts
 
 try:
     from . import _nesting  # type: ignore[attr-defined]
@@ -161,8 +162,7 @@ def _shifted_axis(pid, tid, start, end):
     n = len(start)
     if n == 0:
         return start, end
-    new = np.r_[True, (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])]
-    heads = np.flatnonzero(new)
+    heads = np.flatnonzero(run_starts(pid, tid))
     lo = np.minimum.reduceat(np.minimum(start, end), heads)
     hi = np.maximum.reduceat(np.maximum(start, end), heads)
     if float((hi.astype(float) - lo.astype(float) + 1).sum()) > 2.0**62:
@@ -182,8 +182,7 @@ def _one_axis(pid, tid, start, end):
     n = len(start)
     times, rank = unique(np.concatenate([start, end]), return_inverse=True)
     width = len(times) + 1
-    new = np.r_[True, (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])] if n else np.zeros(0, bool)
-    shift = (np.cumsum(new) - 1) * width
+    shift = (np.cumsum(run_starts(pid, tid)) - 1) * width
     return shift + rank[:n], shift + rank[n:], times, width
 
 

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from .intervals import measure_by_key
-from .state import codes_of, str_in
+from .state import codes_of, run_starts, str_in
 
 #: Compute of two phases at the same instants beyond this share of the step window: overlap.
 OVERLAP_FRACTION = 0.01
@@ -110,7 +110,7 @@ def run_table(row: np.ndarray, edge: np.ndarray, ph: np.ndarray, steps: pd.DataF
     r, e, p = row[ok], edge[ok], ph[ok]
     order = np.lexsort((p, e, r))  # equal starts: in phase order, whatever the events' order
     r, e, p = r[order], e[order], p[order]
-    heads = np.flatnonzero(np.r_[True, (r[1:] != r[:-1]) | (p[1:] != p[:-1])]) if len(r) else np.zeros(0, int)
+    heads = np.flatnonzero(run_starts(r, p))
     run_row = r[heads]
     first = np.r_[True, run_row[1:] != run_row[:-1]] if len(heads) else np.zeros(0, bool)
     last = np.r_[run_row[1:] != run_row[:-1], True] if len(heads) else np.zeros(0, bool)

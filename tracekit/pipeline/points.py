@@ -25,7 +25,7 @@ from .modules import work_module
 from .nest import CONTEXT, op_columns
 from .nesting import sweep, sweep_order
 from .phases import assign_phases
-from .state import Trace, add_columns, distinct_rows, take
+from .state import Trace, add_columns, distinct_rows, run_starts, take
 from .steps import place_in_steps
 
 #: Above this many distinct threads among a point set, the points are sorted with the ranges
@@ -54,7 +54,7 @@ def range_order(r: pd.DataFrame) -> RangeOrder | None:
         return None
     order = sweep_order(pid, tid, start, end, np.ones(len(r), bool))
     p, q = pid[order], tid[order]
-    lo = np.flatnonzero(np.r_[True, (p[1:] != p[:-1]) | (q[1:] != q[:-1])]) if len(order) else order
+    lo = np.flatnonzero(run_starts(p, q))
     hi = np.append(lo[1:], len(order)) if len(lo) else lo
     return RangeOrder(order, start[order], lo, hi, p[lo], q[lo])
 

@@ -294,30 +294,29 @@ def distinct_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     0, 1, ... by first appearance), and per number the row where it first appears. Work to do
     once per distinct combination runs on the rows ``first``; ``result[key]`` spreads it back.
 
-    Rows mostly come in runs of one combination (a thread's events): where runs are at most a
-    quarter of the rows, only each run's first row is numbered and its number repeated (the
-    same numbers). A million events of a few threads are 745 runs: no hash table of a million
-    rows (70 MB at once in the critical path's graph)."""
+    Where runs of one combination (a thread's events) are at most a quarter of the rows, only
+    each run's first row is numbered and its number repeated (the same numbers): a million
+    events of a few threads are 745 runs, and no hash table of a million rows is made."""
     cols = [np.asarray(c) for c in columns]
     n = len(cols[0]) if cols else 0
-    heads = _run_heads(cols, n) if n >= _RUNS_FROM else None
+    try:  # pd.NA cannot be compared (NaN only makes more runs)
+        heads = np.flatnonzero(run_starts(*cols)) if n >= _RUNS_FROM else None
+    except TypeError:
+        heads = None
     if heads is not None and len(heads) * 4 <= n:
         key, first = _distinct_rows([c[heads] for c in cols])
         return np.repeat(key, np.diff(np.append(heads, n))), heads[first]
     return _distinct_rows(cols)
 
 
-def _run_heads(cols: list[np.ndarray], n: int) -> np.ndarray | None:
-    """Each run's first row (None: ``pd.NA`` cannot be compared; NaN only makes more runs)."""
-    change = np.empty(n, bool)
-    change[0] = True
-    try:
-        np.not_equal(cols[0][1:], cols[0][:-1], out=change[1:])
-        for col in cols[1:]:
-            change[1:] |= col[1:] != col[:-1]
-    except TypeError:
-        return None
-    return np.flatnonzero(change)
+def run_starts(*columns: np.ndarray) -> np.ndarray:
+    """Per row, whether it starts a run of rows equal in every column (the first row does; no
+    rows: an empty mask). Raises TypeError where values cannot be compared (``pd.NA``)."""
+    first = np.zeros(len(columns[0]) if columns else 0, bool)
+    first[:1] = True
+    for col in columns:
+        first[1:] |= col[1:] != col[:-1]
+    return first
 
 
 #: Rows from which :func:`distinct_rows` looks for runs (below, the test costs more than it saves).
