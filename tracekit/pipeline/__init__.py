@@ -210,8 +210,8 @@ SPENT_COLUMNS = ("ev", "top_r", "mod_r", "bwd_r", "comm_r", "ctx_bits", "fwd_op_
 
 def drop_spent(t: Trace) -> Trace:
     """Needs: the activity table after :func:`add_shares`. Drops: :data:`SPENT_COLUMNS`.
-    Guarantees: every later step and the result read what they read before (the table is
-    built a column at a time, so dropping copies next to nothing: gz1000's peak does not move)."""
+    Guarantees: every later step and the result read what they read before; the drop copies
+    next to nothing (the table is built a column at a time, so most columns are blocks of their own)."""
     t.acts = t.acts.drop(columns=[c for c in SPENT_COLUMNS if c in t.acts])
     return t
 
