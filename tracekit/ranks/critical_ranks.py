@@ -24,7 +24,7 @@ import pandas as pd
 
 from tracekit.analyses import REGISTRY, critical_wait, cross_rank
 
-from . import collective_ranks
+from . import batches, collective_ranks
 
 #: The tables whose rows, on several ranks, are split here.
 SPLIT = ("critical_path", "critical_path_timeline")
@@ -48,26 +48,6 @@ def matched(run: Any) -> tuple[pd.DataFrame, dict[int, int]]:
     return run._computed[key]
 
 
-#: Ranks whose gathered frames are decoded together (one decode, bounded memory).
-BATCH = 64
-
-
-def _frames(run: Any, name: str, ranks: list[int]) -> Any:
-    """``(rank, frame)`` of the ranks' ``Attributed.<name>`` (``windows``, ``critical``): the
-    gathered ones decoded :data:`BATCH` ranks at a time, else read one by one."""
-    for i in range(0, len(ranks), BATCH):
-        part = ranks[i : i + BATCH]
-        whole = run._computed.concat("att", name, part) if hasattr(run._computed, "concat") else None
-        if whole is None:
-            for r in part:
-                yield r, getattr(run.ranks[r], name)
-            continue
-        frame, lengths = whole
-        cut = np.cumsum([0, *lengths])
-        for r, a, b in zip(part, cut[:-1], cut[1:]):
-            yield r, frame.iloc[a:b]
-
-
 def segments(run: Any) -> pd.DataFrame:
     """Every rank's waits on its path (:func:`critical_wait.wait_segments`), computed once."""
     key = ("cross", "critical_wait", -1)
@@ -75,7 +55,7 @@ def segments(run: Any) -> pd.DataFrame:
         waits, off = matched(run)
         ranks = sorted(set(waits["rank"].tolist()) & set(run.ranks))
         parts = []
-        for r, p in _frames(run, "critical", ranks):
+        for r, p in batches.frames(run, "critical", ranks):
             p = run.filters.intervals(p, REGISTRY[NAME])
             comm = p[(p["kind"].astype(str) == "comm").to_numpy()] if len(p) else p
             parts.append(critical_wait.wait_segments(r, comm, waits, off.get(r, 0)))
@@ -91,18 +71,21 @@ def bounds(run: Any) -> pd.DataFrame:
     numbers per rank and step."""
     key = ("cross", "critical_bounds", -1)
     if key not in run._computed:
+        ranks = list(run.ranks)
+        n_steps = {r: run._n_steps(run.ranks[r]) for r in ranks}
         parts = []
-        for r, w in _frames(run, "windows", list(run.ranks)):
-            w = run.filters.windows(w)
-            w = w[(w["window"] == "step").to_numpy() & w["complete"].to_numpy(bool)]
+        for rank, w in batches.stacked(run, "windows", ranks):
+            w = run.filters.windows(w.assign(rank=rank))
+            keep = (w["window"] == "step").to_numpy() & w["complete"].to_numpy(bool)
+            r = w["rank"].to_numpy()[keep]
             parts.append(
                 pd.DataFrame(
                     {
-                        "rank": np.int64(r),
-                        "step": w["step"].to_numpy(np.int64),
-                        "start": w["start"].to_numpy(np.int64),
-                        "end": w["end"].to_numpy(np.int64),
-                        "n": np.int64(run._n_steps(run.ranks[r])),
+                        "rank": r,
+                        "step": w["step"].to_numpy(np.int64)[keep],
+                        "start": w["start"].to_numpy(np.int64)[keep],
+                        "end": w["end"].to_numpy(np.int64)[keep],
+                        "n": np.array([n_steps[x] for x in r.tolist()], np.int64),
                     }
                 )
             )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 from tracekit.analyses import REGISTRY
 
 from ..read.schema import device_kind
-from . import collective_ranks
+from . import batches, collective_ranks
 
 if TYPE_CHECKING:
     from ..filters import Filters
@@ -174,13 +174,13 @@ def _phase_overlap(run: Run) -> str:
     """The notice for steps whose phases ran at the same time (:mod:`tracekit.pipeline.overlap`),
     "" when none did: how many steps, and by how much per such step."""
     n, total = 0, 0
-    for att in run.ranks.values():
-        st = att.steps
+    for _, st in batches.stacked(run, "steps", list(run.ranks)):
         if "phases_overlap" not in st:
             continue
-        hit = st["phases_overlap"].to_numpy(bool) & st["complete"].to_numpy(bool)
+        # eq(True): a rank without the column (NaN once concatenated) has no overlap
+        hit = st["phases_overlap"].eq(True).to_numpy(bool) & st["complete"].eq(True).to_numpy(bool)
         n += int(hit.sum())
-        total += int(st["overlap_ns"].to_numpy()[hit].sum())
+        total += int(st["overlap_ns"].to_numpy()[hit].sum())  # int64 ns: exact in any order
     if not n:
         return ""
     return (
