@@ -33,7 +33,6 @@ from .ranks.analyse import Options
 from .ranks.gathered import Computed, RankTables
 from .ranks.grouping import directory_warnings, files_to_read, group_results
 from .ranks.tables import PerRankTables
-from .ranks.zipped import zipped
 from .read.reader import DEFAULT_MAX_BYTES
 from .strings import with_python_strings
 
@@ -352,7 +351,7 @@ def _analyse_files(p: Path, files: list, options: Options, jobs: int | None, sch
         if isinstance(got, TraceError):
             return got
         parts = got if isinstance(got, list) else [got]
-        return [(slot, store.gather(slot, *zipped(p), options=options)) for slot, p in zip(slots, parts)]
+        return [(slot, store.gather(slot, *p, options=options)) for slot, p in zip(slots, parts)]
 
     done = map_ranks(
         per_file(parallel, options.cache, len(files)),

@@ -1,4 +1,5 @@
-"""A gathered rank's memory rows, kept compressed by the process that gathers the ranks.
+"""A rank's memory rows, compressed by the worker that analysed it and kept so by the process
+that gathers the ranks (:func:`~tracekit.ranks.perfile.tabulate_packed`).
 
 A small rank with memory events sends the parent about 126 KB, and 53 KB of it is its memory rows
 (``Attributed.memory``), which the report never reads there: the workers computed the memory
