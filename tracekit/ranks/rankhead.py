@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import os
 import re
-import zlib
 from typing import Any
 
 import msgspec
+
+from ..read import inflate
 
 HEAD_BYTES = 1 << 20
 TAIL_BYTES = 256 << 10
@@ -45,6 +46,10 @@ class _Doc(msgspec.Struct):
 _DOC = msgspec.json.Decoder(_Doc)
 
 
+#: What reading a file's head or tail may raise: the rank is then not known from it.
+_UNREADABLE: tuple[type[BaseException], ...] = (OSError, EOFError, *inflate.ERRORS)
+
+
 def head_rank(path: str | os.PathLike, max_bytes: int) -> int | None:
     """``distributedInfo.rank`` of the trace at ``path`` (``None``: the file has none)."""
     try:
@@ -56,7 +61,7 @@ def head_rank(path: str | os.PathLike, max_bytes: int) -> int | None:
             if found:
                 return rank
             tail = _gz_tail(f, max_bytes) if gz else _plain_tail(f)
-    except (OSError, zlib.error, EOFError):
+    except _UNREADABLE:
         raise Unknown from None
     return _from_tail(tail)
 
@@ -120,7 +125,7 @@ def _plain_tail(f: Any) -> bytes:
 def _gz_head(f: Any, limit: int) -> bytes:
     """The first ``limit`` decompressed bytes (fewer when the stream is shorter), inflating
     no more than asked."""
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    d = inflate.decompressobj()
     out = bytearray()
     while len(out) < limit and not d.eof:
         chunk = d.unconsumed_tail or f.read(1 << 14)
@@ -136,7 +141,7 @@ def _gz_tail(f: Any, max_bytes: int) -> bytes:
     """The last :data:`TAIL_BYTES` of the decompressed stream (concatenated members too),
     inflated in bounded pieces; more than ``max_bytes`` in all is :class:`Unknown`."""
     f.seek(0)
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    d = inflate.decompressobj()
     tail, total = b"", 0
     while True:
         chunk = f.read(1 << 20)
@@ -144,7 +149,7 @@ def _gz_tail(f: Any, max_bytes: int) -> bytes:
             break
         while chunk:
             if d.eof:
-                d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                d = inflate.decompressobj()
             piece = d.decompress(chunk, 1 << 24)
             total += len(piece)
             if total > max_bytes:

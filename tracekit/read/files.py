@@ -13,7 +13,6 @@ import os
 import queue
 import stat
 import threading
-import zlib
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from .. import progress
 from ..errors import TraceError
+from . import inflate
 
 if TYPE_CHECKING:  # numpy stays out of the CLI's start-up (tracekit --help)
     from .blanks import Blanks
@@ -58,7 +58,7 @@ def iter_text(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> Ge
     text) with the same errors as :func:`read_bytes`; progress goes up to ``progress.DECODED``
     with the share of the file read."""
     with _opened(path) as (f, gz):
-        if gz:  # inflated one piece ahead, by a thread (zlib releases the GIL)
+        if gz:  # inflated one piece ahead, by a thread (inflate releases the GIL)
             yield from _read_ahead(_gunzip_pieces(f, max_bytes, Path(path), progress.DECODED))
             return
         size = max(os.fstat(f.fileno()).st_size, 1)
@@ -186,11 +186,12 @@ class PlainText:
 
 
 def _read_ahead(pieces: Generator[bytes, None, None]) -> Generator[bytes, None, None]:
-    """``pieces``, produced by a helper thread one piece ahead of the consumer. zlib inflates
-    without holding the GIL, so a gzip trace inflates on a second core while the piece before
-    it is decoded. At most three pieces are alive at once (consumed, queued, being made); the
-    producer's errors are raised here, in order; closing this generator stops the thread
-    before returning (the file it reads from stays open until then)."""
+    """``pieces``, produced by a helper thread one piece ahead of the consumer. Inflating
+    (:mod:`tracekit.read.inflate`) does not hold the GIL, so a gzip trace inflates on a second
+    core while the piece before it is decoded. At most three pieces are alive at once
+    (consumed, queued, being made); the producer's errors are raised here, in order; closing
+    this generator stops the thread before returning (the file it reads from stays open until
+    then)."""
     ready: queue.Queue = queue.Queue(maxsize=1)
     stop = threading.Event()
 
@@ -306,15 +307,17 @@ def _gunzip_pieces(
 ) -> Generator[bytes, None, None]:
     """The inflated text, at most ``PIECE_BYTES`` per piece (no bomb-sized temporaries), and
     never more than ``max_bytes`` in all, across concatenated gzip members too."""
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    d = inflate.decompressobj()
     size = max(os.fstat(f.fileno()).st_size, 1)
     n = 0
     try:
+        _check_member_start(f.peek(4)[:4], p, after=False)  # the file's first bytes (not consumed)
         while chunk := f.read(1 << 20):
             progress.fraction(share * f.tell() / size)
             while True:
                 if d.eof and chunk:  # concatenated gzip members: start the next one
-                    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    _check_member_start(chunk, p, after=True)
+                    d = inflate.decompressobj()
                 cap = min(PIECE_BYTES, max_bytes + 1 - n)
                 piece = d.decompress(chunk, cap)
                 n += len(piece)
@@ -331,8 +334,27 @@ def _gunzip_pieces(
                     break  # input used up and no output pending
         if not d.eof:
             raise TraceError(p, "truncated gzip stream (the file ends early)")
-    except zlib.error as e:
+    except inflate.ERRORS as e:
         raise TraceError(p, f"corrupt gzip stream ({e})") from None
+
+
+#: A gzip member's first bytes: the magic and the method (8, deflate); the flags byte follows.
+_GZIP_START = b"\x1f\x8b\x08"
+#: The flags byte's reserved bits (RFC 1952: must be zero).
+_RESERVED_FLAGS = 0xE0
+
+
+def _check_member_start(head: bytes, p: Path, after: bool) -> None:
+    """A gzip member starts ``1f 8b 08`` with no reserved flag bit set. Checked here, not left
+    to the library, because the libraries differ: ISA-L ignores reserved flags (zlib refuses
+    them), and of bytes after the last member zlib says "bad header", ISA-L "ends early".
+    ``after``: ``head`` follows a member. A header cut by the end of this read is left to the
+    library (ISA-L and zlib read the same bytes: tests/test_inflate.py, fuzz target reader)."""
+    k = min(len(head), 4)
+    if head[: min(k, 3)] == _GZIP_START[: min(k, 3)] and not (k == 4 and head[3] & _RESERVED_FLAGS):
+        return
+    what = "bytes after a member are not another" if after else "not a gzip deflate header"
+    raise TraceError(p, f"corrupt gzip stream ({what}: {head[:4].hex(' ')})")
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")
