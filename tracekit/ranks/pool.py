@@ -29,6 +29,7 @@ the file), a failure gathering its result, and a worker that died under it.
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import signal
@@ -124,10 +125,26 @@ def batch_size(files: Sequence[Any], workers: int) -> int:
 
 
 def _ignore_sigint() -> None:
-    """A worker: Ctrl-C is the parent's; SIGTERM (the pool's terminate) ends it at once."""
+    """A worker: Ctrl-C is the parent's; SIGTERM (the pool's terminate) ends it at once. Its
+    garbage collector skips what it was forked with (:func:`_worker_gc`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    _worker_gc()
+
+
+#: A worker's first-generation collection threshold (CPython's default: 700 allocations).
+WORKER_GC_THRESHOLD = 10_000
+
+
+def _worker_gc() -> None:
+    """The collector of a worker, which is tracekit's own process (never the caller's): the
+    objects it was forked with (pandas, numpy, tracekit: a few hundred thousand) are frozen, so
+    collections no longer walk them, and young objects are collected every 10,000 allocations,
+    not 700. A small rank spent 4.4 ms of 150 in 240 collections, now 0.04 ms in one (a pandas
+    table allocates thousands of small objects, few of them in cycles)."""
+    gc.freeze()
+    gc.set_threshold(WORKER_GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def _as_is(i: int, result: Any) -> Any:
