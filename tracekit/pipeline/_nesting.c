@@ -151,8 +151,125 @@ done:
     return result;
 }
 
+/* parents(order, pid, tid, start, end, parent): the stack sweep over ranges alone (every element
+ * a range), recording for sorted position x the sorted position of the range on top of the
+ * stack when range order[x] is pushed (-1: empty stack). The stack at any later time of the
+ * thread is then a chain of these links (points push nothing, and their pops are ones the next
+ * range would make anyway): see walk(). 0 on success; -1 order not a permutation; -2 memory. */
+static int run_parents(Py_ssize_t n, const int64_t *order, const int64_t *pid, const int64_t *tid,
+                       const int64_t *start, const int64_t *end, int64_t *parent) {
+    int64_t *stack = malloc((n > 0 ? (size_t)n : 1) * sizeof(int64_t));
+    uint8_t *seen = calloc(n > 0 ? (size_t)n : 1, 1);
+    if (!stack || !seen) {
+        free(stack);
+        free(seen);
+        return -2;
+    }
+    Py_ssize_t depth = 0;
+    for (Py_ssize_t x = 0; x < n; x++) {
+        int64_t i = order[x];
+        if (i < 0 || i >= n || seen[i]) {
+            free(stack);
+            free(seen);
+            return -1;
+        }
+        seen[i] = 1;
+        if (x == 0 || pid[i] != pid[order[x - 1]] || tid[i] != tid[order[x - 1]]) depth = 0;
+        while (depth > 0 && end[order[stack[depth - 1]]] <= start[i]) depth--;
+        parent[x] = depth > 0 ? stack[depth - 1] : -1;
+        stack[depth++] = x; /* depth <= x < n: within the n slots */
+    }
+    free(stack);
+    free(seen);
+    return 0;
+}
+
+/* walk(at, ts, order, end, parent, node): per point k, the range on top of the sweep's stack
+ * when the point is reached: start at sorted position at[k] (the last range of the point's
+ * thread sorting before it, -1 none) and follow parent links while the range ends at or before
+ * ts[k]; node[k] is that range's row (order[x]) or -1. A point whose at[k] equals the previous
+ * point's, with ts not earlier, continues from where that walk stopped (the links it passed end
+ * before this point too), so points sorted by thread and time cost O(points + ranges) at most.
+ * Links must point to earlier positions (checked: every walk ends). 0 ok; -1 bad input. */
+static int run_walk(Py_ssize_t m, Py_ssize_t n, const int64_t *at, const int64_t *ts,
+                    const int64_t *order, const int64_t *end, const int64_t *parent, int64_t *node) {
+    int64_t prev_at = -1, prev_ts = 0, prev_x = -1;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        int64_t x = at[k];
+        if (x < -1 || x >= n) return -1;
+        if (x >= 0 && x == prev_at && ts[k] >= prev_ts) x = prev_x;
+        prev_at = at[k];
+        prev_ts = ts[k];
+        while (x >= 0) {
+            int64_t i = order[x];
+            if (i < 0 || i >= n) return -1;
+            if (end[i] > ts[k]) break;
+            int64_t up = parent[x];
+            if (up < -1 || up >= x) return -1;
+            x = up;
+        }
+        prev_x = x;
+        node[k] = x >= 0 ? order[x] : -1;
+    }
+    return 0;
+}
+
+static int check_lengths(Py_buffer *b, int count, Py_ssize_t n) {
+    for (int j = 0; j < count; j++)
+        if (b[j].len != n * 8) return 0;
+    return 1;
+}
+
+static PyObject *parents(PyObject *self, PyObject *args) {
+    Py_buffer b[6];
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5])) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = b[0].len / 8;
+    if (b[0].len % 8 != 0 || !check_lengths(b, 6, n)) {
+        PyErr_SetString(PyExc_ValueError, "parents: buffers of different lengths");
+        goto done;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = run_parents(n, (const int64_t *)b[0].buf, (const int64_t *)b[1].buf, (const int64_t *)b[2].buf,
+                     (const int64_t *)b[3].buf, (const int64_t *)b[4].buf, (int64_t *)b[5].buf);
+    Py_END_ALLOW_THREADS
+    if (rc == -1) PyErr_SetString(PyExc_ValueError, "parents: order is not a permutation");
+    else if (rc == -2) PyErr_NoMemory();
+    else result = Py_NewRef(Py_None);
+done:
+    for (int j = 0; j < 6; j++) PyBuffer_Release(&b[j]);
+    return result;
+}
+
+static PyObject *walk(PyObject *self, PyObject *args) {
+    Py_buffer b[6]; /* at, ts, node (m each); order, end, parent (n each) */
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5])) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t m = b[0].len / 8, n = b[2].len / 8;
+    if (b[0].len % 8 != 0 || b[2].len % 8 != 0 || b[1].len != m * 8 || b[5].len != m * 8 ||
+        !check_lengths(b + 2, 3, n)) {
+        PyErr_SetString(PyExc_ValueError, "walk: buffers of different lengths");
+        goto done;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = run_walk(m, n, (const int64_t *)b[0].buf, (const int64_t *)b[1].buf, (const int64_t *)b[2].buf,
+                  (const int64_t *)b[3].buf, (const int64_t *)b[4].buf, (int64_t *)b[5].buf);
+    Py_END_ALLOW_THREADS
+    if (rc == -1) PyErr_SetString(PyExc_ValueError, "walk: position or link out of range");
+    else result = Py_NewRef(Py_None);
+done:
+    for (int j = 0; j < 6; j++) PyBuffer_Release(&b[j]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"sweep", sweep, METH_VARARGS, "The stack sweep of nesting.sweep_loop over int64 buffers."},
+    {"parents", parents, METH_VARARGS, "Per sorted range, the sorted position of its stack parent."},
+    {"walk", walk, METH_VARARGS, "Per point, the range on top of the sweep's stack there."},
     {NULL, NULL, 0, NULL},
 };
 
