@@ -120,18 +120,41 @@ def test_sweep_points_leaves_to_the_sweep_what_the_walk_cannot_do():
         np.testing.assert_array_equal(got[col], want[col], err_msg=col)
 
 
+def _walk(by, at, ts, order, parent, end, m_out=None):
+    """``_nesting.walk`` over one-range inputs (flags and context of the ranges: zeros)."""
+    n = len(order)
+    ranges = [np.zeros(n, np.int64) for _ in range(7)]
+    out = [np.empty(len(ts) if m_out is None else m_out, np.int64) for _ in range(6)]
+    nesting._nesting.walk(by, at, ts, order, parent, end, *ranges, *out)
+    return out
+
+
 def test_the_walk_checks_its_input():
-    """``_nesting.walk``/``parents`` refuse positions, links and lengths out of range."""
-    native = nesting._nesting
-    one = np.zeros(1, np.int64)
-    out = np.empty(1, np.int64)
+    """``_nesting.walk``/``parents`` refuse visiting orders, positions, links and lengths out
+    of range, and give a good input's context."""
+    one, zero = np.ones(1, np.int64), np.zeros(1, np.int64)
+    assert [x[0] for x in _walk(zero, zero, one, zero, np.array([-1]), one)] == [
+        -1,
+        -1,
+        -1,
+        -1,
+        -1,
+        0,
+    ]  # ended
+    assert [x[0] for x in _walk(zero, zero, zero, zero, np.array([-1]), one)] == [0] * 6  # open: its frame
     with pytest.raises(ValueError):
-        native.walk(np.array([1]), one, one, one, np.array([-1]), out)  # position past the ranges
+        _walk(np.array([1]), zero, zero, zero, np.array([-1]), one)  # visiting order past the points
     with pytest.raises(ValueError):
-        native.walk(np.array([0]), one, one, np.array([-5]), np.array([0]), out)  # a link not earlier
+        _walk(np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(2, np.int64), zero, np.array([-1]), one)
     with pytest.raises(ValueError):
-        native.walk(np.array([0]), one, np.array([3]), one, np.array([-1]), out)  # a row past the ranges
+        _walk(zero, np.array([1]), zero, zero, np.array([-1]), one)  # position past the ranges
     with pytest.raises(ValueError):
-        native.walk(one, one, one, one, one, np.empty(2, np.int64))  # lengths differ
+        _walk(zero, zero, zero, zero, np.array([0]), zero)  # a link not to an earlier position
     with pytest.raises(ValueError):
-        native.parents(np.array([0, 0]), *(np.zeros(2, np.int64) for _ in range(4)), np.empty(2, np.int64))
+        _walk(zero, zero, zero, np.array([3]), np.array([-1]), zero)  # a row past the ranges
+    with pytest.raises(ValueError):
+        _walk(zero, zero, zero, zero, np.array([-1]), one, m_out=2)  # lengths differ
+    with pytest.raises(ValueError):
+        nesting._nesting.parents(
+            np.array([0, 0]), *(np.zeros(2, np.int64) for _ in range(4)), np.empty(2, np.int64)
+        )

@@ -184,34 +184,94 @@ static int run_parents(Py_ssize_t n, const int64_t *order, const int64_t *pid, c
     return 0;
 }
 
-/* walk(at, ts, order, end, parent, node): per point k, the range on top of the sweep's stack
- * when the point is reached: start at sorted position at[k] (the last range of the point's
- * thread sorting before it, -1 none) and follow parent links while the range ends at or before
- * ts[k]; node[k] is that range's row (order[x]) or -1. A point whose at[k] equals the previous
- * point's, with ts not earlier, continues from where that walk stopped (the links it passed end
- * before this point too), so points sorted by thread and time cost O(points + ranges) at most.
- * Links must point to earlier positions (checked: every walk ends). 0 ok; -1 bad input. */
-static int run_walk(Py_ssize_t m, Py_ssize_t n, const int64_t *at, const int64_t *ts,
-                    const int64_t *order, const int64_t *end, const int64_t *parent, int64_t *node) {
+/* walk(by, at, ts, order, parent, end, flags, op, top, mod, bwd, comm, bits, <6 outputs>): per
+ * point k, the context the sweep gives it. The point is reached with the stack its thread's
+ * last range before it left (sorted position at[k], -1 none), popped while the top ends at or
+ * before ts[k]: start at at[k] and follow parent links past ranges that have ended; the first
+ * open range's row i = order[x] pushes its frame (its own context op..bits[i], with i itself
+ * as innermost op / module / backward node / collective by flags[i], as run() pushes it); no
+ * open range: the empty context. Points are visited in the order ``by`` (a permutation of the
+ * m points, checked); a point whose at equals the previous visited point's, with ts not
+ * earlier, continues from where that walk stopped (the links it passed end before this point
+ * too), so points visited by position and time cost O(points + ranges) at most. Links must
+ * point to earlier positions (checked: every walk ends). 0 ok; -1 bad input; -2 memory. */
+typedef struct {
+    const int64_t *flags, *op, *top, *mod, *bwd, *comm, *bits;
+} Ctx;
+
+static void frame_of(const Ctx *c, int64_t i, int64_t *const *out, int64_t k) {
+    int64_t f = c->flags[i], op = c->op[i], top = c->top[i], mod = c->mod[i], bwd = c->bwd[i];
+    int64_t comm = c->comm[i], bits = c->bits[i];
+    if (f & F_MODULE) {
+        mod = i;
+        top = -1;
+        bits |= MOD_IN_BWD;
+    }
+    if (f & F_OP) {
+        op = i;
+        if (top == -1) top = i;
+    }
+    if (f & F_BWD) {
+        bwd = i;
+        bits &= ~(int64_t)MOD_IN_BWD;
+    }
+    if (f & F_COMM) comm = i;
+    bits |= f & INHERITED;
+    out[0][k] = op;
+    out[1][k] = top;
+    out[2][k] = mod;
+    out[3][k] = bwd;
+    out[4][k] = comm;
+    out[5][k] = bits;
+}
+
+static int run_walk(Py_ssize_t m, Py_ssize_t n, const int64_t *by, const int64_t *at, const int64_t *ts,
+                    const int64_t *order, const int64_t *end, const int64_t *parent, const Ctx *c,
+                    int64_t *const *out) {
+    uint8_t *seen = calloc(m > 0 ? (size_t)m : 1, 1);
+    if (!seen) return -2;
     int64_t prev_at = -1, prev_ts = 0, prev_x = -1;
-    for (Py_ssize_t k = 0; k < m; k++) {
-        int64_t x = at[k];
-        if (x < -1 || x >= n) return -1;
-        if (x >= 0 && x == prev_at && ts[k] >= prev_ts) x = prev_x;
+    int rc = 0;
+    for (Py_ssize_t j = 0; j < m && rc == 0; j++) {
+        int64_t k = by[j];
+        if (k < 0 || k >= m || seen[k]) {
+            rc = -1;
+            break;
+        }
+        seen[k] = 1;
+        int64_t x = at[k], t = ts[k];
+        if (x < -1 || x >= n) {
+            rc = -1;
+            break;
+        }
+        if (x >= 0 && x == prev_at && t >= prev_ts) x = prev_x;
         prev_at = at[k];
-        prev_ts = ts[k];
+        prev_ts = t;
+        int64_t i = -1;
         while (x >= 0) {
-            int64_t i = order[x];
-            if (i < 0 || i >= n) return -1;
-            if (end[i] > ts[k]) break;
+            i = order[x];
+            if (i < 0 || i >= n) {
+                rc = -1;
+                break;
+            }
+            if (end[i] > t) break;
             int64_t up = parent[x];
-            if (up < -1 || up >= x) return -1;
+            if (up < -1 || up >= x) {
+                rc = -1;
+                break;
+            }
             x = up;
         }
         prev_x = x;
-        node[k] = x >= 0 ? order[x] : -1;
+        if (rc == 0 && x >= 0) {
+            frame_of(c, i, out, k);
+        } else {
+            for (int col = 0; col < 5; col++) out[col][k] = -1;
+            out[5][k] = 0;
+        }
     }
-    return 0;
+    free(seen);
+    return rc;
 }
 
 static int check_lengths(Py_buffer *b, int count, Py_ssize_t n) {
@@ -244,32 +304,43 @@ done:
 }
 
 static PyObject *walk(PyObject *self, PyObject *args) {
-    Py_buffer b[6]; /* at, ts, node (m each); order, end, parent (n each) */
+    /* by, at, ts (m each); order, parent, end, flags, op, top, mod, bwd, comm, bits (n each);
+     * the six outputs (m each) */
+    enum { N_B = 19 };
+    Py_buffer b[N_B];
     memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5])) return NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*y*y*y*w*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3],
+                          &b[4], &b[5], &b[6], &b[7], &b[8], &b[9], &b[10], &b[11], &b[12], &b[13],
+                          &b[14], &b[15], &b[16], &b[17], &b[18]))
+        return NULL;
     PyObject *result = NULL;
-    Py_ssize_t m = b[0].len / 8, n = b[2].len / 8;
-    if (b[0].len % 8 != 0 || b[2].len % 8 != 0 || b[1].len != m * 8 || b[5].len != m * 8 ||
-        !check_lengths(b + 2, 3, n)) {
+    Py_ssize_t m = b[0].len / 8, n = b[3].len / 8;
+    if (b[0].len % 8 != 0 || b[3].len % 8 != 0 || !check_lengths(b, 3, m) || !check_lengths(b + 3, 10, n) ||
+        !check_lengths(b + 13, 6, m)) {
         PyErr_SetString(PyExc_ValueError, "walk: buffers of different lengths");
         goto done;
     }
+    const int64_t *in[13];
+    for (int j = 0; j < 13; j++) in[j] = (const int64_t *)b[j].buf;
+    int64_t *dst[N_OUT];
+    for (int j = 0; j < N_OUT; j++) dst[j] = (int64_t *)b[13 + j].buf;
+    Ctx c = {in[6], in[7], in[8], in[9], in[10], in[11], in[12]};
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = run_walk(m, n, (const int64_t *)b[0].buf, (const int64_t *)b[1].buf, (const int64_t *)b[2].buf,
-                  (const int64_t *)b[3].buf, (const int64_t *)b[4].buf, (int64_t *)b[5].buf);
+    rc = run_walk(m, n, in[0], in[1], in[2], in[3], in[5], in[4], &c, dst);
     Py_END_ALLOW_THREADS
-    if (rc == -1) PyErr_SetString(PyExc_ValueError, "walk: position or link out of range");
+    if (rc == -1) PyErr_SetString(PyExc_ValueError, "walk: a visiting order, position or link out of range");
+    else if (rc == -2) PyErr_NoMemory();
     else result = Py_NewRef(Py_None);
 done:
-    for (int j = 0; j < 6; j++) PyBuffer_Release(&b[j]);
+    for (int j = 0; j < N_B; j++) PyBuffer_Release(&b[j]);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"sweep", sweep, METH_VARARGS, "The stack sweep of nesting.sweep_loop over int64 buffers."},
     {"parents", parents, METH_VARARGS, "Per sorted range, the sorted position of its stack parent."},
-    {"walk", walk, METH_VARARGS, "Per point, the range on top of the sweep's stack there."},
+    {"walk", walk, METH_VARARGS, "Per point, the context the sweep gives it (from the ranges' own)."},
     {NULL, NULL, 0, NULL},
 };
 

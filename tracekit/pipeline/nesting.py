@@ -293,12 +293,11 @@ def _flow_down(depth, parent, F):
     return inh
 
 
-def own_context(flags, op, top, mod, bwd, comm, bits, rows=None):
+def own_context(flags, op, top, mod, bwd, comm, bits):
     """The context a range gives what runs inside it: its enclosing context (the sweep's result
     for the range) with the range itself pushed, exactly as :func:`sweep_loop` pushes it.
-    Index k is row ``rows[k]`` of the range table (default: row k); returns (op, top, mod,
-    bwd, comm, bits)."""
-    k = np.arange(len(flags), dtype=np.int64) if rows is None else rows
+    Index k is row k of the range table; returns (op, top, mod, bwd, comm, bits)."""
+    k = np.arange(len(flags), dtype=np.int64)
     is_mod, is_op = (flags & F_MODULE) != 0, (flags & F_OP) != 0
     is_bwd = (flags & F_BWD) != 0
     top = np.where(is_mod, -1, top)

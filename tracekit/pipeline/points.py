@@ -23,7 +23,7 @@ import pandas as pd
 from .backward import link_backward
 from .modules import work_module
 from .nest import CONTEXT, op_columns
-from .nesting import _nesting, native, own_context, sweep, sweep_order
+from .nesting import _nesting, native, sweep, sweep_order
 from .phases import assign_phases
 from .state import Trace, add_columns, distinct_rows, run_starts, take
 from .steps import place_in_steps
@@ -124,7 +124,7 @@ def walked_points(t: Trace, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray) ->
     its thread's last range before it left, popped while the top ends at or before the point
     (points push nothing); that stack is a chain of parent links (``_nesting.parents``, once
     per trace), so the point's context is the context the first range on that chain that is
-    still open gives its body (:func:`~.nesting.own_context` of the ranges' own context).
+    still open gives its body (its own context with itself pushed): ``_nesting.walk``.
     None where the sweep must decide: no C extension, integer times and threads not given,
     a range ending before it starts, too many threads (see :func:`_placed`)."""
     if not native() or not all(x.dtype.kind in "iu" for x in (pid, tid, ts)):
@@ -135,23 +135,12 @@ def walked_points(t: Trace, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray) ->
     if placed is None:
         return None
     at, ts = placed[1], np.ascontiguousarray(ts, np.int64)
-    end = np.ascontiguousarray(r["end"].to_numpy(), np.int64)
     parent = t.once("range_parents", r, lambda: _parents(r, plan))
+    ranges = t.once("range_context", r, lambda: _range_context(r))
     by = np.arange(len(ts)) if _ordered(at, ts) else np.lexsort((ts, at))  # walks reuse walks
-    node = np.empty(len(ts), np.int64)
-    found = np.empty(len(ts), np.int64)
-    _nesting.walk(at[by], ts[by], plan.order, end, parent, found)
-    node[by] = found
-    ctx = t.once("range_context", r, lambda: _range_context(r))
-    has = node >= 0
-    rows = node[has]
-    op, top, mod, bwd, comm, bits = (x[rows] for x in ctx)
-    own = own_context(r["flags"].to_numpy()[rows], op, top, mod, bwd, comm, bits, rows=rows)
-    out = {}
-    for col, x in zip(CONTEXT + ("ctx_bits",), own):
-        out[col] = np.full(len(ts), 0 if col == "ctx_bits" else -1, np.int64)
-        out[col][has] = x
-    return out
+    out = [np.empty(len(ts), np.int64) for _ in range(6)]
+    _nesting.walk(by, at, ts, plan.order, parent, *ranges, *out)
+    return dict(zip(CONTEXT + ("ctx_bits",), out))
 
 
 def _ordered(at: np.ndarray, ts: np.ndarray) -> bool:
@@ -169,14 +158,17 @@ def _parents(r: pd.DataFrame, plan: RangeOrder) -> np.ndarray:
     return parent
 
 
-def _range_context(r: pd.DataFrame) -> tuple[np.ndarray, ...]:
-    """The ranges' own enclosing context (:data:`CONTEXT` and ``bits``): the columns the link
-    step gave them, or (a frame without them) the sweep of the ranges alone."""
+def _range_context(r: pd.DataFrame) -> list[np.ndarray]:
+    """What the walk reads of the ranges, as contiguous int64: ``end``, ``flags`` and their
+    own enclosing context (:data:`CONTEXT` and ``bits``): the columns the link step gave them,
+    or (a frame without them) the sweep of the ranges alone."""
     cols = CONTEXT + ("bits",)
+    pid, tid, start, end, flags = (r[c].to_numpy() for c in ("pid", "tid", "start", "end", "flags"))
     if all(c in r for c in cols):
-        return tuple(r[c].to_numpy() for c in cols)
-    pid, tid, start, end = (r[c].to_numpy() for c in ("pid", "tid", "start", "end"))
-    return sweep(pid, tid, start, end, np.ones(len(r), bool), r["flags"].to_numpy())
+        ctx = [r[c].to_numpy() for c in cols]
+    else:
+        ctx = list(sweep(pid, tid, start, end, np.ones(len(r), bool), flags))
+    return [np.ascontiguousarray(x, np.int64) for x in (end, flags, *ctx)]
 
 
 def as_launches(t: Trace, pts: pd.DataFrame) -> Trace:
