@@ -125,6 +125,7 @@ def _walk(by, at, ts, order, parent, end, m_out=None):
     n = len(order)
     ranges = [np.zeros(n, np.int64) for _ in range(7)]
     out = [np.empty(len(ts) if m_out is None else m_out, np.int64) for _ in range(6)]
+    order, parent = np.asarray(order, np.int32), np.asarray(parent, np.int32)
     nesting._nesting.walk(by, at, ts, order, parent, end, *ranges, *out)
     return out
 
@@ -156,5 +157,5 @@ def test_the_walk_checks_its_input():
         _walk(zero, zero, zero, zero, np.array([-1]), one, m_out=2)  # lengths differ
     with pytest.raises(ValueError):
         nesting._nesting.parents(
-            np.array([0, 0]), *(np.zeros(2, np.int64) for _ in range(4)), np.empty(2, np.int64)
+            np.array([0, 0], np.int32), *(np.zeros(2, np.int64) for _ in range(4)), np.empty(2, np.int32)
         )

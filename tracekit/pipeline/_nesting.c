@@ -12,6 +12,11 @@
  * the same length n; ``order`` must be a permutation of 0..n-1 (checked). The six outputs are
  * written in place. No Python object is made per element and the GIL is released in the loop.
  * Optional: without it (no compiler), nesting.sweep runs its vectorised numpy form.
+ *
+ * parents() and walk() give a point set (memory events, idle gaps, critical-path pieces) the
+ * context this sweep would give it, from the ranges' own context (tracekit/pipeline/points.py):
+ * the sweep's stack as parent links found once per trace, walked per point. Their sorted
+ * positions (the ranges' order and the links) are int32: a trace has fewer than 2^31 ranges.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -156,9 +161,9 @@ done:
  * stack when range order[x] is pushed (-1: empty stack). The stack at any later time of the
  * thread is then a chain of these links (points push nothing, and their pops are ones the next
  * range would make anyway): see walk(). 0 on success; -1 order not a permutation; -2 memory. */
-static int run_parents(Py_ssize_t n, const int64_t *order, const int64_t *pid, const int64_t *tid,
-                       const int64_t *start, const int64_t *end, int64_t *parent) {
-    int64_t *stack = malloc((n > 0 ? (size_t)n : 1) * sizeof(int64_t));
+static int run_parents(Py_ssize_t n, const int32_t *order, const int64_t *pid, const int64_t *tid,
+                       const int64_t *start, const int64_t *end, int32_t *parent) {
+    int32_t *stack = malloc((n > 0 ? (size_t)n : 1) * sizeof(int32_t));
     uint8_t *seen = calloc(n > 0 ? (size_t)n : 1, 1);
     if (!stack || !seen) {
         free(stack);
@@ -177,7 +182,7 @@ static int run_parents(Py_ssize_t n, const int64_t *order, const int64_t *pid, c
         if (x == 0 || pid[i] != pid[order[x - 1]] || tid[i] != tid[order[x - 1]]) depth = 0;
         while (depth > 0 && end[order[stack[depth - 1]]] <= start[i]) depth--;
         parent[x] = depth > 0 ? stack[depth - 1] : -1;
-        stack[depth++] = x; /* depth <= x < n: within the n slots */
+        stack[depth++] = (int32_t)x; /* depth <= x < n <= INT32_MAX: within the n slots */
     }
     free(stack);
     free(seen);
@@ -226,7 +231,7 @@ static void frame_of(const Ctx *c, int64_t i, int64_t *const *out, int64_t k) {
 }
 
 static int run_walk(Py_ssize_t m, Py_ssize_t n, const int64_t *by, const int64_t *at, const int64_t *ts,
-                    const int64_t *order, const int64_t *end, const int64_t *parent, const Ctx *c,
+                    const int32_t *order, const int64_t *end, const int32_t *parent, const Ctx *c,
                     int64_t *const *out) {
     uint8_t *seen = calloc(m > 0 ? (size_t)m : 1, 1);
     if (!seen) return -2;
@@ -274,26 +279,28 @@ static int run_walk(Py_ssize_t m, Py_ssize_t n, const int64_t *by, const int64_t
     return rc;
 }
 
-static int check_lengths(Py_buffer *b, int count, Py_ssize_t n) {
+/* Whether each of the count buffers holds n elements of size bytes. */
+static int check_lengths(Py_buffer *b, int count, Py_ssize_t n, Py_ssize_t size) {
     for (int j = 0; j < count; j++)
-        if (b[j].len != n * 8) return 0;
+        if (b[j].len != n * size) return 0;
     return 1;
 }
 
 static PyObject *parents(PyObject *self, PyObject *args) {
+    /* order (int32, n); pid, tid, start, end (int64, n); parent (int32, n, written) */
     Py_buffer b[6];
     memset(b, 0, sizeof b);
     if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5])) return NULL;
     PyObject *result = NULL;
-    Py_ssize_t n = b[0].len / 8;
-    if (b[0].len % 8 != 0 || !check_lengths(b, 6, n)) {
+    Py_ssize_t n = b[0].len / 4;
+    if (b[0].len % 4 != 0 || n > INT32_MAX || !check_lengths(b + 1, 4, n, 8) || !check_lengths(b + 5, 1, n, 4)) {
         PyErr_SetString(PyExc_ValueError, "parents: buffers of different lengths");
         goto done;
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = run_parents(n, (const int64_t *)b[0].buf, (const int64_t *)b[1].buf, (const int64_t *)b[2].buf,
-                     (const int64_t *)b[3].buf, (const int64_t *)b[4].buf, (int64_t *)b[5].buf);
+    rc = run_parents(n, (const int32_t *)b[0].buf, (const int64_t *)b[1].buf, (const int64_t *)b[2].buf,
+                     (const int64_t *)b[3].buf, (const int64_t *)b[4].buf, (int32_t *)b[5].buf);
     Py_END_ALLOW_THREADS
     if (rc == -1) PyErr_SetString(PyExc_ValueError, "parents: order is not a permutation");
     else if (rc == -2) PyErr_NoMemory();
@@ -304,8 +311,8 @@ done:
 }
 
 static PyObject *walk(PyObject *self, PyObject *args) {
-    /* by, at, ts (m each); order, parent, end, flags, op, top, mod, bwd, comm, bits (n each);
-     * the six outputs (m each) */
+    /* by, at, ts (int64, m each); order, parent (int32, n each); end, flags, op, top, mod, bwd,
+     * comm, bits (int64, n each); the six outputs (int64, m each) */
     enum { N_B = 19 };
     Py_buffer b[N_B];
     memset(b, 0, sizeof b);
@@ -314,9 +321,9 @@ static PyObject *walk(PyObject *self, PyObject *args) {
                           &b[14], &b[15], &b[16], &b[17], &b[18]))
         return NULL;
     PyObject *result = NULL;
-    Py_ssize_t m = b[0].len / 8, n = b[3].len / 8;
-    if (b[0].len % 8 != 0 || b[3].len % 8 != 0 || !check_lengths(b, 3, m) || !check_lengths(b + 3, 10, n) ||
-        !check_lengths(b + 13, 6, m)) {
+    Py_ssize_t m = b[0].len / 8, n = b[3].len / 4;
+    if (b[0].len % 8 != 0 || b[3].len % 4 != 0 || !check_lengths(b, 3, m, 8) || !check_lengths(b + 3, 2, n, 4) ||
+        !check_lengths(b + 5, 8, n, 8) || !check_lengths(b + 13, 6, m, 8)) {
         PyErr_SetString(PyExc_ValueError, "walk: buffers of different lengths");
         goto done;
     }
@@ -327,7 +334,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     Ctx c = {in[6], in[7], in[8], in[9], in[10], in[11], in[12]};
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = run_walk(m, n, in[0], in[1], in[2], in[3], in[5], in[4], &c, dst);
+    rc = run_walk(m, n, in[0], in[1], in[2], (const int32_t *)b[3].buf, in[5], (const int32_t *)b[4].buf, &c, dst);
     Py_END_ALLOW_THREADS
     if (rc == -1) PyErr_SetString(PyExc_ValueError, "walk: a visiting order, position or link out of range");
     else if (rc == -2) PyErr_NoMemory();

@@ -48,15 +48,16 @@ class RangeOrder:
 
 def range_order(r: pd.DataFrame) -> RangeOrder | None:
     """:class:`RangeOrder` of the ranges ``r``; None when some range ends before it starts
-    (then a point may sort before a range that starts with it: the full sort decides)."""
+    (then a point may sort before a range that starts with it: the full sort decides). The
+    order is kept as int32 (with the walk's links, :func:`_parents`, what an int64 order held)."""
     pid, tid, start, end = (r[c].to_numpy(np.int64) for c in ("pid", "tid", "start", "end"))
-    if (end < start).any():
+    if (end < start).any() or len(r) >= 2**31:
         return None
     order = sweep_order(pid, tid, start, end, np.ones(len(r), bool))
     p, q = pid[order], tid[order]
     lo = np.flatnonzero(run_starts(p, q))
     hi = np.append(lo[1:], len(order)) if len(lo) else lo
-    return RangeOrder(order, start[order], lo, hi, p[lo], q[lo])
+    return RangeOrder(order.astype(np.int32), start[order], lo, hi, p[lo], q[lo])
 
 
 def merged_order(t: Trace, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray) -> np.ndarray | None:
@@ -70,7 +71,8 @@ def merged_order(t: Trace, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray) -> 
     if placed is None:
         return None
     by_point = np.lexsort((ts, tid, pid))  # stable: equal points keep their index order
-    return np.insert(plan.order, placed[0][by_point], len(t.ranges) + by_point)
+    order = plan.order if len(t.ranges) + len(ts) < 2**31 else plan.order.astype(np.int64)
+    return np.insert(order, placed[0][by_point], len(t.ranges) + by_point)
 
 
 def _placed(plan: RangeOrder, n_r: int, pid, tid, ts) -> tuple[np.ndarray, np.ndarray] | None:
@@ -151,9 +153,9 @@ def _ordered(at: np.ndarray, ts: np.ndarray) -> bool:
 
 def _parents(r: pd.DataFrame, plan: RangeOrder) -> np.ndarray:
     """Per sorted position of the ranges, the sorted position of the range on top of the
-    sweep's stack when it is pushed (-1 none): ``_nesting.parents``."""
+    sweep's stack when it is pushed (-1 none), as int32: ``_nesting.parents``."""
     cols = [np.ascontiguousarray(r[c].to_numpy(), np.int64) for c in ("pid", "tid", "start", "end")]
-    parent = np.empty(len(r), np.int64)
+    parent = np.empty(len(r), np.int32)
     _nesting.parents(plan.order, *cols, parent)
     return parent
 
