@@ -114,6 +114,9 @@ def test_sweep_points_leaves_to_the_sweep_what_the_walk_cannot_do():
     p = np.array([1, 1])
     assert points.walked_points(t, p, p, np.array([10, 12])) is None
     assert points.walked_points(t, p, p, np.array([10.0, 12.0])) is None
+    fine = _trace(*(np.array(x) for x in ([1], [1], [5], [20], [1])), with_context=False)
+    assert points.walked_points(fine, p, p, np.array([10, 12])) is not None
+    assert points.walked_points(fine, p, p, np.array([10, 12], np.uint64)) is None  # float compares
     got = points.sweep_points(t, p, p, np.array([10, 12]))
     want = _reference(t, p, p, np.array([10, 12]))
     for col in want:

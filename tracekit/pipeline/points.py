@@ -8,8 +8,10 @@ idle) and the critical path's CPU pieces (:mod:`tracekit.pipeline.critical_piece
 call :func:`launch_view`, so the rules are the launches' own, applied once per point set.
 
 Cost: what depends on the trace alone is derived once per trace (:meth:`Trace.once`): the
-phase evidence's event scans and the order of the CPU ranges for the nesting sweep, into which
-each point set is merged (:func:`merged_order`) instead of sorting ranges and points again.
+phase evidence's event scans, the order of the CPU ranges and the nesting sweep's stack as
+parent links. A point set's op stack then costs O(points log ranges): each point finds its
+thread's last range before it and walks the links (:func:`walked_points`), instead of sweeping
+every CPU range again with the points (:func:`merged_order`, kept for what the walk cannot do).
 """
 
 from __future__ import annotations
@@ -127,9 +129,9 @@ def walked_points(t: Trace, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray) ->
     (points push nothing); that stack is a chain of parent links (``_nesting.parents``, once
     per trace), so the point's context is the context the first range on that chain that is
     still open gives its body (its own context with itself pushed): ``_nesting.walk``.
-    None where the sweep must decide: no C extension, integer times and threads not given,
-    a range ending before it starts, too many threads (see :func:`_placed`)."""
-    if not native() or not all(x.dtype.kind in "iu" for x in (pid, tid, ts)):
+    None where the sweep must decide: no C extension, threads not integers or times not signed
+    integers, a range ending before it starts, too many threads (see :func:`_placed`)."""
+    if not native() or ts.dtype.kind != "i" or not all(x.dtype.kind in "iu" for x in (pid, tid)):
         return None
     r = t.ranges
     plan = t.once("range_order", r, lambda: range_order(r))
