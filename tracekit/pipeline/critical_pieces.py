@@ -216,13 +216,18 @@ def _clipped(
 
 
 def _fill_back(code: np.ndarray, step: np.ndarray) -> np.ndarray:
-    """Each missing code (-1) takes the next present code of its step (0, the default, if none)."""
-    n = len(code)
-    at = np.where(code >= 0, np.arange(n), n)
-    nxt = np.minimum.accumulate(at[::-1])[::-1] if n else at
-    ok = nxt < n
-    ok[ok] &= step[nxt[ok]] == step[ok]
-    return np.where(code >= 0, code, np.where(ok, code[np.minimum(nxt, max(n - 1, 0))], 0))
+    """Each missing code (-1) takes the next present code of its step (0, the default, if none).
+    Only the missing rows are looked at: each finds the next present row by a binary search."""
+    miss = np.flatnonzero(code < 0)
+    if not len(miss):
+        return code
+    present = np.flatnonzero(code >= 0)
+    at = np.searchsorted(present, miss)
+    nxt = present[np.minimum(at, max(len(present) - 1, 0))] if len(present) else miss
+    ok = (at < len(present)) & (step[nxt] == step[miss])
+    out = code.copy()
+    out[miss] = np.where(ok, code[nxt], 0)
+    return out
 
 
 def _host_pieces(t: Trace, taxonomy: ModuleTaxonomy, s: np.ndarray, a: pd.DataFrame, g: dict) -> list:
@@ -272,5 +277,7 @@ def merged(step=None, kind=None, labels=None, lo=None, hi=None, g=None) -> pd.Da
             "module": g["modules"].categorical(labels[1][first]),
             "start": lo[first],
             "end": hi[last],
-        }
-    )[cols]
+        },
+        columns=cols,
+        copy=False,  # fresh arrays, each kept as it is (not consolidated: copied again)
+    )

@@ -181,8 +181,24 @@ def _per_step(a: pd.DataFrame, mask: np.ndarray, how: str, missing: int = _NEVER
     step = a["step"].to_numpy()
     if not mask.any():
         return np.full(len(step), missing, np.int64)
+    ts = a["launch_ts"].to_numpy(np.int64)
+    lo, hi = int(step.min()), int(step.max())
+    if hi - lo > 4 * len(step):  # sparse step numbers: by sorting the activities
+        return _per_step_sorted(step, ts, mask, how, missing)
+    # a slot per step number (and one for the rows not in ``mask``), aggregated in place
+    size = hi - lo + 1
+    slot = np.where(mask, step - lo, size)
+    ufunc, init = (np.maximum, np.iinfo(np.int64).min) if how == "max" else (np.minimum, _NEVER)
+    agg = np.full(size + 1, init, np.int64)
+    ufunc.at(agg, slot, ts)
+    seen = np.bincount(slot, minlength=size + 1)[:size] > 0
+    return np.where(seen, agg[:size], missing)[step - lo]
+
+
+def _per_step_sorted(step, ts, mask, how: str, missing: int) -> np.ndarray:
+    """:func:`_per_step` with the ``mask`` activities sorted by step."""
     order = np.argsort(step[mask], kind="stable")
-    s, ts = step[mask][order], a["launch_ts"].to_numpy(np.int64)[mask][order]
+    s, ts = step[mask][order], ts[mask][order]
     heads = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
     agg = {"max": np.maximum, "min": np.minimum}[how].reduceat(ts, heads)
     pos = np.minimum(np.searchsorted(s[heads], step), len(heads) - 1)

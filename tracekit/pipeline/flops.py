@@ -181,10 +181,15 @@ def _launch_chains(starts: np.ndarray, parent: np.ndarray) -> np.ndarray:
 
 
 def climb(mask: np.ndarray, parent: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """Per row of ``start`` (-1: none), the nearest row at or above it along ``parent`` (-1:
-    the root) where ``mask`` holds; -1 none. By pointer jumping over every row: each round
-    every unresolved row skips to where its pointer points, so a stack of depth d takes
-    log2(d) rounds, never d (a 25,000-deep chain of ops took 37 s a level at a time)."""
+    """Per row of ``start`` (-1 none), the nearest row at or above it where ``mask`` holds."""
+    return _climbed(_jumps(mask, parent), start)
+
+
+def _jumps(mask: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Per row, the nearest row at or above it along ``parent`` where ``mask`` holds (-1 none).
+    By pointer jumping over every row: each round every unresolved row skips to where its
+    pointer points, so a stack of depth d takes log2(d) rounds, never d (a 25,000-deep chain
+    of ops took 37 s a level at a time)."""
     n = len(parent)
     to = np.where(mask, np.arange(n), parent).astype(np.int64)  # itself when masked, else up
     for _ in range(64):  # 2**64 levels: any acyclic stack; a cyclic one resolves to none
@@ -196,18 +201,25 @@ def climb(mask: np.ndarray, parent: np.ndarray, start: np.ndarray) -> np.ndarray
     else:
         live = np.flatnonzero(to >= 0)
         to[live[~mask[to[live]]]] = -1
+    return to
+
+
+def _climbed(to: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """``to`` (:func:`_jumps`) at each row of ``start``; -1 where ``start`` is -1."""
     start = np.asarray(start, np.int64)
-    return np.where(start >= 0, to[np.maximum(start, 0)], -1) if n else np.full(len(start), -1, np.int64)
+    return np.where(start >= 0, to[np.maximum(start, 0)] if len(to) else -1, -1)
 
 
 def _own(mask: np.ndarray, parent: np.ndarray, start: np.ndarray) -> np.ndarray:
     """Per row of ``start`` (range rows, -1 none): the innermost range at or above it where
-    ``mask`` holds and no masked range inside it does (a decomposed op owns nothing); -1 none."""
+    ``mask`` holds and no masked range inside it does (a decomposed op owns nothing); -1 none.
+    One pointer jumping (:func:`_jumps`) serves both lookups."""
+    to = _jumps(mask, parent)
     inner = np.flatnonzero(mask & (parent >= 0))
-    above = climb(mask, parent, parent[inner])
+    above = _climbed(to, parent[inner])
     covered = np.zeros(len(mask), bool)
     covered[above[above >= 0]] = True
-    got = climb(mask, parent, start)
+    got = _climbed(to, start)
     return np.where(~take(covered, got, True), got, -1)
 
 

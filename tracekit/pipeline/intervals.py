@@ -209,22 +209,50 @@ def minus_measure(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndar
     return int((a[1] - a[0]).sum()) - intersection_measure(a, b)
 
 
+#: Up to this many distinct ``pid`` among the ranges, :func:`containing` searches each one's
+#: ranges for its points (a sort of the ranges alone); above, one sort of ranges and points.
+FEW_PIDS = 8
+
+
 def containing(
     pid: np.ndarray, t: np.ndarray, r_pid: np.ndarray, r_start: np.ndarray, r_end: np.ndarray
 ) -> np.ndarray:
     """Index of the range ``[r_start, r_end)`` of the same ``pid`` holding each time ``t``; -1
-    when none. Ranges of one pid should not overlap; where they do, the latest-starting wins.
-    """
+    when none. Ranges of one pid should not overlap; where they do, the latest-starting wins
+    (equal starts: the last in index order)."""
     pid, t = np.asarray(pid, np.int64), np.asarray(t, np.int64)
     r_pid = np.asarray(r_pid, np.int64)
     r_start, r_end = np.asarray(r_start, np.int64), np.asarray(r_end, np.int64)
-    out = np.full(len(t), -1, dtype=np.int64)
+    if len(r_pid) == 0 or len(t) == 0:
+        return np.full(len(t), -1, dtype=np.int64)
+    # The candidate is the last range of the point's pid starting at or before it.
+    pids = np.unique(r_pid)
+    if len(pids) <= FEW_PIDS:
+        cand = _last_started_by_pid(pids, pid, t, r_pid, r_start)
+    else:
+        cand = _last_started(pid, t, r_pid, r_start)
+    c = np.maximum(cand, 0)
+    return np.where((cand >= 0) & (r_pid[c] == pid) & (t < r_end[c]), cand, -1)
+
+
+def _last_started_by_pid(pids, pid, t, r_pid, r_start) -> np.ndarray:
+    """Per point, the last range (by start, then index) of its pid starting at or before it
+    (-1 none): the ranges sorted alone, each pid's points searched among its own."""
+    order = np.lexsort((r_start, r_pid))  # stable: equal starts keep index order
+    p, s = r_pid[order], r_start[order]
+    cand = np.full(len(t), -1, np.int64)
+    for q, lo, hi in zip(pids.tolist(), np.searchsorted(p, pids, "left"), np.searchsorted(p, pids, "right")):
+        m = np.flatnonzero(pid == q)
+        at = np.searchsorted(s[lo:hi], t[m], "right") - 1
+        cand[m] = np.where(at >= 0, order[lo + np.maximum(at, 0)], -1)
+    return cand
+
+
+def _last_started(pid, t, r_pid, r_start) -> np.ndarray:
+    """:func:`_last_started_by_pid` by one sort of ranges and points together by (pid, time),
+    ranges before points at an equal time and equal starts in index order: the last range
+    before each point (of its pid or not: the caller checks). O(n log n) however many pids."""
     nr, nq = len(r_pid), len(t)
-    if nr == 0 or nq == 0:
-        return out
-    # One sort of ranges and times together by (pid, time), ranges before times at an equal
-    # time and equal starts in index order; the last range at or before each time is then the
-    # candidate. O(n log n) however many pids.
     all_pid = np.concatenate([r_pid, pid])
     all_t = np.concatenate([r_start, t])
     is_q = np.concatenate([np.zeros(nr, bool), np.ones(nq, bool)])
@@ -232,12 +260,9 @@ def containing(
     order = np.lexsort((idx, is_q, all_t, all_pid))
     q_sorted = is_q[order]
     last = np.maximum.accumulate(np.where(q_sorted, -1, np.arange(len(order))))[q_sorted]
-    qi = idx[order][q_sorted]
-    cand = np.where(last >= 0, order[np.maximum(last, 0)], -1)
-    c = np.maximum(cand, 0)
-    inside = (cand >= 0) & (r_pid[c] == pid[qi]) & (t[qi] < r_end[c])
-    out[qi] = np.where(inside, cand, -1)
-    return out
+    cand = np.empty(nq, np.int64)
+    cand[idx[order][q_sorted]] = np.where(last >= 0, order[np.maximum(last, 0)], -1)
+    return cand
 
 
 class ShareClock:

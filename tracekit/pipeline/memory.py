@@ -182,7 +182,9 @@ def _devices(kind: np.ndarray, index: np.ndarray) -> pd.Categorical:
     for k, i in zip(kind[first].tolist(), index[first].tolist()):
         base = DEVICE_TYPES.get(k, f"device{k}")
         names.append(base if base == "cpu" else f"{base}:{i}")
-    return categorical(np.asarray(names, dtype=object)[key])
+    # every distinct device is some event's: the categories of its few names are the events'
+    few = categorical(np.asarray(names, dtype=object))
+    return pd.Categorical.from_codes(np.asarray(few.codes)[key], dtype=few.dtype, validate=False)
 
 
 def held_at_pass_end(

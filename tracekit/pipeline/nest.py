@@ -104,7 +104,7 @@ def _comm_text(t: Trace, comm_ev: np.ndarray) -> pd.Categorical:
     c_uniq = np.append(c_uniq, "")  # code len(c_uniq) - 1: no range
     coll = take(c_codes, comm_ev, len(c_uniq) - 1)
     name = take(n_codes, comm_ev, len(n_uniq))
-    code = np.where(c_uniq[coll] != "", coll, len(c_uniq) + name)
+    code = np.where((c_uniq != "")[coll], coll, len(c_uniq) + name)  # tested once per value
     values = np.concatenate([c_uniq, n_uniq])
     return categorical_take(values, code, np.arange(len(code)), "")
 

@@ -71,11 +71,11 @@ def assign_phases(t: Trace) -> Trace:
     autograd_call(t, phase, evidence)
     annotated = _annotated_phase(t)
     for p in ann.TRAIN_PHASES:
-        m = annotated == p
+        m = annotated.is_(p)
         phase[m], evidence[m] = PH[p], EV["annotation"]
     stage = np.zeros(n, dtype=np.intp)  # codes into STAGES
     for k, p in enumerate(STAGES[1:], 1):
-        m = annotated == p
+        m = annotated.is_(p)
         phase[m], evidence[m], stage[m] = PH["forward"], EV["annotation"], k
     step_tail(t, phase, evidence)
     # Activation recomputation: a forward module range running again inside a backward node.
@@ -102,8 +102,9 @@ def _backward_nodes(t: Trace) -> tuple[np.ndarray, np.ndarray]:
     return node, node & (seq < 0) & (fwd_tid <= 0)
 
 
-def _annotated_phase(t: Trace) -> np.ndarray:
-    """Phase named by the ``tracekit.phase:`` range around each launch (by time), "" none."""
+def _annotated_phase(t: Trace) -> Coded:
+    """Phase named by the ``tracekit.phase:`` range around each launch (by time), "" none (as
+    codes: the rows are tested per phase, most traces have no such range)."""
     ev, a = t.events, t.acts
     idx, names = t.once("phase_ranges", ev, lambda: _phase_ranges(t))
     ts = ev["ts"].to_numpy()[idx]
@@ -114,7 +115,7 @@ def _annotated_phase(t: Trace) -> np.ndarray:
         ts,
         ts + ev["dur"].to_numpy()[idx],
     )
-    return take(names, of, "")
+    return Coded(np.where(of >= 0, of, len(names)), np.append(names, ""))
 
 
 def _phase_ranges(t: Trace) -> tuple[np.ndarray, np.ndarray]:

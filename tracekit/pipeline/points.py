@@ -8,8 +8,10 @@ idle) and the critical path's CPU pieces (:mod:`tracekit.pipeline.critical_piece
 call :func:`launch_view`, so the rules are the launches' own, applied once per point set.
 
 Cost: what depends on the trace alone is derived once per trace (:meth:`Trace.once`): the
-phase evidence's event scans and the order of the CPU ranges for the nesting sweep, into which
-each point set is merged (:func:`merged_order`) instead of sorting ranges and points again.
+phase evidence's event scans, the order of the CPU ranges and the nesting sweep's stack as
+parent links. A point set's op stack then costs O(points log ranges): each point finds its
+thread's last range before it and walks the links (:func:`walked_points`), instead of sweeping
+every CPU range again with the points (:func:`merged_order`, kept for what the walk cannot do).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pandas as pd
 from .backward import link_backward
 from .modules import work_module
 from .nest import CONTEXT, op_columns
-from .nesting import sweep, sweep_order
+from .nesting import _nesting, native, sweep, sweep_order
 from .phases import assign_phases
 from .state import Trace, add_columns, distinct_rows, run_starts, take
 from .steps import place_in_steps
@@ -48,15 +50,16 @@ class RangeOrder:
 
 def range_order(r: pd.DataFrame) -> RangeOrder | None:
     """:class:`RangeOrder` of the ranges ``r``; None when some range ends before it starts
-    (then a point may sort before a range that starts with it: the full sort decides)."""
+    (then a point may sort before a range that starts with it: the full sort decides). The
+    order is kept as int32 (with the walk's links, :func:`_parents`, what an int64 order held)."""
     pid, tid, start, end = (r[c].to_numpy(np.int64) for c in ("pid", "tid", "start", "end"))
-    if (end < start).any():
+    if (end < start).any() or len(r) >= 2**31:
         return None
     order = sweep_order(pid, tid, start, end, np.ones(len(r), bool))
     p, q = pid[order], tid[order]
     lo = np.flatnonzero(run_starts(p, q))
     hi = np.append(lo[1:], len(order)) if len(lo) else lo
-    return RangeOrder(order, start[order], lo, hi, p[lo], q[lo])
+    return RangeOrder(order.astype(np.int32), start[order], lo, hi, p[lo], q[lo])
 
 
 def merged_order(t: Trace, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray) -> np.ndarray | None:
@@ -66,29 +69,43 @@ def merged_order(t: Trace, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray) -> 
     range sorts first: longest first, and a point lasts no time), points among themselves by
     thread, time and index. None when the full sort must decide (see :func:`range_order`)."""
     plan = t.once("range_order", t.ranges, lambda: range_order(t.ranges))
-    n_r = len(t.ranges)
-    if plan is None:
+    placed = None if plan is None else _placed(plan, len(t.ranges), pid, tid, ts)
+    if placed is None:
         return None
+    by_point = np.lexsort((ts, tid, pid))  # stable: equal points keep their index order
+    order = plan.order if len(t.ranges) + len(ts) < 2**31 else plan.order.astype(np.int64)
+    return np.insert(order, placed[0][by_point], len(t.ranges) + by_point)
+
+
+def _placed(plan: RangeOrder, n_r: int, pid, tid, ts) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per point, ``(pos, at)``: where it goes among the ranges' order (after every range of
+    its thread that starts at or before it) and the last such range's sorted position (-1: no
+    range of its thread starts at or before it). None above :data:`MAX_MERGED_THREADS`."""
     thread, first = distinct_rows(pid, tid)
     if len(first) > MAX_MERGED_THREADS:
         return None
     pos = np.empty(len(ts), np.int64)
+    at = np.full(len(ts), -1, np.int64)
     for k, (p, q) in enumerate(zip(pid[first].tolist(), tid[first].tolist())):
         m = thread == k
-        at = np.flatnonzero((plan.pid == p) & (plan.tid == q))
-        if not at.size:  # no range on this thread: where the thread sorts among the ranges'
+        hit = np.flatnonzero((plan.pid == p) & (plan.tid == q))
+        if not hit.size:  # no range on this thread: where the thread sorts among the ranges'
             after = np.count_nonzero((plan.pid < p) | ((plan.pid == p) & (plan.tid < q)))
             pos[m] = plan.lo[after] if after < len(plan.lo) else n_r
             continue
-        lo, hi = plan.lo[at[0]], plan.hi[at[0]]
-        pos[m] = lo + np.searchsorted(plan.starts[lo:hi], ts[m], side="right")
-    by_point = np.lexsort((ts, tid, pid))  # stable: equal points keep their index order
-    return np.insert(plan.order, pos[by_point], n_r + by_point)
+        lo, hi = plan.lo[hit[0]], plan.hi[hit[0]]
+        pos[m] = here = lo + np.searchsorted(plan.starts[lo:hi], ts[m], side="right")
+        at[m] = np.where(here > lo, here - 1, -1)
+    return pos, at
 
 
 def sweep_points(t: Trace, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray) -> dict[str, np.ndarray]:
     """The context (:data:`~tracekit.pipeline.nest.CONTEXT` and ``ctx_bits``) of each point,
-    exactly as :func:`~tracekit.pipeline.nest.sweep_with_points` gives it."""
+    exactly as :func:`~tracekit.pipeline.nest.sweep_with_points` gives it: from the ranges'
+    own context (:func:`walked_points`) where it can, else by sweeping them with the points."""
+    fast = walked_points(t, pid, tid, ts)
+    if fast is not None:
+        return fast
     r = t.ranges
     n_r = len(r)
     order = merged_order(t, pid, tid, ts)
@@ -104,6 +121,58 @@ def sweep_points(t: Trace, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray) -> 
     # the points' own copies: a slice would keep each column's ranges alive with the view
     # (6 columns of every CPU range, 35 MB on a 1 GB trace, for as long as the view lives)
     return {col: x[n_r:].copy() for col, x in zip(CONTEXT + ("ctx_bits",), ctx)}
+
+
+def walked_points(t: Trace, pid: np.ndarray, tid: np.ndarray, ts: np.ndarray) -> dict[str, np.ndarray] | None:
+    """:func:`sweep_points` in O(points log ranges): the sweep reaches a point with the stack
+    its thread's last range before it left, popped while the top ends at or before the point
+    (points push nothing); that stack is a chain of parent links (``_nesting.parents``, once
+    per trace), so the point's context is the context the first range on that chain that is
+    still open gives its body (its own context with itself pushed): ``_nesting.walk``.
+    None where the sweep must decide: no C extension, threads not integers or times not signed
+    integers, a range ending before it starts, too many threads (see :func:`_placed`)."""
+    if not native() or ts.dtype.kind != "i" or not all(x.dtype.kind in "iu" for x in (pid, tid)):
+        return None
+    r = t.ranges
+    plan = t.once("range_order", r, lambda: range_order(r))
+    placed = None if plan is None else _placed(plan, len(r), pid, tid, ts)
+    if placed is None:
+        return None
+    at, ts = placed[1], np.ascontiguousarray(ts, np.int64)
+    parent = t.once("range_parents", r, lambda: _parents(r, plan))
+    ranges = t.once("range_context", r, lambda: _range_context(r))
+    by = np.arange(len(ts)) if _ordered(at, ts) else np.lexsort((ts, at))  # walks reuse walks
+    out = [np.empty(len(ts), np.int64) for _ in range(6)]
+    _nesting.walk(by, at, ts, plan.order, parent, *ranges, *out)
+    return dict(zip(CONTEXT + ("ctx_bits",), out))
+
+
+def _ordered(at: np.ndarray, ts: np.ndarray) -> bool:
+    """Whether the points are already sorted by (``at``, ``ts``)."""
+    step = np.diff(at)
+    return bool((step >= 0).all() and (ts[1:][step == 0] >= ts[:-1][step == 0]).all())
+
+
+def _parents(r: pd.DataFrame, plan: RangeOrder) -> np.ndarray:
+    """Per sorted position of the ranges, the sorted position of the range on top of the
+    sweep's stack when it is pushed (-1 none), as int32: ``_nesting.parents``."""
+    cols = [np.ascontiguousarray(r[c].to_numpy(), np.int64) for c in ("pid", "tid", "start", "end")]
+    parent = np.empty(len(r), np.int32)
+    _nesting.parents(plan.order, *cols, parent)
+    return parent
+
+
+def _range_context(r: pd.DataFrame) -> list[np.ndarray]:
+    """What the walk reads of the ranges, as contiguous int64: ``end``, ``flags`` and their
+    own enclosing context (:data:`CONTEXT` and ``bits``): the columns the link step gave them,
+    or (a frame without them) the sweep of the ranges alone."""
+    cols = CONTEXT + ("bits",)
+    pid, tid, start, end, flags = (r[c].to_numpy() for c in ("pid", "tid", "start", "end", "flags"))
+    if all(c in r for c in cols):
+        ctx = [r[c].to_numpy() for c in cols]
+    else:
+        ctx = list(sweep(pid, tid, start, end, np.ones(len(r), bool), flags))
+    return [np.ascontiguousarray(x, np.int64) for x in (end, flags, *ctx)]
 
 
 def as_launches(t: Trace, pts: pd.DataFrame) -> Trace:
