@@ -338,23 +338,11 @@ def _gunzip_pieces(
         raise TraceError(p, f"corrupt gzip stream ({e})") from None
 
 
-#: A gzip member's first bytes: the magic and the method (8, deflate); the flags byte follows.
-_GZIP_START = b"\x1f\x8b\x08"
-#: The flags byte's reserved bits (RFC 1952: must be zero).
-_RESERVED_FLAGS = 0xE0
-
-
 def _check_member_start(head: bytes, p: Path, after: bool) -> None:
-    """A gzip member starts ``1f 8b 08`` with no reserved flag bit set. Checked here, not left
-    to the library, because the libraries differ: ISA-L ignores reserved flags (zlib refuses
-    them), and of bytes after the last member zlib says "bad header", ISA-L "ends early".
-    ``after``: ``head`` follows a member. A header cut by the end of this read is left to the
-    library (ISA-L and zlib read the same bytes: tests/test_inflate.py, fuzz target reader)."""
-    k = min(len(head), 4)
-    if head[: min(k, 3)] == _GZIP_START[: min(k, 3)] and not (k == 4 and head[3] & _RESERVED_FLAGS):
-        return
-    what = "bytes after a member are not another" if after else "not a gzip deflate header"
-    raise TraceError(p, f"corrupt gzip stream ({what}: {head[:4].hex(' ')})")
+    """:func:`~tracekit.read.inflate.bad_member_start` as this file's one-line error."""
+    what = inflate.bad_member_start(head, after)
+    if what:
+        raise TraceError(p, f"corrupt gzip stream ({what})")
 
 
 TRACE_SUFFIXES = (".json", ".json.gz")

@@ -38,3 +38,23 @@ BACKEND = "isal" if _z is not zlib else "zlib"
 def decompressobj() -> Any:
     """A gzip (not raw deflate, not zlib-wrapped) decompressor of one member."""
     return _z.decompressobj(16 + _z.MAX_WBITS)
+
+
+#: A gzip member's first bytes: the magic and the method (8, deflate); the flags byte follows.
+_GZIP_START = b"\x1f\x8b\x08"
+#: The flags byte's reserved bits (RFC 1952: must be zero).
+_RESERVED_FLAGS = 0xE0
+
+
+def bad_member_start(head: bytes, after: bool) -> str | None:
+    """What is wrong with a gzip member that starts with ``head`` (None: nothing seen): it
+    must start ``1f 8b 08`` with no reserved flag bit set. Checked by tracekit, not left to
+    the library, because the libraries differ: ISA-L ignores reserved flags (zlib refuses
+    them), and of bytes after the last member zlib says "bad header", ISA-L "ends early".
+    ``after``: ``head`` follows a member. A header cut short (the end of a read) is left to
+    the library: ISA-L and zlib read the same bytes (tests/test_inflate.py, fuzz target reader)."""
+    k = min(len(head), 4)
+    if head[: min(k, 3)] == _GZIP_START[: min(k, 3)] and not (k == 4 and head[3] & _RESERVED_FLAGS):
+        return None
+    what = "bytes after a member are not another" if after else "not a gzip deflate header"
+    return f"{what}: {head[:4].hex(' ')}"
