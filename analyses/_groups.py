@@ -33,10 +33,20 @@ def flat_sums(frame: pd.DataFrame, keys: list[str], named: dict[str, str], sort:
     group, first = got
     # The columns selected as pandas selects them (the same blocks: pandas picks the summation
     # per block, np.add.reduceat or its compensated sum when a value of the block is NaN).
-    summed = frame[cols].groupby(group).sum()
+    summed = grouped(frame[cols], group, "sum")
     out = {k: _take(frame[k], first) for k in keys}
-    out.update({name: summed[col].to_numpy() for name, col in named.items()})
+    out.update({name: summed[i].to_numpy() for i, name in enumerate(named)})
     return pd.DataFrame(out)
+
+
+def grouped(values: pd.DataFrame, group: np.ndarray, how: str, **kw) -> pd.DataFrame:
+    """``values.groupby(group).<how>(**kw)`` with the columns labelled 0..n-1 (read by
+    position): the same blocks and group numbers, so the same floats. Labelled so first:
+    pandas looks a grouping array up among a frame's column labels, and an index of str
+    formats the whole array into the error message it catches (0.4 ms for 300 rows); a
+    RangeIndex raises with no message. Labels only: the blocks are the same."""
+    values = values.set_axis(pd.RangeIndex(values.shape[1]), axis=1)
+    return getattr(values.groupby(group), how)(**kw)
 
 
 #: Per row its group's number, and per group its first row (:func:`group_numbers`).
@@ -55,14 +65,15 @@ def sums_at(frame: pd.DataFrame, keys: list[str], cols: list[str], idx: list) ->
         s.index = text_index(s.index)
         return {c: at(s[c], idx) for c in cols}
     group, first = got
-    summed = (frame[cols[0]] if len(cols) == 1 else frame[cols]).groupby(group).sum()
-    if len(cols) == 1:
-        summed = summed.to_frame(cols[0])
+    if len(cols) == 1:  # a Series' group-by looks nothing up
+        summed = frame[cols[0]].groupby(group).sum().to_frame(0)
+    else:
+        summed = grouped(frame[cols], group, "sum")
     rows = {label: i for i, label in enumerate(zip(*(labels_of(frame[k], first) for k in keys)))}
     where = np.fromiter((rows.get(k, -1) for k in idx), dtype=np.intp, count=len(idx))
     out = {}
-    for c in cols:
-        v = np.where(where >= 0, summed[c].to_numpy(dtype=float)[np.maximum(where, 0)], 0.0)
+    for i, c in enumerate(cols):
+        v = np.where(where >= 0, summed[i].to_numpy(dtype=float)[np.maximum(where, 0)], 0.0)
         v[np.isnan(v)] = 0.0
         out[c] = v
     return out
