@@ -115,3 +115,42 @@ def test_sums_at_is_pandas_group_by_at_labels():
             for c in cols:
                 want = s[c].reindex(pd.Index(idx)).fillna(0.0).to_numpy(dtype=float)
                 assert np.array_equal(got[c], want) and (np.signbit(got[c]) == np.signbit(want)).all()
+
+
+def _thinned_by_pandas(key: np.ndarray, lvl: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """memory_timeline's ``thinned`` as pandas computes it (cumcount, idxmin, idxmax)."""
+    size = np.bincount(key)[key]
+    slices = runs[key]
+    keep = size <= 2 * slices
+    if keep.all():
+        return keep
+    rank = pd.Series(np.zeros(len(key))).groupby(key).cumcount().to_numpy()
+    run = np.concatenate(([0], np.cumsum(runs)[:-1]))[key] + rank * slices // size
+    s = pd.Series(lvl)
+    keep[s.groupby(run).idxmin().to_numpy()] = True
+    keep[s.groupby(run).idxmax().to_numpy()] = True
+    return keep
+
+
+def test_memory_timeline_thinning_is_pandas_idxmin_idxmax():
+    from tracekit.analyses.memory_timeline import thinned
+
+    rng = np.random.default_rng(7)
+    for i in range(300):
+        n = int(rng.choice([1, 2, 5, 40, 300, 3000]))
+        keys = int(rng.integers(1, 6))
+        key = np.sort(rng.integers(0, keys, n)) if i % 2 else rng.integers(0, keys, n)
+        key = pd.factorize(key)[0]  # numbered from 0 by first appearance, as the table's
+        lvl = rng.choice([0.0, -0.0, 1.0, 2.0, 3.5], n) if i % 3 else rng.random(n) * 1e9
+        if i % 7 == 0 and n > 1:
+            lvl[rng.integers(0, n, max(1, n // 10))] = np.nan
+            lvl[0] = 1.0  # no run only NaN (pandas' idxmin fails on one)
+            lvl[key == key[0]] = np.where(np.isnan(lvl[key == key[0]]), 1.0, lvl[key == key[0]])
+        runs = rng.integers(1, 20, int(key.max()) + 1)
+        try:
+            want = _thinned_by_pandas(key, lvl, runs)
+        except ValueError:  # an all-NaN run: pandas fails, and so must the table
+            with pytest.raises(ValueError):
+                thinned(key, lvl, runs)
+            continue
+        assert (thinned(key, lvl, runs) == want).all()
