@@ -154,3 +154,21 @@ def test_memory_timeline_thinning_is_pandas_idxmin_idxmax():
                 thinned(key, lvl, runs)
             continue
         assert (thinned(key, lvl, runs) == want).all()
+
+
+def test_critical_timeline_order_is_the_lexsort():
+    """critical_path_timeline ranks a step's pieces longest first (ties by start, then row) by
+    one stable sort where the rows are by step and in time order: the lexsort's order."""
+    from tracekit.analyses.critical_path_timeline import _longest_first
+
+    rng = np.random.default_rng(11)
+    for i in range(400):
+        n = int(rng.choice([0, 1, 2, 9, 200, 2000]))
+        step = np.sort(rng.integers(0, 4, n)) if i % 5 else rng.integers(0, 4, n)
+        lo = rng.integers(0, 50, n) if i % 3 else rng.integers(0, 10**12, n)
+        if i % 5:  # in time order within each step (most cases), ties in start
+            lo = lo[np.lexsort((lo, step))]
+        hi = lo + rng.choice([0, 1, 5, 10**9], n)
+        first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]]) if n else np.zeros(0, int)
+        of = np.repeat(np.arange(len(first)), np.diff(np.r_[first, n]))
+        assert (_longest_first(step, lo, hi, of) == np.lexsort((lo, -(hi - lo), step))).all()
