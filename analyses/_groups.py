@@ -151,3 +151,26 @@ def labels_of(col: pd.Series, rows: np.ndarray | None = None) -> list:
         cats = np.asarray(col.array.categories.astype(str), dtype=object)
         return cats[col.array.codes[at]].tolist()
     return col.to_numpy()[at].tolist()
+
+
+def whole_sums(keys: list[np.ndarray], ns: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """``s = pd.Series(ns).groupby(keys).sum()`` of integer ``keys`` and integers ``ns`` (>=
+    0): per group, in the group-by's sorted order, each key's value (``s.index``'s levels) and
+    its sum, on one integer key. pandas' integer sums are exact and so are these, counted in
+    float64 while every sum is below 2**53 (else pandas' own, int64)."""
+    lows = [int(k.min()) if len(k) else 0 for k in keys]
+    sizes = [int(k.max()) - low + 1 if len(k) else 1 for k, low in zip(keys, lows)]
+    inexact = len(ns) > 0 and (ns.min() < 0 or int(ns.sum()) >= 2**53)
+    if not keys or inexact or np.prod(sizes, dtype=float) >= 2**62:
+        s = pd.Series(ns).groupby(keys).sum()
+        return [s.index.get_level_values(i).to_numpy() for i in range(len(keys))], s.to_numpy()
+    key = np.zeros(len(ns), np.int64)
+    for k, low, size in zip(keys, lows, sizes):  # the keys' values, in order: one integer
+        key = key * size + (k.astype(np.int64) - low)
+    code, uniq = pd.factorize(key, sort=True)
+    total = np.bincount(code, weights=ns, minlength=len(uniq))
+    out = []
+    for k, low, size in zip(reversed(keys), reversed(lows), reversed(sizes)):
+        out.append((uniq % size + low).astype(k.dtype))
+        uniq = uniq // size
+    return out[::-1], total

@@ -172,3 +172,23 @@ def test_critical_timeline_order_is_the_lexsort():
         first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]]) if n else np.zeros(0, int)
         of = np.repeat(np.arange(len(first)), np.diff(np.r_[first, n]))
         assert (_longest_first(step, lo, hi, of) == np.lexsort((lo, -(hi - lo), step))).all()
+
+
+def test_whole_sums_are_the_group_by_sums():
+    """idle_causes and idle_host sum their pieces' integer lengths per integer key on one key
+    (analyses._groups.whole_sums): the group-by's keys, order and sums (exact in float64
+    below 2**53; -1 is a key like any other, as a categorical's code for a missing label)."""
+    from tracekit.analyses._groups import whole_sums
+
+    rng = np.random.default_rng(5)
+    for i in range(200):
+        n = int(rng.choice([0, 1, 3, 50, 5000]))
+        keys = [rng.integers(0, 40, n), rng.choice([7, 3, 20, 1000], n), rng.integers(-1, 3, n)]
+        keys = keys[: 1 + i % 3]
+        ns = rng.integers(0 if i % 4 else 1, 10**15 if i % 10 == 0 else 10**7, n)
+        sums = pd.Series(ns).groupby(keys).sum()
+        got, total = whole_sums(keys, ns)
+        for k in range(len(keys)):
+            want = sums.index.get_level_values(k).to_numpy()
+            assert got[k].dtype == want.dtype and (got[k] == want).all()
+        assert np.array_equal(total / 1e6, sums.to_numpy() / 1e6)
