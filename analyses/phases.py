@@ -53,7 +53,8 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
 
 def _flops(intervals: pd.DataFrame, idx: list) -> tuple[np.ndarray, np.ndarray]:
     """Per (step, phase) of ``idx``: GFLOP and their time at peak (ms, infinite if unknown)."""
-    s = sums_at(_perf.rows(intervals, None, "compute"), ["step", "phase"], ["gflop", "ideal_ms"], idx)
+    cols = ["step", "phase", "gflop", "ideal_ms"]
+    s = sums_at(_perf.rows(intervals, None, "compute", cols), cols[:2], cols[2:], idx)
     return s["gflop"], s["ideal_ms"]
 
 
