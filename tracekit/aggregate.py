@@ -50,7 +50,7 @@ def mean_over_steps(df: pd.DataFrame, n_steps: int, keys: list[str] | None = Non
         alone = _one_row_per_key(df, keys, values, n_steps, groups is not None)
         if alone is not None:
             return alone
-    elif "stage" not in keys:
+    elif "stage" not in keys and len(keys) > 1:  # one key: pandas is as quick
         by_rows = _by_first_rows(df, keys, values, "sum", groups, n_steps, min_count=1)
         if by_rows is not None:
             return by_rows
