@@ -143,6 +143,25 @@ def union_ms_at(frame: pd.DataFrame, keys: list[str], idx: list) -> np.ndarray:
     return np.fromiter((found.get(k, 0.0) for k in idx), dtype=float, count=len(idx))
 
 
+def unions_ms_at(frame: pd.DataFrame, keys: list[str], idx: list, masks: list) -> list[np.ndarray]:
+    """``[union_ms_at(frame[m], keys, idx) for m in masks]``, the groups numbered and labelled
+    once over every row: each mask's rows measured per group (:func:`measure_by_key`, integer
+    ns of each group's own rows: the same numbers), a group with no row in a mask 0 as an
+    absent label."""
+    got = group_numbers(frame, keys, sort=False)
+    if got is None:
+        return [union_ms_at(frame[m], keys, idx) for m in masks]
+    group, first = got
+    start, end = frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64)
+    at = {label: i for i, label in enumerate(zip(*(labels_of(frame[k], first) for k in keys)))}
+    where = np.fromiter((at.get(k, -1) for k in idx), dtype=np.intp, count=len(idx))
+    out = []
+    for m in masks:
+        ms = measure_by_key(group[m], start[m], end[m], len(first)) / NS_PER_MS
+        out.append(np.where(where >= 0, ms[np.maximum(where, 0)], 0.0))
+    return out
+
+
 def labels_of(col: pd.Series, rows: np.ndarray | None = None) -> list:
     """The column's values at ``rows`` as a group-by's labels read after :func:`text_index`
     (a categorical's as str)."""

@@ -192,3 +192,29 @@ def test_whole_sums_are_the_group_by_sums():
             want = sums.index.get_level_values(k).to_numpy()
             assert got[k].dtype == want.dtype and (got[k] == want).all()
         assert np.array_equal(total / 1e6, sums.to_numpy() / 1e6)
+
+
+def test_unions_under_masks_are_each_masks_union():
+    """phases measures three unions (compute, comm, recompute) of its labelled spans with the
+    groups numbered once (analyses._groups.unions_ms_at): each equals union_ms_at of the rows."""
+    from tracekit.analyses._groups import union_ms_at, unions_ms_at
+
+    rng = np.random.default_rng(3)
+    for i in range(150):
+        n = int(rng.choice([1, 2, 10, 300]))
+        start = rng.integers(0, 10**6, n)
+        frame = pd.DataFrame(
+            {
+                "step": rng.integers(0, 3, n),
+                "phase": pd.Categorical(
+                    rng.choice(["backward", "forward"], n), categories=["backward", "forward"]
+                ),
+                "start": start,
+                "end": start + rng.integers(0, 10**5, n),
+            }
+        )
+        idx = [(s, p) for s in range(4) for p in ("forward", "backward", "optimizer")]
+        masks = [rng.random(n) < 0.5, np.zeros(n, bool), np.ones(n, bool)]
+        for got, m in zip(unions_ms_at(frame, ["step", "phase"], idx, masks), masks):
+            want = union_ms_at(frame[m], ["step", "phase"], idx)
+            assert np.array_equal(got, want) and (np.signbit(got) == np.signbit(want)).all()
