@@ -17,7 +17,7 @@ import pandas as pd
 from tracekit.pipeline.peak_checks import over_peak
 from tracekit.pipeline.state import str_test
 
-from ._common import NS_PER_MS, once_per_table, text
+from ._common import NS_PER_MS, narrow, once_per_table, text
 
 
 @once_per_table
@@ -55,14 +55,15 @@ def frame(iv: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(cols)
 
 
-def rows(intervals: pd.DataFrame, done, which: str) -> pd.DataFrame:
+def rows(intervals: pd.DataFrame, done, which: str, columns: list[str] | None = None) -> pd.DataFrame:
     """The rows of :func:`frame` in the complete steps ``done`` (None: every step) that are
-    ``which``: ``compute`` kernels, activities of ``modelled`` ops, or of ``gemm`` ops."""
+    ``which``: ``compute`` kernels, activities of ``modelled`` ops, or of ``gemm`` ops; only
+    ``columns`` (:func:`~._common.narrow`: a third of the time of the frame's 19) if given."""
     f = frame(intervals)
     keep = f["m"].to_numpy() >= 0 if which == "gemm" else f[which].to_numpy()
     if done is not None:
         keep = keep & np.isin(f["step"].to_numpy(), done)
-    return f[keep]
+    return f[keep] if columns is None else narrow(f, columns, keep)
 
 
 def _within_peak(iv: pd.DataFrame) -> np.ndarray:

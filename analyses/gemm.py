@@ -8,12 +8,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from tracekit.pipeline.windows import Windows
 
 from ._common import WINDOW_PHASES, labelled_spans, phases_present
-from ._groups import union_ms_at
+from ._groups import unions_ms_at
 from ._registry import MS, PCT, Ratio, register
 
 
@@ -31,8 +32,8 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     compute = labelled_spans(intervals, is_compute)
     done = windows.steps["step"].to_numpy()
     idx = pd.MultiIndex.from_product([done, phases_present(intervals, windows)], names=key)
-    g = union_ms_at(compute[intervals["is_gemm"].to_numpy(bool)[is_compute]], key, list(idx))
-    t = union_ms_at(compute, key, list(idx))
+    gemm = intervals["is_gemm"].to_numpy(bool)[is_compute]
+    g, t = unions_ms_at(compute, key, list(idx), [gemm, np.ones(len(compute), bool)])
     out = pd.DataFrame(
         {
             "step": idx.get_level_values(0),

@@ -24,6 +24,7 @@ import pandas as pd
 from tracekit.pipeline.windows import Windows
 
 from ._common import text
+from ._groups import whole_sums
 from ._registry import MS, register
 
 #: Gaps under this (microseconds) whose activity was launched before the gap are kernel waits.
@@ -107,23 +108,17 @@ def causes(intervals: pd.DataFrame, windows: Windows, kernel_wait_us: float = KE
         gaps["lo"].to_numpy(), gaps["hi"].to_numpy(), ph["lo"].to_numpy(np.int64), ph["hi"].to_numpy(np.int64)
     )
     keep = length > 0
-    pieces = pd.DataFrame(
-        {
-            "win": w[keep],
-            "stream": gaps["stream"].to_numpy()[g[keep]],
-            "cause": gaps["cause"].to_numpy()[g[keep]],
-        }
+    # integer keys: the pieces summed by key, the labels go on the few rows
+    (win, stream, cause), ns = whole_sums(
+        [w[keep], gaps["stream"].to_numpy()[g[keep]], gaps["cause"].to_numpy()[g[keep]]], length[keep]
     )
-    # integer keys: the group-by of the pieces is cheap, the labels go on its few rows
-    sums = pd.Series(length[keep]).groupby([pieces[c] for c in pieces.columns]).sum()
-    win = sums.index.get_level_values("win").to_numpy()
     out = pd.DataFrame(
         {
             "step": ph["step"].to_numpy()[win],
             "phase": ph["phase"].astype(str).to_numpy()[win],
-            "stream": sums.index.get_level_values("stream").to_numpy(),
-            "cause": CAUSES[sums.index.get_level_values("cause").to_numpy()],
-            "idle_ms": sums.to_numpy() / 1e6,
+            "stream": stream,
+            "cause": CAUSES[cause],
+            "idle_ms": ns / 1e6,
         }
     )
     out = out.sort_values(["step", "phase", "stream", "cause"], kind="stable", ignore_index=True)

@@ -18,6 +18,7 @@ import pandas as pd
 
 from tracekit.pipeline.windows import Windows
 
+from ._groups import whole_sums
 from ._registry import MS, register
 from .idle_causes import clip_to_windows, has_launches
 
@@ -49,16 +50,16 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     keep = length > 0
     g, w = rows[g[keep]], w[keep]
     labels = {c: pd.Categorical(intervals[f"host_{c}"]) for c in ("family", "module", "op")}
-    keys = [pd.Series(w, name="win")] + [pd.Series(np.asarray(v.codes)[g], name=c) for c, v in labels.items()]
-    # integer keys: the group-by of the pieces is cheap, the labels go on its few rows
-    sums = pd.Series(length[keep]).groupby(keys).sum()
-    at = {k: sums.index.get_level_values(k).to_numpy() for k in ("win", *labels)}
+    keys = [w] + [np.asarray(v.codes)[g] for v in labels.values()]
+    # integer keys: the pieces summed by key, the labels go on the few rows
+    got, ns = whole_sums(keys, length[keep])
+    at = dict(zip(("win", *labels), got))
     out = pd.DataFrame(
         {
             "step": ph["step"].to_numpy()[at["win"]],
             "phase": ph["phase"].astype(str).to_numpy()[at["win"]],
             **{c: np.asarray(v.categories, dtype=object)[at[c]] for c, v in labels.items()},
-            "idle_ms": sums.to_numpy() / 1e6,
+            "idle_ms": ns / 1e6,
         }
     )
     out["module"] = np.where(out["module"] == "", "Other", out["module"])

@@ -86,11 +86,11 @@ def _labels(col: pd.Series, empty: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _groups(iv: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     """Per row, its (step, phase, module) group; and per group its labels, sorted."""
-    steps, s_code = np.unique(iv["step"].to_numpy(np.int64), return_inverse=True)
+    s_code, steps = pd.factorize(iv["step"].to_numpy(np.int64), sort=True)  # np.unique's, by hashing
     p_code, phases = _labels(iv["phase"], "unattributed")
     m_code, modules = _labels(iv["module"], "Other")
     n_p, n_m = len(phases), len(modules)
-    uniq, group = np.unique((s_code * n_p + p_code) * n_m + m_code, return_inverse=True)
+    group, uniq = pd.factorize((s_code * n_p + p_code) * n_m + m_code, sort=True)
     labels = pd.DataFrame(
         {
             "step": steps[uniq // (n_m * n_p)],
@@ -134,12 +134,15 @@ def _rows(iv: pd.DataFrame) -> pd.DataFrame:
     def total(w) -> np.ndarray:
         return np.bincount(group, weights=w, minlength=k)
 
-    out["launches"] = total(counted.astype(float)).astype(np.int64)
-    out["other_api_launches"] = total((~counted).astype(float)).astype(np.int64)
+    def number(rows: np.ndarray) -> np.ndarray:  # (a sum of weights 1.0, exact: the same integers)
+        return np.bincount(group[rows], minlength=k).astype(np.int64)
+
+    out["launches"] = number(counted)
+    out["other_api_launches"] = number(~counted)
     out["delay_ms"] = total(delay / 1e6)
     p50, p95 = _percentiles(group[counted], delay[counted] / 1e3, k, (0.5, 0.95))
     out["delay_p50_us"], out["delay_p95_us"] = p50, p95
-    out["host_bound"] = total(bound.astype(float)).astype(np.int64)
+    out["host_bound"] = number(bound)
     out["host_bound_ms"] = total(np.where(bound, dur, 0) / 1e6)
     out["device_ms"] = total(np.where(counted, dur, 0) / 1e6)
     out["small_ms"] = total(np.where(counted & (dur < SMALL_NS), dur, 0) / 1e6)

@@ -24,7 +24,7 @@ import pandas as pd
 from tracekit.pipeline.state import distinct_rows
 from tracekit.pipeline.windows import Windows
 
-from ._common import WINDOW_PHASES
+from ._common import WINDOW_PHASES, once_per_table
 from ._registry import COUNT, MB, MEMORY_EVENTS, PRESENT_MEAN, register
 
 MB_BYTES = float(1 << 20)
@@ -43,8 +43,33 @@ COLUMNS = ["step", "device", "phase", *VALUES]
 
 
 def complete(memory: pd.DataFrame, windows: Windows) -> pd.DataFrame:
-    """The memory events of the complete steps ``windows`` frames, in time order."""
-    return memory[memory["step"].isin(windows.steps["step"]).to_numpy()]
+    """The memory events of the complete steps ``windows`` frames, in time order (selected
+    once per memory table and windows: the memory tables share them; callers only read it)."""
+    return _complete(memory, windows)["rows"]
+
+
+def complete_levels(memory: pd.DataFrame, windows: Windows) -> tuple[pd.DataFrame, np.ndarray]:
+    """:func:`complete` and the :func:`level` of each of its events, computed once per memory
+    table and windows (``memory`` and ``memory_timeline`` both read them)."""
+    got = _complete(memory, windows)
+    if "level" not in got:
+        got["level"] = level(got["rows"])
+    return got["rows"], got["level"]
+
+
+def _complete(memory: pd.DataFrame, windows: Windows) -> dict:
+    held = _held(memory)
+    if held.get("windows") is not windows:  # another rank's or filter's windows: start again
+        held.clear()
+        held["windows"] = windows
+        held["rows"] = memory[memory["step"].isin(windows.steps["step"]).to_numpy()]
+    return held
+
+
+@once_per_table
+def _held(memory: pd.DataFrame) -> dict:
+    """What :func:`complete_levels` keeps for one memory table (its windows, rows and levels)."""
+    return {}
 
 
 def level(m: pd.DataFrame) -> np.ndarray:
@@ -106,7 +131,7 @@ def table(memory: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     m = complete(memory, windows)
     if m.empty:
         return pd.DataFrame(columns=COLUMNS)
-    lvl = level(m)
+    lvl = complete_levels(memory, windows)[1]
     whole = window_stats(m, lvl, pd.Categorical.from_codes(np.zeros(len(m), np.int8), ["step"]))
     parts = window_stats(m, lvl, pd.Categorical(m["phase"]))
     out = pd.concat([whole, parts], ignore_index=True)

@@ -27,7 +27,7 @@ from tracekit.pipeline.state import distinct_rows
 from tracekit.pipeline.windows import Windows
 
 from ._registry import MB, MEMORY_EVENTS, MS, PER_STEP, register
-from .memory import MB_BYTES, complete, level
+from .memory import MB_BYTES, complete, complete_levels
 
 #: Points per device over the run (a chart is a few hundred pixels wide).
 POINTS = 400
@@ -45,13 +45,30 @@ def thinned(key: np.ndarray, lvl: np.ndarray, runs: np.ndarray) -> np.ndarray:
     keep = size <= 2 * slices
     if keep.all():
         return keep
-    rank = pd.Series(np.zeros(n)).groupby(key).cumcount().to_numpy()
+    order = np.argsort(key, kind="stable")  # each key's points, in order
+    count = np.bincount(key)
+    rank = np.empty(n, np.int64)  # a point's place among its key's (a group-by's cumcount)
+    rank[order] = np.arange(n) - np.repeat(np.cumsum(count) - count, count)
     first = np.concatenate(([0], np.cumsum(runs)[:-1]))  # each key's first run number
     run = first[key] + rank * slices // size
-    s = pd.Series(lvl)
-    keep[s.groupby(run).idxmin().to_numpy()] = True
-    keep[s.groupby(run).idxmax().to_numpy()] = True
+    if np.isnan(lvl).any():  # a group-by's idxmin and idxmax skip NaN (and fail on all-NaN)
+        s = pd.Series(lvl)
+        keep[s.groupby(run).idxmin().to_numpy()] = True
+        keep[s.groupby(run).idxmax().to_numpy()] = True
+        return keep
+    keep[_first_at(run, lvl, np.minimum)] = True
+    keep[_first_at(run, lvl, np.maximum)] = True
     return keep
+
+
+def _first_at(run: np.ndarray, values: np.ndarray, most: np.ufunc) -> np.ndarray:
+    """Per run, the first point where ``values`` (no NaN) is at its ``most`` (np.minimum or
+    np.maximum) over the run: ``pd.Series(values).groupby(run).idxmin()`` (``idxmax``)."""
+    order = np.argsort(run, kind="stable")  # each run's points, in order
+    r, v = run[order], values[order]
+    starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+    at = np.flatnonzero(v == np.repeat(most.reduceat(v, starts), np.diff(np.r_[starts, len(v)])))
+    return order[at[np.searchsorted(at, starts)]]
 
 
 @register(
@@ -69,7 +86,7 @@ def table(memory: pd.DataFrame, windows: Windows, points: int | None = POINTS) -
     m = complete(memory, windows).reset_index(drop=True)
     if m.empty:
         return pd.DataFrame(columns=COLUMNS)
-    lvl = level(m)
+    lvl = complete_levels(memory, windows)[1]
     device = m["device"].array.codes.astype(np.int64) + 1  # 0: none
     key, first = distinct_rows(m["step"].to_numpy(), device)
     before = lvl - m["bytes"].to_numpy(np.float64)

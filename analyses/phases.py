@@ -36,7 +36,7 @@ from ._common import (
     phases_present,
     window_shares,
 )
-from ._groups import sums_at, union_ms_at
+from ._groups import sums_at, unions_ms_at
 from ._registry import GFLOP, MS, PCT, STEP_WINDOW, Ratio, register
 
 
@@ -53,7 +53,8 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
 
 def _flops(intervals: pd.DataFrame, idx: list) -> tuple[np.ndarray, np.ndarray]:
     """Per (step, phase) of ``idx``: GFLOP and their time at peak (ms, infinite if unknown)."""
-    s = sums_at(_perf.rows(intervals, None, "compute"), ["step", "phase"], ["gflop", "ideal_ms"], idx)
+    cols = ["step", "phase", "gflop", "ideal_ms"]
+    s = sums_at(_perf.rows(intervals, None, "compute", cols), cols[:2], cols[2:], idx)
     return s["gflop"], s["ideal_ms"]
 
 
@@ -91,9 +92,10 @@ def table(intervals: pd.DataFrame, windows: Windows) -> pd.DataFrame:
     labelled = labelled_spans(intervals)
     is_compute = (intervals["group"] == "compute").to_numpy()
     idx = list(zip(win["step"].to_numpy(), win["phase"].to_numpy()))
-    compute = union_ms_at(labelled[is_compute], key, idx)
-    comm = union_ms_at(labelled[(intervals["group"] == "comm").to_numpy()], key, idx)
-    recompute = union_ms_at(labelled[is_compute & _recomputed(intervals)], key, idx)
+    is_comm = (intervals["group"] == "comm").to_numpy()
+    compute, comm, recompute = unions_ms_at(
+        labelled, key, idx, [is_compute, is_comm, is_compute & _recomputed(intervals)]
+    )
     busy = sums_at(shares, key, ["share_ms"], idx)["share_ms"]
     exposed = sums_at(shares[(shares["group"] == "comm").to_numpy()], key, ["share_ms"], idx)["share_ms"]
 

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analyses import TableSpec
+from tracekit.analyses._groups import grouped
 from tracekit.analyses._registry import INDEX, INTEGER_UNITS, PHASE_WALL, STEP_WINDOW, Ratio
 from tracekit.pipeline.state import distinct_rows
 from tracekit.pipeline.windows import Windows
@@ -44,9 +45,15 @@ def mean_over_steps(df: pd.DataFrame, n_steps: int, keys: list[str] | None = Non
     values = [c for c in df.columns if c not in keys and c != "step" and numeric[c]]
     if not keys:
         return df[values].sum(min_count=1).div(n_steps).to_frame().T
-    alone = _one_row_per_key(df, keys, values, n_steps)
-    if alone is not None:
-        return alone
+    groups = _groups(df, keys)
+    if groups is None or len(groups[1]) == len(df):
+        alone = _one_row_per_key(df, keys, values, n_steps, groups is not None)
+        if alone is not None:
+            return alone
+    elif "stage" not in keys and len(keys) > 1:  # one key: pandas is as quick
+        by_rows = _by_first_rows(df, keys, values, "sum", groups, n_steps, min_count=1)
+        if by_rows is not None:
+            return by_rows
     out = df.groupby(keys, observed=True, sort=False)[values].sum(min_count=1) / max(n_steps, 1)
     if "stage" in keys:  # inference stages: mean over the steps that hold the stage
         present = df.groupby("stage", observed=True)["step"].nunique()
@@ -62,16 +69,72 @@ def mean_over_present(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         return df.drop(columns=["step"], errors="ignore")
     keys = [k for k in keys if k in df.columns]
     values = [c for c in df.columns if c not in keys and c != "step"]
+    groups = _groups(df, keys)
+    by_rows = None if groups is None else _by_first_rows(df, keys, values, "mean", groups)
+    if by_rows is not None:
+        return by_rows
     return df.groupby(keys, observed=True, sort=False)[values].mean().reset_index()
 
 
-def _one_row_per_key(df: pd.DataFrame, keys: list[str], values: list[str], n_steps: int) -> Any:
+def _by_first_rows(
+    df: pd.DataFrame,
+    keys: list[str],
+    values: list[str],
+    how: str,
+    groups: tuple[np.ndarray, np.ndarray],
+    n_steps: int | None = None,
+    **kw: Any,
+) -> pd.DataFrame | None:
+    """``df.groupby(keys, observed=True, sort=False)[values].<how>(**kw)`` (divided by
+    ``n_steps``, if given) ``.reset_index()``, on ``groups`` (:func:`_groups`): pandas numbers
+    the groups by first appearance, as :func:`distinct_rows` does, so the same rows are summed
+    the same way (:func:`~tracekit.analyses._groups.grouped`: the same blocks); each key's
+    values are taken from its group's first row, of the key's dtype. Without pandas' per-key
+    groupers and result MultiIndex. None where a value column is not a numpy number."""
+    if not values or any(
+        df[c].dtype.kind not in "iufb" or not isinstance(df[c].dtype, np.dtype) for c in values
+    ):
+        return None
+    group, first = groups
+    out = grouped(df[values], group, how, **kw)
+    if n_steps is not None:
+        out = out / max(n_steps, 1)
+    cols: dict = {k: df[k].array.take(first) for k in keys}
+    cols.update({c: out[i].to_numpy() for i, c in enumerate(values)})
+    return pd.DataFrame(cols)
+
+
+def _groups(df: pd.DataFrame, keys: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per row the number of its group of ``keys`` (by first appearance) and per group its
+    first row (:func:`distinct_rows` of the keys' codes); None when a key is missing somewhere
+    or is neither categorical, str nor integer (or bool): a dtype whose result index pandas
+    may infer (object) or whose missing values it groups its own way (float)."""
+    codes = []
+    for k in keys:
+        col = df[k]
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            c = col.array.codes
+        elif isinstance(col.dtype, pd.StringDtype):
+            c = pd.factorize(col.array)[0]
+        elif isinstance(col.dtype, np.dtype) and col.dtype.kind in "iub":
+            c = pd.factorize(col.to_numpy())[0]
+        else:
+            return None
+        if (c < 0).any():
+            return None
+        codes.append(c)
+    return distinct_rows(*codes) if codes else None
+
+
+def _one_row_per_key(
+    df: pd.DataFrame, keys: list[str], values: list[str], n_steps: int, distinct: bool = False
+) -> Any:
     """:func:`mean_over_steps` when no two rows share their keys and no key is missing: each
     group is one row, whose sum is itself (-0.0 as 0.0, NaN stays NaN, as the group-by's sum
     gives them), so the means are computed on the columns with no group-by (a few milliseconds a
     table, most of a small rank's aggregation; a trace of one complete step is this case).
-    None (not a frame) otherwise."""
-    if not _distinct_keys(df, keys):
+    None (not a frame) otherwise. ``distinct``: the keys are known to be distinct."""
+    if not distinct and not _distinct_keys(df, keys):
         return None
     n = max(n_steps, 1)
     scale = None
