@@ -89,7 +89,8 @@ def window_stats(m: pd.DataFrame, lvl: np.ndarray, window: pd.Categorical) -> pd
     object columns), a maximum over recorded values only (NaN where none is)."""
     device = pd.Categorical(m["device"])
     ok = np.flatnonzero((device.codes >= 0) & (window.codes >= 0))
-    m, lvl = m.iloc[ok], lvl[ok]
+    if len(ok) < len(m):  # (all rows, the usual case: no copy of the frame)
+        m, lvl = m.iloc[ok], lvl[ok]
     key, first = distinct_rows(m["step"].to_numpy(), device.codes[ok], window.codes[ok])
     n = len(first)
     nbytes = m["bytes"].to_numpy(np.float64)
@@ -105,8 +106,8 @@ def window_stats(m: pd.DataFrame, lvl: np.ndarray, window: pd.Categorical) -> pd
     return pd.DataFrame(
         {
             "step": m["step"].to_numpy()[first],
-            "device": np.asarray(device[ok][first], dtype=object),
-            "phase": np.asarray(window[ok][first], dtype=object),
+            "device": np.asarray(device[ok[first]], dtype=object),  # the few rows' labels only
+            "phase": np.asarray(window[ok[first]], dtype=object),
             "events": np.bincount(key, minlength=n),
             "allocated_mb": alloc,
             "freed_mb": free,
