@@ -156,28 +156,3 @@ def test_as_categories_drops_unused_categories_only() -> None:
     assert list(frame["group"].cat.categories) == ["a", "b"] and frame["group"].isna().sum() == 1
     assert list(frame["module"].cat.categories) == ["x", "y"]
     assert list(frame2["rule"].cat.categories) == ["b"] and list(frame2["rule"]) == ["b", "b"]
-
-
-def test_take_equals_the_masked_gather_on_random_rows() -> None:
-    """The gather through ``a`` with the default put after it (taken where -1 is the only
-    negative index) equals the plain masked gather, whatever the dtypes and sizes."""
-    rng = np.random.default_rng(34)
-    for trial in range(300):
-        m, n = int(rng.integers(0, 30)), int(rng.integers(0, 40))
-        arr = [rng.integers(-5, 5, m), rng.random(m) < 0.5, np.array([f"s{i}" for i in range(m)], object)][
-            trial % 3
-        ]
-        default = [-1, 7.5, "", 0][trial % 4] if trial % 3 != 2 else ["", "none"][trial % 2]
-        low = -1 if rng.random() < 0.7 else -3
-        idx = rng.integers(low, max(m, 1), n) if m else np.full(n, -1)
-        a = np.asarray(arr)
-        dtype = (
-            object
-            if isinstance(default, str) or a.dtype == object
-            else np.result_type(a.dtype, type(default))
-        )
-        want = np.full(n, default, dtype=dtype)
-        want[idx >= 0] = a[idx[idx >= 0]]
-        got = take(arr, idx, default)
-        assert got.dtype == want.dtype and got.shape == want.shape
-        assert got.tolist() == want.tolist()

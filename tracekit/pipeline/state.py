@@ -171,19 +171,17 @@ def add_columns(frame: pd.DataFrame, columns: dict) -> pd.DataFrame:
 
 def take(arr: np.ndarray, idx: np.ndarray, default):
     """``arr[idx]`` where ``idx >= 0``, else ``default`` (also when ``arr`` is empty)."""
-    idx, a = np.asarray(idx), np.asarray(arr)
+    idx = np.asarray(idx)
+    a = np.asarray(arr)
     dtype = (
         object if isinstance(default, str) or a.dtype == object else np.result_type(a.dtype, type(default))
     )
-    low = idx.min() if idx.size else -1
-    if low >= 0:  # every row found (the common case): one gather, no mask
+    ok = idx >= 0
+    if idx.size and ok.all():  # every row found (the common case): one gather, no mask
         return a[idx].astype(dtype, copy=False)
-    if low == -1 and len(a) <= 2 * idx.size:  # -1 picks the default put after ``a``: one gather
-        ext = np.empty(len(a) + 1, dtype=dtype)
-        ext[:-1], ext[-1] = a, default
-        return ext[idx]
-    out, ok = np.full(idx.shape, default, dtype=dtype), idx >= 0
-    out[ok] = a[idx[ok]]
+    out = np.full(idx.shape, default, dtype=dtype)
+    if ok.any():
+        out[ok] = a[idx[ok]]
     return out
 
 
