@@ -191,13 +191,14 @@ def _jumps(mask: np.ndarray, parent: np.ndarray) -> np.ndarray:
     pointer points, so a stack of depth d takes log2(d) rounds, never d (a 25,000-deep chain
     of ops took 37 s a level at a time)."""
     n = len(parent)
-    to = np.where(mask, np.arange(n), parent).astype(np.int64)  # itself when masked, else up
+    to = np.where(mask, np.arange(n), parent).astype(np.int64, copy=False)  # itself when masked, else up
+    live = np.flatnonzero(to >= 0)
     for _ in range(64):  # 2**64 levels: any acyclic stack; a cyclic one resolves to none
-        live = np.flatnonzero(to >= 0)
         live = live[~mask[to[live]]]
         if not len(live):
             break
         to[live] = to[to[live]]
+        live = live[to[live] >= 0]  # a resolved row (none, or masked above) stays resolved
     else:
         live = np.flatnonzero(to >= 0)
         to[live[~mask[to[live]]]] = -1
