@@ -25,12 +25,20 @@ import pandas as pd
 BATCH = 64
 
 
+def _batches(run: Any, name: str, ranks: list[int]) -> Iterator[tuple[list[int], Any]]:
+    """``(ranks of the batch, (frame, lengths) or None)``: the batch's gathered frames decoded
+    at once (:meth:`~tracekit.ranks.gathered.Computed.concat`), None when they are not all
+    gathered alike."""
+    concat = getattr(run._computed, "concat", None)
+    for i in range(0, len(ranks), BATCH):
+        part = ranks[i : i + BATCH]
+        yield part, concat("att", name, part) if concat is not None else None
+
+
 def stacked(run: Any, name: str, ranks: list[int]) -> Iterator[tuple[np.ndarray, pd.DataFrame]]:
     """``(rank of each row, frame)``: the ranks' ``Attributed.<name>`` concatenated, a batch
     at a time; a batch whose frames are not all gathered alike is concatenated here."""
-    for i in range(0, len(ranks), BATCH):
-        part = ranks[i : i + BATCH]
-        whole = run._computed.concat("att", name, part) if hasattr(run._computed, "concat") else None
+    for part, whole in _batches(run, name, ranks):
         if whole is None:
             frames = [getattr(run.ranks[r], name) for r in part]
             whole = pd.concat(frames, ignore_index=True), [len(f) for f in frames]
@@ -41,9 +49,7 @@ def stacked(run: Any, name: str, ranks: list[int]) -> Iterator[tuple[np.ndarray,
 def frames(run: Any, name: str, ranks: list[int]) -> Iterator[tuple[int, pd.DataFrame]]:
     """``(rank, frame)`` of the ranks' ``Attributed.<name>``: the gathered ones decoded
     :data:`BATCH` ranks at a time, else read one by one."""
-    for i in range(0, len(ranks), BATCH):
-        part = ranks[i : i + BATCH]
-        whole = run._computed.concat("att", name, part) if hasattr(run._computed, "concat") else None
+    for part, whole in _batches(run, name, ranks):
         if whole is None:
             for r in part:
                 yield r, getattr(run.ranks[r], name)
